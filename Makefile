@@ -1,0 +1,44 @@
+# Two commands: `make run` (the default pipeline) and `make test` (the test suite).
+# Both create .venv when it is missing. TORCH_SPEC picks the torch build installed first: the default
+# torch==2.13.0 resolves to the CPU build on machines that carry it; see README "GPU" for CUDA builds.
+
+PYTHON     ?= python3
+VENV       ?= .venv
+TORCH_SPEC ?= torch==2.13.0
+PY         := $(VENV)/bin/python
+PIP        := $(PY) -m pip --disable-pip-version-check -q
+export GX_ANALYTICS_ENABLED      := false
+export BENTOML_DO_NOT_TRACK      := True
+export PREFECT_SERVER_ANALYTICS_ENABLED := false
+export HF_HUB_DISABLE_TELEMETRY  := 1
+
+.PHONY: run test test-unit test-integration repro clean-venv
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+
+# Stamps record what was installed; they are redone when pyproject.toml changes.
+$(VENV)/.installed-run: pyproject.toml | $(PY)
+	$(PY) -c "import torch" 2>/dev/null || $(PIP) install "$(TORCH_SPEC)"
+	$(PIP) install -e .
+	touch $@
+
+$(VENV)/.installed-dev: $(VENV)/.installed-run
+	$(PIP) install -e ".[dev]"
+	touch $@
+
+run: $(VENV)/.installed-run
+	@test -d .dvc || (echo "not a DVC project: run from the repository root" && exit 1)
+	PATH="$(abspath $(VENV))/bin:$$PATH" $(VENV)/bin/dvc repro
+
+test: $(VENV)/.installed-dev
+	PATH="$(abspath $(VENV))/bin:$$PATH" $(PY) -m pytest tests
+
+test-unit: $(VENV)/.installed-dev
+	$(PY) -m pytest tests/unit
+
+test-integration: $(VENV)/.installed-dev
+	PATH="$(abspath $(VENV))/bin:$$PATH" $(PY) -m pytest tests/integration -m integration
+
+clean-venv:
+	rm -rf $(VENV)

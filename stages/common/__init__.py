@@ -1,0 +1,1 @@
+"""Parts shared by stages: atomic outputs, the document schema, small helpers."""

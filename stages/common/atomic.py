@@ -1,0 +1,75 @@
+"""Atomic outputs: a stage writes into a temporary sibling and renames it into place.
+
+A killed or failed stage therefore leaves either the previous complete output or nothing, never a
+half-written folder (DESIGN.md, "Contracts between stages").
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+
+@contextlib.contextmanager
+def atomic_dir(target: str | Path) -> Iterator[Path]:
+    """Yield a fresh temporary folder next to ``target``; on success it replaces ``target``.
+
+    On an exception the temporary folder is removed and ``target`` is left exactly as it was.
+    """
+    target = Path(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
+    try:
+        yield tmp
+        replace_dir(tmp, target)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def replace_dir(src: Path, target: Path) -> None:
+    """Move folder ``src`` to ``target``, replacing any existing ``target``.
+
+    POSIX cannot rename over a non-empty folder, so the old one is first renamed aside; the window in which
+    ``target`` is missing is two renames long and never exposes partial content.
+    """
+    old = None
+    if target.exists() or target.is_symlink():
+        old = target.parent / f".{target.name}.old-{os.getpid()}"
+        if old.exists():
+            shutil.rmtree(old)
+        os.replace(target, old)
+    os.replace(src, target)
+    if old is not None:
+        if old.is_dir() and not old.is_symlink():
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            old.unlink(missing_ok=True)
+
+
+def write_bytes_atomic(path: str | Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` through a temporary file in the same folder and ``os.replace``."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.tmp-", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_json_atomic(path: str | Path, obj: Any) -> None:
+    """Write pretty, key-sorted JSON atomically (stable bytes, so DVC hashes only change with content)."""
+    text = json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False, default=str) + "\n"
+    write_bytes_atomic(path, text.encode("utf-8"))

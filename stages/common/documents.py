@@ -1,0 +1,61 @@
+"""The document contract shared by every stage (DESIGN.md, "Contracts between stages").
+
+Documents are Parquet rows with ``id`` (stable content hash), ``text``, ``source``, ``url`` (nullable) and
+``meta`` (a JSON string). Labeled examples add ``label`` and ``split``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+DOCUMENT_COLUMNS = ("id", "text", "source", "url", "meta")
+LABELED_COLUMNS = DOCUMENT_COLUMNS + ("label", "split")
+
+
+def doc_id(text: str) -> str:
+    """Stable content hash of a document: the first 128 bits of SHA-256 of its UTF-8 text, as hex.
+
+    The same text gets the same id on every machine and run, so ids can be joined across stages and
+    exact duplicates collapse to one id.
+    """
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Record:
+    """One document as a source yields it, before ids are assigned and duplicates removed.
+
+    ``group`` is what splits are made by for labeled data (e.g. the Debian source package), so the same
+    program's descriptions never land in two splits.
+    """
+
+    text: str
+    source: str
+    url: str | None = None
+    meta: dict[str, Any] = field(default_factory=dict)
+    label: str | None = None
+    group: str | None = None
+
+
+def meta_json(meta: dict[str, Any]) -> str:
+    """Serialise ``meta`` deterministically (sorted keys) so identical input gives identical bytes."""
+    return json.dumps(meta, sort_keys=True, ensure_ascii=False, default=str)
+
+
+def arrow_schema(labeled: bool):
+    """The Arrow schema of the documents Parquet file (pyarrow imported lazily)."""
+    import pyarrow as pa
+
+    fields = [
+        pa.field("id", pa.string(), nullable=False),
+        pa.field("text", pa.string(), nullable=False),
+        pa.field("source", pa.string(), nullable=False),
+        pa.field("url", pa.string(), nullable=True),
+        pa.field("meta", pa.string(), nullable=False),
+    ]
+    if labeled:
+        fields += [pa.field("label", pa.string(), nullable=False), pa.field("split", pa.string(), nullable=False)]
+    return pa.schema(fields)

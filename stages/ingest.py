@@ -1,0 +1,286 @@
+"""Ingest stage: bring one corpus (general, domain or task) into the common Parquet schema.
+
+    python -m stages.ingest --corpus general --params params.yaml --cache-dir .cache/sources \
+        --output data/ingested/general --report reports/quality/ingest-general.json \
+        --metrics reports/metrics/ingest-general.json
+
+Core: :func:`ingest` reads every source of the corpus, gives each document its content-hash id, drops exact
+duplicates (and, for labeled data, texts whose copies disagree on the label), assigns splits by group, writes
+``documents.parquet`` and ``manifest.json`` into a temporary folder, runs the Great Expectations gate on it
+and only then renames it into place. A failed source or gate leaves the previous output untouched.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import hashlib
+import json
+import platform
+import sys
+import time
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from stages.common.atomic import atomic_dir, write_json_atomic
+from stages.common.documents import LABELED_COLUMNS, Record, arrow_schema, doc_id, meta_json
+from stages.config import ConfigError, build, check, load_params, section
+from stages.sources import Provenance, SourceConfig, SourceContext, SourceError, read_source
+from stages.sources.base import sha256_file
+from stages.sources.debian import DebianDescriptionsSource
+
+SPLITS = ("train", "validation", "test")
+
+
+@dataclass(frozen=True, kw_only=True)
+class SplitConfig:
+    """How labeled examples are split. Whole groups (e.g. a Debian source package) go to one split, chosen
+    by a seeded hash of the group name, so near-identical texts of one group never straddle splits.
+
+    validation / test: the expected shares of groups; train gets the rest.
+    seed: changes the assignment without changing the shares.
+    """
+
+    validation: float = 0.1
+    test: float = 0.1
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        check(0 <= self.validation < 1, "validation: must be in [0, 1)")
+        check(0 <= self.test < 1, "test: must be in [0, 1)")
+        check(self.validation + self.test < 1, "test: validation + test must leave a train share")
+
+
+@dataclass(frozen=True, kw_only=True)
+class IngestGateConfig:
+    """Bounds of the ingest quality gate (Great Expectations).
+
+    min_rows / max_rows: the row count after deduplication must fall within these.
+    min_nonempty_ratio: at least this share of documents must have non-blank text.
+    labels: the allowed labels (labeled corpora); empty = the ``sections`` of a debian_descriptions source.
+    min_class_share / max_class_share: every label's share of all examples must lie within these.
+    """
+
+    min_rows: int = 1
+    max_rows: int = 100_000_000
+    min_nonempty_ratio: float = 0.99
+    labels: tuple[str, ...] = ()
+    min_class_share: float = 0.0
+    max_class_share: float = 1.0
+
+    def __post_init__(self) -> None:
+        check(self.min_rows >= 0, "min_rows: must be >= 0")
+        check(self.max_rows >= self.min_rows, "max_rows: must be >= min_rows")
+        check(0 <= self.min_nonempty_ratio <= 1, "min_nonempty_ratio: must be in [0, 1]")
+        check(0 <= self.min_class_share <= self.max_class_share <= 1,
+              "min_class_share: need 0 <= min_class_share <= max_class_share <= 1")
+
+
+@dataclass(frozen=True, kw_only=True)
+class CorpusConfig:
+    """One corpus to ingest (a section ``ingest.<corpus>`` of params.yaml).
+
+    sources: one or more sources, read in order; see ``stages/sources`` for each kind's keys.
+    labeled: the corpus carries labels; adds ``label`` and ``split`` columns.
+    dedup: drop documents whose text is byte-identical to an earlier one (ids are content hashes).
+    max_docs: stop after this many documents (quick trials on big corpora); null = all.
+    split: how labeled examples are split (ignored for unlabeled corpora).
+    gate: the quality gate's bounds.
+    """
+
+    sources: tuple[SourceConfig, ...]
+    labeled: bool = False
+    dedup: bool = True
+    max_docs: int | None = None
+    split: SplitConfig = field(default_factory=SplitConfig)
+    gate: IngestGateConfig = field(default_factory=IngestGateConfig)
+
+    def __post_init__(self) -> None:
+        check(len(self.sources) > 0, "sources: at least one source is needed")
+        check(self.max_docs is None or self.max_docs > 0, "max_docs: must be positive or null")
+
+
+@dataclass(frozen=True, kw_only=True)
+class IngestResult:
+    metrics: dict[str, Any]
+    manifest: dict[str, Any]
+
+
+def assign_split(group: str, cfg: SplitConfig) -> str:
+    """Deterministic split of a group: a seeded SHA-256 of its name mapped to [0, 1)."""
+    h = int.from_bytes(hashlib.sha256(f"{cfg.seed}\0{group}".encode()).digest()[:8], "big") / 2**64
+    if h < cfg.test:
+        return "test"
+    if h < cfg.test + cfg.validation:
+        return "validation"
+    return "train"
+
+
+def collect(cfg: CorpusConfig, ctx: SourceContext, log=print) -> tuple[list[dict[str, Any]], list[Provenance], Counter]:
+    """Read every source; return rows in the output schema, per-source provenance and drop counters."""
+    provs: list[Provenance] = []
+    rows: dict[str, dict[str, Any]] = {}
+    labels_of: dict[str, set[str]] = {}
+    dropped: Counter = Counter()
+    total = 0
+    for i, src in enumerate(cfg.sources):
+        prov = Provenance(kind=src.kind)
+        provs.append(prov)
+        t0 = time.perf_counter()
+        for rec in read_source(src, ctx, prov):
+            if cfg.max_docs is not None and total >= cfg.max_docs:
+                dropped["max_docs"] += 1
+                break
+            prov.records += 1
+            total += 1
+            _add(rows, labels_of, dropped, rec, cfg)
+        log(f"[ingest] source {i} ({src.kind}): {prov.records} records in {time.perf_counter() - t0:.1f}s")
+    if cfg.labeled:
+        conflicted = [k for k, labels in labels_of.items() if len(labels) > 1]
+        for k in conflicted:  # one text, several labels: no right answer to learn or score, so drop it
+            del rows[k]
+        dropped["label_conflict"] += len(conflicted)
+    return list(rows.values()), provs, dropped
+
+
+def _add(rows, labels_of, dropped, rec: Record, cfg: CorpusConfig) -> None:
+    if cfg.labeled and not rec.label:
+        raise SourceError(f"source {rec.source}: a record has no label but the corpus is labeled "
+                          "(set label_field on the source)")
+    did = doc_id(rec.text)
+    key = did if cfg.dedup else f"{did}:{len(rows)}"
+    if cfg.labeled:
+        labels_of.setdefault(key, set()).add(rec.label)  # type: ignore[arg-type]
+    if key in rows:
+        dropped["duplicate_text"] += 1
+        return
+    row = {"id": did, "text": rec.text, "source": rec.source, "url": rec.url, "meta": meta_json(rec.meta)}
+    if cfg.labeled:
+        row["label"] = rec.label
+        row["split"] = assign_split(rec.group or did, cfg.split)
+    rows[key] = row
+
+
+def gate_labels(cfg: CorpusConfig) -> tuple[str, ...]:
+    if cfg.gate.labels:
+        return cfg.gate.labels
+    sections: list[str] = []
+    for src in cfg.sources:
+        if isinstance(src, DebianDescriptionsSource):
+            sections += [s for s in src.sections if s not in sections]
+    return tuple(sections)
+
+
+def ingest(cfg: CorpusConfig, *, corpus: str, cache_dir: Path, output_dir: Path, report_path: Path,
+           log=print) -> IngestResult:
+    """Read, normalise, gate and atomically publish one corpus. Raises SourceError or GateFailed."""
+    import pandas as pd
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from stages.quality.gate import enforce
+    from stages.quality.suites import documents_suite, labeled_suite
+
+    t0 = time.perf_counter()
+    rows, provs, dropped = collect(cfg, SourceContext(cache_dir=cache_dir), log=log)
+    columns = LABELED_COLUMNS if cfg.labeled else LABELED_COLUMNS[:5]
+    table = pa.Table.from_pylist(rows, schema=arrow_schema(cfg.labeled)) if rows else \
+        arrow_schema(cfg.labeled).empty_table()
+    df = table.to_pandas()
+
+    tables, expectations = documents_suite(df, min_rows=cfg.gate.min_rows, max_rows=cfg.gate.max_rows,
+                                           min_nonempty_ratio=cfg.gate.min_nonempty_ratio,
+                                           extra_columns=columns[5:])
+    if cfg.labeled:
+        labels = gate_labels(cfg) or tuple(sorted(df["label"].unique()))
+        t2, e2 = labeled_suite(df, labels=labels, splits=SPLITS, min_class_share=cfg.gate.min_class_share,
+                               max_class_share=cfg.gate.max_class_share)
+        tables = {**tables, **t2}
+        expectations = [*expectations, *e2]
+
+    with atomic_dir(output_dir) as tmp:
+        pq.write_table(table, tmp / "documents.parquet", compression="zstd", row_group_size=2048)
+        manifest = build_manifest(cfg, corpus, table, provs, dropped, tmp / "documents.parquet")
+        write_json_atomic(tmp / "manifest.json", manifest)
+        gate = enforce(f"ingest-{corpus}", tables, expectations, report_path)  # raises: tmp is discarded
+    metrics = manifest["counts"] | {"seconds": round(time.perf_counter() - t0, 2), "gate_passed": gate.success}
+    return IngestResult(metrics=metrics, manifest=manifest)
+
+
+def _portable(path: str) -> str:
+    """Paths in the manifest relative to the working directory when inside it, so they read the same on
+    every clone."""
+    p = Path(path)
+    try:
+        return p.resolve().relative_to(Path.cwd().resolve()).as_posix()
+    except ValueError:
+        return p.as_posix()
+
+
+def build_manifest(cfg, corpus, table, provs, dropped, parquet_path: Path) -> dict[str, Any]:
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    counts: dict[str, Any] = {
+        "documents": table.num_rows,
+        "characters": int(pc.sum(pc.utf8_length(table["text"])).as_py() or 0) if table.num_rows else 0,
+        "by_source": dict(sorted(Counter(table["source"].to_pylist()).items())),
+        "dropped": dict(sorted(dropped.items())),
+        "skipped": dict(sorted(sum((p.skipped for p in provs), Counter()).items())),
+    }
+    if cfg.labeled:
+        counts["by_split"] = dict(sorted(Counter(table["split"].to_pylist()).items()))
+        counts["by_label"] = dict(sorted(Counter(table["label"].to_pylist()).items()))
+    sources = []
+    for p in provs:
+        entry = p.to_json()
+        for f in entry["files"]:
+            f["path"] = _portable(f["path"])
+        sources.append(entry)
+    return {
+        "corpus": corpus,
+        "schema": [f.name for f in table.schema],
+        "counts": counts,
+        "sources": sources,
+        "outputs": {"documents.parquet": {"sha256": sha256_file(parquet_path), "rows": table.num_rows}},
+        "config": dataclasses.asdict(cfg),
+        "software": {"python": platform.python_version(), "pyarrow": pa.__version__},
+    }
+
+
+def load_config(params_path: Path, corpus: str) -> CorpusConfig:
+    params = load_params(params_path)
+    key = f"ingest.{corpus}"
+    return build(CorpusConfig, section(params, key), key)
+
+
+def main(argv: Iterable[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m stages.ingest", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--corpus", required=True, help="section name under ingest: in params (general, domain, task)")
+    ap.add_argument("--params", type=Path, default=Path("params.yaml"))
+    ap.add_argument("--cache-dir", type=Path, default=Path(".cache/sources"))
+    ap.add_argument("--output", type=Path, required=True, help="output folder (replaced atomically)")
+    ap.add_argument("--report", type=Path, required=True, help="gate report JSON")
+    ap.add_argument("--metrics", type=Path, required=True, help="metrics JSON (DVC metrics)")
+    args = ap.parse_args(list(argv) if argv is not None else None)
+    from stages.quality.gate import GateFailed
+
+    try:
+        cfg = load_config(args.params, args.corpus)
+        result = ingest(cfg, corpus=args.corpus, cache_dir=args.cache_dir, output_dir=args.output,
+                        report_path=args.report, log=lambda m: print(m, file=sys.stderr))
+    except (ConfigError, SourceError, GateFailed) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    write_json_atomic(args.metrics, result.metrics)
+    c = result.metrics
+    print(f"[ingest] {args.corpus}: {c['documents']} documents, {c['characters']:,} characters -> {args.output}",
+          file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,483 @@
+"""A thin runner of Great Expectations (GX 1.x) checks on pandas DataFrames.
+
+A *gate* is a named set of checks that stands between two stages: the stage that made the data
+calls `enforce`, which validates, always writes a JSON report (so a failed run leaves evidence for
+the auditor) and raises `GateFailed` if any check failed, so nothing downstream runs on bad data.
+
+The checks are described by `Expect`, our own small, JSON-serialisable record (table, GX class name,
+kwargs), so suites can be built, compared and stored without importing GX. GX is imported lazily
+inside `validate`: importing it costs seconds, and stages that only declare their gates (or tests
+that never run one) should not pay that.
+
+How one `validate` call maps onto GX 1.x:
+
+    ephemeral context (in memory, nothing written to disk)
+      -> one pandas datasource
+      -> per table: a dataframe asset + a whole-dataframe batch definition + an ExpectationSuite
+      -> batch.validate(suite)
+
+Results come back from GX in its own order (table-level checks first); we map them back to the
+caller's order by the id GX gives each expectation when it joins a suite.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import math
+import os
+import tempfile
+import warnings
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # only for annotations; pandas is imported lazily like GX
+    import pandas
+
+__all__ = [
+    "CheckResult",
+    "Expect",
+    "GateFailed",
+    "GateResult",
+    "enforce",
+    "validate",
+    "write_report",
+]
+
+# Keys of a GX result dict worth keeping in a report: enough to see *why* a check failed without
+# the long tails GX adds (percent variants, counts of counts).
+_OBSERVED_KEYS = (
+    "observed_value",
+    "element_count",
+    "unexpected_count",
+    "missing_count",
+    "partial_unexpected_list",
+    "partial_unexpected_index_list",
+    "partial_missing_list",
+    "details",
+)
+# Long texts (e.g. a leaked document used as an index) would bloat the report and the error line.
+_MAX_STR_CHARS = 200
+_MAX_WHY_CHARS = 160
+_DATASOURCE_NAME = "gate"
+_BATCH_DEFINITION_NAME = "whole"
+
+
+class GateFailed(RuntimeError):
+    """Raised by `enforce` when at least one check of a gate failed; the report is already written."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Expect:
+    """One expectation, described without GX objects so it is cheap to build and serialise.
+
+    Attributes:
+        table: Name of the DataFrame (a key of the `tables` mapping) the expectation applies to.
+        kind: GX expectation class name, e.g. "ExpectTableRowCountToBeBetween".
+        kwargs: Keyword arguments for that class, e.g. {"column": "id"} or
+            {"column": "text_chars", "min_value": 1, "mostly": 0.95}.
+    """
+
+    table: str
+    kind: str
+    kwargs: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.table or not isinstance(self.table, str):
+            raise ValueError(f"Expect.table must be a non-empty string, got {self.table!r}")
+        if not self.kind or not isinstance(self.kind, str):
+            raise ValueError(f"Expect.kind must be a non-empty string, got {self.kind!r}")
+        # Copy so a caller mutating their dict later cannot change a suite after it was built.
+        object.__setattr__(self, "kwargs", dict(self.kwargs))
+
+    @property
+    def name(self) -> str:
+        """Short label used in reports and error messages, e.g. "documents.ExpectColumnValuesToBeUnique(id)"."""
+        return _check_name(self.table, self.kind, self.kwargs)
+
+    def to_json(self) -> dict:
+        return {"table": self.table, "kind": self.kind, "kwargs": _jsonable(self.kwargs)}
+
+
+@dataclass(frozen=True, kw_only=True)
+class CheckResult:
+    """Outcome of one expectation.
+
+    Attributes:
+        table: The table it ran on.
+        expectation: GX expectation class name (the `Expect.kind`).
+        kwargs: The kwargs it ran with (JSON-safe copy of `Expect.kwargs`).
+        success: Whether GX judged it met.
+        observed: JSON-safe summary of what GX saw: observed_value, unexpected_count,
+            partial_unexpected_list, partial_missing_list, ... or {"exception": message} when GX
+            could not evaluate it (e.g. the column does not exist).
+    """
+
+    table: str
+    expectation: str
+    kwargs: dict
+    success: bool
+    observed: object
+
+    @property
+    def name(self) -> str:
+        return _check_name(self.table, self.expectation, self.kwargs)
+
+    def why(self) -> str:
+        """One-line reason for a failure, for error messages."""
+        return _why(self.observed)
+
+    def to_json(self) -> dict:
+        return {
+            "name": self.name,
+            "table": self.table,
+            "expectation": self.expectation,
+            "kwargs": self.kwargs,
+            "success": self.success,
+            "observed": self.observed,
+        }
+
+
+@dataclass(frozen=True, kw_only=True)
+class GateResult:
+    """Outcome of a gate: every check in the caller's order, plus row counts per table.
+
+    Attributes:
+        gate: Gate name, e.g. "clean.documents".
+        success: True when every check succeeded (vacuously True with no checks).
+        checks: One `CheckResult` per `Expect`, in the order the expectations were given.
+        stats: Rows per table, {table name: row count}, for every table passed in.
+    """
+
+    gate: str
+    success: bool
+    checks: tuple[CheckResult, ...]
+    stats: dict
+
+    def failures(self) -> tuple[CheckResult, ...]:
+        return tuple(check for check in self.checks if not check.success)
+
+    def to_json(self) -> dict:
+        failures = self.failures()
+        return {
+            "gate": self.gate,
+            "success": self.success,
+            "stats": dict(self.stats),
+            "summary": {"checks": len(self.checks), "failed": len(failures)},
+            "failed": [check.name for check in failures],
+            "checks": [check.to_json() for check in self.checks],
+        }
+
+
+def validate(
+    gate: str,
+    tables: Mapping[str, pandas.DataFrame],
+    expectations: Sequence[Expect],
+) -> GateResult:
+    """Run `expectations` over `tables` and return every check's outcome (never raises on bad data).
+
+    Raises:
+        ValueError: an expectation names an unknown GX class, a table not in `tables`, has kwargs
+            its class rejects, or duplicates another expectation on the same table.
+        TypeError: a value of `tables` is not a pandas DataFrame.
+    """
+    import pandas as pd
+
+    for table, frame in tables.items():
+        if not isinstance(frame, pd.DataFrame):
+            raise TypeError(f"gate {gate}: table {table!r} is {type(frame).__name__}, not a DataFrame")
+    for expect in expectations:
+        if expect.table not in tables:
+            raise ValueError(
+                f"gate {gate}: expectation {expect.kind} is on table {expect.table!r}, "
+                f"which is not among the tables given: {sorted(tables)}"
+            )
+
+    with _quiet_gx():
+        gx = _import_gx()
+        # Build every GX expectation before touching data, so a bad suite fails fast and whole.
+        built = [_build_expectation(expect) for expect in expectations]
+        context = gx.get_context(mode="ephemeral")
+        _disable_progress_bars(context)
+        datasource = context.data_sources.add_pandas(name=_DATASOURCE_NAME)
+
+        results: list[CheckResult | None] = [None] * len(expectations)
+        for table in _tables_in_order(expectations):
+            indices = [i for i, expect in enumerate(expectations) if expect.table == table]
+            checks = _validate_table(
+                gx,
+                context,
+                datasource,
+                gate,
+                table,
+                tables[table],
+                [expectations[i] for i in indices],
+                [built[i] for i in indices],
+            )
+            for index, check in zip(indices, checks, strict=True):
+                results[index] = check
+
+    checks_done = tuple(check for check in results if check is not None)
+    return GateResult(
+        gate=gate,
+        success=all(check.success for check in checks_done),
+        checks=checks_done,
+        stats={table: int(len(frame)) for table, frame in tables.items()},
+    )
+
+
+def write_report(result: GateResult, path: str | Path) -> None:
+    """Write `result` as pretty JSON with sorted keys, atomically (temp file + os.replace).
+
+    A reader (DVC, the auditor, a later stage) therefore sees either the previous report or the new
+    one, never half of one, even if the process is killed mid-write.
+    """
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    # allow_nan=False: the observed values are sanitised, and a stray NaN would make invalid JSON.
+    text = json.dumps(result.to_json(), indent=2, sort_keys=True, allow_nan=False) + "\n"
+    fd, tmp_name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp_name, target)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp_name)
+        raise
+
+
+def enforce(
+    gate: str,
+    tables: Mapping[str, pandas.DataFrame],
+    expectations: Sequence[Expect],
+    report_path: str | Path,
+) -> GateResult:
+    """Validate, always write the report, and raise `GateFailed` if any check failed.
+
+    The report is written before raising so a failed stage still leaves the evidence of why.
+    """
+    result = validate(gate, tables, expectations)
+    write_report(result, report_path)
+    if not result.success:
+        reasons = "; ".join(f"{check.name}: {check.why()}" for check in result.failures())
+        raise GateFailed(f"gate {gate} failed: {reasons} (report: {report_path})")
+    return result
+
+
+# --- GX plumbing -----------------------------------------------------------------------------
+
+
+def _import_gx() -> Any:
+    # Analytics would try to reach the network on first use; a reproducible, offline pipeline must
+    # not. setdefault keeps an explicit choice made by whoever runs us.
+    os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
+    # GX 1.24 imports the deprecated stdlib module `sre_constants`; keep that warning (not ours to
+    # fix) from failing test runs that turn warnings into errors.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        import great_expectations as gx
+
+    return gx
+
+
+@contextlib.contextmanager
+def _quiet_gx() -> Iterator[None]:
+    """Raise GX's logger to WARNING for the duration of a gate, then restore it.
+
+    GX logs at INFO/DEBUG while building a context (temporary docs dirs, store backends); that is
+    noise in stage logs. Restoring the level keeps us from changing logging for the whole process.
+    """
+    logger = logging.getLogger("great_expectations")
+    previous = logger.level
+    if logger.getEffectiveLevel() < logging.WARNING:
+        logger.setLevel(logging.WARNING)
+    try:
+        yield
+    finally:
+        logger.setLevel(previous)
+
+
+def _disable_progress_bars(context: Any) -> None:
+    # GX draws a tqdm "Calculating Metrics" bar per validation on stderr, which floods stage logs.
+    try:
+        from great_expectations.data_context.types.base import ProgressBarsConfig
+    except ImportError:  # a GX without this config: bars are cosmetic, keep going
+        return
+    context.variables.progress_bars = ProgressBarsConfig(globally=False, metric_calculations=False)
+
+
+def _expectation_class(kind: str) -> type:
+    import great_expectations.expectations as gxe
+
+    cls = getattr(gxe, kind, None) if kind.startswith("Expect") else None
+    if not isinstance(cls, type) or not issubclass(cls, gxe.Expectation) or cls is gxe.Expectation:
+        raise ValueError(f"unknown expectation kind {kind!r}: not a class in great_expectations.expectations")
+    return cls
+
+
+def _build_expectation(expect: Expect) -> Any:
+    cls = _expectation_class(expect.kind)
+    try:
+        return cls(**expect.kwargs)
+    except Exception as error:  # pydantic validation errors: re-raise naming the check
+        raise ValueError(f"bad kwargs for {expect.name}: {error}".replace("\n", " ")) from error
+
+
+def _tables_in_order(expectations: Sequence[Expect]) -> list[str]:
+    # dict keeps first-seen order, so reports and timing are deterministic.
+    return list(dict.fromkeys(expect.table for expect in expectations))
+
+
+def _validate_table(
+    gx: Any,
+    context: Any,
+    datasource: Any,
+    gate: str,
+    table: str,
+    frame: pandas.DataFrame,
+    expects: Sequence[Expect],
+    built: Sequence[Any],
+) -> list[CheckResult]:
+    """Validate one table's expectations in one GX batch; return results in `expects` order."""
+    asset = datasource.add_dataframe_asset(name=table)
+    batch_definition = asset.add_batch_definition_whole_dataframe(name=_BATCH_DEFINITION_NAME)
+    batch = batch_definition.get_batch(batch_parameters={"dataframe": frame})
+    suite = context.suites.add(gx.ExpectationSuite(name=f"{gate}.{table}"))
+
+    position_by_id: dict[str, int] = {}
+    for position, (expect, expectation) in enumerate(zip(expects, built, strict=True)):
+        added = suite.add_expectation(expectation)
+        # GX treats a suite as a set: an expectation equal to one already there is silently
+        # dropped and gets no id. Two equal checks are a suite bug, so say so instead.
+        if added.id is None or added.id in position_by_id:
+            raise ValueError(f"gate {gate}: duplicate expectation {expect.name}")
+        position_by_id[added.id] = position
+
+    validation = batch.validate(suite, result_format="SUMMARY")
+    by_position: dict[int, CheckResult] = {}
+    for result in validation.results:
+        position = position_by_id[result.expectation_config.id]
+        expect = expects[position]
+        by_position[position] = CheckResult(
+            table=table,
+            expectation=expect.kind,
+            kwargs=_jsonable(expect.kwargs),
+            success=bool(result.success),
+            observed=_observed(result.result, result.exception_info),
+        )
+    # A check GX returned nothing for must not pass by omission.
+    missing = {"exception": "great_expectations returned no result for this expectation"}
+    return [
+        by_position.get(position)
+        or CheckResult(
+            table=table, expectation=expect.kind, kwargs=_jsonable(expect.kwargs), success=False, observed=missing
+        )
+        for position, expect in enumerate(expects)
+    ]
+
+
+# --- turning GX results into small JSON ------------------------------------------------------
+
+
+def _observed(result: Mapping[str, Any] | None, exception_info: Any) -> dict:
+    """Keep the informative part of a GX result; surface evaluation errors as {"exception": ...}."""
+    messages = _exception_messages(exception_info)
+    if messages:
+        return {"exception": "; ".join(dict.fromkeys(messages))}
+    kept = {key: (result or {})[key] for key in _OBSERVED_KEYS if key in (result or {})}
+    # Distinct-value set checks report observed_value=None in GX 1.24; drop the useless key.
+    if kept.get("observed_value", 0) is None:
+        del kept["observed_value"]
+    return _jsonable(kept)
+
+
+def _exception_messages(exception_info: Any) -> list[str]:
+    # GX reports an evaluation error either flat ({"raised_exception": True, ...}) or keyed by the
+    # metric that failed ({MetricConfigurationID: {...}}); gather messages from both shapes.
+    if not isinstance(exception_info, Mapping):
+        return []
+    if "raised_exception" in exception_info:
+        if exception_info.get("raised_exception"):
+            return [str(exception_info.get("exception_message") or "evaluation error")]
+        return []
+    messages: list[str] = []
+    for value in exception_info.values():
+        messages.extend(_exception_messages(value))
+    return messages
+
+
+def _jsonable(value: Any) -> Any:
+    """Convert GX / numpy / pandas values into plain JSON types (NaN and NA become null)."""
+    if value is None or isinstance(value, bool):
+        return value
+    if isinstance(value, str):
+        return value if len(value) <= _MAX_STR_CHARS else value[:_MAX_STR_CHARS] + "..."
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float):
+        return None if math.isnan(value) or math.isinf(value) else float(value)
+    if isinstance(value, Mapping):
+        return {str(key): _jsonable(item) for key, item in value.items()}
+    if isinstance(value, (set, frozenset)):
+        return sorted((_jsonable(item) for item in value), key=repr)
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(item) for item in value]
+    # numpy scalars expose .item(); pandas NA / NaT are "missing" values.
+    item = getattr(value, "item", None)
+    if callable(item):
+        with contextlib.suppress(Exception):
+            return _jsonable(item())
+    with contextlib.suppress(Exception):
+        import pandas as pd
+
+        if pd.isna(value):
+            return None
+    return _jsonable(str(value))
+
+
+def _check_name(table: str, kind: str, kwargs: Mapping[str, Any]) -> str:
+    column = kwargs.get("column")
+    return f"{table}.{kind}({column})" if column is not None else f"{table}.{kind}"
+
+
+def _why(observed: object) -> str:
+    """Summarise an observed dict in a few words: the error, the unexpected values, what is missing."""
+    if not isinstance(observed, Mapping):
+        return _clip(repr(observed))
+    if "exception" in observed:
+        return _clip(f"error: {observed['exception']}")
+    parts: list[str] = []
+    if "observed_value" in observed:
+        parts.append(f"observed {observed['observed_value']!r}")
+    details = observed.get("details")
+    mismatched = details.get("mismatched") if isinstance(details, Mapping) else None
+    if mismatched:
+        parts.append(f"mismatched {mismatched!r}")
+    if observed.get("unexpected_count"):
+        examples = (
+            observed.get("partial_unexpected_index_list")
+            if _has_named_index(observed)
+            else observed.get("partial_unexpected_list")
+        ) or []
+        parts.append(f"{observed['unexpected_count']} unexpected, e.g. {examples[:3]!r}")
+    if observed.get("partial_missing_list"):
+        parts.append(f"missing {observed['partial_missing_list']!r}")
+    return _clip(", ".join(parts) or "failed")
+
+
+def _has_named_index(observed: Mapping[str, Any]) -> bool:
+    # With a named index GX lists unexpected rows as {index_name: value, column: value} dicts,
+    # which say more than the bare values (e.g. which text leaked between splits).
+    index_list = observed.get("partial_unexpected_index_list") or []
+    return bool(index_list) and isinstance(index_list[0], Mapping)
+
+
+def _clip(text: str) -> str:
+    one_line = " ".join(text.split())
+    return one_line if len(one_line) <= _MAX_WHY_CHARS else one_line[: _MAX_WHY_CHARS - 3] + "..."

@@ -1,0 +1,241 @@
+"""Standard gate suites for the data contracts in DESIGN.md ("Contracts between stages").
+
+Each builder takes the caller's DataFrame and returns `(tables, expectations)` ready for
+`gate.validate` / `gate.enforce`:
+
+- `tables` holds the frame itself (as a copy) plus small *derived* tables. GX checks columns of
+  scalars well but cannot express "share of rows per label" or "a text appears in two splits",
+  and its length expectations silently pass on list columns. So anything computed is computed here,
+  with pandas, into a new frame; the caller's DataFrame is never mutated.
+- `expectations` is a list of `Expect`, each with a docstring-level reason below.
+
+Builders never raise on bad *data* (a missing column, nulls, an empty frame): they derive what they
+can and let the gate report the failure, so the report says what was wrong. They raise ValueError
+only for bad *parameters*, which are programming errors.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+import pandas as pd
+
+from stages.quality.gate import Expect
+
+__all__ = ["combine", "documents_suite", "labeled_suite"]
+
+Suite = tuple[dict[str, pd.DataFrame], list[Expect]]
+
+DOCUMENT_COLUMNS = ("id", "text", "source", "url", "meta")
+
+# Table names; also the prefixes of check names in reports and GateFailed messages.
+DOCUMENTS = "documents"
+DOCUMENT_FEATURES = "document_features"
+LABELED = "labeled"
+LABELED_TRAIN = "labeled_train"
+CLASS_SHARES = "class_shares"
+SPLIT_OVERLAP = "split_overlap"
+
+
+def documents_suite(
+    df: pd.DataFrame,
+    *,
+    min_rows: int,
+    max_rows: int,
+    min_nonempty_ratio: float,
+    extra_columns: Sequence[str] = (),
+) -> Suite:
+    """Checks for a documents table (id, text, source, url, meta [+ extra_columns]).
+
+    Checks and why they exist:
+    - columns match {id, text, source, url, meta, *extra_columns} exactly: later stages read columns
+      by name; a missing one breaks them, an unexpected one means an upstream contract drifted.
+    - row count in [min_rows, max_rows]: an empty or truncated corpus (a failed download, a filter
+      that dropped everything) or an exploded one (duplicated input) must stop the pipeline.
+    - id unique and not null: ids are content hashes used for dedup, joins and lineage.
+    - at least `min_nonempty_ratio` of texts are non-blank (`text_chars` >= 1 with `mostly`): a few
+      empty documents are tolerable, a mostly-empty corpus means extraction broke.
+    - source not null: splits are made by source group and lineage needs it.
+    - meta parses as JSON (`meta_is_json` in {True}): meta is a JSON string by contract and is
+      parsed downstream; one malformed value would crash a later stage far from its cause.
+    """
+    _require(0 <= min_rows <= max_rows, f"need 0 <= min_rows <= max_rows, got {min_rows}, {max_rows}")
+    _require(0.0 <= min_nonempty_ratio <= 1.0, f"min_nonempty_ratio must be in [0, 1], got {min_nonempty_ratio}")
+
+    features = pd.DataFrame(
+        {
+            "text_chars": _column(df, "text").map(_stripped_length).astype("int64").to_numpy(),
+            "meta_is_json": _column(df, "meta").map(_is_json).astype(bool).to_numpy(),
+        },
+        # Indexed by document id so GX's unexpected-row list names the offending documents.
+        index=pd.Index(_column(df, "id").to_numpy(), name="id"),
+    )
+    tables = {DOCUMENTS: df.copy(), DOCUMENT_FEATURES: features}
+    expected_columns = [*DOCUMENT_COLUMNS, *extra_columns]
+    expectations = [
+        Expect(
+            table=DOCUMENTS,
+            kind="ExpectTableColumnsToMatchSet",
+            kwargs={"column_set": expected_columns, "exact_match": True},
+        ),
+        Expect(
+            table=DOCUMENTS,
+            kind="ExpectTableRowCountToBeBetween",
+            kwargs={"min_value": min_rows, "max_value": max_rows},
+        ),
+        Expect(table=DOCUMENTS, kind="ExpectColumnValuesToBeUnique", kwargs={"column": "id"}),
+        Expect(table=DOCUMENTS, kind="ExpectColumnValuesToNotBeNull", kwargs={"column": "id"}),
+        Expect(table=DOCUMENTS, kind="ExpectColumnValuesToNotBeNull", kwargs={"column": "source"}),
+        Expect(
+            table=DOCUMENT_FEATURES,
+            kind="ExpectColumnValuesToBeBetween",
+            kwargs={"column": "text_chars", "min_value": 1, "mostly": min_nonempty_ratio},
+        ),
+        Expect(
+            table=DOCUMENT_FEATURES,
+            kind="ExpectColumnValuesToBeInSet",
+            kwargs={"column": "meta_is_json", "value_set": [True]},
+        ),
+    ]
+    return tables, expectations
+
+
+def labeled_suite(
+    df: pd.DataFrame,
+    *,
+    labels: Sequence[str],
+    splits: Sequence[str],
+    min_class_share: float,
+    max_class_share: float,
+    train_split: str = "train",
+) -> Suite:
+    """Checks for labeled examples (text, label, split); combine with `documents_suite` for the rest.
+
+    Checks and why they exist:
+    - label and split not null: GX's in-set checks skip nulls, so without these a null label or
+      split would pass silently and the example would vanish from training or evaluation.
+    - label in `labels`, split in `splits`: an unknown label breaks the classifier head's label map;
+      an unknown split is data nobody trains or evaluates on.
+    - every label occurs in the `train_split` rows (table `labeled_train`): a class absent from
+      training cannot be learned, and evaluation on it would be meaningless.
+    - every declared label's share of all rows in [min_class_share, max_class_share] (table
+      `class_shares`, one row per label): a dominant or vanishing class makes accuracy misleading
+      and usually means a broken labelling rule.
+    - each normalised text (strip + lower) occurs in exactly one split (table `split_overlap`, indexed
+      by the text so the report names the leaked texts): a text in both train and test leaks the
+      answer and inflates evaluation scores.
+    """
+    _require(bool(labels), "labels must not be empty")
+    _require(bool(splits), "splits must not be empty")
+    _require(train_split in splits, f"train_split {train_split!r} is not among splits {list(splits)}")
+    _require(
+        0.0 <= min_class_share <= max_class_share <= 1.0,
+        f"need 0 <= min_class_share <= max_class_share <= 1, got {min_class_share}, {max_class_share}",
+    )
+
+    label = _column(df, "label")
+    split = _column(df, "split")
+    tables = {
+        LABELED: df.copy(),
+        LABELED_TRAIN: pd.DataFrame({"label": label[split == train_split]}),
+        CLASS_SHARES: _class_shares(label, labels),
+        SPLIT_OVERLAP: _split_overlap(_column(df, "text"), split),
+    }
+    expectations = [
+        Expect(table=LABELED, kind="ExpectColumnValuesToNotBeNull", kwargs={"column": "label"}),
+        Expect(table=LABELED, kind="ExpectColumnValuesToNotBeNull", kwargs={"column": "split"}),
+        Expect(
+            table=LABELED, kind="ExpectColumnValuesToBeInSet", kwargs={"column": "label", "value_set": list(labels)}
+        ),
+        Expect(
+            table=LABELED, kind="ExpectColumnValuesToBeInSet", kwargs={"column": "split", "value_set": list(splits)}
+        ),
+        # ContainSet rather than EqualSet: unknown labels are already the in-set check's failure,
+        # so this one fails only for what it is about, a label missing from training.
+        Expect(
+            table=LABELED_TRAIN,
+            kind="ExpectColumnDistinctValuesToContainSet",
+            kwargs={"column": "label", "value_set": list(labels)},
+        ),
+        Expect(
+            table=CLASS_SHARES,
+            kind="ExpectColumnValuesToBeBetween",
+            kwargs={"column": "share", "min_value": min_class_share, "max_value": max_class_share},
+        ),
+        Expect(
+            table=SPLIT_OVERLAP, kind="ExpectColumnValuesToBeInSet", kwargs={"column": "n_splits", "value_set": [1]}
+        ),
+    ]
+    return tables, expectations
+
+
+def combine(*suites: Suite) -> Suite:
+    """Merge suites into one gate (e.g. documents + labeled checks on the same frame).
+
+    Raises ValueError if two suites use the same table name, since one would hide the other.
+    """
+    tables: dict[str, pd.DataFrame] = {}
+    expectations: list[Expect] = []
+    for suite_tables, suite_expectations in suites:
+        clash = tables.keys() & suite_tables.keys()
+        _require(not clash, f"suites share table names {sorted(clash)}")
+        tables.update(suite_tables)
+        expectations.extend(suite_expectations)
+    return tables, expectations
+
+
+# --- derived tables ----------------------------------------------------------------------------
+
+
+def _class_shares(label: pd.Series, labels: Sequence[str]) -> pd.DataFrame:
+    """One row per declared label: its row count and share of *all* rows (nulls and unknowns count
+    in the denominator, so they cannot make the declared classes look balanced)."""
+    counts = label.value_counts(dropna=True)
+    rows = [int(counts.get(name, 0)) for name in labels]
+    total = len(label)
+    shares = [count / total if total else 0.0 for count in rows]
+    return pd.DataFrame(
+        {"rows": rows, "share": shares},
+        index=pd.Index(list(labels), name="label"),
+    )
+
+
+def _split_overlap(text: pd.Series, split: pd.Series) -> pd.DataFrame:
+    """Per normalised text, how many distinct splits it appears in (rows with no text/split skipped;
+    other checks own those). Indexed by the text so GX's unexpected-row list shows the text."""
+    key = text.map(lambda value: value.strip().lower() if isinstance(value, str) else None)
+    pairs = pd.DataFrame({"text_key": key, "split": split}).dropna()
+    n_splits = pairs.groupby("text_key", sort=True)["split"].nunique().astype("int64")
+    return pd.DataFrame({"n_splits": n_splits.to_numpy()}, index=pd.Index(n_splits.index, name="text_key"))
+
+
+# --- small helpers -----------------------------------------------------------------------------
+
+
+def _column(df: pd.DataFrame, name: str) -> pd.Series:
+    # A missing column yields nulls, so builders keep going and the gate reports the real problem.
+    if name in df.columns:
+        return df[name]
+    return pd.Series([None] * len(df), index=df.index, dtype=object)
+
+
+def _stripped_length(value: Any) -> int:
+    return len(value.strip()) if isinstance(value, str) else 0
+
+
+def _is_json(value: Any) -> bool:
+    # The contract stores meta as a JSON *string*; a dict or null is a contract breach too.
+    if not isinstance(value, str):
+        return False
+    try:
+        json.loads(value)
+    except ValueError:
+        return False
+    return True
+
+
+def _require(condition: bool, message: str) -> None:
+    if not condition:
+        raise ValueError(message)

@@ -1,0 +1,82 @@
+"""What every source shares: the error type, the run context, and the provenance it records."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+class SourceError(RuntimeError):
+    """Bad or unreachable input. The message is one line naming the file and line, or the package."""
+
+
+OFFLINE_ENV = "LMPIPE_OFFLINE"
+
+
+def offline() -> bool:
+    """True when the user asked for no network use at all (``LMPIPE_OFFLINE=1``): cache misses fail fast."""
+    return os.environ.get(OFFLINE_ENV, "").strip().lower() in {"1", "true", "yes"}
+
+
+def sha256_file(path: str | Path, chunk: int = 1 << 20) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while block := fh.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+@dataclass
+class Provenance:
+    """Where one source's records came from; becomes one entry of the ingest manifest.
+
+    Filled in by the reader while it runs (files fetched and their checksums, package versions, counts of
+    what was skipped and why), then frozen into JSON by :meth:`to_json`.
+    """
+
+    kind: str
+    description: str = ""
+    licence: str = ""
+    packages: list[dict[str, Any]] = field(default_factory=list)
+    files: list[dict[str, Any]] = field(default_factory=list)
+    records: int = 0
+    skipped: Counter = field(default_factory=Counter)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def add_file(self, path: str | Path, *, role: str = "input", sha256: str | None = None, **info: Any) -> str:
+        """Record a file with its SHA-256 (computed unless given) and size; returns the digest."""
+        p = Path(path)
+        digest = sha256 or sha256_file(p)
+        self.files.append({"path": str(p), "role": role, "sha256": digest, "bytes": p.stat().st_size, **info})
+        return digest
+
+    def skip(self, reason: str) -> None:
+        self.skipped[reason] += 1
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "description": self.description,
+            "licence": self.licence,
+            "packages": self.packages,
+            "files": self.files,
+            "records": self.records,
+            "skipped": dict(sorted(self.skipped.items())),
+            **self.extra,
+        }
+
+
+@dataclass(frozen=True, kw_only=True)
+class SourceContext:
+    """Run-time facts a reader needs besides its config: where downloads are cached."""
+
+    cache_dir: Path
+
+    def subdir(self, *parts: str) -> Path:
+        d = self.cache_dir.joinpath(*parts)
+        d.mkdir(parents=True, exist_ok=True)
+        return d

@@ -1,0 +1,251 @@
+"""Local files: JSONL (plain, .gz, .zst), Parquet, a folder of .txt, Common Crawl WET (.warc.wet.gz).
+
+Bad input never passes silently: a malformed JSON line, invalid UTF-8, a missing field, an empty file or
+a missing path raises :class:`SourceError` naming the file and line, unless ``on_error: skip``, in which
+case the record is skipped and counted under its reason in the manifest.
+"""
+
+from __future__ import annotations
+
+import glob
+import gzip
+import io
+import json
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from stages.common.documents import Record
+from stages.sources.base import Provenance, SourceError
+
+FORMATS = ("jsonl", "parquet", "txt", "wet")
+_SUFFIXES = {
+    ".jsonl": "jsonl", ".jsonl.gz": "jsonl", ".jsonl.zst": "jsonl", ".json.gz": "jsonl", ".ndjson": "jsonl",
+    ".parquet": "parquet", ".txt": "txt", ".warc.wet.gz": "wet", ".warc.wet": "wet", ".wet.gz": "wet",
+}
+
+
+@dataclass(frozen=True, kw_only=True)
+class FilesSource:
+    """Documents from local files.
+
+    kind: always ``files``.
+    path: a file, a folder (read recursively, in sorted order) or a glob pattern.
+    format: ``auto`` picks by suffix (.jsonl[.gz|.zst], .parquet, .txt, .warc.wet[.gz]).
+    name: the ``source`` value written for these documents (default: the path's file or folder name).
+    text_field / url_field / label_field / group_field: field names in JSONL and Parquet records;
+        ``url_field``, ``label_field`` and ``group_field`` may be null. Other fields go into ``meta``.
+    on_error: ``fail`` stops at the first bad record with its file and line; ``skip`` drops and counts it.
+    licence: a free-text licence note copied into the manifest.
+    """
+
+    kind: Literal["files"]
+    path: str
+    format: Literal["auto", "jsonl", "parquet", "txt", "wet"] = "auto"
+    name: str | None = None
+    text_field: str = "text"
+    url_field: str | None = "url"
+    label_field: str | None = None
+    group_field: str | None = None
+    on_error: Literal["fail", "skip"] = "fail"
+    licence: str = "as declared by the data owner"
+
+
+def detect_format(path: Path) -> str | None:
+    name = path.name.lower()
+    for suffix in sorted(_SUFFIXES, key=len, reverse=True):
+        if name.endswith(suffix):
+            return _SUFFIXES[suffix]
+    return None
+
+
+def list_files(cfg: FilesSource) -> list[tuple[Path, str]]:
+    """Resolve ``cfg.path`` to (file, format) pairs in a deterministic order."""
+    raw = cfg.path
+    if any(ch in raw for ch in "*?["):
+        paths = [Path(p) for p in sorted(glob.glob(raw, recursive=True)) if Path(p).is_file()]
+        if not paths:
+            raise SourceError(f"{raw}: glob matched no files")
+    else:
+        root = Path(raw)
+        if not root.exists():
+            raise SourceError(f"{root}: no such file or folder")
+        paths = sorted(p for p in root.rglob("*") if p.is_file()) if root.is_dir() else [root]
+    out = []
+    for p in paths:
+        fmt = cfg.format if cfg.format != "auto" else detect_format(p)
+        if fmt is None:
+            if len(paths) == 1:
+                raise SourceError(f"{p}: cannot tell the format from the name; set format to one of {FORMATS}")
+            continue  # a folder may hold README files etc.; only known suffixes are read
+        out.append((p, fmt))
+    if not out:
+        raise SourceError(f"{raw}: no readable files (known suffixes: {', '.join(sorted(_SUFFIXES))})")
+    return out
+
+
+def read_files(cfg: FilesSource, prov: Provenance) -> Iterator[Record]:
+    """Yield records from every file of ``cfg`` and record each file's checksum in ``prov``."""
+    prov.description = f"local files {cfg.path}"
+    prov.licence = cfg.licence
+    name = cfg.name or Path(cfg.path.rstrip("/*")).name or "files"
+    for path, fmt in list_files(cfg):
+        prov.add_file(path, format=fmt)
+        if path.stat().st_size == 0:
+            _bad(cfg, prov, f"{path}: file is empty", "empty_file")
+            continue
+        reader = {"jsonl": _read_jsonl, "parquet": _read_parquet, "txt": _read_txt, "wet": _read_wet}[fmt]
+        yield from reader(cfg, path, name, prov)
+
+
+def _bad(cfg: FilesSource, prov: Provenance, message: str, reason: str) -> None:
+    if cfg.on_error == "fail":
+        raise SourceError(message)
+    prov.skip(reason)
+
+
+def _open_binary(path: Path) -> io.BufferedIOBase:
+    name = path.name.lower()
+    if name.endswith(".gz"):
+        return gzip.open(path, "rb")  # type: ignore[return-value]
+    if name.endswith(".zst"):
+        import zstandard
+
+        return io.BufferedReader(zstandard.ZstdDecompressor().stream_reader(open(path, "rb"), closefd=True))
+    return open(path, "rb")
+
+
+def _split_fields(cfg: FilesSource, obj: dict[str, Any], where: str, name: str) -> Record | str:
+    """Map one JSON/Parquet record to a Record, or return a one-line problem description."""
+    if cfg.text_field not in obj:
+        return f"{where}: missing field {cfg.text_field!r}"
+    text = obj[cfg.text_field]
+    if not isinstance(text, str):
+        return f"{where}: field {cfg.text_field!r} is {type(text).__name__}, expected a string"
+    url = obj.get(cfg.url_field) if cfg.url_field else None
+    label = obj.get(cfg.label_field) if cfg.label_field else None
+    if cfg.label_field and (label is None or label == ""):
+        return f"{where}: missing label field {cfg.label_field!r}"
+    group = obj.get(cfg.group_field) if cfg.group_field else None
+    used = {cfg.text_field, cfg.url_field, cfg.label_field, cfg.group_field}
+    meta = {k: v for k, v in obj.items() if k not in used}
+    return Record(
+        text=text,
+        source=str(obj.get("source") or name),
+        url=None if url in (None, "") else str(url),
+        meta=meta,
+        label=None if label is None else str(label),
+        group=None if group is None else str(group),
+    )
+
+
+def _read_jsonl(cfg: FilesSource, path: Path, name: str, prov: Provenance) -> Iterator[Record]:
+    try:
+        with _open_binary(path) as fh:
+            for lineno, raw in enumerate(fh, 1):
+                if not raw.strip():
+                    continue
+                where = f"{path}:{lineno}"
+                try:
+                    line = raw.decode("utf-8")
+                except UnicodeDecodeError as exc:
+                    _bad(cfg, prov, f"{where}: invalid UTF-8 at byte {exc.start} of the line", "invalid_utf8")
+                    continue
+                try:
+                    obj = json.loads(line)
+                except json.JSONDecodeError as exc:
+                    _bad(cfg, prov, f"{where}: invalid JSON ({exc.msg} at column {exc.colno})", "invalid_json")
+                    continue
+                if not isinstance(obj, dict):
+                    _bad(cfg, prov, f"{where}: expected a JSON object, got {type(obj).__name__}", "not_an_object")
+                    continue
+                rec = _split_fields(cfg, obj, where, name)
+                if isinstance(rec, str):
+                    _bad(cfg, prov, rec, "bad_field")
+                    continue
+                yield rec
+    except (OSError, EOFError, zlib.error) as exc:
+        if isinstance(exc, SourceError):
+            raise
+        raise SourceError(f"{path}: cannot read compressed stream ({exc})") from None
+    except Exception as exc:  # zstandard raises its own ZstdError
+        if type(exc).__name__ == "ZstdError":
+            raise SourceError(f"{path}: cannot read zstd stream ({exc})") from None
+        raise
+
+
+def _read_parquet(cfg: FilesSource, path: Path, name: str, prov: Provenance) -> Iterator[Record]:
+    import pyarrow.parquet as pq
+
+    try:
+        pf = pq.ParquetFile(path)
+    except Exception as exc:
+        raise SourceError(f"{path}: not a readable Parquet file ({exc})") from None
+    if cfg.text_field not in pf.schema_arrow.names:
+        raise SourceError(f"{path}: no column {cfg.text_field!r} (columns: {', '.join(pf.schema_arrow.names)})")
+    row = 0
+    for batch in pf.iter_batches(batch_size=4096):
+        for obj in batch.to_pylist():
+            row += 1
+            rec = _split_fields(cfg, obj, f"{path}: row {row}", name)
+            if isinstance(rec, str):
+                _bad(cfg, prov, rec, "bad_field")
+                continue
+            if "meta" in rec.meta and isinstance(rec.meta["meta"], str):
+                # A file already in our schema: keep its meta JSON as the meta, not nested under "meta".
+                try:
+                    inner = json.loads(rec.meta.pop("meta"))
+                    rec.meta.update(inner if isinstance(inner, dict) else {"meta": inner})
+                except json.JSONDecodeError:
+                    pass
+            rec.meta.pop("id", None)  # ids are content hashes, recomputed downstream
+            yield rec
+
+
+def _read_txt(cfg: FilesSource, path: Path, name: str, prov: Provenance) -> Iterator[Record]:
+    data = path.read_bytes()
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        _bad(cfg, prov, f"{path}:{line}: invalid UTF-8 at byte {exc.start}", "invalid_utf8")
+        return
+    yield Record(text=text, source=name, url=None, meta={"path": str(path)})
+
+
+def _read_wet(cfg: FilesSource, path: Path, name: str, prov: Provenance) -> Iterator[Record]:
+    from warcio.archiveiterator import ArchiveIterator
+
+    n = 0
+    try:
+        with open(path, "rb") as fh:
+            for rec in ArchiveIterator(fh):
+                if rec.rec_type != "conversion":
+                    continue
+                n += 1
+                headers = rec.rec_headers
+                body = rec.content_stream().read()
+                where = f"{path}: record {n} ({headers.get_header('WARC-Record-ID')})"
+                try:
+                    text = body.decode("utf-8")
+                except UnicodeDecodeError as exc:
+                    _bad(cfg, prov, f"{where}: invalid UTF-8 at byte {exc.start}", "invalid_utf8")
+                    continue
+                yield Record(
+                    text=text,
+                    source=name,
+                    url=headers.get_header("WARC-Target-URI"),
+                    meta={
+                        "warc_record_id": headers.get_header("WARC-Record-ID"),
+                        "warc_date": headers.get_header("WARC-Date"),
+                        "warc_refers_to": headers.get_header("WARC-Refers-To"),
+                    },
+                )
+    except SourceError:
+        raise
+    except Exception as exc:  # warcio raises ArchiveLoadFailed and friends on corrupt input
+        raise SourceError(f"{path}: not a readable WARC/WET file ({type(exc).__name__}: {exc})") from None
+    if n == 0:  # warcio reads arbitrary bytes leniently as records of other types; WET means conversion
+        raise SourceError(f"{path}: not a readable WARC/WET file (no 'conversion' records in it)")

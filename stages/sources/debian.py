@@ -216,6 +216,7 @@ def read_debian_docs(cfg: DebianDocsSource, ctx: SourceContext, prov: Provenance
                               "version": stanza["Version"], "section": stanza.get("Section"),
                               "sha256": stanza.get("SHA256")})
         prov.add_file(deb, role="download", package=stanza["Package"])
+        _record_copyright(root, stanza["Package"], prov)
         files = sorted(p for p in root.rglob("*") if p.is_file() and not p.is_symlink())
         for path in files:
             rel = path.relative_to(root).as_posix()
@@ -229,6 +230,16 @@ def read_debian_docs(cfg: DebianDocsSource, ctx: SourceContext, prov: Provenance
                 continue
             yield Record(text=text, source=stanza["Package"], url=None,
                          meta={"package": stanza["Package"], "version": stanza["Version"], "path": "/" + rel})
+
+
+def _record_copyright(root: Path, package: str, prov: Provenance) -> None:
+    """Put the package's own licence statement (debian/copyright) into the manifest for auditors."""
+    path = root / "usr" / "share" / "doc" / package / "copyright"
+    if not path.is_file():
+        return
+    names = sorted({line.split(":", 1)[1].strip() for line in path.read_text(errors="replace").splitlines()
+                    if line.startswith("License:") and 0 < len(line.split(":", 1)[1].strip()) <= 40})
+    prov.add_file(path, role="licence", package=package, licences=names)
 
 
 def long_description(desc: str) -> tuple[str, str]:

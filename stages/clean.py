@@ -1,0 +1,229 @@
+"""Clean stage: C4's rules (plus optional Gopher and MinHash filters) over a corpus.
+
+Under DVC (one corpus of params.yaml):
+
+    python -m stages.clean --corpus general --input data/ingested/general/documents.parquet \
+        --output data/cleaned/general --report reports/quality/clean-general.json \
+        --metrics reports/metrics/clean-general.json --plot reports/plots/clean-general.csv
+
+On anyone's data, with C4's defaults (JSONL, JSONL.gz/.zst or Parquet with a ``text`` field; optional
+``url``, ``id``, ``timestamp``):
+
+    python -m stages.clean --input PATH --output DIR
+
+The output folder gets ``documents.parquet`` (id, text, source, url, meta; ``meta.raw_id`` is the input
+id), ``stats.json`` (per filter: documents and lines dropped by reason, characters in and out) and
+``rejects.jsonl`` (a sample of dropped documents with filter and reason). It is written atomically, after
+the quality gate passes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import csv
+import io
+import json
+import sys
+import tempfile
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from stages.cleaning.pipeline import CleanerConfig, CleanResult, clean_corpus
+from stages.common.atomic import atomic_dir, write_bytes_atomic, write_json_atomic
+from stages.config import ConfigError, build, check, load_params, section
+
+
+@dataclass(frozen=True, kw_only=True)
+class CleanGateConfig:
+    """Bounds of the post-cleaning gate.
+
+    min_rows: at least this many documents must survive.
+    min_kept_fraction / max_kept_fraction: the share of input documents kept must fall in this band
+        (too low: a rule or the input broke; too high: the rules did not run on noisy input).
+    min_english_agreement: share of kept documents that an independent language identifier (py3langid)
+        must also call English, when the language filter is on.
+    """
+
+    min_rows: int = 1
+    min_kept_fraction: float = 0.0
+    max_kept_fraction: float = 1.0
+    min_english_agreement: float = 0.9
+
+    def __post_init__(self) -> None:
+        check(0 <= self.min_kept_fraction <= self.max_kept_fraction <= 1,
+              "min_kept_fraction: need 0 <= min_kept_fraction <= max_kept_fraction <= 1")
+        check(0 <= self.min_english_agreement <= 1, "min_english_agreement: must be in [0, 1]")
+
+
+@dataclass(frozen=True, kw_only=True)
+class CleanConfig:
+    """A ``clean.<corpus>`` section after merging it over ``clean.defaults``: the cleaner plus its gate."""
+
+    cleaner: CleanerConfig = field(default_factory=CleanerConfig)
+    gate: CleanGateConfig = field(default_factory=CleanGateConfig)
+
+
+def deep_merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
+    """``override`` applied over ``base``, recursively for mappings (presets are small diffs)."""
+    out = copy.deepcopy(base)
+    for k, v in (override or {}).items():
+        out[k] = deep_merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else copy.deepcopy(v)
+    return out
+
+
+def config_from_section(data: dict[str, Any], where: str) -> CleanConfig:
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where}: expected a mapping")
+    data = dict(data)
+    gate = build(CleanGateConfig, data.pop("gate", {}), f"{where}.gate")
+    allowed = {f.name for f in fields(CleanerConfig)} | {"gate"}
+    unknown = sorted(set(data) - allowed)
+    if unknown:
+        raise ConfigError(f"{where}.{unknown[0]}: unknown key (allowed: {', '.join(sorted(allowed))})")
+    return CleanConfig(cleaner=build(CleanerConfig, data, where), gate=gate)
+
+
+def load_config(params_path: Path, corpus: str) -> CleanConfig:
+    params = load_params(params_path)
+    defaults = section(params, "clean.defaults")
+    override = section(params, f"clean.{corpus}") or {}
+    return config_from_section(deep_merge(defaults, override), f"clean.{corpus}")
+
+
+# ------------------------------------------------------------------------------------------------ input
+def read_records(path: Path, drops) -> Iterator[dict[str, Any]]:
+    """Documents from a Parquet or JSONL(.gz/.zst) file, or a folder of them (sorted). Undecodable or
+    non-object lines are counted in ``drops`` and skipped: cleaning never crashes on junk input."""
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: no such file or folder")
+    files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
+    for f in files:
+        name = f.name.lower()
+        if name.endswith(".parquet"):
+            yield from _parquet(f)
+        elif name.endswith((".jsonl", ".jsonl.gz", ".jsonl.zst", ".json.gz", ".ndjson")):
+            yield from _jsonl(f, drops)
+        elif not path.is_dir():
+            raise ValueError(f"{f}: expected .parquet or .jsonl[.gz|.zst]")
+
+
+def _parquet(path: Path) -> Iterator[dict[str, Any]]:
+    import pyarrow.parquet as pq
+
+    pf = pq.ParquetFile(path)
+    if "text" not in pf.schema_arrow.names:
+        raise ValueError(f"{path}: no 'text' column (columns: {', '.join(pf.schema_arrow.names)})")
+    cols = [c for c in ("id", "text", "source", "url", "meta", "timestamp") if c in pf.schema_arrow.names]
+    for batch in pf.iter_batches(batch_size=2048, columns=cols):
+        yield from batch.to_pylist()
+
+
+def _jsonl(path: Path, drops) -> Iterator[dict[str, Any]]:
+    from stages.sources.files import _open_binary
+
+    with _open_binary(path) as fh:
+        for raw in fh:
+            if not raw.strip():
+                continue
+            try:
+                obj = json.loads(raw.decode("utf-8", "replace"))
+            except json.JSONDecodeError:
+                drops["invalid_json"] += 1
+                continue
+            if not isinstance(obj, dict):
+                drops["invalid_record"] += 1
+                continue
+            obj.setdefault("source", path.name)
+            yield obj
+
+
+# ----------------------------------------------------------------------------------------------- output
+def drops_csv(result: CleanResult) -> str:
+    """One row per filter: documents and lines it dropped (the DVC bar plot of drops by filter)."""
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(["filter", "documents_dropped", "lines_dropped", "characters_removed"])
+    for name, st in result.filters.items():
+        w.writerow([name, sum(st.dropped.values()), sum(st.lines_dropped.values()), st.chars_in - st.chars_out])
+    return buf.getvalue()
+
+
+def timing_table(result: CleanResult) -> str:
+    mb = result.bytes_in / 1e6
+    lines = [f"[clean] {result.docs_in} documents in, {result.docs_out} kept; {mb:.1f} MB in "
+             f"{result.seconds:.1f}s ({mb / result.seconds if result.seconds else 0:.2f} MB/s wall)"]
+    for name, st in result.filters.items():
+        lines.append(f"[clean]   {name:<18} in {st.docs_in:>8} out {st.docs_out:>8}  cpu {st.seconds:7.2f}s")
+    lines.append("[clean]   phases: " + ", ".join(f"{k} {v:.1f}s" for k, v in result.phase_seconds.items()))
+    return "\n".join(lines)
+
+
+def clean(cfg: CleanConfig, *, input_path: Path, output_dir: Path, report_path: Path, cache_dir: Path,
+          log=print) -> CleanResult:
+    """Clean ``input_path`` into ``output_dir`` (atomically, only if the gate passes)."""
+    from collections import Counter
+
+    from stages.cleaning.badwords import load_words
+    from stages.quality.clean_suite import cleaned_suite
+    from stages.quality.gate import enforce
+
+    words: list[str] = []
+    if cfg.cleaner.badwords.enabled:
+        words, _ = load_words(cfg.cleaner.badwords, cache_dir)
+    drops: Counter = Counter()
+    with atomic_dir(output_dir) as tmp, tempfile.TemporaryDirectory(prefix="clean-", dir=tmp.parent) as work:
+        result = clean_corpus(read_records(input_path, drops), cfg.cleaner, work=Path(work),
+                              out_parquet=tmp / "documents.parquet", words=words, log=log)
+        result.input_drops.update(drops)
+        result.docs_in += sum(drops.values())
+        log(timing_table(result))
+        write_json_atomic(tmp / "stats.json", result.stats_json())
+        write_bytes_atomic(tmp / "rejects.jsonl", "".join(json.dumps(r, ensure_ascii=False, sort_keys=True) + "\n"
+                                                          for r in result.rejects).encode("utf-8"))
+        import pandas as pd
+
+        df = pd.read_parquet(tmp / "documents.parquet")
+        tables, expectations = cleaned_suite(df, cfg=cfg, kept_fraction=result.stats_json()["kept_fraction"])
+        enforce(f"clean-{output_dir.name}", tables, expectations, report_path)
+    return result
+
+
+def main(argv: Iterable[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m stages.clean", description="Clean a corpus with C4's rules.")
+    ap.add_argument("--input", type=Path, required=True, help="Parquet or JSONL(.gz/.zst) with a text field")
+    ap.add_argument("--output", type=Path, required=True, help="output folder (replaced atomically)")
+    ap.add_argument("--corpus", help="params section clean.<corpus> (default: C4's defaults)")
+    ap.add_argument("--params", type=Path, default=Path("params.yaml"))
+    ap.add_argument("--cache-dir", type=Path, default=Path(".cache/sources"), help="download cache (bad words)")
+    ap.add_argument("--report", type=Path, help="gate report JSON (default: OUTPUT.gate.json beside OUTPUT)")
+    ap.add_argument("--metrics", type=Path, help="metrics JSON for DVC (a copy of stats.json)")
+    ap.add_argument("--plot", type=Path, help="CSV of drops by filter for DVC plots")
+    ap.add_argument("--workers", type=int, help="override the number of worker processes (0 = all cores)")
+    args = ap.parse_args(list(argv) if argv is not None else None)
+    from stages.quality.gate import GateFailed
+    from stages.sources.base import SourceError
+
+    try:
+        cfg = load_config(args.params, args.corpus) if args.corpus else CleanConfig()
+        if args.workers is not None:
+            import dataclasses
+
+            cfg = dataclasses.replace(cfg, cleaner=dataclasses.replace(cfg.cleaner, workers=args.workers))
+        report = args.report or args.output.parent / f"{args.output.name}.gate.json"
+        result = clean(cfg, input_path=args.input, output_dir=args.output, report_path=report,
+                       cache_dir=args.cache_dir, log=lambda m: print(m, file=sys.stderr))
+    except (ConfigError, SourceError, GateFailed, FileNotFoundError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    if args.metrics:
+        write_json_atomic(args.metrics, result.stats_json())
+    if args.plot:
+        write_bytes_atomic(args.plot, drops_csv(result).encode("utf-8"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

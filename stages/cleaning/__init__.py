@@ -1,0 +1,1 @@
+"""Corpus cleaning: C4 rules as small filters over documents, plus optional Gopher and MinHash filters."""

@@ -1,0 +1,64 @@
+"""C4's bad-words page filter with the LDNOOBW English list (npm ``naughty-words``, CC-BY-4.0).
+
+C4 (tensorflow_datasets c4.py + ``c4_utils.get_badwords_filter_fn``) drops a page when its lower-cased
+text matches ``(?:\\W|^)(word1|word2|...)(?:\\W|$)`` with every word regex-escaped: a listed word counts
+only when flanked by non-word characters or the text's ends, so "cutlass" and "assistance" survive while
+"ass" alone does not. C4 applies it after language ID, to English pages, keeping none of the matches
+(``badwords_filter_fraction`` = 1.0).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import tarfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from stages.cleaning.base import Doc, Filter
+
+
+@dataclass(frozen=True, kw_only=True)
+class BadWordsConfig:
+    """enabled: apply the filter. package: npm spec of the word lists. language: which list (en.json)."""
+
+    enabled: bool = True
+    package: str = "naughty-words@1.2.0"
+    language: str = "en"
+
+
+def load_words(cfg: BadWordsConfig, cache_dir: Path) -> tuple[list[str], dict]:
+    """Fetch (or reuse from the cache) the npm package and return its word list plus provenance."""
+    from stages.sources.base import Provenance, SourceContext, SourceError
+    from stages.sources.npm import fetch_npm
+
+    prov = Provenance(kind="npm_badwords")
+    tarball = fetch_npm(cfg.package, SourceContext(cache_dir=cache_dir), prov)
+    member = f"package/{cfg.language}.json"
+    with tarfile.open(tarball, "r:gz") as tar:
+        try:
+            words = json.loads(tar.extractfile(member).read().decode("utf-8"))  # type: ignore[union-attr]
+        except KeyError:
+            raise SourceError(f"{tarball}: no word list {member}") from None
+    words = sorted({w.strip().lower() for w in words if isinstance(w, str) and w.strip()})
+    return words, {"package": prov.packages[0], "file": prov.files[0], "words": len(words),
+                   "licence": "CC-BY-4.0 (naughty-words / LDNOOBW)"}
+
+
+def compile_badwords(words: list[str]) -> re.Pattern[str]:
+    """C4's regex: escaped words, flanked by a non-word character or the start/end of the text."""
+    alternation = "|".join(re.escape(w) for w in words)
+    return re.compile(r"(?:\W|^)(" + alternation + r")(?:\W|$)")
+
+
+class BadWordsFilter(Filter):
+    name = "badwords"
+
+    def __init__(self, words: list[str], reject_samples: int = 0) -> None:
+        super().__init__(reject_samples)
+        self.regex = compile_badwords(words) if words else None
+
+    def apply(self, doc: Doc) -> str | None:
+        if self.regex is not None and self.regex.search(doc.text.lower()) is not None:
+            return "badword"
+        return None

@@ -1,0 +1,182 @@
+"""Corpus-wide deduplication as C4 does it: by URL before cleaning, by line after cleaning.
+
+URL dedup (c4.py "normalize and deduplicate by URL"): pages sharing a normalised URL keep the newest one
+(by timestamp; ties broken by id so the result never depends on input order). Pages without a URL are
+kept. Byte-identical pages (same id) are also kept once.
+
+Line dedup (c4_utils.remove_duplicate_text): every (stripped, lower-cased) line is hashed; among all pages
+holding a line, the page with the smallest page key (MD5 of its URL, or of its id) keeps it and every other
+page loses it; repeats inside the keeping page are dropped too. Then pages left empty or with fewer than
+3 Punkt sentences are dropped.
+
+Memory: shards write their (line hash, page key) pairs sorted, 16 bytes per line occurrence on disk. The
+selection runs one hash bucket at a time (memory ~ 40 bytes x occurrences / buckets), and the final
+table (16 bytes per distinct line) is memory-mapped by the workers, so resident memory stays bounded by
+the bucket size, not the corpus.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from stages.cleaning.base import Doc, Filter
+from stages.cleaning.c4 import line_key, normalize_url, page_key
+from stages.config import check
+
+
+@dataclass(frozen=True, kw_only=True)
+class LineDedupConfig:
+    """enabled: remove lines seen on another page. buckets: hash buckets processed one at a time (more
+    buckets = less memory). min_sentences: the sentence check after dedup (C4: 3; 0 = off)."""
+
+    enabled: bool = True
+    buckets: int = 16
+    min_sentences: int = 3
+
+    def __post_init__(self) -> None:
+        check(1 <= self.buckets <= 4096, "buckets: must be in 1..4096")
+
+
+def url_dedup(rows: Iterable[tuple[int, str, str | None, str]]) -> tuple[set[int], int, int]:
+    """Pick which rows survive URL and exact-duplicate dedup.
+
+    ``rows``: (index, id, url, timestamp). Returns (indices to drop as URL duplicates, count of URL
+    duplicates, count of exact duplicates) — exact duplicates are included in the returned set.
+    """
+    best_by_url: dict[str, tuple[str, str, int]] = {}
+    first_by_id: dict[str, int] = {}
+    drop: set[int] = set()
+    exact = 0
+    for idx, did, url, ts in rows:
+        if did in first_by_id:
+            drop.add(idx)
+            exact += 1
+            continue
+        first_by_id[did] = idx
+        if not url:
+            continue
+        key = normalize_url(url)
+        cand = (ts or "", did, idx)
+        cur = best_by_url.get(key)
+        if cur is None:
+            best_by_url[key] = cand
+        elif _newer(cand, cur):
+            best_by_url[key] = cand
+            drop.add(cur[2])
+        else:
+            drop.add(idx)
+    return drop, len(drop) - exact, exact
+
+
+def _newer(a: tuple[str, str, int], b: tuple[str, str, int]) -> bool:
+    """C4's select_newest_page: the later timestamp wins; equal timestamps fall back to the smaller id."""
+    if a[0] != b[0]:
+        return a[0] > b[0]
+    return a[1] < b[1]
+
+
+def line_pairs(doc: Doc) -> np.ndarray:
+    """(line hash, page key) for every line of a cleaned page, as an (n, 2) uint64 array."""
+    key = page_key(doc)
+    hashes = [line_key(line) for line in doc.text.split("\n")]
+    out = np.empty((len(hashes), 2), dtype=np.uint64)
+    out[:, 0] = hashes
+    out[:, 1] = key
+    return out
+
+
+def write_shard_pairs(pairs: list[np.ndarray], path: Path) -> int:
+    """Sort one shard's pairs by line hash and save them; returns the number of pairs."""
+    arr = np.concatenate(pairs) if pairs else np.empty((0, 2), dtype=np.uint64)
+    arr = arr[np.argsort(arr[:, 0], kind="stable")]
+    np.save(path, arr)
+    return len(arr)
+
+
+def build_selection(shard_files: list[Path], out: Path, buckets: int) -> int:
+    """Merge shards' pairs into one table sorted by line hash: for each distinct line, the smallest page
+    key holding it. Works bucket by bucket (by the hash's top bits) to bound memory. Returns distinct lines."""
+    shards = [np.load(f, mmap_mode="r") for f in shard_files]
+    edges = [(2**64 * b) // buckets for b in range(buckets + 1)]
+    parts: list[Path] = []
+    total = 0
+    for b in range(buckets):
+        lo, hi = edges[b], edges[b + 1]
+        chunks = []
+        for arr in shards:
+            if len(arr) == 0:
+                continue
+            col = arr[:, 0]
+            i = np.searchsorted(col, np.uint64(lo), side="left")
+            j = len(col) if hi >= 2**64 else np.searchsorted(col, np.uint64(hi), side="left")
+            if j > i:
+                chunks.append(np.asarray(arr[i:j]))
+        if not chunks:
+            continue
+        data = np.concatenate(chunks)
+        order = np.lexsort((data[:, 1], data[:, 0]))  # by line hash, then page key ascending
+        data = data[order]
+        first = np.ones(len(data), dtype=bool)
+        first[1:] = data[1:, 0] != data[:-1, 0]
+        table = data[first]
+        part = out.parent / f"{out.stem}.part{b}.npy"
+        np.save(part, table)
+        parts.append(part)
+        total += len(table)
+        del data, order, first, table, chunks
+    final = np.lib.format.open_memmap(out, mode="w+", dtype=np.uint64, shape=(total, 2))
+    pos = 0
+    for part in parts:  # buckets are ranges of the hash, so their concatenation stays sorted
+        t = np.load(part, mmap_mode="r")
+        final[pos:pos + len(t)] = t
+        pos += len(t)
+        part.unlink()
+    final.flush()
+    del final
+    return total
+
+
+class LineDedupFilter(Filter):
+    """Apply the selection table to one page: keep a line only where this page is its chosen holder."""
+
+    name = "line_dedup"
+
+    def __init__(self, table_path: Path, cfg: LineDedupConfig, count_sentences: Callable[[str], int],
+                 reject_samples: int = 0) -> None:
+        super().__init__(reject_samples)
+        table = np.load(table_path, mmap_mode="r")
+        self.hashes = table[:, 0]
+        self.keys = table[:, 1]
+        self.min_sentences = cfg.min_sentences
+        self.count = count_sentences
+
+    def apply(self, doc: Doc) -> str | None:
+        lines = doc.text.split("\n")
+        key = np.uint64(page_key(doc))
+        hashes = np.fromiter((line_key(ln) for ln in lines), dtype=np.uint64, count=len(lines))
+        chosen = np.full(len(lines), key)
+        if len(self.hashes):
+            pos = np.minimum(np.searchsorted(self.hashes, hashes), len(self.hashes) - 1)
+            found = self.hashes[pos] == hashes  # a line missing from the table has no rival: keep it
+            chosen = np.where(found, self.keys[pos], key)
+        kept: list[str] = []
+        seen: set[int] = set()
+        for line, h, owner in zip(lines, hashes.tolist(), chosen.tolist()):
+            if owner != key:
+                self.drop_line("global_duplicate")
+            elif h in seen:
+                self.drop_line("local_duplicate")
+            else:
+                kept.append(line)
+                seen.add(h)
+        text = "\n".join(kept)
+        if not text:
+            return "empty"
+        if self.min_sentences and self.count(text) < self.min_sentences:
+            return "too_few_sentences"
+        doc.text = text
+        return None

@@ -1,0 +1,166 @@
+"""Gopher's quality and repetition filters (Rae et al. 2021, "Scaling Language Models", Appendix A.1.1
+and Table A1). Optional and off by default: C4 does not use them.
+
+Quality: 50 <= words <= 100,000; mean word length 3..10 characters; hash-symbol and ellipsis to word
+ratios each <= 0.1; at most 90% of lines start with a bullet; at most 30% of lines end with an ellipsis;
+at least 80% of words contain an alphabetic character; at least 2 of the stop words "the, be, to, of,
+and, that, have, with".
+Repetition: fraction of duplicate lines <= 0.30 and of characters in them <= 0.20; the same for
+paragraphs (split on blank lines); the most frequent 2/3/4-gram covers at most 20/18/16% of the
+characters; characters covered by duplicated n-grams at most 15/14/13/12/11/10% for n = 5..10.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+
+from stages.cleaning.base import Doc, Filter
+
+STOP_WORDS = ("the", "be", "to", "of", "and", "that", "have", "with")
+BULLETS = ("•", "*", "-", "–", "—", "·", "●", "◦", "▪", "‣")
+_WORD = re.compile(r"\S+")
+
+
+@dataclass(frozen=True, kw_only=True)
+class GopherQualityConfig:
+    """Thresholds from Gopher Table A1; ``enabled`` switches the whole filter."""
+
+    enabled: bool = False
+    min_words: int = 50
+    max_words: int = 100_000
+    min_mean_word_chars: float = 3.0
+    max_mean_word_chars: float = 10.0
+    max_symbol_word_ratio: float = 0.1
+    max_bullet_lines: float = 0.9
+    max_ellipsis_lines: float = 0.3
+    min_alpha_words: float = 0.8
+    min_stop_words: int = 2
+
+
+@dataclass(frozen=True, kw_only=True)
+class GopherRepetitionConfig:
+    """Thresholds from Gopher Table A1; ``enabled`` switches the whole filter."""
+
+    enabled: bool = False
+    max_dup_line_fraction: float = 0.30
+    max_dup_para_fraction: float = 0.30
+    max_dup_line_char_fraction: float = 0.20
+    max_dup_para_char_fraction: float = 0.20
+    top_ngram_char_fraction: dict[str, float] = field(default_factory=lambda: {"2": 0.20, "3": 0.18, "4": 0.16})
+    dup_ngram_char_fraction: dict[str, float] = field(
+        default_factory=lambda: {"5": 0.15, "6": 0.14, "7": 0.13, "8": 0.12, "9": 0.11, "10": 0.10})
+
+
+class GopherQualityFilter(Filter):
+    name = "gopher_quality"
+
+    def __init__(self, cfg: GopherQualityConfig, reject_samples: int = 0) -> None:
+        super().__init__(reject_samples)
+        self.c = cfg
+
+    def apply(self, doc: Doc) -> str | None:
+        c = self.c
+        words = _WORD.findall(doc.text)
+        n = len(words)
+        if n < c.min_words:
+            return "too_few_words"
+        if n > c.max_words:
+            return "too_many_words"
+        mean = sum(len(w) for w in words) / n
+        if not c.min_mean_word_chars <= mean <= c.max_mean_word_chars:
+            return "mean_word_length"
+        if doc.text.count("#") / n > c.max_symbol_word_ratio:
+            return "hash_ratio"
+        if (doc.text.count("...") + doc.text.count("…")) / n > c.max_symbol_word_ratio:
+            return "ellipsis_ratio"
+        lines = [ln for ln in doc.text.splitlines() if ln.strip()]
+        if lines:
+            if sum(ln.lstrip().startswith(BULLETS) for ln in lines) / len(lines) > c.max_bullet_lines:
+                return "bullet_lines"
+            if sum(ln.rstrip().endswith(("...", "…")) for ln in lines) / len(lines) > c.max_ellipsis_lines:
+                return "ellipsis_lines"
+        if sum(any(ch.isalpha() for ch in w) for w in words) / n < c.min_alpha_words:
+            return "non_alpha_words"
+        lowered = {w.lower().strip(".,;:!?\"'()") for w in words}
+        if sum(s in lowered for s in STOP_WORDS) < c.min_stop_words:
+            return "stop_words"
+        return None
+
+
+def _dup_fraction(items: list[str]) -> tuple[float, float]:
+    """Share of items that repeat an earlier item, and share of characters in those repeats."""
+    if not items:
+        return 0.0, 0.0
+    seen: set[str] = set()
+    dup_items = dup_chars = 0
+    for it in items:
+        if it in seen:
+            dup_items += 1
+            dup_chars += len(it)
+        else:
+            seen.add(it)
+    total_chars = sum(len(it) for it in items) or 1
+    return dup_items / len(items), dup_chars / total_chars
+
+
+def _top_ngram_fraction(words: list[str], n: int) -> float:
+    """Characters (in word characters) covered by the most frequent n-gram, over all word characters."""
+    if len(words) < n:
+        return 0.0
+    counts = Counter(tuple(words[i:i + n]) for i in range(len(words) - n + 1))
+    gram, freq = counts.most_common(1)[0]
+    if freq < 2:
+        return 0.0
+    total = sum(len(w) for w in words) or 1
+    return sum(len(w) for w in gram) * freq / total
+
+
+def _dup_ngram_fraction(words: list[str], n: int) -> float:
+    """Characters of words inside any n-gram that occurs more than once, over all word characters."""
+    if len(words) < n:
+        return 0.0
+    seen: dict[tuple[str, ...], int] = {}
+    covered = [False] * len(words)
+    for i in range(len(words) - n + 1):
+        gram = tuple(words[i:i + n])
+        first = seen.setdefault(gram, i)
+        if first != i:
+            for j in range(i, i + n):
+                covered[j] = True
+            for j in range(first, first + n):
+                covered[j] = True
+    total = sum(len(w) for w in words) or 1
+    return sum(len(w) for w, c in zip(words, covered) if c) / total
+
+
+class GopherRepetitionFilter(Filter):
+    name = "gopher_repetition"
+
+    def __init__(self, cfg: GopherRepetitionConfig, reject_samples: int = 0) -> None:
+        super().__init__(reject_samples)
+        self.c = cfg
+
+    def apply(self, doc: Doc) -> str | None:
+        c = self.c
+        lines = [ln.strip() for ln in doc.text.split("\n") if ln.strip()]
+        frac, chars = _dup_fraction(lines)
+        if frac > c.max_dup_line_fraction:
+            return "dup_lines"
+        if chars > c.max_dup_line_char_fraction:
+            return "dup_line_chars"
+        paras = [p.strip() for p in re.split(r"\n\s*\n", doc.text) if p.strip()]
+        frac, chars = _dup_fraction(paras)
+        if frac > c.max_dup_para_fraction:
+            return "dup_paragraphs"
+        if chars > c.max_dup_para_char_fraction:
+            return "dup_paragraph_chars"
+        words = _WORD.findall(doc.text.lower())
+        for n, limit in sorted(c.top_ngram_char_fraction.items(), key=lambda kv: int(kv[0])):
+            if _top_ngram_fraction(words, int(n)) > limit:
+                return f"top_{n}gram"
+        for n, limit in sorted(c.dup_ngram_char_fraction.items(), key=lambda kv: int(kv[0])):
+            if _dup_ngram_fraction(words, int(n)) > limit:
+                return f"dup_{n}gram"
+        return None

@@ -1,0 +1,423 @@
+"""Run the cleaning filters over a corpus: sharded, parallel over processes, memory bounded.
+
+Phases (C4's order, then the optional extras):
+  0. main: read the input into shards of ``shard_docs`` documents; decide URL / exact-duplicate drops
+     (needs only ids, URLs and timestamps in memory).
+  1. workers, per shard: page length, C4 line rules; write the cleaned shard and its line-hash pairs.
+  2. main: build the line-dedup selection table, bucket by bucket.
+  3. workers, per shard: line dedup (+ sentence check), language ID, bad words, Gopher quality and
+     repetition, MinHash band hashes.
+  4. main: MinHash clusters (when enabled), concatenation of the shards in input order.
+The result does not depend on the number of workers: every global decision (URL, line, MinHash) is made
+from hashes and ids, and shards are written and concatenated in input order.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from stages.cleaning.badwords import BadWordsConfig, BadWordsFilter
+from stages.cleaning.base import Doc, Filter, FilterStats
+from stages.cleaning.c4 import C4LinesFilter, C4Rules, PageLengthFilter
+from stages.cleaning.dedup import LineDedupConfig, LineDedupFilter, build_selection, line_pairs, url_dedup
+from stages.cleaning.gopher import (GopherQualityConfig, GopherQualityFilter, GopherRepetitionConfig,
+                                    GopherRepetitionFilter)
+from stages.cleaning.minhash import MinHashConfig
+from stages.config import check
+
+SHARD_COLUMNS = ("id", "text", "source", "url", "meta", "timestamp")
+
+
+@dataclass(frozen=True, kw_only=True)
+class LanguageConfig:
+    """enabled: keep only pages in ``language`` (C4: English by langdetect, probability >= 0.99, seed 0).
+    backend: ``langdetect`` (C4's) or ``py3langid`` (faster; agreement in benchmarks/)."""
+
+    enabled: bool = True
+    min_probability: float = 0.99
+    backend: str = "langdetect"
+
+    def __post_init__(self) -> None:
+        check(0 <= self.min_probability <= 1, "min_probability: must be in [0, 1]")
+        check(self.backend in ("langdetect", "py3langid"), "backend: must be langdetect or py3langid")
+
+
+@dataclass(frozen=True, kw_only=True)
+class CleanerConfig:
+    """Everything the filters need; the stage's params section maps onto it (see stages/clean.py)."""
+
+    c4: C4Rules = field(default_factory=C4Rules)
+    url_dedup: bool = True
+    line_dedup: LineDedupConfig = field(default_factory=LineDedupConfig)
+    language: LanguageConfig = field(default_factory=LanguageConfig)
+    badwords: BadWordsConfig = field(default_factory=BadWordsConfig)
+    gopher_quality: GopherQualityConfig = field(default_factory=GopherQualityConfig)
+    gopher_repetition: GopherRepetitionConfig = field(default_factory=GopherRepetitionConfig)
+    minhash: MinHashConfig = field(default_factory=MinHashConfig)
+    workers: int = 2
+    shard_docs: int = 500
+    reject_samples: int = 20
+
+    def __post_init__(self) -> None:
+        check(self.workers >= 0, "workers: must be >= 0 (0 = one per CPU core)")
+        check(self.shard_docs >= 1, "shard_docs: must be >= 1")
+        check(self.reject_samples >= 0, "reject_samples: must be >= 0")
+
+
+@dataclass
+class CleanResult:
+    docs_in: int
+    docs_out: int
+    chars_in: int
+    chars_out: int
+    bytes_in: int
+    filters: dict[str, FilterStats]
+    rejects: list[dict[str, Any]]
+    input_drops: Counter
+    seconds: float
+    phase_seconds: dict[str, float]
+
+    def stats_json(self) -> dict[str, Any]:
+        """Counts only (no wall-clock time), so the same input and params give identical bytes."""
+        return {
+            "documents_in": self.docs_in,
+            "documents_out": self.docs_out,
+            "kept_fraction": round(self.docs_out / self.docs_in, 6) if self.docs_in else 0.0,
+            "characters_in": self.chars_in,
+            "characters_out": self.chars_out,
+            "input_dropped": dict(sorted(self.input_drops.items())),
+            "filters": {name: {k: v for k, v in st.to_json().items() if k != "seconds"}
+                        for name, st in self.filters.items()},
+        }
+
+
+# ---------------------------------------------------------------------------------------------- workers
+# Workers build their filters per shard: the expensive parts (Punkt parameters, langdetect profiles) are
+# cached per process by their own modules, and the bad-words regex compiles in milliseconds.
+
+
+def _count_sentences() -> Callable[[str], int]:
+    from stages.cleaning.sentences import count_sentences
+
+    return count_sentences
+
+
+class LanguageFilter(Filter):
+    name = "language"
+
+    def __init__(self, cfg: LanguageConfig, reject_samples: int = 0) -> None:
+        super().__init__(reject_samples)
+        self.cfg = cfg
+
+    def apply(self, doc: Doc) -> str | None:
+        from stages.cleaning.langid import is_english
+
+        keep, reason = is_english(doc.text, min_probability=self.cfg.min_probability, backend=self.cfg.backend)
+        return None if keep else reason
+
+
+def _phase1_filters(cfg: CleanerConfig) -> list[Filter]:
+    n = cfg.reject_samples
+    return [PageLengthFilter(cfg.c4, n), C4LinesFilter(cfg.c4, n, count_sentences=_count_sentences())]
+
+
+def _phase3_filters(cfg: CleanerConfig, table: Path | None, words: list[str]) -> list[Filter]:
+    n = cfg.reject_samples
+    out: list[Filter] = []
+    if cfg.line_dedup.enabled and table is not None:
+        out.append(LineDedupFilter(table, cfg.line_dedup, _count_sentences(), n))
+    if cfg.language.enabled:
+        out.append(LanguageFilter(cfg.language, n))
+    if cfg.badwords.enabled:
+        out.append(BadWordsFilter(words, n))
+    if cfg.gopher_quality.enabled:
+        out.append(GopherQualityFilter(cfg.gopher_quality, n))
+    if cfg.gopher_repetition.enabled:
+        out.append(GopherRepetitionFilter(cfg.gopher_repetition, n))
+    return out
+
+
+def _read_shard(path: Path) -> list[Doc]:
+    import pyarrow.parquet as pq
+
+    t = pq.read_table(path)
+    cols = {c: t[c].to_pylist() for c in SHARD_COLUMNS}
+    return [Doc(id=i, text=x, source=s, url=u, meta=m, timestamp=ts)
+            for i, x, s, u, m, ts in zip(*(cols[c] for c in SHARD_COLUMNS))]
+
+
+def _write_shard(docs: list[Doc], path: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = pa.table({
+        "id": pa.array([d.id for d in docs], pa.string()),
+        "text": pa.array([d.text for d in docs], pa.string()),
+        "source": pa.array([d.source for d in docs], pa.string()),
+        "url": pa.array([d.url for d in docs], pa.string()),
+        "meta": pa.array([d.meta for d in docs], pa.string()),
+        "timestamp": pa.array([d.timestamp for d in docs], pa.string()),
+    })
+    pq.write_table(table, path, compression="zstd")
+
+
+def _run(filters: list[Filter], docs: list[Doc]) -> list[Doc]:
+    kept = []
+    for doc in docs:
+        if all(f(doc) for f in filters):  # all() stops at the first filter that drops the document
+            kept.append(doc)
+    return kept
+
+
+def _report(filters: list[Filter]) -> dict[str, Any]:
+    return {f.name: (f.stats, f.rejects) for f in filters}
+
+
+def phase1(shard_in: Path, shard_out: Path, pairs_out: Path, drop: frozenset[int], cfg: CleanerConfig,
+           with_pairs: bool) -> tuple[dict, int]:
+    docs = _read_shard(shard_in)
+    docs = [d for i, d in enumerate(docs) if i not in drop]
+    filters = _phase1_filters(cfg)
+    kept = _run(filters, docs)
+    _write_shard(kept, shard_out)
+    if with_pairs:
+        from stages.cleaning.dedup import write_shard_pairs
+
+        write_shard_pairs([line_pairs(d) for d in kept], pairs_out)
+    return _report(filters), len(kept)
+
+
+def phase3(shard_in: Path, shard_out: Path, bands_out: Path, table: Path | None, words: list[str],
+           cfg: CleanerConfig) -> tuple[dict, int]:
+    import numpy as np
+
+    filters = _phase3_filters(cfg, table, words)
+    docs = _read_shard(shard_in)
+    kept = _run(filters, docs)
+    _write_shard(kept, shard_out)
+    if cfg.minhash.enabled:
+        from stages.cleaning.minhash import band_hashes
+
+        bands = np.stack([band_hashes(d.text, cfg.minhash) for d in kept]) if kept else \
+            np.empty((0, cfg.minhash.bands), dtype=np.uint64)
+        np.save(bands_out, bands)
+    return _report(filters), len(kept)
+
+
+# ------------------------------------------------------------------------------------------------- main
+def write_input_shards(records: Iterator[dict[str, Any]], work: Path, shard_docs: int,
+                       drops: Counter) -> tuple[list[Path], list[tuple[int, str, str | None, str]], int, int, int]:
+    """Stream input records into shard files; returns shards, (index, id, url, timestamp) rows, docs, chars,
+    bytes. Records whose text is not a string are counted in ``drops`` and skipped."""
+    from stages.common.documents import doc_id
+
+    shards: list[Path] = []
+    rows: list[tuple[int, str, str | None, str]] = []
+    batch: list[Doc] = []
+    n = chars = nbytes = 0
+    for rec in records:
+        text = rec.get("text")
+        if not isinstance(text, str):
+            drops["invalid_text"] += 1
+            continue
+        text = text.encode("utf-8", "replace").decode("utf-8")  # lone surrogates cannot be written to Parquet
+        did = rec.get("id") if isinstance(rec.get("id"), str) and rec.get("id") else doc_id(text)
+        url = rec.get("url") if isinstance(rec.get("url"), str) and rec.get("url") else None
+        meta = rec.get("meta") if isinstance(rec.get("meta"), str) else json.dumps(rec.get("meta") or {})
+        ts = str(rec.get("timestamp") or _meta_timestamp(meta))
+        doc = Doc(id=did, text=text, source=str(rec.get("source") or ""), url=url, meta=meta, timestamp=ts)
+        rows.append((n, did, url, ts))
+        batch.append(doc)
+        n += 1
+        chars += len(text)
+        nbytes += len(text.encode("utf-8"))
+        if len(batch) == shard_docs:
+            shards.append(_flush(batch, work, len(shards)))
+            batch = []
+    if batch:
+        shards.append(_flush(batch, work, len(shards)))
+    return shards, rows, n, chars, nbytes
+
+
+def _meta_timestamp(meta: str) -> str:
+    try:
+        m = json.loads(meta)
+    except (TypeError, json.JSONDecodeError):
+        return ""
+    return str(m.get("warc_date") or m.get("timestamp") or "") if isinstance(m, dict) else ""
+
+
+def _flush(batch: list[Doc], work: Path, i: int) -> Path:
+    path = work / f"in-{i:06d}.parquet"
+    _write_shard(batch, path)
+    return path
+
+
+def _pool(workers: int):
+    n = workers or os.cpu_count() or 1
+    if n <= 1:
+        return None
+    import multiprocessing as mp
+
+    return ProcessPoolExecutor(max_workers=n, mp_context=mp.get_context("spawn"))
+
+
+def _map(pool, fn, arg_lists: list[tuple], desc: str, log) -> list[Any]:
+    from tqdm import tqdm
+
+    bar = tqdm(total=len(arg_lists), desc=desc, unit="shard", file=sys.stderr, disable=None, mininterval=1.0)
+    try:
+        if pool is None:
+            out = []
+            for args in arg_lists:
+                out.append(fn(*args))
+                bar.update()
+            return out
+        futures = [pool.submit(fn, *args) for args in arg_lists]
+        for _ in _as_completed(futures):
+            bar.update()
+        return [f.result() for f in futures]
+    finally:
+        bar.close()
+
+
+def _as_completed(futures):
+    from concurrent.futures import as_completed
+
+    return as_completed(futures)
+
+
+def _merge(into: dict[str, FilterStats], rejects: dict[str, list], reports: list[dict]) -> None:
+    for rep in reports:
+        for name, (stats, rej) in rep.items():
+            into.setdefault(name, FilterStats()).merge(stats)
+            rejects.setdefault(name, []).extend(rej)
+
+
+def clean_corpus(records: Iterator[dict[str, Any]], cfg: CleanerConfig, *, work: Path, out_parquet: Path,
+                 words: list[str], log: Callable[[str], None] = print) -> CleanResult:
+    """Clean ``records`` (dicts with text, optional id, url, source, meta, timestamp) into ``out_parquet``."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    t_start = time.perf_counter()
+    phase_s: dict[str, float] = {}
+    work.mkdir(parents=True, exist_ok=True)
+    input_drops: Counter = Counter()
+    shards, rows, n_in, chars_in, bytes_in = write_input_shards(records, work, cfg.shard_docs, input_drops)
+    filters: dict[str, FilterStats] = {}
+    rejects: dict[str, list] = {}
+
+    # URL and exact-duplicate dedup need only ids and URLs; decided here, applied by the phase-1 workers.
+    drop_idx: set[int] = set()
+    if cfg.url_dedup:
+        drop_idx, n_url, n_exact = url_dedup(rows)
+        st = FilterStats(docs_in=n_in, docs_out=n_in - len(drop_idx))
+        st.dropped.update({k: v for k, v in {"duplicate_url": n_url, "exact_duplicate": n_exact}.items() if v})
+        filters["url_dedup"] = st
+    del rows
+    per_shard = [frozenset(i - s * cfg.shard_docs for i in drop_idx if s * cfg.shard_docs <= i < (s + 1) * cfg.shard_docs)
+                 for s in range(len(shards))]
+    phase_s["read"] = time.perf_counter() - t_start
+
+    pool = _pool(cfg.workers)
+    try:
+        t0 = time.perf_counter()
+        p1 = [(s, work / f"p1-{i:06d}.parquet", work / f"pairs-{i:06d}.npy", per_shard[i], cfg,
+               cfg.line_dedup.enabled) for i, s in enumerate(shards)]
+        results = _map(pool, phase1, p1, "clean 1/3 c4 rules", log)
+        _merge(filters, rejects, [r[0] for r in results])
+        phase_s["c4_rules"] = time.perf_counter() - t0
+
+        t0 = time.perf_counter()
+        table = None
+        if cfg.line_dedup.enabled:
+            table = work / "line-selection.npy"
+            distinct = build_selection([a[2] for a in p1], table, cfg.line_dedup.buckets)
+            log(f"[clean] line dedup table: {distinct:,} distinct lines")
+        phase_s["line_table"] = time.perf_counter() - t0
+
+        t0 = time.perf_counter()
+        p3 = [(a[1], work / f"p3-{i:06d}.parquet", work / f"bands-{i:06d}.npy", table, words, cfg)
+              for i, a in enumerate(p1)]
+        results = _map(pool, phase3, p3, "clean 2/3 dedup, language, bad words", log)
+        _merge(filters, rejects, [r[0] for r in results])
+        phase_s["dedup_language_badwords"] = time.perf_counter() - t0
+    finally:
+        if pool is not None:
+            pool.shutdown()
+
+    t0 = time.perf_counter()
+    near_dups: set[str] = set()
+    if cfg.minhash.enabled:
+        from stages.cleaning.minhash import duplicates
+
+        ids = []
+        for a in p3:
+            ids += pq.read_table(a[1], columns=["id"])["id"].to_pylist()
+        bands = [np.load(a[2]) for a in p3]
+        bands_arr = np.concatenate(bands) if bands else np.empty((0, cfg.minhash.bands), dtype=np.uint64)
+        near_dups = duplicates(ids, bands_arr)
+        st = FilterStats(docs_in=len(ids), docs_out=len(ids) - len(near_dups))
+        if near_dups:
+            st.dropped["near_duplicate"] = len(near_dups)
+        filters["minhash"] = st
+
+    from stages.common.documents import arrow_schema, doc_id
+
+    schema = arrow_schema(False)
+    n_out = chars_out = 0
+    with pq.ParquetWriter(out_parquet, schema, compression="zstd") as writer:
+        for a in p3:  # one row group per shard, in input order
+            docs = [d for d in _read_shard(a[1]) if d.id not in near_dups]
+            if not docs:
+                continue
+            writer.write_table(pa.table({
+                "id": [doc_id(d.text) for d in docs],
+                "text": [d.text for d in docs],
+                "source": [d.source for d in docs],
+                "url": [d.url for d in docs],
+                "meta": [_with_raw_id(d.meta, d.id) for d in docs],
+            }, schema=schema))
+            n_out += len(docs)
+            chars_out += sum(len(d.text) for d in docs)
+    phase_s["write"] = time.perf_counter() - t0
+
+    merged_rejects = _pick_rejects(rejects, cfg.reject_samples)
+    return CleanResult(docs_in=n_in + sum(input_drops.values()), docs_out=n_out, chars_in=chars_in,
+                       chars_out=chars_out, bytes_in=bytes_in, filters=filters, rejects=merged_rejects,
+                       input_drops=input_drops, seconds=time.perf_counter() - t_start, phase_seconds=phase_s)
+
+
+def _with_raw_id(meta: str, raw_id: str) -> str:
+    """Keep the pre-cleaning id in meta so a cleaned document can be traced to its raw source."""
+    try:
+        m = json.loads(meta) if meta else {}
+    except json.JSONDecodeError:
+        m = {"meta": meta}
+    if not isinstance(m, dict):
+        m = {"meta": m}
+    m["raw_id"] = raw_id
+    return json.dumps(m, sort_keys=True, ensure_ascii=False)
+
+
+def _pick_rejects(rejects: dict[str, list], per_reason: int) -> list[dict[str, Any]]:
+    """A deterministic sample: the first ``per_reason`` rejects of each (filter, reason) in input order."""
+    out = []
+    for name in rejects:
+        seen: Counter = Counter()
+        for r in rejects[name]:
+            if seen[r["reason"]] < per_reason:
+                seen[r["reason"]] += 1
+                out.append(r)
+    return out

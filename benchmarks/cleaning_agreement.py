@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import collections
 import json
+import os
 import platform
 import random
 import re
@@ -116,7 +117,7 @@ def c4_like(line: str) -> bool:
 
 def category(line: str) -> str:
     """A rough label for why two Punkt implementations might split a line differently."""
-    if re.search(r"[.?!]\s[.?!]", line):
+    if re.search(r"[.?!]\s+[.?!]", line):
         return "spaced_marks"
     if re.search(r"[.?!]{2,}", line):
         return "mark_run"
@@ -200,6 +201,7 @@ def langid_agreement(docs: list[dict], n: int, seed: int) -> dict:
     best = max(grid, key=lambda t: (scores[t], -abs(t - 0.99)))
     result["langdetect_keep_pct"] = pct(sum(ld), len(ld))
     result["py3langid_at_0.99"] = confusion(ld, [keep(p, 0.99) for p in py])
+    result["py3langid_agreement_pct_by_threshold"] = {t: pct(scores[t], len(ld)) for t in (0.0, 0.1, 0.5, 0.9, 0.99)}
     result["py3langid_best_threshold"] = best
     result["py3langid_at_best"] = confusion(ld, [keep(p, best) for p in py])
     result["same_top_language_pct"] = pct(sum(_norm(a) == _norm(b) for a, b in
@@ -268,7 +270,8 @@ def main() -> None:
     args = ap.parse_args()
 
     docs, source = load_documents(args.docs, args.seed)
-    report: dict = {"data": source, "docs": len(docs),
+    report: dict = {"command": " ".join(["python", "benchmarks/cleaning_agreement.py", *sys.argv[1:]]),
+                    "cpus": os.cpu_count(), "data": source, "docs": len(docs),
                     "doc_sources": dict(collections.Counter(d["source"] for d in docs)), "versions": versions()}
     others, notes = {}, []
     try:
@@ -280,7 +283,13 @@ def main() -> None:
         notes.append("nltk not installed: no comparison with NLTK's algorithm (pip install nltk)")
     if args.legacy_nltk_punkt:
         others["nltk_3.4.5_c4_era"] = legacy_tokenizer(args.legacy_nltk_punkt)
-    report["punkt"] = {"notes": notes, **punkt_agreement(docs, others)}
+    model = _get_tokenizer().params
+    report["punkt"] = {"notes": notes, "model": {
+        "source": model.metadata.source, "abbrev_types": len(model.abbrev_types),
+        "collocations": len(model.collocations), "sent_starters": len(model.sent_starters),
+        "ortho_context": len(model.ortho_context),
+        "note": "english.pickle itself needs nltk.download (offline here), so it is not compared directly"},
+        **punkt_agreement(docs, others)}
     if "nltk_3.4.5_c4_era" in others and len(others) == 2:
         new, old = others.values()
         report["punkt"]["nltk_new_vs_c4_era_line_agreement_pct"] = pct(

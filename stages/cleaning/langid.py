@@ -97,7 +97,7 @@ class Py3LangidID(_Base):
         from py3langid.langid import MODEL_FILE, LanguageIdentifier
 
         self._identifier = LanguageIdentifier.from_model_file(MODEL_FILE, norm_probs=True)
-        # A text with no known byte n-gram gets the model's prior-free uniform ranking, whatever it is.
+        # What a text with no known byte n-gram gets: every label alike (script aliases folded).
         self._featureless = self._identifier.rank("")
 
     def best(self, text: str) -> tuple[str, float]:

@@ -215,13 +215,13 @@ def phase3(shard_in: Path, shard_out: Path, bands_out: Path, table: Path | None,
 
 # ------------------------------------------------------------------------------------------------- main
 def write_input_shards(records: Iterator[dict[str, Any]], work: Path, shard_docs: int,
-                       drops: Counter) -> tuple[list[Path], list[tuple[int, str, str | None, str]], int, int, int]:
-    """Stream input records into shard files; returns shards, (index, id, url, timestamp) rows, docs, chars,
-    bytes. Records whose text is not a string are counted in ``drops`` and skipped."""
+                       drops: Counter) -> tuple[list[Path], list[tuple], int, int, int]:
+    """Stream input records into shard files; returns shards, (index, id, url, timestamp, chars) rows,
+    docs, chars, bytes. Records whose text is not a string are counted in ``drops`` and skipped."""
     from stages.common.documents import doc_id
 
     shards: list[Path] = []
-    rows: list[tuple[int, str, str | None, str]] = []
+    rows: list[tuple] = []
     batch: list[Doc] = []
     n = chars = nbytes = 0
     for rec in records:
@@ -235,7 +235,7 @@ def write_input_shards(records: Iterator[dict[str, Any]], work: Path, shard_docs
         meta = rec.get("meta") if isinstance(rec.get("meta"), str) else json.dumps(rec.get("meta") or {})
         ts = str(rec.get("timestamp") or _meta_timestamp(meta))
         doc = Doc(id=did, text=text, source=str(rec.get("source") or ""), url=url, meta=meta, timestamp=ts)
-        rows.append((n, did, url, ts))
+        rows.append((n, did, url, ts, len(text)))
         batch.append(doc)
         n += 1
         chars += len(text)
@@ -315,6 +315,8 @@ def clean_corpus(records: Iterator[dict[str, Any]], cfg: CleanerConfig, *, work:
     work.mkdir(parents=True, exist_ok=True)
     input_drops: Counter = Counter()
     shards, rows, n_in, chars_in, bytes_in = write_input_shards(records, work, cfg.shard_docs, input_drops)
+    lengths = [r[4] for r in rows]
+    rows = [r[:4] for r in rows]
     filters: dict[str, FilterStats] = {}
     rejects: dict[str, list] = {}
 
@@ -322,10 +324,11 @@ def clean_corpus(records: Iterator[dict[str, Any]], cfg: CleanerConfig, *, work:
     drop_idx: set[int] = set()
     if cfg.url_dedup:
         drop_idx, n_url, n_exact = url_dedup(rows)
-        st = FilterStats(docs_in=n_in, docs_out=n_in - len(drop_idx))
+        removed = sum(lengths[i] for i in drop_idx)
+        st = FilterStats(docs_in=n_in, docs_out=n_in - len(drop_idx), chars_in=chars_in, chars_out=chars_in - removed)
         st.dropped.update({k: v for k, v in {"duplicate_url": n_url, "exact_duplicate": n_exact}.items() if v})
         filters["url_dedup"] = st
-    del rows
+    del rows, lengths
     per_shard = [frozenset(i - s * cfg.shard_docs for i in drop_idx if s * cfg.shard_docs <= i < (s + 1) * cfg.shard_docs)
                  for s in range(len(shards))]
     phase_s["read"] = time.perf_counter() - t_start

@@ -1,0 +1,97 @@
+"""The clean stage end to end on a corpus made in code: CLI, junk input, determinism, gate, params."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+import yaml
+
+from stages.clean import config_from_section, deep_merge, load_config, main
+from stages.config import ConfigError
+from tests.helpers import english_page, seed_badwords
+
+GERMAN = ("Die Stadt liegt am Ufer des Flusses und hat viele alte Häuser. Im Sommer kommen viele Besucher "
+          "in die Altstadt. Die Kirche wurde im zwölften Jahrhundert gebaut und ist heute ein Museum.")
+
+
+def corpus(tmp_path):
+    rows = [{"id": f"p{i}", "text": english_page(i), "url": f"http://site{i}.example/page",
+             "timestamp": "2020-01-01"} for i in range(12)]
+    rows.append({"id": "dup-url", "text": english_page(99), "url": "https://www.site0.example/page/",
+                 "timestamp": "2001-01-01"})  # same normalised URL as p0, older: dropped
+    rows.append({"id": "lorem", "text": english_page(50) + "\nLorem ipsum dolor sit amet, consectetur elit."})
+    rows.append({"id": "german", "text": "\n".join([GERMAN] * 1)})
+    rows.append({"id": "bad", "text": english_page(60) + "\nHe called the referee an ass in public."})
+    rows.append({"id": "shared", "text": english_page(3).split("\n")[0] + "\n" + english_page(3).split("\n")[1]})
+    rows.append({"id": "giant", "text": "word " * 60_000})  # one 300k-character line
+    rows.append({"id": "junk", "text": "\x00\x01\x02\ufffd" * 5000})
+    rows.append({"id": "empty", "text": ""})
+    rows.append({"id": "number", "text": 12345})
+    path = tmp_path / "in.jsonl"
+    lines = [json.dumps(r) for r in rows] + ["{not json", "[1, 2]"]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def run(tmp_path, inp, out, *extra):
+    seed_badwords(tmp_path / "cache")
+    return main(["--input", str(inp), "--output", str(out), "--cache-dir", str(tmp_path / "cache"), *extra])
+
+
+def test_cli_cleans_anyones_jsonl_and_counts_junk(tmp_path):
+    out = tmp_path / "out"
+    assert run(tmp_path, corpus(tmp_path), out, "--workers", "1") == 0
+    df = pd.read_parquet(out / "documents.parquet")
+    assert list(df.columns) == ["id", "text", "source", "url", "meta"]
+    raw_ids = {json.loads(m)["raw_id"] for m in df["meta"]}
+    assert raw_ids == {f"p{i}" for i in range(12)}  # every junk, duplicate and bad page is gone
+    stats = json.loads((out / "stats.json").read_text())
+    assert stats["documents_in"] == 23 and stats["documents_out"] == 12
+    assert stats["input_dropped"] == {"invalid_json": 1, "invalid_record": 1, "invalid_text": 1}
+    f = stats["filters"]
+    assert f["url_dedup"]["dropped_by_reason"] == {"duplicate_url": 1}
+    assert f["page_length"]["dropped_by_reason"] == {"too_long": 1}
+    assert f["c4_lines"]["dropped_by_reason"]["lorem_ipsum"] == 1
+    assert f["line_dedup"]["dropped_by_reason"] == {"empty": 1}  # "shared" only repeated p3's lines
+    assert f["language"]["dropped_by_reason"] == {"not_english:de": 1}
+    assert f["badwords"]["dropped_by_reason"] == {"badword": 1}
+    rejects = [json.loads(line) for line in (out / "rejects.jsonl").read_text().splitlines()]
+    assert {(r["filter"], r["reason"]) for r in rejects} >= {("c4_lines", "lorem_ipsum"), ("badwords", "badword")}
+    assert (tmp_path / "out.gate.json").exists()
+
+
+def test_output_is_byte_identical_across_runs_and_worker_counts(tmp_path):
+    inp = corpus(tmp_path)
+    assert run(tmp_path, inp, tmp_path / "one", "--workers", "1") == 0
+    assert run(tmp_path, inp, tmp_path / "two", "--workers", "2") == 0
+    for name in ("documents.parquet", "stats.json", "rejects.jsonl"):
+        assert (tmp_path / "one" / name).read_bytes() == (tmp_path / "two" / name).read_bytes()
+
+
+def test_failed_gate_keeps_the_previous_output(tmp_path, capsys):
+    inp = corpus(tmp_path)
+    out = tmp_path / "out"
+    assert run(tmp_path, inp, out, "--workers", "1") == 0
+    before = (out / "documents.parquet").read_bytes()
+    params = tmp_path / "params.yaml"
+    params.write_text(yaml.safe_dump({"clean": {"defaults": {"workers": 1}, "strict": {"gate": {"min_kept_fraction": 0.9}}}}))
+    assert run(tmp_path, inp, out, "--corpus", "strict", "--params", str(params)) == 1
+    err = capsys.readouterr().err
+    assert "gate clean-out failed" in err and "kept_fraction" in err
+    assert (out / "documents.parquet").read_bytes() == before
+
+
+def test_params_are_presets_over_defaults_and_typos_are_named(tmp_path):
+    base = {"c4": {"min_words_per_line": 5, "curly_brace": True}, "workers": 2}
+    merged = deep_merge(base, {"c4": {"curly_brace": False}})
+    assert merged == {"c4": {"min_words_per_line": 5, "curly_brace": False}, "workers": 2}
+    cfg = config_from_section(merged, "clean.x")
+    assert cfg.cleaner.c4.curly_brace is False and cfg.cleaner.c4.min_words_per_line == 5
+    with pytest.raises(ConfigError, match="clean.x.c4.min_word: unknown key"):
+        config_from_section({"c4": {"min_word": 5}}, "clean.x")
+    with pytest.raises(ConfigError, match="clean.x.colour: unknown key"):
+        config_from_section({"colour": 1}, "clean.x")
+    for corpus_name in ("general", "domain"):
+        assert load_config("params.yaml", corpus_name).cleaner.c4.min_sentences == 3

@@ -50,7 +50,7 @@ class CleanGateConfig:
     min_rows: int = 1
     min_kept_fraction: float = 0.0
     max_kept_fraction: float = 1.0
-    min_english_agreement: float = 0.9
+    min_english_agreement: float = 0.95
 
     def __post_init__(self) -> None:
         check(0 <= self.min_kept_fraction <= self.max_kept_fraction <= 1,

@@ -10,9 +10,9 @@ page loses it; repeats inside the keeping page are dropped too. Then pages left 
 3 Punkt sentences are dropped.
 
 Memory: shards write their (line hash, page key) pairs sorted, 16 bytes per line occurrence on disk. The
-selection runs one hash bucket at a time (memory ~ 40 bytes x occurrences / buckets), and the final
-table (16 bytes per distinct line) is memory-mapped by the workers, so resident memory stays bounded by
-the bucket size, not the corpus.
+selection runs one hash bucket at a time, so its working memory is about 40 bytes x occurrences / buckets
+(measured in benchmarks/), and the final table (16 bytes per distinct line) is memory-mapped by the
+workers, so resident memory is bounded by the bucket size, not the corpus.
 """
 
 from __future__ import annotations
@@ -90,17 +90,18 @@ def line_pairs(doc: Doc) -> np.ndarray:
 
 
 def write_shard_pairs(pairs: list[np.ndarray], path: Path) -> int:
-    """Sort one shard's pairs by line hash and save them; returns the number of pairs."""
+    """Sort one shard's pairs by line hash and save them as a (2, n) array: row 0 the line hashes, row 1
+    the page keys. Rows, not columns, so each is contiguous: searching a strided column would copy it."""
     arr = np.concatenate(pairs) if pairs else np.empty((0, 2), dtype=np.uint64)
     arr = arr[np.argsort(arr[:, 0], kind="stable")]
-    np.save(path, arr)
+    np.save(path, np.ascontiguousarray(arr.T))
     return len(arr)
 
 
 def build_selection(shard_files: list[Path], out: Path, buckets: int) -> int:
     """Merge shards' pairs into one table sorted by line hash: for each distinct line, the smallest page
     key holding it. Works bucket by bucket (by the hash's top bits) to bound memory. Returns distinct lines."""
-    shards = [np.load(f, mmap_mode="r") for f in shard_files]
+    shards = [np.load(f, mmap_mode="r") for f in shard_files]  # each (2, n), sorted by row 0
     edges = [(2**64 * b) // buckets for b in range(buckets + 1)]
     parts: list[Path] = []
     total = 0
@@ -108,32 +109,32 @@ def build_selection(shard_files: list[Path], out: Path, buckets: int) -> int:
         lo, hi = edges[b], edges[b + 1]
         chunks = []
         for arr in shards:
-            if len(arr) == 0:
+            col = arr[0]
+            if len(col) == 0:
                 continue
-            col = arr[:, 0]
             i = np.searchsorted(col, np.uint64(lo), side="left")
             j = len(col) if hi >= 2**64 else np.searchsorted(col, np.uint64(hi), side="left")
             if j > i:
-                chunks.append(np.asarray(arr[i:j]))
+                chunks.append(np.asarray(arr[:, i:j]))
         if not chunks:
             continue
-        data = np.concatenate(chunks)
-        order = np.lexsort((data[:, 1], data[:, 0]))  # by line hash, then page key ascending
-        data = data[order]
-        first = np.ones(len(data), dtype=bool)
-        first[1:] = data[1:, 0] != data[:-1, 0]
-        table = data[first]
+        data = np.concatenate(chunks, axis=1)
+        order = np.lexsort((data[1], data[0]))  # by line hash, then page key ascending
+        data = data[:, order]
+        first = np.ones(data.shape[1], dtype=bool)
+        first[1:] = data[0, 1:] != data[0, :-1]
+        table = np.ascontiguousarray(data[:, first])
         part = out.parent / f"{out.stem}.part{b}.npy"
         np.save(part, table)
         parts.append(part)
-        total += len(table)
+        total += table.shape[1]
         del data, order, first, table, chunks
-    final = np.lib.format.open_memmap(out, mode="w+", dtype=np.uint64, shape=(total, 2))
+    final = np.lib.format.open_memmap(out, mode="w+", dtype=np.uint64, shape=(2, total))
     pos = 0
     for part in parts:  # buckets are ranges of the hash, so their concatenation stays sorted
         t = np.load(part, mmap_mode="r")
-        final[pos:pos + len(t)] = t
-        pos += len(t)
+        final[:, pos:pos + t.shape[1]] = t
+        pos += t.shape[1]
         part.unlink()
     final.flush()
     del final
@@ -148,9 +149,9 @@ class LineDedupFilter(Filter):
     def __init__(self, table_path: Path, cfg: LineDedupConfig, count_sentences: Callable[[str], int],
                  reject_samples: int = 0) -> None:
         super().__init__(reject_samples)
-        table = np.load(table_path, mmap_mode="r")
-        self.hashes = table[:, 0]
-        self.keys = table[:, 1]
+        table = np.load(table_path, mmap_mode="r")  # (2, distinct lines), row 0 sorted
+        self.hashes = table[0]
+        self.keys = table[1]
         self.min_sentences = cfg.min_sentences
         self.count = count_sentences
 

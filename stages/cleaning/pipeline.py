@@ -95,6 +95,7 @@ class CleanResult:
             "characters_in": self.chars_in,
             "characters_out": self.chars_out,
             "input_dropped": dict(sorted(self.input_drops.items())),
+            "filter_order": list(self.filters),
             "filters": {name: {k: v for k, v in st.to_json().items() if k != "seconds"}
                         for name, st in self.filters.items()},
         }

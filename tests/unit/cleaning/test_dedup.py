@@ -92,8 +92,8 @@ def test_selection_table_is_the_minimum_page_key_per_line(tmp_path):
     expected = {}
     for h, k in pairs.tolist():
         expected[h] = min(k, expected.get(h, k))
-    assert table[:, 0].tolist() == sorted(expected)
-    assert dict(zip(table[:, 0].tolist(), table[:, 1].tolist())) == expected
+    assert table[0].tolist() == sorted(expected)
+    assert dict(zip(table[0].tolist(), table[1].tolist())) == expected
 
 
 def test_line_key_normalises_case_and_surrounding_space():

@@ -1,0 +1,55 @@
+"""`dvc repro` of the cleaning stages on the ingested default corpora, in a copy of the project."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pandas as pd
+import pytest
+
+from tests.integration.test_ingest_pipeline import _dvc, project  # noqa: F401  (shared module fixture)
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def cleaned(project):  # noqa: F811
+    proc = _dvc(project, "repro", "clean@general", "clean@domain")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return project
+
+
+@pytest.mark.parametrize("corpus", ["general", "domain"])
+def test_cleaned_corpora_follow_c4_rules(cleaned, corpus):
+    out = cleaned / "data/cleaned" / corpus
+    df = pd.read_parquet(out / "documents.parquet")
+    assert len(df) > 1000
+    text = "\n".join(df["text"])
+    assert "lorem ipsum" not in text.lower() and "{" not in text
+    lines = text.split("\n")
+    assert all(ln.endswith((".", "?", "!", '"')) and not ln.endswith("...") for ln in lines)
+    assert len({ln.strip().lower() for ln in lines}) == len(lines)  # corpus-wide line dedup
+    assert not re.search(r"\[\d*\]|\[edit\]|\[citation needed\]", text)
+    stats = json.loads((out / "stats.json").read_text())
+    assert stats["documents_out"] == len(df)
+    assert stats["filter_order"][:3] == ["url_dedup", "page_length", "c4_lines"]
+    metrics = json.loads((cleaned / f"reports/metrics/clean-{corpus}.json").read_text())
+    assert metrics == stats
+    plot = (cleaned / f"reports/plots/clean-{corpus}.csv").read_text().splitlines()
+    assert plot[0] == "filter,documents_dropped,lines_dropped,characters_removed" and len(plot) >= 6
+    assert json.loads((cleaned / f"reports/quality/clean-{corpus}.json").read_text())["success"] is True
+    rejects = [json.loads(x) for x in (out / "rejects.jsonl").read_text().splitlines()]
+    assert rejects and all(r["reason"] and r["filter"] for r in rejects)
+
+
+def test_raw_noise_is_gone_from_the_general_corpus(cleaned):
+    df = pd.read_parquet(cleaned / "data/cleaned/general/documents.parquet")
+    assert not df["text"].str.contains(r"^Received: from", regex=True).any()
+    assert not df["text"].str.contains("<html", case=False).any()
+
+
+def test_plots_render_with_dvc(cleaned):
+    proc = _dvc(cleaned, "plots", "show", "--json", "reports/plots/clean-general.csv")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "c4_lines" in proc.stdout

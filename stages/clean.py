@@ -171,14 +171,19 @@ def clean(cfg: CleanConfig, *, input_path: Path, output_dir: Path, report_path: 
     from stages.quality.gate import enforce
 
     words: list[str] = []
+    lists: dict[str, Any] = {}
     if cfg.cleaner.badwords.enabled:
-        words, _ = load_words(cfg.cleaner.badwords, cache_dir)
+        words, info = load_words(cfg.cleaner.badwords, cache_dir)
+        pkg = info["package"]
+        lists["badwords"] = {"package": f"{pkg['name']}@{pkg['version']}", "integrity": pkg["integrity"],
+                             "sha256": info["file"]["sha256"], "words": info["words"], "licence": info["licence"]}
     drops: Counter = Counter()
     with atomic_dir(output_dir) as tmp, tempfile.TemporaryDirectory(prefix="clean-", dir=tmp.parent) as work:
         result = clean_corpus(read_records(input_path, drops), cfg.cleaner, work=Path(work),
                               out_parquet=tmp / "documents.parquet", words=words, log=log)
         result.input_drops.update(drops)
         result.docs_in += sum(drops.values())
+        result.word_lists = lists
         log(timing_table(result))
         write_json_atomic(tmp / "stats.json", result.stats_json())
         write_bytes_atomic(tmp / "rejects.jsonl", "".join(json.dumps(r, ensure_ascii=False, sort_keys=True) + "\n"

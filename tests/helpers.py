@@ -44,4 +44,4 @@ def seed_npm_cache(cache_dir: Path, spec: str, files: dict[str, bytes]) -> None:
 
 
 def seed_badwords(cache_dir: Path, words=("ass", "2 girls 1 cup")) -> None:
-    seed_npm_cache(cache_dir, "naughty-words@1.2.0", {"package/en.json": json.dumps(list(words)).encode()})
+    seed_npm_cache(cache_dir, "naughty-words@1.0.2", {"package/en.json": json.dumps(list(words)).encode()})

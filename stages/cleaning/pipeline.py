@@ -85,6 +85,7 @@ class CleanResult:
     input_drops: Counter
     seconds: float
     phase_seconds: dict[str, float]
+    word_lists: dict[str, Any] = field(default_factory=dict)
 
     def stats_json(self) -> dict[str, Any]:
         """Counts only (no wall-clock time), so the same input and params give identical bytes."""
@@ -96,6 +97,7 @@ class CleanResult:
             "characters_out": self.chars_out,
             "input_dropped": dict(sorted(self.input_drops.items())),
             "filter_order": list(self.filters),
+            "word_lists": self.word_lists,
             "filters": {name: {k: v for k, v in st.to_json().items() if k != "seconds"}
                         for name, st in self.filters.items()},
         }

@@ -52,15 +52,15 @@ def bench_c4_badwords(rows: list[dict], words: list[str], repeat: int) -> dict:
         bad = BadWordsFilter(words)
         c4(Doc(id="w", text="Warm up the sentence model. It has two sentences. And three.", source="", url=None, meta=""))
         t0 = time.perf_counter()
-        kept = 0
+        kept = {}
         for r in rows:
             d = Doc(id=r["id"], text=r["text"], source="", url=r["url"], meta="")
             if c4(d) and bad(d):
-                kept += 1
+                kept[d.id] = d.text
         dt = time.perf_counter() - t0
         if best is None or dt < best["seconds"]:
             best = {"seconds": round(dt, 3), "mb": round(mb, 3), "mb_per_s": round(mb / dt, 3), "docs_in": len(rows),
-                    "docs_kept": kept, "c4_seconds": round(c4.stats.seconds, 3), "badwords_seconds": round(bad.stats.seconds, 3)}
+                    "docs_kept": len(kept), "kept": kept, "c4_seconds": round(c4.stats.seconds, 3), "badwords_seconds": round(bad.stats.seconds, 3)}
     return best
 
 
@@ -123,15 +123,28 @@ def main() -> int:
                                                     or platform.machine()}}
     print(f"ours: C4 rules + bad words on {len(rows)} documents ...", file=sys.stderr)
     result["ours_c4_badwords"] = bench_c4_badwords(rows, words, args.repeat)
+    ours_kept = result["ours_c4_badwords"].pop("kept")
     if args.datatrove_python:
         print("datatrove: C4QualityFilter + C4BadWordsFilter ...", file=sys.stderr)
-        with tempfile.NamedTemporaryFile(suffix=".json") as out:
+        with tempfile.TemporaryDirectory() as tmp:
+            words_json = Path(tmp) / "en.json"  # the same word list for both sides
+            words_json.write_text(json.dumps(words))
             cmd = [args.datatrove_python, str(Path(__file__).with_name("datatrove_c4.py")), "--input", str(args.input),
-                   "--out", out.name, "--repeat", str(args.repeat)]
+                   "--out", f"{tmp}/dt.json", "--repeat", str(args.repeat), "--badwords-json", str(words_json),
+                   "--kept-out", f"{tmp}/kept.jsonl"]
             if args.limit:
                 cmd += ["--limit", str(args.limit)]
             subprocess.run(cmd, check=True)
-            result["datatrove"] = json.loads(Path(out.name).read_text())
+            result["datatrove"] = json.loads(Path(f"{tmp}/dt.json").read_text())
+            theirs = {}
+            for line in Path(f"{tmp}/kept.jsonl").read_text().splitlines():
+                rec = json.loads(line)
+                theirs[rec["id"]] = rec["text"]
+        both = set(ours_kept) & set(theirs)
+        result["agreement_with_datatrove"] = {
+            "kept_by_both": len(both), "kept_only_by_ours": len(set(ours_kept) - set(theirs)),
+            "kept_only_by_datatrove": len(set(theirs) - set(ours_kept)),
+            "identical_text_among_both": sum(ours_kept[i] == theirs[i] for i in both)}
         dt = result["datatrove"].get("mb_per_s")
         if dt:
             result["speedup_vs_datatrove"] = round(result["ours_c4_badwords"]["mb_per_s"] / dt, 2)

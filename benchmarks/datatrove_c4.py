@@ -43,11 +43,12 @@ SEMANTIC_NOTES = [
     "End marks: datatrove's END_PUNCTUATION is . ? ! \" ' (adds the single quote); C4's is . ? ! \". It is a module "
     "constant, not a constructor argument; this script patches it to C4's tuple unless --stock-endmarks is given.",
     "Word count: datatrove counts words on the line BEFORE citation removal (words = line.split() is computed "
-    "once, first); C4 counts len(line.split()) AFTER removing citations, so a line like 'a b c d [1].' passes "
-    "datatrove's 5-word check but fails C4's.",
+    "once, first); C4 counts len(line.split()) AFTER removing citations, so 'One two three [1] [2].' passes "
+    "datatrove's 5-word check (kept as 'One two three  .') but fails C4's (4 words).",
     "Sentence counting: datatrove counts sentences per kept line with spaCy (spacy.blank('en') + the rule-based "
     "'sentencizer' pipe, via datatrove.utils.text.split_into_sentences, language 'eng' -> SpaCyTokenizer); C4 "
-    "uses NLTK punkt english.pickle. Counts differ on abbreviations, numbers, quotes, etc. NLTK is not used.",
+    "uses NLTK punkt english.pickle. Counts differ on abbreviations, numbers, quotes, etc. (the sentencizer "
+    "splits 'See Fig. 3 for details.' in two). NLTK is not used.",
     "Page kept: both keep the page as '\\n'.join(kept lines).strip(), with lines stripped and split by "
     "str.splitlines() (split_paragraph=True, the default).",
     "Bad words regex: same as current tfds get_badwords_filter_fn, (?:\\W|^)(w1|w2|...)(?:\\W|$) with re on "
@@ -207,7 +208,7 @@ def run_executor(records: list[dict]) -> tuple[float, int]:
 
 def versions() -> dict:
     out = {"python": platform.python_version(), "platform": platform.platform(), "cpu": platform.processor()}
-    for pkg in ("datatrove", "spacy", "regex", "numpy", "pyarrow", "huggingface_hub", "fsspec", "fasteners"):
+    for pkg in ("datatrove", "spacy", "regex", "numpy", "pyarrow", "huggingface_hub", "fsspec", "fasteners", "aiohttp"):
         try:
             out[pkg] = metadata.version(pkg)
         except metadata.PackageNotFoundError:
@@ -219,7 +220,8 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__.splitlines()[0],
         epilog="venv: python3 -m venv /tmp/dtvenv && /tmp/dtvenv/bin/pip install datatrove==0.10.1 spacy regex "
-        "fasteners pyarrow; word list: cd /tmp && npm pack naughty-words@1.0.2 && mkdir -p naughty-words && "
+        "fasteners aiohttp requests pyarrow (fasteners: datatrove's asset cache lock; aiohttp/requests: fsspec "
+        "needs them to name an https asset even when it is cached); word list: cd /tmp && npm pack naughty-words@1.0.2 && mkdir -p naughty-words && "
         "tar xzf naughty-words-1.0.2.tgz -C naughty-words",
     )
     parser.add_argument("--input", required=True, help="Parquet with a text column, or JSONL(.gz) with text")

@@ -44,4 +44,8 @@ def seed_npm_cache(cache_dir: Path, spec: str, files: dict[str, bytes]) -> None:
 
 
 def seed_badwords(cache_dir: Path, words=("ass", "2 girls 1 cup")) -> None:
+    """Seed the bad-words list once per cache (a re-seeded tarball would get new bytes and a new hash)."""
+    index = cache_dir / "npm" / "index.json"
+    if index.exists() and "naughty-words@1.0.2" in json.loads(index.read_text()):
+        return
     seed_npm_cache(cache_dir, "naughty-words@1.0.2", {"package/en.json": json.dumps(list(words)).encode()})

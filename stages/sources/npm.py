@@ -52,7 +52,11 @@ class BrownSource:
 
 
 def fetch_npm(spec: str, ctx: SourceContext, prov: Provenance) -> Path:
-    """Return the cached tarball for ``spec``, running ``npm pack`` on a cache miss."""
+    """Return the cached tarball for ``spec``, running ``npm pack`` on a cache miss.
+
+    The provenance recorded is the same either way (no "was it cached" flag), so the manifest, and the
+    DVC hash of the output, do not depend on the state of the download cache.
+    """
     cache = ctx.subdir("npm").resolve()
     index_path = cache / "index.json"
     index = json.loads(index_path.read_text()) if index_path.exists() else {}
@@ -60,7 +64,7 @@ def fetch_npm(spec: str, ctx: SourceContext, prov: Provenance) -> Path:
     if hit and (cache / hit["filename"]).is_file() and sha256_file(cache / hit["filename"]) == hit["sha256"]:
         tarball = cache / hit["filename"]
         prov.packages.append({"registry": "npm", "spec": spec, "name": hit["name"], "version": hit["version"],
-                              "integrity": hit.get("integrity"), "cached": True})
+                              "integrity": hit.get("integrity")})
         prov.add_file(tarball, role="download", sha256=hit["sha256"])
         return tarball
     if offline():
@@ -83,7 +87,7 @@ def fetch_npm(spec: str, ctx: SourceContext, prov: Provenance) -> Path:
                    "integrity": info.get("integrity"), "sha256": digest}
     index_path.write_text(json.dumps(index, indent=2, sort_keys=True) + "\n")
     prov.packages.append({"registry": "npm", "spec": spec, "name": info["name"], "version": info["version"],
-                          "integrity": info.get("integrity"), "cached": False})
+                          "integrity": info.get("integrity")})
     prov.add_file(tarball, role="download", sha256=digest)
     return tarball
 

@@ -53,7 +53,8 @@ def test_cached_npm_corpora_read_without_network(tmp_path, monkeypatch):
     recs = list(read_spamassassin(SpamAssassinSource(kind="npm_spamassassin", package="spam@1.0.0"), ctx, prov))
     assert [(r.text, r.source, r.meta["group"], r.meta["spam"]) for r in recs] == \
         [("From: x\n\nBuy now!", "spamassassin", "spam-1", True)]
-    assert prov.packages[0]["version"] == "1.0.0" and prov.packages[0]["cached"] is True
+    assert prov.packages[0]["version"] == "1.0.0" and prov.packages[0]["name"] == "spam"
+    assert "cached" not in prov.packages[0]  # the manifest must not depend on the cache state
     assert prov.files[0]["sha256"] == json.loads((tmp_path / "npm/index.json").read_text())["spam@1.0.0"]["sha256"]
 
 

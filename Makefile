@@ -27,9 +27,17 @@ $(VENV)/.installed-dev: $(VENV)/.installed-run
 	$(PIP) install -e ".[dev]"
 	touch $@
 
+# PROFILE=gpu applies profiles/gpu.yaml as a DVC experiment (dvc exp run -S ...) instead of plain repro.
+PROFILE ?=
+
 run: $(VENV)/.installed-run
 	@test -d .dvc || (echo "not a DVC project: run from the repository root" && exit 1)
+ifeq ($(PROFILE),)
 	PATH="$(abspath $(VENV))/bin:$$PATH" $(VENV)/bin/dvc repro
+else
+	set -e; args="$$($(PY) -m stages.profile $(PROFILE))"; \
+	PATH="$(abspath $(VENV))/bin:$$PATH" eval $(VENV)/bin/dvc exp run $$args
+endif
 
 test: $(VENV)/.installed-dev
 	PATH="$(abspath $(VENV))/bin:$$PATH" $(PY) -m pytest tests

@@ -1,0 +1,95 @@
+"""Profiles: small, named diffs over params.yaml (DESIGN.md: presets are diffs, not copies).
+
+``profiles/<name>.yaml`` maps dotted params keys to values. ``python -m stages.profile gpu`` validates the
+keys against params.yaml (and the typed configs) and prints ``-S key=value`` arguments for
+``dvc exp run``, which is what ``make run PROFILE=gpu`` does.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import shlex
+import sys
+from pathlib import Path
+from typing import Any
+
+from stages.config import ConfigError, load_params
+
+
+def load_profile(name: str, root: Path = Path(".")) -> dict[str, Any]:
+    path = root / "profiles" / f"{name}.yaml"
+    if not path.is_file():
+        known = sorted(p.stem for p in (root / "profiles").glob("*.yaml"))
+        raise ConfigError(f"{path}: no such profile (known: {', '.join(known) or 'none'})")
+    import yaml
+
+    data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a mapping of dotted params keys to values")
+    return data
+
+
+def apply(params: dict[str, Any], profile: dict[str, Any], where: str = "profile") -> dict[str, Any]:
+    """``params`` with the profile's dotted keys set; a key missing from params is a ConfigError."""
+    out = copy.deepcopy(params)
+    for dotted, value in profile.items():
+        node = out
+        parts = str(dotted).split(".")
+        for i, part in enumerate(parts):
+            if not isinstance(node, dict) or part not in node:
+                raise ConfigError(f"{where}: {dotted}: no such key in params.yaml (at {'.'.join(parts[:i + 1])})")
+            if i == len(parts) - 1:
+                node[part] = value
+            else:
+                node = node[part]
+    return out
+
+
+def validate(params: dict[str, Any]) -> None:
+    """Build every stage config from ``params`` so a profile cannot produce an invalid run."""
+    from stages.clean import load_config as clean_config
+    from stages.ingest import CorpusConfig
+    from stages.config import build
+
+    for corpus, section in params.get("ingest", {}).items():
+        build(CorpusConfig, section, f"ingest.{corpus}")
+    import tempfile
+
+    import yaml
+
+    with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as fh:
+        yaml.safe_dump(params, fh)
+    try:
+        for corpus in params.get("clean", {}):
+            if corpus != "defaults":
+                clean_config(Path(fh.name), corpus)
+    finally:
+        Path(fh.name).unlink()
+
+
+def set_args(profile: dict[str, Any]) -> list[str]:
+    """``dvc exp run`` arguments; values are written as JSON/YAML scalars (true, 0, "text")."""
+    args = []
+    for key, value in profile.items():
+        args += ["-S", f"{key}={json.dumps(value) if not isinstance(value, str) else value}"]
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 1:
+        print("usage: python -m stages.profile NAME   (prints dvc exp run -S arguments)", file=sys.stderr)
+        return 2
+    try:
+        profile = load_profile(argv[0])
+        validate(apply(load_params("params.yaml"), profile, f"profiles/{argv[0]}.yaml"))
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    print(" ".join(shlex.quote(a) for a in set_args(profile)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,33 @@
+"""Profiles are small diffs over params.yaml, validated before any run."""
+
+from __future__ import annotations
+
+import pytest
+
+from stages.config import ConfigError, load_params
+from stages.profile import apply, load_profile, main, set_args, validate
+
+
+def test_gpu_profile_is_a_valid_diff_over_params():
+    profile = load_profile("gpu")
+    params = load_params("params.yaml")
+    merged = apply(params, profile)
+    validate(merged)
+    assert merged["clean"]["defaults"]["workers"] == 0
+    assert params["clean"]["defaults"]["workers"] == 2  # the base is untouched
+    assert set_args({"a.b": 0, "c": True, "d": "x"}) == ["-S", "a.b=0", "-S", "c=true", "-S", "d=x"]
+
+
+def test_unknown_keys_and_invalid_values_are_named():
+    params = load_params("params.yaml")
+    with pytest.raises(ConfigError, match="clean.defaults.wrokers: no such key"):
+        apply(params, {"clean.defaults.wrokers": 0})
+    with pytest.raises(ConfigError, match="workers"):
+        validate(apply(params, {"clean.defaults.workers": -1}))
+    with pytest.raises(ConfigError, match="no such profile"):
+        load_profile("tpu")
+
+
+def test_cli_prints_dvc_set_arguments(capsys):
+    assert main(["gpu"]) == 0
+    assert capsys.readouterr().out.strip() == "-S clean.defaults.workers=0"

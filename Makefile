@@ -19,7 +19,7 @@ $(PY):
 
 # Stamps record what was installed; they are redone when pyproject.toml changes.
 $(VENV)/.installed-run: pyproject.toml | $(PY)
-	$(PY) -c "import torch" 2>/dev/null || $(PIP) install "$(TORCH_SPEC)"
+	$(PY) -c "import torch" 2>/dev/null || $(PIP) install $(TORCH_SPEC)
 	$(PIP) install -e .
 	touch $@
 

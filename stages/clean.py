@@ -105,7 +105,14 @@ def read_records(path: Path, drops) -> Iterator[dict[str, Any]]:
         if name.endswith(".parquet"):
             yield from _parquet(f)
         elif name.endswith((".jsonl", ".jsonl.gz", ".jsonl.zst", ".json.gz", ".ndjson")):
-            yield from _jsonl(f, drops)
+            try:
+                yield from _jsonl(f, drops)
+            except (OSError, EOFError) as exc:  # truncated or not-really-gzip input
+                raise ValueError(f"{f}: cannot read compressed stream ({exc})") from None
+            except Exception as exc:
+                if type(exc).__name__ == "ZstdError":
+                    raise ValueError(f"{f}: cannot read zstd stream ({exc})") from None
+                raise
         elif not path.is_dir():
             raise ValueError(f"{f}: expected .parquet or .jsonl[.gz|.zst]")
 
@@ -188,10 +195,12 @@ def clean(cfg: CleanConfig, *, input_path: Path, output_dir: Path, report_path: 
         write_json_atomic(tmp / "stats.json", result.stats_json())
         write_bytes_atomic(tmp / "rejects.jsonl", "".join(json.dumps(r, ensure_ascii=False, sort_keys=True) + "\n"
                                                           for r in result.rejects).encode("utf-8"))
-        import pandas as pd
+        import pyarrow.parquet as pq
 
-        df = pd.read_parquet(tmp / "documents.parquet")
-        tables, expectations = cleaned_suite(df, cfg=cfg, kept_fraction=result.stats_json()["kept_fraction"])
+        columns = pq.read_schema(tmp / "documents.parquet").names
+        tables, expectations = cleaned_suite(result.gate_features, columns=columns,
+                                             duplicate_lines=result.duplicate_lines, cfg=cfg,
+                                             kept_fraction=result.stats_json()["kept_fraction"])
         enforce(f"clean-{output_dir.name}", tables, expectations, report_path)
     return result
 

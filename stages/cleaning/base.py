@@ -24,6 +24,7 @@ class Doc:
     url: str | None
     meta: str
     timestamp: str = ""
+    raw_id: str = ""  # the id the input gave the document (kept in meta; never used as a key)
 
 
 @dataclass

@@ -101,21 +101,20 @@ def write_shard_pairs(pairs: list[np.ndarray], path: Path) -> int:
 def build_selection(shard_files: list[Path], out: Path, buckets: int) -> int:
     """Merge shards' pairs into one table sorted by line hash: for each distinct line, the smallest page
     key holding it. Works bucket by bucket (by the hash's top bits) to bound memory. Returns distinct lines."""
-    shards = [np.load(f, mmap_mode="r") for f in shard_files]  # each (2, n), sorted by row 0
     edges = [(2**64 * b) // buckets for b in range(buckets + 1)]
     parts: list[Path] = []
     total = 0
     for b in range(buckets):
         lo, hi = edges[b], edges[b + 1]
         chunks = []
-        for arr in shards:
+        for f in shard_files:  # opened per bucket and released: thousands of shards, few open files
+            arr = np.load(f, mmap_mode="r")  # (2, n), sorted by row 0
             col = arr[0]
-            if len(col) == 0:
-                continue
             i = np.searchsorted(col, np.uint64(lo), side="left")
             j = len(col) if hi >= 2**64 else np.searchsorted(col, np.uint64(hi), side="left")
             if j > i:
-                chunks.append(np.asarray(arr[:, i:j]))
+                chunks.append(np.array(arr[:, i:j]))
+            del arr, col
         if not chunks:
             continue
         data = np.concatenate(chunks, axis=1)
@@ -139,6 +138,27 @@ def build_selection(shard_files: list[Path], out: Path, buckets: int) -> int:
     final.flush()
     del final
     return total
+
+
+def count_duplicates(files: list[Path], buckets: int) -> int:
+    """How many entries of the sorted 1-D uint64 arrays in ``files`` repeat an earlier entry (all files
+    together), bucket by bucket so memory stays bounded. Used by the gate to re-check line dedup."""
+    edges = [(2**64 * b) // buckets for b in range(buckets + 1)]
+    dups = 0
+    for b in range(buckets):
+        lo, hi = edges[b], edges[b + 1]
+        chunks = []
+        for f in files:
+            arr = np.load(f, mmap_mode="r")
+            i = np.searchsorted(arr, np.uint64(lo), side="left")
+            j = len(arr) if hi >= 2**64 else np.searchsorted(arr, np.uint64(hi), side="left")
+            if j > i:
+                chunks.append(np.array(arr[i:j]))
+            del arr
+        if chunks:
+            data = np.sort(np.concatenate(chunks))
+            dups += int(np.count_nonzero(data[1:] == data[:-1]))
+    return dups
 
 
 class LineDedupFilter(Filter):

@@ -20,7 +20,6 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,7 +33,7 @@ from stages.cleaning.gopher import (GopherQualityConfig, GopherQualityFilter, Go
 from stages.cleaning.minhash import MinHashConfig
 from stages.config import check
 
-SHARD_COLUMNS = ("id", "text", "source", "url", "meta", "timestamp")
+SHARD_COLUMNS = ("id", "text", "source", "url", "meta", "timestamp", "raw_id")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -86,6 +85,8 @@ class CleanResult:
     seconds: float
     phase_seconds: dict[str, float]
     word_lists: dict[str, Any] = field(default_factory=dict)
+    gate_features: Any = None  # per-document features for the gate (pandas), computed by the workers
+    duplicate_lines: int | None = None  # output lines that repeat another output line (independent count)
 
     def stats_json(self) -> dict[str, Any]:
         """Counts only (no wall-clock time), so the same input and params give identical bytes."""
@@ -154,8 +155,8 @@ def _read_shard(path: Path) -> list[Doc]:
 
     t = pq.read_table(path)
     cols = {c: t[c].to_pylist() for c in SHARD_COLUMNS}
-    return [Doc(id=i, text=x, source=s, url=u, meta=m, timestamp=ts)
-            for i, x, s, u, m, ts in zip(*(cols[c] for c in SHARD_COLUMNS))]
+    return [Doc(id=i, text=x, source=s, url=u, meta=m, timestamp=ts, raw_id=r)
+            for i, x, s, u, m, ts, r in zip(*(cols[c] for c in SHARD_COLUMNS))]
 
 
 def _write_shard(docs: list[Doc], path: Path) -> None:
@@ -169,6 +170,7 @@ def _write_shard(docs: list[Doc], path: Path) -> None:
         "url": pa.array([d.url for d in docs], pa.string()),
         "meta": pa.array([d.meta for d in docs], pa.string()),
         "timestamp": pa.array([d.timestamp for d in docs], pa.string()),
+        "raw_id": pa.array([d.raw_id for d in docs], pa.string()),
     })
     pq.write_table(table, path, compression="zstd")
 
@@ -187,11 +189,15 @@ def _report(filters: list[Filter]) -> dict[str, Any]:
 
 def phase1(shard_in: Path, shard_out: Path, pairs_out: Path, drop: frozenset[int], cfg: CleanerConfig,
            with_pairs: bool) -> tuple[dict, int]:
+    """Page length, then the URL-dedup decision made in the main process (C4: length filter, then URL
+    dedup), then C4's line rules. Deletes its input shard when done: the work folder never holds more
+    than about two copies of the corpus."""
     docs = _read_shard(shard_in)
-    docs = [d for i, d in enumerate(docs) if i not in drop]
-    filters = _phase1_filters(cfg)
-    kept = _run(filters, docs)
+    length, c4 = _phase1_filters(cfg)
+    kept = [d for i, d in enumerate(docs) if length(d) and i not in drop and c4(d)]
     _write_shard(kept, shard_out)
+    shard_in.unlink()
+    filters = [length, c4]
     if with_pairs:
         from stages.cleaning.dedup import write_shard_pairs
 
@@ -200,13 +206,20 @@ def phase1(shard_in: Path, shard_out: Path, pairs_out: Path, drop: frozenset[int
 
 
 def phase3(shard_in: Path, shard_out: Path, bands_out: Path, table: Path | None, words: list[str],
-           cfg: CleanerConfig) -> tuple[dict, int]:
+           cfg: CleanerConfig, feats_out: Path, lines_out: Path) -> tuple[dict, int]:
+    """Line dedup, language, bad words, Gopher; then, for the gate, per-document features and the output
+    lines' hashes, computed here in parallel so the gate never loads the cleaned text."""
     import numpy as np
 
     filters = _phase3_filters(cfg, table, words)
     docs = _read_shard(shard_in)
     kept = _run(filters, docs)
     _write_shard(kept, shard_out)
+    shard_in.unlink()
+    from stages.quality.clean_suite import document_features, write_line_hashes
+
+    document_features(kept, cfg).to_parquet(feats_out, index=False)
+    write_line_hashes(kept, lines_out)
     if cfg.minhash.enabled:
         from stages.cleaning.minhash import band_hashes
 
@@ -233,11 +246,17 @@ def write_input_shards(records: Iterator[dict[str, Any]], work: Path, shard_docs
             drops["invalid_text"] += 1
             continue
         text = text.encode("utf-8", "replace").decode("utf-8")  # lone surrogates cannot be written to Parquet
-        did = rec.get("id") if isinstance(rec.get("id"), str) and rec.get("id") else doc_id(text)
+        # Dedup and line ownership key on the content hash; a user's id is only carried along (meta.raw_id):
+        # user ids need not be unique, and trusting them would silently merge different documents.
+        did = doc_id(text)
+        given = rec.get("id")
+        raw_id = str(given) if given not in (None, "") else did
         url = rec.get("url") if isinstance(rec.get("url"), str) and rec.get("url") else None
-        meta = rec.get("meta") if isinstance(rec.get("meta"), str) else json.dumps(rec.get("meta") or {})
+        meta = rec.get("meta") if isinstance(rec.get("meta"), str) else \
+            json.dumps(rec.get("meta") or {}, sort_keys=True, default=str)
         ts = str(rec.get("timestamp") or _meta_timestamp(meta))
-        doc = Doc(id=did, text=text, source=str(rec.get("source") or ""), url=url, meta=meta, timestamp=ts)
+        doc = Doc(id=did, text=text, source=str(rec.get("source") or ""), url=url, meta=meta, timestamp=ts,
+                  raw_id=raw_id)
         rows.append((n, did, url, ts, len(text)))
         batch.append(doc)
         n += 1
@@ -271,45 +290,53 @@ def _pool(workers: int):
         return None
     import multiprocessing as mp
 
+    from concurrent.futures import ProcessPoolExecutor
+
     return ProcessPoolExecutor(max_workers=n, mp_context=mp.get_context("spawn"))
 
 
-def _map(pool, fn, arg_lists: list[tuple], desc: str, log) -> list[Any]:
+def _map(pool, fn, arg_lists: list[tuple], desc: str, consume: Callable[[Any], None]) -> None:
+    """Run ``fn`` over the shards and hand each result to ``consume`` in input order, as soon as it and
+    every earlier shard are done, so results never pile up in memory."""
     from tqdm import tqdm
 
     bar = tqdm(total=len(arg_lists), desc=desc, unit="shard", file=sys.stderr, disable=None, mininterval=1.0)
     try:
         if pool is None:
-            out = []
             for args in arg_lists:
-                out.append(fn(*args))
+                consume(fn(*args))
                 bar.update()
-            return out
+            return
         futures = [pool.submit(fn, *args) for args in arg_lists]
-        for _ in _as_completed(futures):
+        for f in futures:  # a failed shard raises here with its own traceback
+            consume(f.result())
             bar.update()
-        return [f.result() for f in futures]
     finally:
         bar.close()
 
 
-def _as_completed(futures):
-    from concurrent.futures import as_completed
+def _merger(into: dict[str, FilterStats], rejects: dict[str, list], cap: int) -> Callable[[Any], None]:
+    """A consumer merging shard reports (in input order), keeping at most ``cap`` rejects per filter and
+    reason, so the sample is deterministic and its size does not grow with the corpus."""
+    counts: Counter = Counter()
 
-    return as_completed(futures)
-
-
-def _merge(into: dict[str, FilterStats], rejects: dict[str, list], reports: list[dict]) -> None:
-    for rep in reports:
-        for name, (stats, rej) in rep.items():
+    def consume(result) -> None:
+        report, _kept = result
+        for name, (stats, rej) in report.items():
             into.setdefault(name, FilterStats()).merge(stats)
-            rejects.setdefault(name, []).extend(rej)
+            for r in rej:
+                if counts[(name, r["reason"])] < cap:
+                    counts[(name, r["reason"])] += 1
+                    rejects.setdefault(name, []).append(r)
+
+    return consume
 
 
 def clean_corpus(records: Iterator[dict[str, Any]], cfg: CleanerConfig, *, work: Path, out_parquet: Path,
                  words: list[str], log: Callable[[str], None] = print) -> CleanResult:
     """Clean ``records`` (dicts with text, optional id, url, source, meta, timestamp) into ``out_parquet``."""
     import numpy as np
+    import pandas as pd
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -325,15 +352,21 @@ def clean_corpus(records: Iterator[dict[str, Any]], cfg: CleanerConfig, *, work:
 
     # URL and exact-duplicate dedup need only ids and URLs; decided here, applied by the phase-1 workers.
     drop_idx: set[int] = set()
+    url_stats = None
     if cfg.url_dedup:
-        drop_idx, n_url, n_exact = url_dedup(rows)
+        limit = cfg.c4.max_page_chars
+        fits = [r for r in rows if not (limit and lengths[r[0]] > limit)]  # C4: length filter first
+        drop_idx, n_url, n_exact = url_dedup(fits)
+        ch = sum(lengths[r[0]] for r in fits)
         removed = sum(lengths[i] for i in drop_idx)
-        st = FilterStats(docs_in=n_in, docs_out=n_in - len(drop_idx), chars_in=chars_in, chars_out=chars_in - removed)
-        st.dropped.update({k: v for k, v in {"duplicate_url": n_url, "exact_duplicate": n_exact}.items() if v})
-        filters["url_dedup"] = st
+        url_stats = FilterStats(docs_in=len(fits), docs_out=len(fits) - len(drop_idx), chars_in=ch,
+                                chars_out=ch - removed)
+        url_stats.dropped.update({k: v for k, v in {"duplicate_url": n_url, "exact_duplicate": n_exact}.items() if v})
     del rows, lengths
-    per_shard = [frozenset(i - s * cfg.shard_docs for i in drop_idx if s * cfg.shard_docs <= i < (s + 1) * cfg.shard_docs)
-                 for s in range(len(shards))]
+    per_shard_sets: list[set[int]] = [set() for _ in shards]
+    for i in drop_idx:
+        per_shard_sets[i // cfg.shard_docs].add(i % cfg.shard_docs)
+    per_shard = [frozenset(x) for x in per_shard_sets]
     phase_s["read"] = time.perf_counter() - t_start
 
     pool = _pool(cfg.workers)
@@ -341,8 +374,10 @@ def clean_corpus(records: Iterator[dict[str, Any]], cfg: CleanerConfig, *, work:
         t0 = time.perf_counter()
         p1 = [(s, work / f"p1-{i:06d}.parquet", work / f"pairs-{i:06d}.npy", per_shard[i], cfg,
                cfg.line_dedup.enabled) for i, s in enumerate(shards)]
-        results = _map(pool, phase1, p1, "clean 1/3 c4 rules", log)
-        _merge(filters, rejects, [r[0] for r in results])
+        _map(pool, phase1, p1, "clean 1/3 c4 rules", _merger(filters, rejects, cfg.reject_samples))
+        if url_stats is not None:  # report in C4's order: page length, URL dedup, line rules
+            filters = {"page_length": filters["page_length"], "url_dedup": url_stats,
+                       **{k: v for k, v in filters.items() if k != "page_length"}}
         phase_s["c4_rules"] = time.perf_counter() - t0
 
         t0 = time.perf_counter()
@@ -354,10 +389,9 @@ def clean_corpus(records: Iterator[dict[str, Any]], cfg: CleanerConfig, *, work:
         phase_s["line_table"] = time.perf_counter() - t0
 
         t0 = time.perf_counter()
-        p3 = [(a[1], work / f"p3-{i:06d}.parquet", work / f"bands-{i:06d}.npy", table, words, cfg)
-              for i, a in enumerate(p1)]
-        results = _map(pool, phase3, p3, "clean 2/3 dedup, language, bad words", log)
-        _merge(filters, rejects, [r[0] for r in results])
+        p3 = [(a[1], work / f"p3-{i:06d}.parquet", work / f"bands-{i:06d}.npy", table, words, cfg,
+               work / f"feat-{i:06d}.parquet", work / f"lines-{i:06d}.npy") for i, a in enumerate(p1)]
+        _map(pool, phase3, p3, "clean 2/3 dedup, language, bad words", _merger(filters, rejects, cfg.reject_samples))
         phase_s["dedup_language_badwords"] = time.perf_counter() - t0
     finally:
         if pool is not None:
@@ -383,9 +417,32 @@ def clean_corpus(records: Iterator[dict[str, Any]], cfg: CleanerConfig, *, work:
 
     schema = arrow_schema(False)
     n_out = chars_out = 0
+    seen_ids: set[str] | None = None if cfg.line_dedup.enabled else set()
+    final = FilterStats()
+    feature_frames = []
     with pq.ParquetWriter(out_parquet, schema, compression="zstd") as writer:
         for a in p3:  # one row group per shard, in input order
             docs = [d for d in _read_shard(a[1]) if d.id not in near_dups]
+            feats = pd.read_parquet(a[6])
+            a[1].unlink()
+            if near_dups:
+                feats = feats[~feats["source_id"].isin(near_dups)]
+            if seen_ids is not None:
+                # Without line dedup two pages can clean to the same text (same id): keep the first.
+                unique, keep_rows = [], []
+                for j, d in enumerate(docs):
+                    cid = doc_id(d.text)
+                    final.docs_in += 1
+                    if cid in seen_ids:
+                        final.dropped["duplicate_text"] += 1
+                        continue
+                    seen_ids.add(cid)
+                    unique.append(d)
+                    keep_rows.append(j)
+                    final.docs_out += 1
+                docs = unique
+                feats = feats.iloc[keep_rows]
+            feature_frames.append(feats.drop(columns=["source_id"]))
             if not docs:
                 continue
             writer.write_table(pa.table({
@@ -393,16 +450,25 @@ def clean_corpus(records: Iterator[dict[str, Any]], cfg: CleanerConfig, *, work:
                 "text": [d.text for d in docs],
                 "source": [d.source for d in docs],
                 "url": [d.url for d in docs],
-                "meta": [_with_raw_id(d.meta, d.id) for d in docs],
+                "meta": [_with_raw_id(d.meta, d.raw_id or d.id) for d in docs],
             }, schema=schema))
             n_out += len(docs)
             chars_out += sum(len(d.text) for d in docs)
+    if seen_ids is not None and final.dropped:
+        filters["exact_dedup"] = final
+    features = pd.concat(feature_frames, ignore_index=True) if feature_frames else None
+    duplicate_lines = None
+    if cfg.line_dedup.enabled:
+        from stages.cleaning.dedup import count_duplicates
+
+        duplicate_lines = count_duplicates([a[7] for a in p3], cfg.line_dedup.buckets)
     phase_s["write"] = time.perf_counter() - t0
 
-    merged_rejects = _pick_rejects(rejects, cfg.reject_samples)
+    merged_rejects = [r for name in rejects for r in rejects[name]]
     return CleanResult(docs_in=n_in + sum(input_drops.values()), docs_out=n_out, chars_in=chars_in,
                        chars_out=chars_out, bytes_in=bytes_in, filters=filters, rejects=merged_rejects,
-                       input_drops=input_drops, seconds=time.perf_counter() - t_start, phase_seconds=phase_s)
+                       input_drops=input_drops, seconds=time.perf_counter() - t_start, phase_seconds=phase_s,
+                       gate_features=features, duplicate_lines=duplicate_lines)
 
 
 def _with_raw_id(meta: str, raw_id: str) -> str:
@@ -414,16 +480,4 @@ def _with_raw_id(meta: str, raw_id: str) -> str:
     if not isinstance(m, dict):
         m = {"meta": m}
     m["raw_id"] = raw_id
-    return json.dumps(m, sort_keys=True, ensure_ascii=False)
-
-
-def _pick_rejects(rejects: dict[str, list], per_reason: int) -> list[dict[str, Any]]:
-    """A deterministic sample: the first ``per_reason`` rejects of each (filter, reason) in input order."""
-    out = []
-    for name in rejects:
-        seen: Counter = Counter()
-        for r in rejects[name]:
-            if seen[r["reason"]] < per_reason:
-                seen[r["reason"]] += 1
-                out.append(r)
-    return out
+    return json.dumps(m, sort_keys=True, ensure_ascii=False, default=str)

@@ -24,13 +24,26 @@ def atomic_dir(target: str | Path) -> Iterator[Path]:
     """
     target = Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)
+    sweep_stale(target)
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
     try:
         yield tmp
+        os.chmod(tmp, 0o755)  # mkdtemp makes 0700; a published output is as readable as any other folder
         replace_dir(tmp, target)
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+def sweep_stale(target: Path) -> None:
+    """Remove temporary and set-aside siblings of ``target`` left by a run that was killed (SIGKILL skips
+    cleanup). One writer per output is assumed, as DVC runs a stage once at a time."""
+    for pattern in (f".{target.name}.tmp-*", f".{target.name}.old-*"):
+        for p in target.parent.glob(pattern):
+            if p.is_dir() and not p.is_symlink():
+                shutil.rmtree(p, ignore_errors=True)
+            else:
+                p.unlink(missing_ok=True)
 
 
 def replace_dir(src: Path, target: Path) -> None:
@@ -59,6 +72,7 @@ def write_bytes_atomic(path: str | Path, data: bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.tmp-", dir=path.parent)
     try:
+        os.fchmod(fd, 0o644)  # mkstemp makes 0600
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
             fh.flush()

@@ -1,73 +1,101 @@
 """The gate after cleaning: the output must satisfy the rules that produced it.
 
-Each check re-measures the cleaned documents independently of the filters' own bookkeeping, and only for
-rules that are switched on: no "lorem ipsum", no "{", every line ends in a terminal mark (and not in
-"..."), at least ``min_sentences`` Punkt sentences, no line (stripped, lower-cased) on two pages or twice on
-one, text not empty, English by a second, independent language identifier (py3langid) for at least
-``min_english_agreement`` of the documents, and the kept fraction within the configured band.
+The checks re-measure the cleaned documents independently of the filters' own bookkeeping, for the rules
+that are switched on: no "lorem ipsum", no "{", every line ends in a terminal mark (and not in "..."), at
+least ``min_sentences`` Punkt sentences, no line (stripped, lower-cased) twice in the corpus, no empty
+text, unique content-hash ids, JSON meta, English by a second, independent identifier (py3langid) for at
+least ``min_english_agreement`` of the documents, and the kept fraction within the configured band.
+
+The per-document features are computed by the cleaning workers, shard by shard and in parallel
+(:func:`document_features`), and the duplicate-line count by hashing the output lines into sorted files
+(:func:`write_line_hashes`) counted bucket by bucket; the gate itself never loads the cleaned text.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
+from pathlib import Path
 from typing import TYPE_CHECKING
 
+import numpy as np
 import pandas as pd
 
 from stages.quality.gate import Expect
-from stages.quality.suites import combine, documents_suite
 
 if TYPE_CHECKING:
     from stages.clean import CleanConfig
+    from stages.cleaning.base import Doc
+    from stages.cleaning.pipeline import CleanerConfig
 
+SCHEMA = "clean_schema"
 FEATURES = "clean_features"
 SUMMARY = "clean_summary"
+FEATURE_COLUMNS = ["source_id", "id", "text_chars", "meta_is_json", "has_lorem_ipsum", "has_curly_brace",
+                   "bad_line_endings", "sentences_up_to_min", "english_second_opinion"]
 
 
-def _features(df: pd.DataFrame, cfg: "CleanConfig") -> pd.DataFrame:
+def _is_json(meta: str) -> bool:
+    try:
+        json.loads(meta)
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
+def document_features(docs: list["Doc"], cfg: "CleanerConfig") -> pd.DataFrame:
+    """One row per kept document: what the gate checks, measured on the cleaned text."""
     from stages.cleaning.sentences import count_sentences
+    from stages.common.documents import doc_id
 
-    rules = cfg.cleaner.c4
-    need = rules.min_sentences
-    seen: set[bytes] = set()
+    rules = cfg.c4
     rows = []
-    for doc_id, text in zip(df["id"], df["text"]):
-        text = text if isinstance(text, str) else ""
+    for d in docs:
+        text = d.text
         lines = text.split("\n")
-        lower = text.lower()
-        dup = 0
-        for line in lines:
-            h = hashlib.md5(line.strip().lower().encode("utf-8")).digest()
-            dup += h in seen
-            seen.add(h)
         bad_end = 0
         if rules.end_marks:
             bad_end = sum(1 for ln in lines if not ln.endswith(rules.end_marks)
                           or (rules.drop_ellipsis and ln.endswith("...")))
         sentences = 0
         for line in lines:  # counting stops at the minimum: only the comparison matters
-            if sentences >= need:
+            if sentences >= rules.min_sentences:
                 break
             sentences += count_sentences(line)
-        rows.append({"id": doc_id, "has_lorem_ipsum": "lorem ipsum" in lower, "has_curly_brace": "{" in text,
-                     "bad_line_endings": bad_end, "sentences_up_to_min": sentences, "duplicate_lines": dup})
-    feats = pd.DataFrame(rows, columns=["id", "has_lorem_ipsum", "has_curly_brace", "bad_line_endings",
-                                        "sentences_up_to_min", "duplicate_lines"])
-    if cfg.cleaner.language.enabled:
-        from stages.cleaning.langid import is_english
+        english = True
+        if cfg.language.enabled:
+            from stages.cleaning.langid import is_english
 
-        # An independent second opinion: py3langid's decision, not the filter's own record.
-        feats["english_second_opinion"] = [is_english(t, min_probability=0.5, backend="py3langid")[0]
-                                           for t in df["text"]]
-    return feats.set_index("id")
+            # An independent second opinion: py3langid's decision, not the filter's own record.
+            english = is_english(text, min_probability=0.5, backend="py3langid")[0]
+        rows.append((d.id, doc_id(text), len(text.strip()), _is_json(d.meta), "lorem ipsum" in text.lower(),
+                     "{" in text, bad_end, sentences, english))
+    return pd.DataFrame(rows, columns=FEATURE_COLUMNS)
 
 
-def cleaned_suite(df: pd.DataFrame, *, cfg: "CleanConfig", kept_fraction: float):
+def write_line_hashes(docs: list["Doc"], path: Path) -> None:
+    """The output lines' identities (MD5 of the stripped, lower-cased line, 64 bits), sorted."""
+    hashes = [int.from_bytes(hashlib.md5(ln.strip().lower().encode("utf-8")).digest()[:8], "big")
+              for d in docs for ln in d.text.split("\n")]
+    np.save(path, np.sort(np.array(hashes, dtype=np.uint64)))
+
+
+def cleaned_suite(features: pd.DataFrame | None, *, columns: list[str], duplicate_lines: int | None,
+                  cfg: "CleanConfig", kept_fraction: float):
+    from stages.common.documents import DOCUMENT_COLUMNS
+
     rules = cfg.cleaner.c4
     gate = cfg.gate
-    tables, expectations = documents_suite(df, min_rows=gate.min_rows, max_rows=10**12, min_nonempty_ratio=1.0)
-    feats = _features(df, cfg)
-    checks: list[Expect] = []
+    feats = (features if features is not None else pd.DataFrame(columns=FEATURE_COLUMNS[1:])).copy()
+    feats = feats.reset_index(drop=True)
+    feats.index = pd.Index(feats["id"].to_numpy(), name="doc")  # failures name the document
+    checks: list[Expect] = [
+        Expect(table=SCHEMA, kind="ExpectTableColumnsToMatchSet",
+               kwargs={"column_set": list(DOCUMENT_COLUMNS), "exact_match": True}),
+        Expect(table=FEATURES, kind="ExpectTableRowCountToBeBetween", kwargs={"min_value": gate.min_rows}),
+        Expect(table=FEATURES, kind="ExpectColumnValuesToBeUnique", kwargs={"column": "id"}),
+        Expect(table=FEATURES, kind="ExpectColumnValuesToBeBetween", kwargs={"column": "text_chars", "min_value": 1}),
+    ]
 
     def values_in(column: str, allowed: list, mostly: float = 1.0) -> None:
         kwargs = {"column": column, "value_set": allowed}
@@ -75,6 +103,7 @@ def cleaned_suite(df: pd.DataFrame, *, cfg: "CleanConfig", kept_fraction: float)
             kwargs["mostly"] = mostly
         checks.append(Expect(table=FEATURES, kind="ExpectColumnValuesToBeInSet", kwargs=kwargs))
 
+    values_in("meta_is_json", [True])
     if rules.lorem_ipsum:
         values_in("has_lorem_ipsum", [False])
     if rules.curly_brace:
@@ -84,12 +113,15 @@ def cleaned_suite(df: pd.DataFrame, *, cfg: "CleanConfig", kept_fraction: float)
     if rules.min_sentences:
         checks.append(Expect(table=FEATURES, kind="ExpectColumnValuesToBeBetween",
                              kwargs={"column": "sentences_up_to_min", "min_value": rules.min_sentences}))
-    if cfg.cleaner.line_dedup.enabled:
-        values_in("duplicate_lines", [0])
     if cfg.cleaner.language.enabled and len(feats):
         values_in("english_second_opinion", [True], mostly=gate.min_english_agreement)
-    summary = pd.DataFrame({"kept_fraction": [kept_fraction]})
+    summary = {"kept_fraction": [kept_fraction]}
     checks.append(Expect(table=SUMMARY, kind="ExpectColumnValuesToBeBetween",
                          kwargs={"column": "kept_fraction", "min_value": gate.min_kept_fraction,
                                  "max_value": gate.max_kept_fraction}))
-    return combine((tables, expectations), ({FEATURES: feats, SUMMARY: summary}, checks))
+    if duplicate_lines is not None:
+        summary["duplicate_lines"] = [duplicate_lines]
+        checks.append(Expect(table=SUMMARY, kind="ExpectColumnValuesToBeInSet",
+                             kwargs={"column": "duplicate_lines", "value_set": [0]}))
+    tables = {SCHEMA: pd.DataFrame(columns=columns), FEATURES: feats, SUMMARY: pd.DataFrame(summary)}
+    return tables, checks

@@ -241,6 +241,7 @@ def write_report(result: GateResult, path: str | Path) -> None:
     text = json.dumps(result.to_json(), indent=2, sort_keys=True, allow_nan=False) + "\n"
     fd, tmp_name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
     try:
+        os.fchmod(fd, 0o644)  # mkstemp makes 0600; a report is for everyone to read
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.write(text)
             handle.flush()

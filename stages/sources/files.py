@@ -124,6 +124,10 @@ def _split_fields(cfg: FilesSource, obj: dict[str, Any], where: str, name: str) 
     text = obj[cfg.text_field]
     if not isinstance(text, str):
         return f"{where}: field {cfg.text_field!r} is {type(text).__name__}, expected a string"
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:  # e.g. a JSON "\ud800" escape: not representable in UTF-8
+        return f"{where}: field {cfg.text_field!r} has an unpaired surrogate at character {exc.start}"
     url = obj.get(cfg.url_field) if cfg.url_field else None
     label = obj.get(cfg.label_field) if cfg.label_field else None
     if cfg.label_field and (label is None or label == ""):

@@ -91,7 +91,9 @@ def read_hf(cfg: HFSource, prov: Provenance) -> Iterator[Record]:
             raise SourceError(f"{cfg.path or cfg.name}: row {i + 1}: field {cfg.text_field!r} is not a string")
         label = row.get(cfg.label_field) if cfg.label_field else None
         if label_names is not None and isinstance(label, int):
-            label = label_names[label]
+            # ClassLabel stores -1 for "no label" (e.g. GLUE test splits): that is a missing label, not
+            # the last class.
+            label = label_names[label] if 0 <= label < len(label_names) else None
         yield Record(
             text=text,
             source=str(row.get("source") or source_name),

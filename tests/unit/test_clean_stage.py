@@ -95,3 +95,71 @@ def test_params_are_presets_over_defaults_and_typos_are_named(tmp_path):
         config_from_section({"colour": 1}, "clean.x")
     for corpus_name in ("general", "domain"):
         assert load_config("params.yaml", corpus_name).cleaner.c4.min_sentences == 3
+
+
+def _jsonl(path, rows):
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def test_user_ids_are_carried_not_trusted(tmp_path):
+    # 40 distinct pages whose ids repeat: nothing may be merged on the user's id
+    rows = [{"id": str(i % 20), "text": english_page(i)} for i in range(40)]
+    out = tmp_path / "out"
+    assert run(tmp_path, _jsonl(tmp_path / "in.jsonl", rows), out, "--workers", "1") == 0
+    df = pd.read_parquet(out / "documents.parquet")
+    assert len(df) == 40
+    assert sorted(json.loads(m)["raw_id"] for m in df["meta"]) == sorted(str(i % 20) for i in range(40))
+
+
+def test_page_length_applies_before_url_dedup_as_in_c4(tmp_path):
+    old = {"id": "old", "text": english_page(1), "url": "http://a.example/x", "timestamp": "2019"}
+    new_but_huge = {"id": "new", "text": english_page(2) + "\n" + "z" * 200_000, "url": "http://a.example/x",
+                    "timestamp": "2020"}
+    rows = [old, new_but_huge] + [{"text": english_page(i)} for i in range(10, 14)]
+    out = tmp_path / "out"
+    assert run(tmp_path, _jsonl(tmp_path / "in.jsonl", rows), out, "--workers", "1") == 0
+    stats = json.loads((out / "stats.json").read_text())
+    assert stats["filter_order"][:3] == ["page_length", "url_dedup", "c4_lines"]
+    assert stats["filters"]["page_length"]["dropped_by_reason"] == {"too_long": 1}
+    assert stats["filters"]["url_dedup"]["dropped_by_reason"] == {}  # the old page is the only one left
+    raw = {json.loads(m)["raw_id"] for m in pd.read_parquet(out / "documents.parquet")["meta"]}
+    assert "old" in raw
+
+
+def test_without_line_dedup_identical_cleaned_pages_are_kept_once(tmp_path):
+    page = english_page(5)
+    rows = [{"text": page + "\nHome | Menu"}, {"text": page + "\nContact | About"}] + \
+        [{"text": english_page(i)} for i in range(20, 24)]
+    params = tmp_path / "params.yaml"
+    params.write_text(yaml.safe_dump({"clean": {"defaults": {"workers": 1, "line_dedup": {"enabled": False}},
+                                                "nodedup": {}}}))
+    out = tmp_path / "out"
+    assert run(tmp_path, _jsonl(tmp_path / "in.jsonl", rows), out, "--corpus", "nodedup", "--params", str(params)) == 0
+    stats = json.loads((out / "stats.json").read_text())
+    assert stats["filters"]["exact_dedup"]["dropped_by_reason"] == {"duplicate_text": 1}
+    assert pd.read_parquet(out / "documents.parquet")["id"].is_unique
+
+
+def test_corrupt_compressed_input_is_a_one_line_error(tmp_path, capsys):
+    import gzip
+
+    bad = tmp_path / "broken.jsonl.gz"
+    bad.write_bytes(gzip.compress(b'{"text": "hello"}\n' * 1000)[:-20])
+    assert run(tmp_path, bad, tmp_path / "out") == 1
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.startswith("error: ") and "broken.jsonl.gz: cannot read compressed stream" in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_outputs_are_readable_and_leftovers_of_killed_runs_are_swept(tmp_path):
+    out = tmp_path / "out"
+    stale = tmp_path / ".out.tmp-killed"
+    stale.mkdir()
+    (stale / "half.parquet").write_text("partial")
+    assert run(tmp_path, _jsonl(tmp_path / "in.jsonl", [{"text": english_page(i)} for i in range(6)]), out,
+               "--workers", "1") == 0
+    assert not stale.exists()
+    assert oct(out.stat().st_mode & 0o777) == "0o755"
+    assert oct((out / "stats.json").stat().st_mode & 0o777) == "0o644"
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []

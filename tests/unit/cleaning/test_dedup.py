@@ -99,3 +99,26 @@ def test_selection_table_is_the_minimum_page_key_per_line(tmp_path):
 def test_line_key_normalises_case_and_surrounding_space():
     assert line_key("  Hello World. ") == line_key("hello world.")
     assert line_key("hello world.") != line_key("hello  world.")
+
+
+def test_selection_build_keeps_few_files_open(tmp_path):
+    """Thousands of shards must not exhaust file descriptors (shards are opened per bucket, one at a time)."""
+    import subprocess
+    import sys
+    import textwrap
+
+    script = textwrap.dedent(f"""
+        import resource, numpy as np
+        from pathlib import Path
+        from stages.cleaning.dedup import build_selection, write_shard_pairs
+        files = []
+        for i in range(300):
+            f = Path({str(tmp_path)!r}) / f"p{{i}}.npy"
+            write_shard_pairs([np.array([[i * 7919 % 1000, i]], dtype=np.uint64)], f)
+            files.append(f)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (64, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+        print(build_selection(files, Path({str(tmp_path)!r}) / "t.npy", 4))
+    """)
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=".")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert int(proc.stdout.strip()) == 300

@@ -135,3 +135,12 @@ def test_common_crawl_wet(tmp_path):
     junk.write_bytes(gzip.compress(b"this is not a warc file\n"))
     with pytest.raises(SourceError, match=r"junk\.warc\.wet\.gz: not a readable WARC/WET file"):
         _read(junk)
+
+
+def test_unpaired_surrogate_is_invalid_text(tmp_path):
+    path = tmp_path / "s.jsonl"
+    path.write_text('{"text": "ok"}\n{"text": "bad \\ud800 char"}\n')
+    with pytest.raises(SourceError, match=r"s\.jsonl:2: field 'text' has an unpaired surrogate"):
+        _read(path)
+    recs, prov = _read(path, on_error="skip")
+    assert [r.text for r in recs] == ["ok"] and prov.skipped == {"bad_field": 1}

@@ -174,10 +174,89 @@ def gate_labels(cfg: CorpusConfig) -> tuple[str, ...]:
     return tuple(sections)
 
 
+def stream_documents(cfg: CorpusConfig, ctx: SourceContext, path: Path, log=print):
+    """Unlabeled corpora: read every source straight into Parquet, batch by batch, so memory holds the
+    ids and a few numbers per document, never the corpus. Returns what the gate and manifest need."""
+    import pandas as pd
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    schema = arrow_schema(False)
+    provs: list[Provenance] = []
+    dropped: Counter = Counter()
+    seen: set[str] = set()
+    ids: list[str] = []
+    sources: list[str] = []
+    text_chars: list[int] = []
+    meta_ok: list[bool] = []
+    batch: list[dict[str, Any]] = []
+    counts = {"documents": 0, "characters": 0, "by_source": Counter()}
+    total = 0
+    with pq.ParquetWriter(path, schema, compression="zstd") as writer:
+        for i, src in enumerate(cfg.sources):
+            prov = Provenance(kind=src.kind)
+            provs.append(prov)
+            t0 = time.perf_counter()
+            for rec in read_source(src, ctx, prov):
+                if cfg.max_docs is not None and total >= cfg.max_docs:
+                    dropped["max_docs"] += 1
+                    break
+                prov.records += 1
+                total += 1
+                did = doc_id(rec.text)
+                if cfg.dedup and did in seen:
+                    dropped["duplicate_text"] += 1
+                    continue
+                seen.add(did)
+                meta = meta_json(rec.meta)
+                batch.append({"id": did, "text": rec.text, "source": rec.source, "url": rec.url, "meta": meta})
+                ids.append(did)
+                sources.append(rec.source)
+                text_chars.append(len(rec.text.strip()))
+                meta_ok.append(_parses(meta))
+                counts["documents"] += 1
+                counts["characters"] += len(rec.text)
+                counts["by_source"][rec.source] += 1
+                if len(batch) == 2048:
+                    writer.write_table(pa.Table.from_pylist(batch, schema=schema))
+                    batch = []
+            log(f"[ingest] source {i} ({src.kind}): {prov.records} records in {time.perf_counter() - t0:.1f}s")
+        if batch:
+            writer.write_table(pa.Table.from_pylist(batch, schema=schema))
+    light = pd.DataFrame({"id": ids, "source": sources})
+    counts["by_source"] = dict(sorted(counts["by_source"].items()))
+    return provs, dropped, light, text_chars, meta_ok, counts
+
+
+def _parses(meta: str) -> bool:
+    try:
+        json.loads(meta)
+    except ValueError:
+        return False
+    return True
+
+
+def _table_counts(table) -> dict[str, Any]:
+    import pyarrow.compute as pc
+
+    counts: dict[str, Any] = {
+        "documents": table.num_rows,
+        "characters": int(pc.sum(pc.utf8_length(table["text"])).as_py() or 0) if table.num_rows else 0,
+        "by_source": dict(sorted(Counter(table["source"].to_pylist()).items())),
+    }
+    if "label" in table.column_names:
+        counts["by_split"] = dict(sorted(Counter(table["split"].to_pylist()).items()))
+        counts["by_label"] = dict(sorted(Counter(table["label"].to_pylist()).items()))
+    return counts
+
+
 def ingest(cfg: CorpusConfig, *, corpus: str, cache_dir: Path, output_dir: Path, report_path: Path,
            log=print) -> IngestResult:
-    """Read, normalise, gate and atomically publish one corpus. Raises SourceError or GateFailed."""
-    import pandas as pd
+    """Read, normalise, gate and atomically publish one corpus. Raises SourceError or GateFailed.
+
+    Unlabeled corpora stream to disk (memory: ids and a few numbers per document); labeled corpora,
+    which need a global view for label conflicts and class balance, are built in memory.
+    """
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -185,23 +264,30 @@ def ingest(cfg: CorpusConfig, *, corpus: str, cache_dir: Path, output_dir: Path,
     from stages.quality.suites import combine, documents_suite, labeled_suite
 
     t0 = time.perf_counter()
-    rows, provs, dropped = collect(cfg, SourceContext(cache_dir=cache_dir), log=log)
-    columns = LABELED_COLUMNS if cfg.labeled else LABELED_COLUMNS[:5]
-    table = pa.Table.from_pylist(rows, schema=arrow_schema(cfg.labeled)) if rows else \
-        arrow_schema(cfg.labeled).empty_table()
-    df = table.to_pandas()
-
-    suites = [documents_suite(df, min_rows=cfg.gate.min_rows, max_rows=cfg.gate.max_rows,
-                              min_nonempty_ratio=cfg.gate.min_nonempty_ratio, extra_columns=columns[5:])]
-    if cfg.labeled:
-        labels = gate_labels(cfg) or tuple(sorted(df["label"].unique()))
-        suites.append(labeled_suite(df, labels=labels, splits=SPLITS, min_class_share=cfg.gate.min_class_share,
-                                    max_class_share=cfg.gate.max_class_share))
-    tables, expectations = combine(*suites)
-
+    ctx = SourceContext(cache_dir=cache_dir)
+    g = cfg.gate
     with atomic_dir(output_dir) as tmp:
-        pq.write_table(table, tmp / "documents.parquet", compression="zstd", row_group_size=2048)
-        manifest = build_manifest(cfg, corpus, table, provs, dropped, tmp / "documents.parquet")
+        path = tmp / "documents.parquet"
+        if cfg.labeled:
+            rows, provs, dropped = collect(cfg, ctx, log=log)
+            table = pa.Table.from_pylist(rows, schema=arrow_schema(True)) if rows else \
+                arrow_schema(True).empty_table()
+            pq.write_table(table, path, compression="zstd", row_group_size=2048)
+            df = table.to_pandas()
+            labels = gate_labels(cfg) or tuple(sorted(df["label"].unique()))
+            tables, expectations = combine(
+                documents_suite(df, min_rows=g.min_rows, max_rows=g.max_rows,
+                                min_nonempty_ratio=g.min_nonempty_ratio, extra_columns=LABELED_COLUMNS[5:]),
+                labeled_suite(df, labels=labels, splits=SPLITS, min_class_share=g.min_class_share,
+                              max_class_share=g.max_class_share))
+            counts = _table_counts(table)
+            del rows, table, df
+        else:
+            provs, dropped, light, text_chars, meta_ok, counts = stream_documents(cfg, ctx, path, log=log)
+            tables, expectations = documents_suite(
+                light, min_rows=g.min_rows, max_rows=g.max_rows, min_nonempty_ratio=g.min_nonempty_ratio,
+                text_chars=text_chars, meta_is_json=meta_ok, columns=pq.read_schema(path).names)
+        manifest = build_manifest(cfg, corpus, counts, provs, dropped, path)
         write_json_atomic(tmp / "manifest.json", manifest)
         gate = enforce(f"ingest-{corpus}", tables, expectations, report_path)  # raises: tmp is discarded
     # No wall-clock figures in metrics: the same input and params must give byte-identical files.
@@ -220,20 +306,14 @@ def _portable(path: str) -> str:
         return p.as_posix()
 
 
-def build_manifest(cfg, corpus, table, provs, dropped, parquet_path: Path) -> dict[str, Any]:
+def build_manifest(cfg, corpus, counts, provs, dropped, parquet_path: Path) -> dict[str, Any]:
     import pyarrow as pa
-    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
 
-    counts: dict[str, Any] = {
-        "documents": table.num_rows,
-        "characters": int(pc.sum(pc.utf8_length(table["text"])).as_py() or 0) if table.num_rows else 0,
-        "by_source": dict(sorted(Counter(table["source"].to_pylist()).items())),
-        "dropped": dict(sorted(dropped.items())),
-        "skipped": dict(sorted(sum((p.skipped for p in provs), Counter()).items())),
-    }
-    if cfg.labeled:
-        counts["by_split"] = dict(sorted(Counter(table["split"].to_pylist()).items()))
-        counts["by_label"] = dict(sorted(Counter(table["label"].to_pylist()).items()))
+    counts = {**counts, "dropped": dict(sorted(dropped.items())),
+              "skipped": dict(sorted(sum((p.skipped for p in provs), Counter()).items()))}
+    n_rows = pq.ParquetFile(parquet_path).metadata.num_rows
+    schema_names = pq.read_schema(parquet_path).names
     sources = []
     for p in provs:
         entry = p.to_json()
@@ -242,10 +322,10 @@ def build_manifest(cfg, corpus, table, provs, dropped, parquet_path: Path) -> di
         sources.append(entry)
     return {
         "corpus": corpus,
-        "schema": [f.name for f in table.schema],
+        "schema": schema_names,
         "counts": counts,
         "sources": sources,
-        "outputs": {"documents.parquet": {"sha256": sha256_file(parquet_path), "rows": table.num_rows}},
+        "outputs": {"documents.parquet": {"sha256": sha256_file(parquet_path), "rows": n_rows}},
         "config": dataclasses.asdict(cfg),
         "software": {"python": platform.python_version(), "pyarrow": pa.__version__},
     }

@@ -20,6 +20,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from stages.quality.gate import Expect
@@ -33,6 +34,7 @@ DOCUMENT_COLUMNS = ("id", "text", "source", "url", "meta")
 # Table names; also the prefixes of check names in reports and GateFailed messages.
 DOCUMENTS = "documents"
 DOCUMENT_FEATURES = "document_features"
+DOCUMENT_SCHEMA = "document_schema"
 LABELED = "labeled"
 LABELED_TRAIN = "labeled_train"
 CLASS_SHARES = "class_shares"
@@ -46,6 +48,9 @@ def documents_suite(
     max_rows: int,
     min_nonempty_ratio: float,
     extra_columns: Sequence[str] = (),
+    text_chars: Sequence[int] | None = None,
+    meta_is_json: Sequence[bool] | None = None,
+    columns: Sequence[str] | None = None,
 ) -> Suite:
     """Checks for a documents table (id, text, source, url, meta [+ extra_columns]).
 
@@ -60,23 +65,33 @@ def documents_suite(
     - source not null: splits are made by source group and lineage needs it.
     - meta parses as JSON (`meta_is_json` in {True}): meta is a JSON string by contract and is
       parsed downstream; one malformed value would crash a later stage far from its cause.
+
+    For corpora too large to hold their text in memory, pass a ``df`` without the text column plus
+    ``text_chars`` (stripped length per row, in ``df``'s order), ``meta_is_json`` and ``columns`` (the
+    written file's column names): the schema check then runs on ``columns`` and nothing reads the text.
     """
     _require(0 <= min_rows <= max_rows, f"need 0 <= min_rows <= max_rows, got {min_rows}, {max_rows}")
     _require(0.0 <= min_nonempty_ratio <= 1.0, f"min_nonempty_ratio must be in [0, 1], got {min_nonempty_ratio}")
 
     features = pd.DataFrame(
         {
-            "text_chars": _column(df, "text").map(_stripped_length).astype("int64").to_numpy(),
-            "meta_is_json": _column(df, "meta").map(_is_json).astype(bool).to_numpy(),
+            "text_chars": (np.asarray(text_chars, dtype="int64") if text_chars is not None
+                           else _column(df, "text").map(_stripped_length).astype("int64").to_numpy()),
+            "meta_is_json": (np.asarray(meta_is_json, dtype=bool) if meta_is_json is not None
+                             else _column(df, "meta").map(_is_json).astype(bool).to_numpy()),
         },
         # Indexed by document id so GX's unexpected-row list names the offending documents.
         index=pd.Index(_column(df, "id").to_numpy(), name="id"),
     )
     tables = {DOCUMENTS: df.copy(), DOCUMENT_FEATURES: features}
+    schema_table = DOCUMENTS
+    if columns is not None:
+        schema_table = DOCUMENT_SCHEMA
+        tables[DOCUMENT_SCHEMA] = pd.DataFrame(columns=list(columns))
     expected_columns = [*DOCUMENT_COLUMNS, *extra_columns]
     expectations = [
         Expect(
-            table=DOCUMENTS,
+            table=schema_table,
             kind="ExpectTableColumnsToMatchSet",
             kwargs={"column_set": expected_columns, "exact_match": True},
         ),

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import fnmatch
 import getpass
-import json
 import re
 import shutil
 import subprocess

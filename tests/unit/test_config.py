@@ -48,7 +48,9 @@ def test_valid_section_builds_typed_frozen_objects():
     assert cfg.count == 3 and cfg.inner.rate == 1.0 and isinstance(cfg.inner.rate, float)
     assert cfg.inner.names == ("x",)
     assert cfg.parts == (A(kind="a", size=2), B(kind="b", flag=False))
-    with pytest.raises(Exception):
+    import dataclasses
+
+    with pytest.raises(dataclasses.FrozenInstanceError):
         cfg.count = 4  # frozen
 
 

@@ -15,18 +15,17 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import hashlib
-import json
 import platform
 import sys
 import time
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from stages.common.atomic import atomic_dir, write_json_atomic
-from stages.common.documents import LABELED_COLUMNS, Record, arrow_schema, doc_id, meta_json
+from stages.common.documents import LABELED_COLUMNS, Record, arrow_schema, doc_id, is_json_text, meta_json
 from stages.config import ConfigError, build, check, load_params, section
 from stages.sources import Provenance, SourceConfig, SourceContext, SourceError, read_source
 from stages.sources.base import sha256_file
@@ -119,12 +118,10 @@ def assign_split(group: str, cfg: SplitConfig) -> str:
     return "train"
 
 
-def collect(cfg: CorpusConfig, ctx: SourceContext, log=print) -> tuple[list[dict[str, Any]], list[Provenance], Counter]:
-    """Read every source; return rows in the output schema, per-source provenance and drop counters."""
-    provs: list[Provenance] = []
-    rows: dict[str, dict[str, Any]] = {}
-    labels_of: dict[str, set[str]] = {}
-    dropped: Counter = Counter()
+def read_all(cfg: CorpusConfig, ctx: SourceContext, provs: list[Provenance], dropped: Counter,
+             log=print) -> Iterator[Record]:
+    """Every record of every source, in order, with one Provenance per source appended to ``provs``;
+    each source stops once ``max_docs`` records have been read in all."""
     total = 0
     for i, src in enumerate(cfg.sources):
         prov = Provenance(kind=src.kind)
@@ -136,32 +133,36 @@ def collect(cfg: CorpusConfig, ctx: SourceContext, log=print) -> tuple[list[dict
                 break
             prov.records += 1
             total += 1
-            _add(rows, labels_of, dropped, rec, cfg)
+            yield rec
         log(f"[ingest] source {i} ({src.kind}): {prov.records} records in {time.perf_counter() - t0:.1f}s")
-    if cfg.labeled:
-        conflicted = [k for k, labels in labels_of.items() if len(labels) > 1]
-        for k in conflicted:  # one text, several labels: no right answer to learn or score, so drop it
-            del rows[k]
-        dropped["label_conflict"] += len(conflicted)
+
+
+def collect_labeled(cfg: CorpusConfig, ctx: SourceContext,
+                    log=print) -> tuple[list[dict[str, Any]], list[Provenance], Counter]:
+    """Labeled corpora, in memory: rows in the output schema with their split, per-source provenance and
+    drop counters. Texts whose copies disagree on the label are dropped."""
+    provs: list[Provenance] = []
+    rows: dict[str, dict[str, Any]] = {}
+    labels_of: dict[str, set[str]] = {}
+    dropped: Counter = Counter()
+    for rec in read_all(cfg, ctx, provs, dropped, log):
+        if not rec.label:
+            raise SourceError(f"source {rec.source}: a record has no label but the corpus is labeled "
+                              "(set label_field on the source)")
+        did = doc_id(rec.text)
+        key = did if cfg.dedup else f"{did}:{len(rows)}"
+        labels_of.setdefault(key, set()).add(rec.label)
+        if key in rows:
+            dropped["duplicate_text"] += 1
+            continue
+        rows[key] = {"id": did, "text": rec.text, "source": rec.source, "url": rec.url,
+                     "meta": meta_json(rec.meta), "label": rec.label,
+                     "split": assign_split(rec.group or did, cfg.split)}
+    conflicted = [k for k, labels in labels_of.items() if len(labels) > 1]
+    for k in conflicted:  # one text, several labels: no right answer to learn or score, so drop it
+        del rows[k]
+    dropped["label_conflict"] += len(conflicted)
     return list(rows.values()), provs, dropped
-
-
-def _add(rows, labels_of, dropped, rec: Record, cfg: CorpusConfig) -> None:
-    if cfg.labeled and not rec.label:
-        raise SourceError(f"source {rec.source}: a record has no label but the corpus is labeled "
-                          "(set label_field on the source)")
-    did = doc_id(rec.text)
-    key = did if cfg.dedup else f"{did}:{len(rows)}"
-    if cfg.labeled:
-        labels_of.setdefault(key, set()).add(rec.label)  # type: ignore[arg-type]
-    if key in rows:
-        dropped["duplicate_text"] += 1
-        return
-    row = {"id": did, "text": rec.text, "source": rec.source, "url": rec.url, "meta": meta_json(rec.meta)}
-    if cfg.labeled:
-        row["label"] = rec.label
-        row["split"] = assign_split(rec.group or did, cfg.split)
-    rows[key] = row
 
 
 def gate_labels(cfg: CorpusConfig) -> tuple[str, ...]:
@@ -191,49 +192,30 @@ def stream_documents(cfg: CorpusConfig, ctx: SourceContext, path: Path, log=prin
     meta_ok: list[bool] = []
     batch: list[dict[str, Any]] = []
     counts = {"documents": 0, "characters": 0, "by_source": Counter()}
-    total = 0
     with pq.ParquetWriter(path, schema, compression="zstd") as writer:
-        for i, src in enumerate(cfg.sources):
-            prov = Provenance(kind=src.kind)
-            provs.append(prov)
-            t0 = time.perf_counter()
-            for rec in read_source(src, ctx, prov):
-                if cfg.max_docs is not None and total >= cfg.max_docs:
-                    dropped["max_docs"] += 1
-                    break
-                prov.records += 1
-                total += 1
-                did = doc_id(rec.text)
-                if cfg.dedup and did in seen:
-                    dropped["duplicate_text"] += 1
-                    continue
-                seen.add(did)
-                meta = meta_json(rec.meta)
-                batch.append({"id": did, "text": rec.text, "source": rec.source, "url": rec.url, "meta": meta})
-                ids.append(did)
-                sources.append(rec.source)
-                text_chars.append(len(rec.text.strip()))
-                meta_ok.append(_parses(meta))
-                counts["documents"] += 1
-                counts["characters"] += len(rec.text)
-                counts["by_source"][rec.source] += 1
-                if len(batch) == 2048:
-                    writer.write_table(pa.Table.from_pylist(batch, schema=schema))
-                    batch = []
-            log(f"[ingest] source {i} ({src.kind}): {prov.records} records in {time.perf_counter() - t0:.1f}s")
+        for rec in read_all(cfg, ctx, provs, dropped, log):
+            did = doc_id(rec.text)
+            if cfg.dedup and did in seen:
+                dropped["duplicate_text"] += 1
+                continue
+            seen.add(did)
+            meta = meta_json(rec.meta)
+            batch.append({"id": did, "text": rec.text, "source": rec.source, "url": rec.url, "meta": meta})
+            ids.append(did)
+            sources.append(rec.source)
+            text_chars.append(len(rec.text.strip()))
+            meta_ok.append(is_json_text(meta))
+            counts["documents"] += 1
+            counts["characters"] += len(rec.text)
+            counts["by_source"][rec.source] += 1
+            if len(batch) == 2048:
+                writer.write_table(pa.Table.from_pylist(batch, schema=schema))
+                batch = []
         if batch:
             writer.write_table(pa.Table.from_pylist(batch, schema=schema))
     light = pd.DataFrame({"id": ids, "source": sources})
     counts["by_source"] = dict(sorted(counts["by_source"].items()))
     return provs, dropped, light, text_chars, meta_ok, counts
-
-
-def _parses(meta: str) -> bool:
-    try:
-        json.loads(meta)
-    except ValueError:
-        return False
-    return True
 
 
 def _table_counts(table) -> dict[str, Any]:
@@ -269,7 +251,7 @@ def ingest(cfg: CorpusConfig, *, corpus: str, cache_dir: Path, output_dir: Path,
     with atomic_dir(output_dir) as tmp:
         path = tmp / "documents.parquet"
         if cfg.labeled:
-            rows, provs, dropped = collect(cfg, ctx, log=log)
+            rows, provs, dropped = collect_labeled(cfg, ctx, log=log)
             table = pa.Table.from_pylist(rows, schema=arrow_schema(True)) if rows else \
                 arrow_schema(True).empty_table()
             pq.write_table(table, path, compression="zstd", row_group_size=2048)

@@ -45,6 +45,18 @@ def meta_json(meta: dict[str, Any]) -> str:
     return json.dumps(meta, sort_keys=True, ensure_ascii=False, default=str)
 
 
+def is_json_text(value: Any) -> bool:
+    """True when ``value`` is a string holding valid JSON: the contract for ``meta`` (a dict or null in
+    its place is a breach too)."""
+    if not isinstance(value, str):
+        return False
+    try:
+        json.loads(value)
+    except ValueError:
+        return False
+    return True
+
+
 def arrow_schema(labeled: bool):
     """The Arrow schema of the documents Parquet file (pyarrow imported lazily)."""
     import pyarrow as pa

@@ -13,8 +13,6 @@ The per-document features are computed by the cleaning workers, shard by shard a
 
 from __future__ import annotations
 
-import hashlib
-import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -35,18 +33,11 @@ FEATURE_COLUMNS = ["source_id", "id", "text_chars", "meta_is_json", "has_lorem_i
                    "bad_line_endings", "sentences_up_to_min", "english_second_opinion"]
 
 
-def _is_json(meta: str) -> bool:
-    try:
-        json.loads(meta)
-    except (TypeError, ValueError):
-        return False
-    return True
-
-
 def document_features(docs: list["Doc"], cfg: "CleanerConfig") -> pd.DataFrame:
     """One row per kept document: what the gate checks, measured on the cleaned text."""
+    from stages.cleaning.langid import is_english
     from stages.cleaning.sentences import count_sentences
-    from stages.common.documents import doc_id
+    from stages.common.documents import doc_id, is_json_text
 
     rules = cfg.c4
     rows = []
@@ -64,19 +55,18 @@ def document_features(docs: list["Doc"], cfg: "CleanerConfig") -> pd.DataFrame:
             sentences += count_sentences(line)
         english = True
         if cfg.language.enabled:
-            from stages.cleaning.langid import is_english
-
             # An independent second opinion: py3langid's decision, not the filter's own record.
             english = is_english(text, min_probability=0.5, backend="py3langid")[0]
-        rows.append((d.id, doc_id(text), len(text.strip()), _is_json(d.meta), "lorem ipsum" in text.lower(),
+        rows.append((d.id, doc_id(text), len(text.strip()), is_json_text(d.meta), "lorem ipsum" in text.lower(),
                      "{" in text, bad_end, sentences, english))
     return pd.DataFrame(rows, columns=FEATURE_COLUMNS)
 
 
 def write_line_hashes(docs: list["Doc"], path: Path) -> None:
-    """The output lines' identities (MD5 of the stripped, lower-cased line, 64 bits), sorted."""
-    hashes = [int.from_bytes(hashlib.md5(ln.strip().lower().encode("utf-8")).digest()[:8], "big")
-              for d in docs for ln in d.text.split("\n")]
+    """The output lines' identities (C4's line key: stripped, lower-cased, hashed), sorted."""
+    from stages.cleaning.c4 import line_key
+
+    hashes = [line_key(ln) for d in docs for ln in d.text.split("\n")]
     np.save(path, np.sort(np.array(hashes, dtype=np.uint64)))
 
 

@@ -16,13 +16,13 @@ only for bad *parameters*, which are programming errors.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from stages.common.documents import is_json_text
 from stages.quality.gate import Expect
 
 __all__ = ["combine", "documents_suite", "labeled_suite"]
@@ -78,7 +78,7 @@ def documents_suite(
             "text_chars": (np.asarray(text_chars, dtype="int64") if text_chars is not None
                            else _column(df, "text").map(_stripped_length).astype("int64").to_numpy()),
             "meta_is_json": (np.asarray(meta_is_json, dtype=bool) if meta_is_json is not None
-                             else _column(df, "meta").map(_is_json).astype(bool).to_numpy()),
+                             else _column(df, "meta").map(is_json_text).astype(bool).to_numpy()),
         },
         # Indexed by document id so GX's unexpected-row list names the offending documents.
         index=pd.Index(_column(df, "id").to_numpy(), name="id"),
@@ -238,17 +238,6 @@ def _column(df: pd.DataFrame, name: str) -> pd.Series:
 
 def _stripped_length(value: Any) -> int:
     return len(value.strip()) if isinstance(value, str) else 0
-
-
-def _is_json(value: Any) -> bool:
-    # The contract stores meta as a JSON *string*; a dict or null is a contract breach too.
-    if not isinstance(value, str):
-        return False
-    try:
-        json.loads(value)
-    except ValueError:
-        return False
-    return True
 
 
 def _require(condition: bool, message: str) -> None:

@@ -20,7 +20,6 @@ the quality gate passes.
 from __future__ import annotations
 
 import argparse
-import copy
 import csv
 import io
 import json
@@ -33,7 +32,7 @@ from typing import Any
 
 from stages.cleaning.pipeline import CleanerConfig, CleanResult, clean_corpus
 from stages.common.atomic import atomic_dir, write_bytes_atomic, write_json_atomic
-from stages.config import ConfigError, build, check, load_params, section
+from stages.config import ConfigError, build, check, deep_merge, load_params, section
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -64,14 +63,6 @@ class CleanConfig:
 
     cleaner: CleanerConfig = field(default_factory=CleanerConfig)
     gate: CleanGateConfig = field(default_factory=CleanGateConfig)
-
-
-def deep_merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
-    """``override`` applied over ``base``, recursively for mappings (presets are small diffs)."""
-    out = copy.deepcopy(base)
-    for k, v in (override or {}).items():
-        out[k] = deep_merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else copy.deepcopy(v)
-    return out
 
 
 def config_from_section(data: dict[str, Any], where: str) -> CleanConfig:

@@ -53,6 +53,16 @@ def section(params: dict[str, Any], dotted: str) -> Any:
     return node
 
 
+def deep_merge(base: dict[str, Any], override: dict[str, Any] | None) -> dict[str, Any]:
+    """``override`` applied over ``base``, recursively for mappings (presets are small diffs)."""
+    import copy
+
+    out = copy.deepcopy(base)
+    for k, v in (override or {}).items():
+        out[k] = deep_merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else copy.deepcopy(v)
+    return out
+
+
 def build(cls: type[T], data: Any, where: str) -> T:
     """Build dataclass ``cls`` from plain data, validating keys and types recursively."""
     return _convert(cls, data, where)

@@ -1,0 +1,1 @@
+"""Pre-training objectives: what each paradigm does to a block of tokens before the model sees it."""

@@ -1,0 +1,125 @@
+"""The gate after tokenization: measured on the block files as written, not on the packers' bookkeeping.
+
+Per block, derived scalar columns (GX length checks do not work on list columns): ``max_id`` (below the
+vocabulary size), ``unk_fraction`` and ``pad_fraction`` (means bounded by params), ``reserved_tokens``
+(text-born [MASK], T5 sentinels or padding inside a block: none allowed) and, for BERT, whether each block
+opens with [CLS] and closes with [SEP]. For T5 a sample of blocks is span-corrupted to check that the
+encoder input and the target come out at exactly ``seq_len`` and ``targets_len``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pandas as pd
+
+from stages.config import check
+from stages.quality.gate import Expect
+
+if TYPE_CHECKING:
+    from stages.tokenization.layout import BlockLayout
+
+CORRUPTION = "t5_corruption"
+
+
+@dataclass(frozen=True, kw_only=True)
+class TokensGateConfig:
+    """min_train_blocks / min_heldout_blocks: per corpus. max_unk_fraction / max_pad_fraction: bounds on the
+    mean over blocks. corruption_sample: T5 blocks span-corrupted to check the lengths (0 = none)."""
+
+    min_train_blocks: int = 1
+    min_heldout_blocks: int = 1
+    max_unk_fraction: float = 0.01
+    max_pad_fraction: float = 0.25
+    corruption_sample: int = 256
+
+    def __post_init__(self) -> None:
+        check(self.min_train_blocks >= 0 and self.min_heldout_blocks >= 0, "min_*_blocks: must be >= 0")
+        check(0 <= self.max_unk_fraction <= 1, "max_unk_fraction: must be in [0, 1]")
+        check(0 <= self.max_pad_fraction <= 1, "max_pad_fraction: must be in [0, 1]")
+        check(self.corruption_sample >= 0, "corruption_sample: must be >= 0")
+
+
+def block_features(blocks: np.ndarray, layout: "BlockLayout", *, chunk: int = 8192) -> pd.DataFrame:
+    """One row per block, computed in chunks from a (memory-mapped) block array."""
+    parts = []
+    reserved = np.asarray(layout.reserved_ids(), dtype=np.int64)
+    for start in range(0, len(blocks), chunk):
+        b = np.asarray(blocks[start: start + chunk], dtype=np.int64)
+        cols: dict[str, np.ndarray] = {"max_id": b.max(axis=1) if b.size else np.empty(0, np.int64)}
+        if layout.paradigm == "bert":
+            is_pad = b == layout.pad_id
+            content = (~is_pad).sum(axis=1)
+            cols["pad_fraction"] = is_pad.mean(axis=1)
+            cols["first_is_cls"] = b[:, 0] == layout.cls_id
+            cols["closed_by_sep"] = b[np.arange(len(b)), np.maximum(content - 1, 0)] == layout.sep_id
+            # padding must be one run at the end, and [CLS] appears only at position 0
+            pads_inside = (np.cumsum(is_pad, axis=1) > 0) & ~is_pad
+            cols["reserved_tokens"] = (np.isin(b, reserved).sum(axis=1) + (b[:, 1:] == layout.cls_id).sum(axis=1)
+                                       + pads_inside.sum(axis=1))
+        else:
+            content = np.full(len(b), b.shape[1])
+            cols["pad_fraction"] = np.zeros(len(b))
+            cols["reserved_tokens"] = np.isin(b, reserved).sum(axis=1) if len(reserved) else np.zeros(len(b), int)
+        unk = (b == layout.unk_id).sum(axis=1) if layout.unk_id is not None else np.zeros(len(b), int)
+        cols["unk_fraction"] = unk / np.maximum(content, 1)
+        parts.append(pd.DataFrame(cols, index=pd.RangeIndex(start, start + len(b), name="block")))
+    if not parts:
+        return pd.DataFrame(columns=["max_id", "pad_fraction", "reserved_tokens", "unk_fraction"])
+    return pd.concat(parts)
+
+
+def corruption_lengths(blocks: np.ndarray, layout: "BlockLayout", sample: int, seed: int = 0) -> pd.DataFrame:
+    """Encoder-input and target lengths after span corruption, for up to ``sample`` random blocks."""
+    from stages.objectives.span_corruption import corrupt
+
+    rng = np.random.default_rng(seed)
+    rows = np.sort(rng.choice(len(blocks), size=min(sample, len(blocks)), replace=False)) if len(blocks) else []
+    out = []
+    for r in rows:
+        inputs, target = corrupt(np.asarray(blocks[r]), sentinel_top=layout.sentinel_top, eos_id=layout.eos_id,
+                                 noise_density=layout.noise_density, mean_span=layout.mean_span, rng=rng)
+        out.append((int(r), len(inputs), len(target)))
+    return pd.DataFrame(out, columns=["block", "input_len", "target_len"]).set_index("block")
+
+
+def tokens_suite(files: Mapping[str, np.ndarray], layout: "BlockLayout", gate: TokensGateConfig):
+    """(tables, expectations) for every block file, keyed ``<corpus>_<split>``."""
+    tables: dict[str, pd.DataFrame] = {}
+    checks: list[Expect] = []
+    for name, blocks in files.items():
+        tables[name] = block_features(blocks, layout)
+        least = gate.min_heldout_blocks if name.endswith("_heldout") else gate.min_train_blocks
+        checks += [
+            Expect(table=name, kind="ExpectTableRowCountToBeBetween", kwargs={"min_value": least}),
+            Expect(table=name, kind="ExpectColumnValuesToBeBetween",
+                   kwargs={"column": "max_id", "min_value": 0, "max_value": layout.vocab_size - 1}),
+            Expect(table=name, kind="ExpectColumnValuesToBeInSet", kwargs={"column": "reserved_tokens", "value_set": [0]}),
+            Expect(table=name, kind="ExpectColumnMeanToBeBetween",
+                   kwargs={"column": "unk_fraction", "min_value": 0, "max_value": gate.max_unk_fraction}),
+            Expect(table=name, kind="ExpectColumnMeanToBeBetween",
+                   kwargs={"column": "pad_fraction", "min_value": 0, "max_value": gate.max_pad_fraction}),
+        ]
+        if layout.paradigm == "bert":
+            checks += [Expect(table=name, kind="ExpectColumnValuesToBeInSet", kwargs={"column": c, "value_set": [True]})
+                       for c in ("first_is_cls", "closed_by_sep")]
+    if layout.paradigm == "t5" and gate.corruption_sample:
+        train = [b for n, b in files.items() if n.endswith("_train")]
+        tables[CORRUPTION] = pd.concat([corruption_lengths(b, layout, gate.corruption_sample, seed=i)
+                                        for i, b in enumerate(train)]) if train else pd.DataFrame(
+            columns=["input_len", "target_len"])
+        checks += [
+            Expect(table=CORRUPTION, kind="ExpectColumnValuesToBeInSet",
+                   kwargs={"column": "input_len", "value_set": [layout.seq_len]}),
+            Expect(table=CORRUPTION, kind="ExpectColumnValuesToBeInSet",
+                   kwargs={"column": "target_len", "value_set": [layout.targets_len]}),
+        ]
+    return tables, checks
+
+
+def paths_of(folder: Path, corpora: list[str]) -> dict[str, Path]:
+    return {f"{c}_{s}": folder / c / f"{s}.npy" for c in corpora for s in ("train", "heldout")}

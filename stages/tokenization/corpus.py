@@ -1,0 +1,52 @@
+"""Reading cleaned documents in batches, split into train and held-out by document id."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator
+from pathlib import Path
+
+from stages.tokenization.split import SplitConfig, is_heldout
+
+SPLITS = ("train", "heldout")
+
+
+def read_batches(path: Path, *, batch_docs: int) -> Iterator[tuple[list[str], list[str]]]:
+    """(ids, texts) in batches from a documents Parquet file (the contract's ``id`` and ``text`` columns)."""
+    import pyarrow.parquet as pq
+
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no such file (expected a documents Parquet file)")
+    pf = pq.ParquetFile(path)
+    missing = [c for c in ("id", "text") if c not in pf.schema_arrow.names]
+    if missing:
+        raise ValueError(f"{path}: missing column {missing[0]!r} (columns: {', '.join(pf.schema_arrow.names)})")
+    for batch in pf.iter_batches(batch_size=batch_docs, columns=["id", "text"]):
+        ids, texts = batch.column(0).to_pylist(), batch.column(1).to_pylist()
+        for row, (i, t) in enumerate(zip(ids, texts)):
+            if i is None or t is None:
+                raise ValueError(f"{path}: row {row} of a batch has a null {'id' if i is None else 'text'}")
+        yield ids, texts
+
+
+def split_batches(path: Path, split: SplitConfig, *, batch_docs: int) -> Iterator[dict[str, list[str]]]:
+    """Per batch, the texts of each split: ``{"train": [...], "heldout": [...]}``."""
+    for ids, texts in read_batches(path, batch_docs=batch_docs):
+        out: dict[str, list[str]] = {s: [] for s in SPLITS}
+        for i, t in zip(ids, texts):
+            out["heldout" if is_heldout(i, split) else "train"].append(t)
+        yield out
+
+
+def texts_of(path: Path, split: SplitConfig, which: str, *, batch_docs: int = 1000) -> Iterator[str]:
+    """The texts of one split, streamed."""
+    for parts in split_batches(path, split, batch_docs=batch_docs):
+        yield from parts[which]
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()

@@ -1,0 +1,96 @@
+"""What a block of a paradigm looks like: its width and the special ids the packers, the gate and the
+training stages agree on. Built from the saved tokenizer, so the ids can never drift from it."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from stages.tokenization.trainers import BERT_SPECIALS, GPT_EOT, T5_SPECIALS, sentinel
+
+SENTENCE_END_MARKS = (".", "?", "!")
+
+
+@dataclass(frozen=True, kw_only=True)
+class BlockLayout:
+    """paradigm: bert | gpt | t5. seq_len: what the model sees. block_len: the stored row width (T5's raw
+    block is longer than the encoder input, see ``stages.objectives.span_corruption``). The ids are those
+    of the tokenizer; ``None`` where the paradigm has no such token."""
+
+    paradigm: str
+    seq_len: int
+    block_len: int
+    vocab_size: int
+    pad_id: int | None = None
+    unk_id: int | None = None
+    cls_id: int | None = None
+    sep_id: int | None = None
+    mask_id: int | None = None
+    eos_id: int | None = None
+    sentinel_top: int | None = None
+    sentinels: int = 0
+    targets_len: int | None = None
+    noise_density: float | None = None
+    mean_span: float | None = None
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    def reserved_ids(self) -> list[int]:
+        """Ids that must never come from text inside a block (only from the packer's own structure)."""
+        if self.paradigm == "bert":
+            return [self.mask_id]
+        if self.paradigm == "t5":
+            return [self.pad_id, *range(self.sentinel_top - self.sentinels + 1, self.sentinel_top + 1)]
+        return []
+
+
+def load_layout(tokenizer_dir: Path, paradigm: str, *, seq_len: int, noise_density: float = 0.15,
+                mean_span: float = 3.0) -> tuple[BlockLayout, object]:
+    """The layout and the ``tokenizers.Tokenizer`` (set to encode special-token text as plain text)."""
+    from tokenizers import Tokenizer
+
+    path = Path(tokenizer_dir) / "tokenizer.json"
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no tokenizer (run the tokenizer stage first)")
+    tok = Tokenizer.from_file(str(path))
+    # A page that literally contains "[MASK]" or "<|endoftext|>" must not inject that special token.
+    tok.encode_special_tokens = True
+    size = tok.get_vocab_size()
+
+    def need(token: str) -> int:
+        i = tok.token_to_id(token)
+        if i is None:
+            raise ValueError(f"{path}: token {token!r} missing; is this a {paradigm} tokenizer?")
+        return i
+
+    if paradigm == "bert":
+        layout = BlockLayout(paradigm=paradigm, seq_len=seq_len, block_len=seq_len, vocab_size=size,
+                             pad_id=need(BERT_SPECIALS["pad_token"]), unk_id=need(BERT_SPECIALS["unk_token"]),
+                             cls_id=need(BERT_SPECIALS["cls_token"]), sep_id=need(BERT_SPECIALS["sep_token"]),
+                             mask_id=need(BERT_SPECIALS["mask_token"]))
+    elif paradigm == "gpt":
+        layout = BlockLayout(paradigm=paradigm, seq_len=seq_len, block_len=seq_len, vocab_size=size,
+                             eos_id=need(GPT_EOT))
+    elif paradigm == "t5":
+        from stages.objectives.span_corruption import input_and_target_lengths
+
+        config = json.loads((Path(tokenizer_dir) / "tokenizer_config.json").read_text(encoding="utf-8"))
+        sentinels = len(config.get("extra_special_tokens") or [])
+        raw, targets = input_and_target_lengths(seq_len, noise_density, mean_span)
+        top = need(sentinel(0))
+        if sentinels < 1 or top != size - 1:
+            raise ValueError(f"{path}: <extra_id_0> must be the last id ({size - 1}), found {top}")
+        layout = BlockLayout(paradigm=paradigm, seq_len=seq_len, block_len=raw, vocab_size=size,
+                             pad_id=need(T5_SPECIALS["pad_token"]), unk_id=need(T5_SPECIALS["unk_token"]),
+                             eos_id=need(T5_SPECIALS["eos_token"]), sentinel_top=top, sentinels=sentinels,
+                             targets_len=targets, noise_density=noise_density, mean_span=mean_span)
+    else:
+        raise ValueError(f"paradigm: expected bert, gpt or t5, got {paradigm!r}")
+    return layout, tok
+
+
+def sentence_end_ids(tok) -> list[int]:
+    """Ids of the tokens that end a sentence (``.``, ``?``, ``!`` alone), for FULL-SENTENCES packing."""
+    return [i for m in SENTENCE_END_MARKS if (i := tok.token_to_id(m)) is not None]

@@ -1,0 +1,160 @@
+"""Pack tokenized documents into fixed-width blocks, one packer per paradigm.
+
+Every packer takes batches of token-id lists (one list per document, no special tokens added) and yields
+2-D ``numpy`` arrays of finished blocks; the remainder that does not fill a block at the end of the corpus
+is dropped and counted (``dropped_tokens``), as in GPT-2/RoBERTa-style packing.
+
+- ``CausalPacker`` (GPT): documents joined by ``<|endoftext|>`` and cut every ``seq_len`` tokens
+  (Radford et al. 2019; transformers' ``run_clm`` ``group_texts``).
+- ``SpanPacker`` (T5): documents each ended by ``</s>``, joined and cut every ``raw_len`` tokens, the raw
+  length that span corruption turns into exactly ``seq_len`` encoder tokens (T5's ``reduce_concat_tokens``
+  + ``split_tokens``).
+- ``SentencePacker`` (BERT): RoBERTa's FULL-SENTENCES (Liu et al. 2019, section 4.2): each block is
+  ``[CLS]`` + whole sentences taken contiguously from one or more documents + ``[SEP]``, padded to
+  ``seq_len``; a ``[SEP]`` also separates documents inside a block, and a sentence longer than a whole block
+  is cut. Sentence ends are tokens ``.``, ``?`` or ``!`` (so abbreviations may end a "sentence" early:
+  the cost is a little padding, not lost text).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from itertools import chain
+
+import numpy as np
+
+
+def flatten(docs: Sequence[list[int]], dtype, *, append: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """All documents as one array (``append`` after each, if given) and the end offset of each document."""
+    lengths = np.fromiter((len(d) for d in docs), dtype=np.int64, count=len(docs))
+    if append is not None:
+        lengths += 1
+        stream = chain.from_iterable(chain(d, (append,)) for d in docs)
+    else:
+        stream = chain.from_iterable(docs)
+    ends = np.cumsum(lengths)
+    flat = np.fromiter(stream, dtype=dtype, count=int(ends[-1]) if len(ends) else 0)
+    return flat, ends
+
+
+class _Stream:
+    """A carry-over buffer: tokens are appended, full rows of ``width`` are taken off the front."""
+
+    def __init__(self, width: int, dtype) -> None:
+        self.width, self.dtype = width, dtype
+        self.carry = np.empty(0, dtype=dtype)
+        self.tokens = 0
+
+    def push(self, flat: np.ndarray) -> np.ndarray:
+        self.tokens += len(flat)
+        data = np.concatenate((self.carry, flat)) if len(self.carry) else flat
+        rows = len(data) // self.width
+        self.carry = data[rows * self.width:].copy()
+        return data[: rows * self.width].reshape(rows, self.width)
+
+    @property
+    def dropped_tokens(self) -> int:
+        return len(self.carry)
+
+
+class CausalPacker:
+    """GPT: documents joined with ``eot_id`` and cut every ``seq_len`` tokens."""
+
+    def __init__(self, *, seq_len: int, eot_id: int, dtype) -> None:
+        self.eot_id, self.dtype = eot_id, dtype
+        self._stream = _Stream(seq_len, dtype)
+
+    def pack(self, docs: Sequence[list[int]]) -> np.ndarray:
+        return self._stream.push(flatten(docs, self.dtype, append=self.eot_id)[0])
+
+    @property
+    def dropped_tokens(self) -> int:
+        return self._stream.dropped_tokens
+
+
+class SpanPacker(CausalPacker):
+    """T5: documents each ended by ``</s>`` and cut every ``raw_len`` tokens (corrupted at training time)."""
+
+    def __init__(self, *, raw_len: int, eos_id: int, dtype) -> None:
+        super().__init__(seq_len=raw_len, eot_id=eos_id, dtype=dtype)
+
+
+class SentencePacker:
+    """BERT: RoBERTa FULL-SENTENCES blocks ``[CLS] sentences... [SEP] [PAD]...`` of exactly ``seq_len``."""
+
+    def __init__(self, *, seq_len: int, cls_id: int, sep_id: int, pad_id: int, sentence_end_ids: Sequence[int],
+                 dtype) -> None:
+        if seq_len < 3:
+            raise ValueError("seq_len: must be at least 3 for [CLS] x [SEP]")
+        self.seq_len, self.cls_id, self.sep_id, self.pad_id, self.dtype = seq_len, cls_id, sep_id, pad_id, dtype
+        self.capacity = seq_len - 2
+        self.ends = np.asarray(sorted(set(sentence_end_ids)), dtype=dtype)
+        self._parts: list[np.ndarray] = []  # pieces of the block being filled
+        self._fill = 0
+        self._dropped = 0
+
+    def _close(self, out: list[np.ndarray]) -> None:
+        content = np.concatenate(self._parts) if len(self._parts) > 1 else self._parts[0]
+        if len(content) and content[-1] == self.sep_id:  # a document separator right before the final [SEP]
+            content = content[:-1]
+        row = np.full(self.seq_len, self.pad_id, dtype=self.dtype)
+        row[0] = self.cls_id
+        row[1: 1 + len(content)] = content
+        row[1 + len(content)] = self.sep_id
+        out.append(row)
+        self._parts, self._fill = [], 0
+
+    def _add(self, piece: np.ndarray, out: list[np.ndarray]) -> None:
+        while len(piece):
+            room = self.capacity - self._fill
+            if len(piece) <= room:
+                self._parts.append(piece)
+                self._fill += len(piece)
+                return
+            if self._fill == 0:  # longer than a whole block: cut it
+                self._parts.append(piece[:room])
+                self._fill = self.capacity
+                piece = piece[room:]
+            self._close(out)
+
+    def pack(self, docs: Sequence[list[int]]) -> np.ndarray:
+        flat, doc_ends = flatten(docs, self.dtype)
+        sentence_ends = np.flatnonzero(np.isin(flat, self.ends)) + 1
+        cuts = np.union1d(sentence_ends, doc_ends)
+        doc_end_set = set(doc_ends.tolist())
+        sep = np.asarray([self.sep_id], dtype=self.dtype)
+        out: list[np.ndarray] = []
+        start = 0
+        for end in cuts.tolist():
+            if end > start:
+                self._add(flat[start:end], out)
+            start = end
+            if end in doc_end_set and 0 < self._fill < self.capacity:
+                self._parts.append(sep)
+                self._fill += 1
+        return np.stack(out) if out else np.empty((0, self.seq_len), dtype=self.dtype)
+
+    @property
+    def dropped_tokens(self) -> int:
+        return self._fill
+
+    def flush(self) -> np.ndarray:
+        """The last, partly filled block (RoBERTa keeps it, padded); empty when nothing is pending."""
+        out: list[np.ndarray] = []
+        if self._fill and any(len(p) and not (len(p) == 1 and p[0] == self.sep_id) for p in self._parts):
+            self._close(out)
+        self._parts, self._fill = [], 0
+        return np.stack(out) if out else np.empty((0, self.seq_len), dtype=self.dtype)
+
+
+def blocks(packer, batches: Iterator[Sequence[list[int]]]) -> Iterator[np.ndarray]:
+    """Every block the packer makes from ``batches``, then its last partial block if it keeps one."""
+    for docs in batches:
+        out = packer.pack(docs)
+        if len(out):
+            yield out
+    flush = getattr(packer, "flush", None)
+    if flush is not None:
+        tail = flush()
+        if len(tail):
+            yield tail

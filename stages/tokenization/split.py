@@ -1,0 +1,30 @@
+"""The held-out split, decided by a hash of the document id so it never depends on order or machine.
+
+The tokenizer is trained only on the ``train`` side and measured on the held-out side; the token
+datasets keep the same split, so pre-training never sees the documents its perplexity is measured on.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+from stages.config import check
+
+
+@dataclass(frozen=True, kw_only=True)
+class SplitConfig:
+    """heldout_fraction: expected share of documents held out (per corpus).
+    salt: changes which documents are held out without changing how many."""
+
+    heldout_fraction: float = 0.05
+    salt: str = ""
+
+    def __post_init__(self) -> None:
+        check(0 < self.heldout_fraction < 1, "heldout_fraction: must be in (0, 1)")
+
+
+def is_heldout(doc_id: str, cfg: SplitConfig) -> bool:
+    """True when the document belongs to the held-out split."""
+    digest = hashlib.sha256(f"{cfg.salt}\0{doc_id}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") < cfg.heldout_fraction * 2**64

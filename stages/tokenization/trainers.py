@@ -1,0 +1,219 @@
+"""Build and train one tokenizer per paradigm with Hugging Face ``tokenizers``, as the seed papers did.
+
+- BERT (Devlin et al. 2019): WordPiece with ``##`` continuations, BERT's normaliser (lower-cased and
+  accents stripped by default, like ``bert-base-uncased``) and pre-tokeniser, ``[CLS] A [SEP]`` /
+  ``[CLS] A [SEP] B [SEP]`` post-processing. Special tokens ``[PAD] [UNK] [CLS] [SEP] [MASK]`` are ids 0-4.
+- GPT (Radford et al. 2019): byte-level BPE over GPT-2's byte alphabet, so every string encodes and no
+  unknown token exists; ``<|endoftext|>`` (id 0) separates documents.
+- T5 (Raffel et al. 2020): a SentencePiece-style Unigram model (NFKC, ``▁`` word boundaries) with pad=0,
+  eos=1, unk=2, ``</s>`` appended to every sequence, and 100 sentinels at the top of the vocabulary:
+  ``<extra_id_0>`` is the last id, ``<extra_id_99>`` the 100th from last, as in T5's released vocabulary
+  (span corruption counts sentinels down from ``len(tokenizer) - 1``).
+
+``save`` writes ``tokenizer.json`` plus ``tokenizer_config.json`` through ``PreTrainedTokenizerFast``,
+so stock ``AutoTokenizer.from_pretrained(dir)`` returns the fast tokenizer with its special tokens.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from stages.config import check
+
+PARADIGMS = ("bert", "gpt", "t5")
+
+BERT_SPECIALS = {"pad_token": "[PAD]", "unk_token": "[UNK]", "cls_token": "[CLS]", "sep_token": "[SEP]",
+                 "mask_token": "[MASK]"}
+GPT_EOT = "<|endoftext|>"
+T5_SPECIALS = {"pad_token": "<pad>", "eos_token": "</s>", "unk_token": "<unk>"}
+
+
+def sentinel(i: int) -> str:
+    """The i-th T5 sentinel token, ``<extra_id_i>``."""
+    return f"<extra_id_{i}>"
+
+
+@dataclass(frozen=True, kw_only=True)
+class TokenizerConfig:
+    """One paradigm's tokenizer.
+
+    kind: wordpiece (BERT) | byte_bpe (GPT) | unigram (T5).
+    vocab_size: size of the whole vocabulary, special tokens and T5's sentinels included (trainers may
+        stop short of it on a small corpus; the metrics record the size reached).
+    min_frequency: a merge / word must occur this often in the training text (WordPiece and BPE).
+    lowercase: lower-case and strip accents before WordPiece (BERT uncased); ignored by the others.
+    sentinels: number of ``<extra_id_N>`` tokens (T5 only; 100 in T5).
+    max_piece_length: longest Unigram piece in characters (SentencePiece's default 16).
+    max_train_chars: train on at most this many characters of the training split (0 = all of it).
+    model_max_length: the longest input the saved tokenizer reports (``tokenizer.model_max_length``).
+    batch_docs: documents handed to the trainer per batch.
+    """
+
+    kind: Literal["wordpiece", "byte_bpe", "unigram"]
+    vocab_size: int
+    min_frequency: int = 2
+    lowercase: bool = True
+    sentinels: int = 100
+    max_piece_length: int = 16
+    max_train_chars: int = 0
+    model_max_length: int = 512
+    batch_docs: int = 1000
+
+    def __post_init__(self) -> None:
+        reserved = 5 if self.kind == "wordpiece" else 1 if self.kind == "byte_bpe" else 3 + self.sentinels
+        floor = reserved + (256 if self.kind == "byte_bpe" else 100)
+        check(self.vocab_size >= floor, f"vocab_size: must be at least {floor} for {self.kind}")
+        check(self.vocab_size <= 2**31 - 1, "vocab_size: too large")
+        check(self.min_frequency >= 1, "min_frequency: must be >= 1")
+        check(0 <= self.sentinels <= 1000, "sentinels: must be in [0, 1000]")
+        check(self.max_piece_length >= 1, "max_piece_length: must be >= 1")
+        check(self.max_train_chars >= 0, "max_train_chars: must be >= 0 (0 = no limit)")
+        check(self.batch_docs >= 1, "batch_docs: must be >= 1")
+        check(self.model_max_length >= 1, "model_max_length: must be >= 1")
+
+
+def build(cfg: TokenizerConfig):
+    """An untrained ``tokenizers.Tokenizer`` with this paradigm's pipeline and its trainer."""
+    from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+
+    if cfg.kind == "wordpiece":
+        tok = Tokenizer(models.WordPiece(unk_token=BERT_SPECIALS["unk_token"], continuing_subword_prefix="##"))
+        tok.normalizer = normalizers.BertNormalizer(clean_text=True, handle_chinese_chars=True,
+                                                    strip_accents=cfg.lowercase, lowercase=cfg.lowercase)
+        tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+        tok.decoder = decoders.WordPiece(prefix="##")
+        trainer = trainers.WordPieceTrainer(vocab_size=cfg.vocab_size, min_frequency=cfg.min_frequency,
+                                            special_tokens=list(BERT_SPECIALS.values()),
+                                            continuing_subword_prefix="##", show_progress=False)
+    elif cfg.kind == "byte_bpe":
+        tok = Tokenizer(models.BPE())
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+        tok.decoder = decoders.ByteLevel()
+        trainer = trainers.BpeTrainer(vocab_size=cfg.vocab_size, min_frequency=cfg.min_frequency,
+                                      special_tokens=[GPT_EOT], initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+                                      show_progress=False)
+    else:
+        tok = Tokenizer(models.Unigram())
+        # SentencePiece's nmt_nfkc rule plus whitespace runs collapsed, as T5's vocabulary was built.
+        tok.normalizer = normalizers.Sequence([normalizers.Nmt(), normalizers.NFKC(),
+                                               normalizers.Replace(Regex(" {2,}"), " ")])
+        tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always")
+        tok.decoder = decoders.Metaspace(replacement="▁", prepend_scheme="always")
+        trainer = trainers.UnigramTrainer(vocab_size=cfg.vocab_size - cfg.sentinels,
+                                          special_tokens=list(T5_SPECIALS.values()),
+                                          unk_token=T5_SPECIALS["unk_token"], max_piece_length=cfg.max_piece_length,
+                                          show_progress=False)
+    return tok, trainer
+
+
+def canonical(tok, cfg: TokenizerConfig):
+    """The trained tokenizer with a run-independent vocabulary, so that DVC sees identical outputs.
+
+    Two things in ``tokenizers``' trainers vary from run to run (measured on 0.23): WordPiece numbers its
+    alphabet, and merges of equal count, in hash-map order, and Unigram's scores differ in the last bits
+    between thread schedules. Neither changes how text is split: WordPiece matches greedily by string,
+    and Unigram's Viterbi search only compares scores. So WordPiece keeps its special tokens at 0-4 and
+    numbers single characters, then longer pieces, in sorted order; Unigram scores are rounded to 1e-8,
+    ties ordered by piece.
+    """
+    import json
+
+    from tokenizers import Tokenizer
+
+    if cfg.kind == "byte_bpe":
+        return tok  # BPE training is deterministic; its ids also fix the merge order
+    data = json.loads(tok.to_str())
+    model = data["model"]
+    if cfg.kind == "wordpiece":
+        specials = len(BERT_SPECIALS)
+        ordered = sorted(model["vocab"], key=model["vocab"].get)
+        rest = ordered[specials:]
+
+        def is_char(t: str) -> bool:
+            return len(t.removeprefix("##")) == 1
+
+        rest = sorted(rest, key=lambda t: (not is_char(t), t))
+        model["vocab"] = {t: i for i, t in enumerate(ordered[:specials] + rest)}
+    else:
+        specials = len(T5_SPECIALS)
+        pieces = [(p, round(s, 8)) for p, s in model["vocab"]]
+        model["vocab"] = pieces[:specials] + sorted(pieces[specials:], key=lambda ps: (-ps[1], ps[0]))
+    return Tokenizer.from_str(json.dumps(data))
+
+
+def _finish(tok, cfg: TokenizerConfig) -> None:
+    """Post-processing (and T5's sentinels) once the vocabulary exists, since templates need token ids."""
+    from tokenizers import processors
+
+    if cfg.kind == "wordpiece":
+        cls_, sep = BERT_SPECIALS["cls_token"], BERT_SPECIALS["sep_token"]
+        tok.post_processor = processors.TemplateProcessing(
+            single=f"{cls_}:0 $A:0 {sep}:0", pair=f"{cls_}:0 $A:0 {sep}:0 $B:1 {sep}:1",
+            special_tokens=[(cls_, tok.token_to_id(cls_)), (sep, tok.token_to_id(sep))])
+    elif cfg.kind == "byte_bpe":
+        tok.post_processor = processors.ByteLevel(trim_offsets=False)
+    else:
+        eos = T5_SPECIALS["eos_token"]
+        tok.post_processor = processors.TemplateProcessing(
+            single=f"$A:0 {eos}:0", pair=f"$A:0 {eos}:0 $B:0 {eos}:0", special_tokens=[(eos, tok.token_to_id(eos))])
+        # Added in reverse so that <extra_id_0> gets the highest id, as in T5.
+        from tokenizers import AddedToken
+
+        tok.add_special_tokens([AddedToken(sentinel(i), special=True, normalized=False)
+                                for i in reversed(range(cfg.sentinels))])
+
+
+def batches(texts: Iterable[str], size: int) -> Iterator[list[str]]:
+    """``texts`` in lists of ``size``, the unit ``train_from_iterator`` consumes."""
+    batch: list[str] = []
+    for text in texts:
+        batch.append(text)
+        if len(batch) >= size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+def capped(texts: Iterable[str], max_chars: int) -> Iterator[str]:
+    """``texts`` up to ``max_chars`` characters in all (0 = no cap); the last document is cut, not skipped."""
+    budget = max_chars
+    for text in texts:
+        if max_chars:
+            if budget <= 0:
+                return
+            text = text[:budget]
+            budget -= len(text)
+        yield text
+
+
+def train(texts: Iterable[str], cfg: TokenizerConfig):
+    """Train this paradigm's tokenizer on ``texts``; returns a finished ``tokenizers.Tokenizer``."""
+    tok, trainer = build(cfg)
+    tok.train_from_iterator(batches(capped(texts, cfg.max_train_chars), cfg.batch_docs), trainer=trainer)
+    tok = canonical(tok, cfg)
+    _finish(tok, cfg)
+    return tok
+
+
+def special_tokens(cfg: TokenizerConfig) -> dict[str, object]:
+    """The ``PreTrainedTokenizerFast`` keyword arguments naming this paradigm's special tokens."""
+    if cfg.kind == "wordpiece":
+        return dict(BERT_SPECIALS)
+    if cfg.kind == "byte_bpe":
+        # GPT-2 has no pad token; ours pads with <|endoftext|> (masked out of losses), as fine-tuning needs one.
+        return {"bos_token": GPT_EOT, "eos_token": GPT_EOT, "pad_token": GPT_EOT}
+    return {**T5_SPECIALS, "extra_special_tokens": [sentinel(i) for i in range(cfg.sentinels)]}
+
+
+def save(tok, cfg: TokenizerConfig, out_dir: Path, *, model_max_length: int) -> None:
+    """Write the tokenizer so that ``AutoTokenizer.from_pretrained(out_dir)`` loads it as-is."""
+    from transformers import PreTrainedTokenizerFast
+
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, model_max_length=model_max_length,
+                                   padding_side="right", clean_up_tokenization_spaces=False,
+                                   **special_tokens(cfg))
+    fast.save_pretrained(str(out_dir))

@@ -1,0 +1,206 @@
+"""Token-dataset stage: tokenize the cleaned corpora with one paradigm's tokenizer and pack them into blocks.
+
+Under DVC (``tokens@bert``, ``tokens@gpt``, ``tokens@t5``):
+
+    python -m stages.tokens --paradigm gpt --params params.yaml --tokenizer data/tokenizers/gpt \
+        --corpus general=data/cleaned/general/documents.parquet --corpus domain=data/cleaned/domain/documents.parquet \
+        --output data/tokens/gpt --report reports/quality/tokens-gpt.json --metrics reports/metrics/tokens-gpt.json
+
+The output folder holds ``<corpus>/train.npy`` and ``<corpus>/heldout.npy`` (2-D block arrays, memory-mapped
+by training with ``np.load(path, mmap_mode="r")``) and ``manifest.json`` (layout and special ids, tokenizer and
+input hashes, counts). The split is the tokenizer stage's (``split`` in params.yaml). Encoding is batched and
+runs on every core (``tokenizers`` parallelises each batch); packing a batch overlaps with encoding the next.
+The folder is replaced atomically, and only after the gate (``stages.quality.tokens_suite``) passes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from stages.common.atomic import atomic_dir, write_json_atomic
+from stages.config import ConfigError, build, check, deep_merge, load_params, section
+from stages.quality.tokens_suite import TokensGateConfig
+from stages.tokenization.corpus import SPLITS, sha256_file, split_batches
+from stages.tokenization.split import SplitConfig
+from stages.tokenization.trainers import PARADIGMS
+
+
+@dataclass(frozen=True, kw_only=True)
+class TokensConfig:
+    """seq_len: tokens the model sees per example (T5: the encoder input; its stored raw block is longer).
+    noise_density / mean_span: T5's span corruption, which sets the raw block length (ignored otherwise).
+    batch_docs: documents encoded per batch. gate: bounds of the quality gate."""
+
+    seq_len: int = 128
+    noise_density: float = 0.15
+    mean_span: float = 3.0
+    batch_docs: int = 1000
+    gate: TokensGateConfig = field(default_factory=TokensGateConfig)
+
+    def __post_init__(self) -> None:
+        check(self.seq_len >= 8, "seq_len: must be >= 8")
+        check(0 < self.noise_density < 1, "noise_density: must be in (0, 1)")
+        check(self.mean_span >= 1, "mean_span: must be >= 1")
+        check(self.batch_docs >= 1, "batch_docs: must be >= 1")
+
+
+def load_config(params_path: Path, paradigm: str) -> tuple[TokensConfig, SplitConfig]:
+    params = load_params(params_path)
+    merged = deep_merge(section(params, "tokens.defaults"), section(params, f"tokens.{paradigm}") or {})
+    return build(TokensConfig, merged, f"tokens.{paradigm}"), build(SplitConfig, section(params, "split"), "split")
+
+
+def make_packer(layout, tok):
+    from stages.tokenization import packing
+    from stages.tokenization.blockfile import dtype_for
+    from stages.tokenization.layout import sentence_end_ids
+
+    dtype = dtype_for(layout.vocab_size)
+    if layout.paradigm == "bert":
+        return packing.SentencePacker(seq_len=layout.seq_len, cls_id=layout.cls_id, sep_id=layout.sep_id,
+                                      pad_id=layout.pad_id, sentence_end_ids=sentence_end_ids(tok), dtype=dtype)
+    if layout.paradigm == "gpt":
+        return packing.CausalPacker(seq_len=layout.seq_len, eot_id=layout.eos_id, dtype=dtype)
+    return packing.SpanPacker(raw_len=layout.block_len, eos_id=layout.eos_id, dtype=dtype)
+
+
+def encoded(tok, batches: Iterable[dict[str, list[str]]]) -> Iterator[tuple[dict[str, list[list[int]]], int]]:
+    """Token ids per split for each batch, encoded one batch ahead in a thread (``tokenizers`` releases the
+    GIL and uses every core), so reading and packing overlap with encoding. Also yields the batch's chars."""
+
+    def encode(parts: dict[str, list[str]]):
+        return ({s: [e.ids for e in tok.encode_batch_fast(texts, add_special_tokens=False)] if texts else []
+                 for s, texts in parts.items()}, sum(len(t) for texts in parts.values() for t in texts))
+
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="encode") as pool:
+        pending = None
+        for parts in batches:
+            nxt = pool.submit(encode, parts)
+            if pending is not None:
+                yield pending.result()
+            pending = nxt
+        if pending is not None:
+            yield pending.result()
+
+
+def tokenize_corpus(path: Path, layout, tok, split: SplitConfig, out_dir: Path, *,
+                    batch_docs: int) -> tuple[dict, int]:
+    """Write ``out_dir/{train,heldout}.npy`` for one corpus; returns its counts and the tokens per second."""
+    from stages.tokenization.blockfile import BlockWriter, dtype_for
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    packers = {s: make_packer(layout, tok) for s in SPLITS}
+    writers = {s: BlockWriter(out_dir / f"{s}.npy", width=layout.block_len, dtype=dtype_for(layout.vocab_size))
+               for s in SPLITS}
+    counts = {s: {"documents": 0, "tokens": 0} for s in SPLITS}
+    chars = 0
+    start = time.perf_counter()
+
+    # One pass over the corpus feeds both splits' packers.
+    for ids, n in encoded(tok, split_batches(path, split, batch_docs=batch_docs)):
+        chars += n
+        for s in SPLITS:
+            counts[s]["documents"] += len(ids[s])
+            counts[s]["tokens"] += sum(map(len, ids[s]))
+            if ids[s]:
+                out = packers[s].pack(ids[s])
+                if len(out):
+                    writers[s].write(out)
+    for s in SPLITS:
+        tail = packers[s].flush() if hasattr(packers[s], "flush") else None
+        if tail is not None and len(tail):
+            writers[s].write(tail)
+    seconds = time.perf_counter() - start
+    # Counts only: timings would make identical runs differ (and dvc.lock with them). The log and
+    # benchmarks/tokenize_throughput.py carry the speed.
+    result = {"input": {"path": str(path), "sha256": sha256_file(path), "mchars": round(chars / 1e6, 3)}}
+    total = 0
+    for s in SPLITS:
+        writers[s].close()
+        total += counts[s]["tokens"]
+        result[s] = {"file": f"{out_dir.name}/{s}.npy", "blocks": writers[s].rows, **counts[s],
+                     "dropped_tokens": packers[s].dropped_tokens}
+    return result, (int(total / seconds) if seconds else 0)
+
+
+def make_token_datasets(cfg: TokensConfig, split: SplitConfig, *, paradigm: str, tokenizer_dir: Path,
+                        corpora: dict[str, Path], output_dir: Path, report_path: Path, log=print) -> dict:
+    """Tokenize and pack every corpus, gate the blocks, and replace ``output_dir``; returns the metrics."""
+    import numpy as np
+
+    from stages.quality.gate import enforce
+    from stages.quality.tokens_suite import paths_of, tokens_suite
+    from stages.tokenization.blockfile import dtype_for
+    from stages.tokenization.layout import load_layout
+
+    if not corpora:
+        raise ValueError("no corpus given (--corpus NAME=PATH)")
+    layout, tok = load_layout(tokenizer_dir, paradigm, seq_len=cfg.seq_len, noise_density=cfg.noise_density,
+                              mean_span=cfg.mean_span)
+    results = {}
+    with atomic_dir(output_dir) as tmp:
+        for name, path in corpora.items():
+            results[name], speed = tokenize_corpus(path, layout, tok, split, tmp / name, batch_docs=cfg.batch_docs)
+            r = results[name]
+            log(f"[tokens] {paradigm} {name}: " + ", ".join(
+                f"{s} {r[s]['documents']} docs -> {r[s]['blocks']} blocks of {layout.block_len}" for s in SPLITS)
+                + f"; {speed:,} tokens/s")
+        files = {k: np.load(p, mmap_mode="r") for k, p in paths_of(tmp, list(corpora)).items()}
+        tables, checks = tokens_suite(files, layout, cfg.gate)
+        for key, table in tables.items():
+            corpus, _, s = key.rpartition("_")
+            if corpus in results and s in SPLITS and len(table):
+                results[corpus][s]["pad_fraction"] = round(float(table["pad_fraction"].mean()), 4)
+                results[corpus][s]["unk_fraction"] = round(float(table["unk_fraction"].mean()), 6)
+        del files
+        enforce(f"tokens-{paradigm}", tables, checks, report_path)
+        manifest = {"paradigm": paradigm, "layout": layout.to_json(), "dtype": np.dtype(dtype_for(layout.vocab_size)).name,
+                    "tokenizer": {"path": str(tokenizer_dir), "sha256": sha256_file(Path(tokenizer_dir) / "tokenizer.json")},
+                    "split": asdict(split), "corpora": results}
+        write_json_atomic(tmp / "manifest.json", manifest)
+    return {"paradigm": paradigm, "seq_len": layout.seq_len, "block_len": layout.block_len,
+            "targets_len": layout.targets_len, "corpora": results}
+
+
+def _named_path(value: str) -> tuple[str, Path]:
+    name, sep, path = value.partition("=")
+    if not sep or not name.isidentifier() or not path:
+        raise argparse.ArgumentTypeError(f"{value!r}: expected NAME=PATH with NAME a plain word")
+    return name, Path(path)
+
+
+def main(argv: Iterable[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m stages.tokens", description="Tokenize and pack corpora into blocks.")
+    ap.add_argument("--paradigm", choices=PARADIGMS, required=True)
+    ap.add_argument("--params", type=Path, default=Path("params.yaml"))
+    ap.add_argument("--tokenizer", type=Path, required=True, help="tokenizer folder from the tokenizer stage")
+    ap.add_argument("--corpus", type=_named_path, action="append", default=[],
+                    help="NAME=PATH of a documents Parquet file (repeatable)")
+    ap.add_argument("--output", type=Path, required=True, help="output folder (replaced atomically)")
+    ap.add_argument("--report", type=Path, help="gate report JSON (default: OUTPUT.gate.json beside OUTPUT)")
+    ap.add_argument("--metrics", type=Path, help="metrics JSON for DVC")
+    args = ap.parse_args(list(argv) if argv is not None else None)
+    from stages.quality.gate import GateFailed
+
+    try:
+        cfg, split = load_config(args.params, args.paradigm)
+        report = args.report or args.output.parent / f"{args.output.name}.gate.json"
+        metrics = make_token_datasets(cfg, split, paradigm=args.paradigm, tokenizer_dir=args.tokenizer,
+                                      corpora=dict(args.corpus), output_dir=args.output, report_path=report,
+                                      log=lambda m: print(m, file=sys.stderr))
+    except (ConfigError, GateFailed, FileNotFoundError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    if args.metrics:
+        write_json_atomic(args.metrics, metrics)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -119,14 +119,15 @@ def train_tokenizer(cfg: TokenizerConfig, split: SplitConfig, *, paradigm: str, 
     chars = [0]
     docs = [0]
 
-    def training_texts():  # counted as the trainer consumes them
+    def training_texts():  # counted as the trainer consumes them (the last pass counts)
+        docs[0] = chars[0] = 0
         for text in capped(texts_of(train_path, split, "train", batch_docs=cfg.batch_docs), cfg.max_train_chars):
             docs[0] += 1
             chars[0] += len(text)
             yield text
 
     start = time.perf_counter()
-    tok = train(training_texts(), cfg)
+    tok = train(training_texts, cfg)
     seconds = time.perf_counter() - start
     mb = chars[0] / 1e6  # characters, the unit the corpus stages report
     log(f"[tokenizer] {paradigm}: {cfg.kind} trained on {docs[0]} documents, {mb:.1f} M chars in {seconds:.1f}s; "

@@ -16,7 +16,7 @@ so stock ``AutoTokenizer.from_pretrained(dir)`` returns the fast tokenizer with 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -75,8 +75,14 @@ class TokenizerConfig:
         check(self.model_max_length >= 1, "model_max_length: must be >= 1")
 
 
-def build(cfg: TokenizerConfig):
-    """An untrained ``tokenizers.Tokenizer`` with this paradigm's pipeline and its trainer."""
+def build(cfg: TokenizerConfig, continuations: Iterable[str] = ()):
+    """An untrained ``tokenizers.Tokenizer`` with this paradigm's pipeline and its trainer.
+
+    ``continuations`` (WordPiece only): the characters that occur inside words. Their ``##`` forms are
+    registered with the trainer up front, in sorted order. Left to itself, ``tokenizers`` (0.23) numbers
+    them in hash-map order, and since equally frequent merges are ordered by those numbers, two runs on
+    the same text can learn different vocabularies; registered up front, the run is reproducible.
+    They are removed from the special tokens again by ``canonical``."""
     from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
     if cfg.kind == "wordpiece":
@@ -86,7 +92,8 @@ def build(cfg: TokenizerConfig):
         tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
         tok.decoder = decoders.WordPiece(prefix="##")
         trainer = trainers.WordPieceTrainer(vocab_size=cfg.vocab_size, min_frequency=cfg.min_frequency,
-                                            special_tokens=list(BERT_SPECIALS.values()),
+                                            special_tokens=list(BERT_SPECIALS.values())
+                                            + [f"##{c}" for c in sorted(set(continuations))],
                                             continuing_subword_prefix="##", show_progress=False)
     elif cfg.kind == "byte_bpe":
         tok = Tokenizer(models.BPE())
@@ -113,11 +120,14 @@ def canonical(tok, cfg: TokenizerConfig):
     """The trained tokenizer with a run-independent vocabulary, so that DVC sees identical outputs.
 
     Two things in ``tokenizers``' trainers vary from run to run (measured on 0.23): WordPiece numbers its
-    alphabet, and merges of equal count, in hash-map order, and Unigram's scores differ in the last bits
-    between thread schedules. Neither changes how text is split: WordPiece matches greedily by string,
-    and Unigram's Viterbi search only compares scores. So WordPiece keeps its special tokens at 0-4 and
-    numbers single characters, then longer pieces, in sorted order; Unigram scores are rounded to 1e-8,
-    ties ordered by piece.
+    continuation characters in hash-map order (fixed in ``build``) and Unigram orders its pieces by score,
+    where rare characters of equal frequency get penalties 1e-4 apart in hash-map order and the other
+    scores differ in the last bits between thread schedules. Ids do not change how text is split:
+    WordPiece matches greedily by string and Unigram's Viterbi search only compares scores. So after the
+    special tokens, WordPiece numbers single characters, then longer pieces, in sorted order, and Unigram
+    numbers its pieces in sorted order with scores rounded to 1e-8. What can still differ between runs is
+    the 1e-4 penalty of a few equally rare characters in the Unigram scores; the ids depend only on the
+    set of pieces.
     """
     import json
 
@@ -129,6 +139,7 @@ def canonical(tok, cfg: TokenizerConfig):
     model = data["model"]
     if cfg.kind == "wordpiece":
         specials = len(BERT_SPECIALS)
+        data["added_tokens"] = [t for t in data["added_tokens"] if t["content"] in BERT_SPECIALS.values()]
         ordered = sorted(model["vocab"], key=model["vocab"].get)
         rest = ordered[specials:]
 
@@ -139,8 +150,8 @@ def canonical(tok, cfg: TokenizerConfig):
         model["vocab"] = {t: i for i, t in enumerate(ordered[:specials] + rest)}
     else:
         specials = len(T5_SPECIALS)
-        pieces = [(p, round(s, 8)) for p, s in model["vocab"]]
-        model["vocab"] = pieces[:specials] + sorted(pieces[specials:], key=lambda ps: (-ps[1], ps[0]))
+        pieces = sorted((p, round(s, 8)) for p, s in model["vocab"][specials:])
+        model["vocab"] = model["vocab"][:specials] + [list(ps) for ps in pieces]
     return Tokenizer.from_str(json.dumps(data))
 
 
@@ -190,10 +201,25 @@ def capped(texts: Iterable[str], max_chars: int) -> Iterator[str]:
         yield text
 
 
-def train(texts: Iterable[str], cfg: TokenizerConfig):
-    """Train this paradigm's tokenizer on ``texts``; returns a finished ``tokenizers.Tokenizer``."""
+def continuation_chars(tok, texts: Iterable[str]) -> set[str]:
+    """Characters that follow another inside a pre-tokenized word, after normalisation."""
+    chars: set[str] = set()
+    for text in texts:
+        for word, _ in tok.pre_tokenizer.pre_tokenize_str(tok.normalizer.normalize_str(text)):
+            chars.update(word[1:])
+    return chars
+
+
+def train(texts: Callable[[], Iterable[str]] | Sequence[str], cfg: TokenizerConfig):
+    """Train this paradigm's tokenizer; returns a finished ``tokenizers.Tokenizer``. ``texts`` is a list or a
+    function returning a fresh iterator (WordPiece reads the text twice, see ``build``)."""
+    def stream() -> Iterator[str]:
+        return capped(texts() if callable(texts) else texts, cfg.max_train_chars)
+
     tok, trainer = build(cfg)
-    tok.train_from_iterator(batches(capped(texts, cfg.max_train_chars), cfg.batch_docs), trainer=trainer)
+    if cfg.kind == "wordpiece":
+        tok, trainer = build(cfg, continuation_chars(tok, stream()))
+    tok.train_from_iterator(batches(stream(), cfg.batch_docs), trainer=trainer)
     tok = canonical(tok, cfg)
     _finish(tok, cfg)
     return tok

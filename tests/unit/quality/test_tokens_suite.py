@@ -24,7 +24,7 @@ def test_bert_features():
     f = block_features(blocks, BERT, chunk=2)
     assert f["reserved_tokens"].tolist() == [0, 1, 2, 0, 1]  # block 2: two tokens after a pad
     assert f["first_is_cls"].tolist() == [True, True, True, False, True]
-    assert f["closed_by_sep"].tolist() == [True, True, True, False, True]
+    assert f["closed_by_sep"].tolist() == [True, True, False, False, True]
     assert f["pad_fraction"].tolist() == [3 / 8, 0, 4 / 8, 0, 4 / 8]
     assert f["unk_fraction"].tolist()[3] == 2 / 8
     assert f["max_id"].tolist() == [12, 15, 12, 99, 10]

@@ -164,8 +164,11 @@ def make_token_datasets(cfg: TokensConfig, split: SplitConfig, *, paradigm: str,
                     "tokenizer": {"path": str(tokenizer_dir), "sha256": sha256_file(Path(tokenizer_dir) / "tokenizer.json")},
                     "split": asdict(split), "corpora": results}
         write_json_atomic(tmp / "manifest.json", manifest)
+    # Metrics are the numbers; paths and hashes live in the manifest.
+    numbers = {c: {"mchars": r["input"]["mchars"],
+                   **{s: {k: v for k, v in r[s].items() if k != "file"} for s in SPLITS}} for c, r in results.items()}
     return {"paradigm": paradigm, "seq_len": layout.seq_len, "block_len": layout.block_len,
-            "targets_len": layout.targets_len, "corpora": results}
+            "targets_len": layout.targets_len, "corpora": numbers}
 
 
 def _named_path(value: str) -> tuple[str, Path]:

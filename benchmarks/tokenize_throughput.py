@@ -83,10 +83,13 @@ def run_direct(tok, texts: list[str], fast: bool) -> int:
 def bench_throughput(paradigm: str, corpus: str, repeats: int) -> dict:
     import pyarrow.parquet as pq
 
+    from stages.tokenization.corpus import sha256_file
     from stages.tokenization.layout import load_layout
     from stages.tokens import load_config
 
     cfg, split = load_config(PARAMS, paradigm)
+    # The saved tokenizer is rebuilt by the pipeline; record which one was measured.
+    tok_sha = sha256_file(ROOT / f"data/tokenizers/{paradigm}/tokenizer.json")
     layout, tok = load_layout(ROOT / f"data/tokenizers/{paradigm}", paradigm, seq_len=cfg.seq_len,
                               noise_density=cfg.noise_density, mean_span=cfg.mean_span)
     path = CORPORA[corpus]
@@ -106,7 +109,7 @@ def bench_throughput(paradigm: str, corpus: str, repeats: int) -> dict:
                     seconds[m].append(dt)
     if len(set(tokens.values())) != 1:  # the stage and the baselines must encode exactly the same text
         raise RuntimeError(f"{paradigm}/{corpus}: token counts differ: {tokens}")
-    out = {"documents": len(texts), "mchars": round(sum(map(len, texts)) / 1e6, 3),
+    out = {"tokenizer_sha256": tok_sha, "documents": len(texts), "mchars": round(sum(map(len, texts)) / 1e6, 3),
            "mb_utf8": round(sum(len(t.encode("utf-8")) for t in texts) / 1e6, 3), "tokens": tokens["stage"]}
     for m in methods:
         med = statistics.median(seconds[m])

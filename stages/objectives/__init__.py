@@ -1,1 +1,31 @@
-"""Pre-training objectives: what each paradigm does to a block of tokens before the model sees it."""
+"""Pre-training objectives: what each paradigm does to a batch of stored blocks before the model sees it.
+
+An objective is a callable ``(rows, rng) -> batch``: ``rows`` is a ``uint16/uint32`` array of blocks from
+the token-dataset stage, ``rng`` a ``numpy.random.Generator`` owned by the training loop (so masks are
+drawn fresh every time a block is seen, and a resumed run draws the same ones), and ``batch`` a dict of
+CPU ``torch`` tensors that the model's ``forward`` accepts, ``labels`` included. ``for_paradigm`` picks one.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from stages.tokenization.layout import BlockLayout
+
+
+def for_paradigm(layout: "BlockLayout", **kwargs):
+    """The objective of ``layout.paradigm`` (keyword arguments: that objective's settings)."""
+    if layout.paradigm == "bert":
+        from stages.objectives.masked_lm import MaskedLM
+
+        return MaskedLM(layout, **kwargs)
+    if layout.paradigm == "gpt":
+        from stages.objectives.causal_lm import CausalLM
+
+        return CausalLM(layout)
+    if layout.paradigm == "t5":
+        from stages.objectives.span_corruption import SpanCorruption
+
+        return SpanCorruption(layout)
+    raise ValueError(f"paradigm: expected bert, gpt or t5, got {layout.paradigm!r}")

@@ -81,3 +81,26 @@ def corrupt(block: np.ndarray, *, sentinel_top: int, eos_id: int, noise_density:
     target[out_pos[is_start] - 1] = sent_ids[is_start]
     return (np.concatenate((inputs.astype(block.dtype), [eos_id])).astype(block.dtype),
             np.concatenate((target, [eos_id])).astype(block.dtype))
+
+
+class SpanCorruption:
+    """T5's objective over a batch of raw blocks: inputs of exactly ``seq_len`` and labels of exactly
+    ``targets_len`` tokens, so batches need no padding."""
+
+    name = "span_corruption"
+
+    def __init__(self, layout) -> None:
+        self.layout = layout
+
+    def __call__(self, rows: np.ndarray, rng: np.random.Generator) -> dict:
+        import torch
+
+        lay = self.layout
+        pairs = [corrupt(np.asarray(r, dtype=np.int64), sentinel_top=lay.sentinel_top, eos_id=lay.eos_id,
+                         noise_density=lay.noise_density, mean_span=lay.mean_span, rng=rng) for r in rows]
+        inputs = torch.from_numpy(np.stack([p[0] for p in pairs]).astype(np.int64))
+        labels = torch.from_numpy(np.stack([p[1] for p in pairs]).astype(np.int64))
+        return {"input_ids": inputs, "attention_mask": torch.ones_like(inputs), "labels": labels}
+
+    def input_tokens(self, rows: int) -> int:
+        return rows * self.layout.seq_len

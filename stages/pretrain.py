@@ -1,0 +1,193 @@
+"""Pre-training stage (``pretrain@<paradigm>``) and domain-adaptive pre-training (``dapt@<paradigm>``).
+
+    python -m stages.pretrain --paradigm gpt --params params.yaml --section pretrain \
+        --tokens data/tokens/gpt --corpus general --tokenizer data/tokenizers/gpt \
+        --output models/pretrain/gpt --checkpoints checkpoints/pretrain/gpt \
+        --metrics reports/metrics/pretrain-gpt.json --plot reports/plots/pretrain-gpt.tsv
+
+``--section dapt --corpus domain --init models/pretrain/gpt`` continues a general model on the domain
+corpus with the same objective and tokenizer ("Don't Stop Pretraining", Gururangan et al. 2020), on its
+own budget (``dapt.<paradigm>.train``). The same command runs data-parallel under
+``torchrun --nproc_per_node N -m stages.pretrain ...`` or ``accelerate launch -m stages.pretrain ...``.
+
+The output folder holds the model (``save_pretrained``, safetensors) and its tokenizer, so stock
+``AutoModelFor...`` / ``AutoTokenizer`` / ``pipeline`` load it, plus ``training.json`` (config, inputs'
+hashes, results). A killed run resumes from ``--checkpoints`` when rerun with the same params and inputs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import hashlib
+import io
+import json
+import shutil
+import sys
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from stages.common.atomic import atomic_dir, write_bytes_atomic, write_json_atomic
+from stages.config import ConfigError, build, deep_merge, load_params, section
+from stages.tokenization.trainers import PARADIGMS
+from stages.training.config import PretrainConfig, TrainConfig
+
+
+@dataclass(frozen=True, kw_only=True)
+class DaptConfig:
+    """A ``dapt.<paradigm>`` section: only the run; the model is the general checkpoint's."""
+
+    train: TrainConfig = field(default_factory=TrainConfig)
+
+
+def load_config(params_path: Path, section_name: str, paradigm: str):
+    params = load_params(params_path)
+    merged = deep_merge(section(params, f"{section_name}.defaults"), section(params, f"{section_name}.{paradigm}") or {})
+    cls = PretrainConfig if section_name == "pretrain" else DaptConfig
+    return build(cls, merged, f"{section_name}.{paradigm}")
+
+
+def fingerprint(*parts) -> str:
+    """What makes two runs the same run (a checkpoint of another run is not resumed)."""
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def _file_sha(path: Path) -> str:
+    from stages.tokenization.corpus import sha256_file
+
+    return sha256_file(path) if path.exists() else "missing"
+
+
+def plot_tsv(history: list[dict], evals: list[dict]) -> str:
+    """One row per logged step (training loss, lr, tokens/s, MFU) with the evaluation where there was one."""
+    by_step = {e["step"]: e for e in evals}
+    buf = io.StringIO()
+    w = csv.writer(buf, delimiter="\t", lineterminator="\n")
+    w.writerow(["step", "tokens", "loss", "lr", "tokens_per_second", "mfu", "eval_loss"])
+    for row in history:
+        ev = by_step.get(row["step"], {})
+        w.writerow([row["step"], row["tokens"], row["loss"], f"{row['lr']:.3g}", row["tokens_per_second"],
+                    "" if row["mfu"] is None else row["mfu"], ev.get("eval_loss", "")])
+    return buf.getvalue()
+
+
+def run(cfg, *, paradigm: str, stage: str, tokens_dir: Path, corpus: str, tokenizer_dir: Path, init: Path | None,
+        output_dir: Path, checkpoint_dir: Path | None, log=print, progress: bool = True) -> dict | None:
+    """Train and save; returns the metrics (on the main process; None on the others)."""
+    import numpy as np
+
+    from stages.objectives import for_paradigm
+    from stages.tokenization.layout import load_layout
+    from stages.training import distributed
+    from stages.training.loop import train
+    from stages.training.models import build_model, flops_per_token, load_model
+
+    manifest_path = tokens_dir / "manifest.json"
+    if not manifest_path.is_file():
+        raise FileNotFoundError(f"{manifest_path}: no token dataset (run the tokens stage first)")
+    manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+    if manifest["paradigm"] != paradigm:
+        raise ValueError(f"{manifest_path}: blocks for {manifest['paradigm']}, not {paradigm}")
+    lay = manifest["layout"]
+    layout, _ = load_layout(tokenizer_dir, paradigm, seq_len=lay["seq_len"],
+                            noise_density=lay.get("noise_density") or 0.15, mean_span=lay.get("mean_span") or 3.0)
+    if layout.block_len != lay["block_len"] or layout.vocab_size != lay["vocab_size"]:
+        raise ValueError(f"{tokenizer_dir}: does not match the tokenizer the blocks in {tokens_dir} were made with")
+    if corpus not in manifest["corpora"]:
+        raise ValueError(f"{manifest_path}: no corpus {corpus!r} (has: {', '.join(manifest['corpora'])})")
+    train_blocks = np.load(tokens_dir / corpus / "train.npy", mmap_mode="r")
+    eval_blocks = np.load(tokens_dir / corpus / "heldout.npy", mmap_mode="r")
+
+    dist = distributed.init()
+    if init is not None:
+        model = load_model(init, paradigm)
+        if model.config.vocab_size != layout.vocab_size:
+            raise ValueError(f"{init}: vocabulary {model.config.vocab_size} != the tokenizer's {layout.vocab_size}")
+    else:
+        model = build_model(layout, cfg.model, seed=cfg.train.seed)
+    fpt = flops_per_token(model, layout)
+    run_id = fingerprint(stage, paradigm, corpus, asdict(cfg), dist.world, manifest["corpora"][corpus],
+                         manifest["tokenizer"]["sha256"], _file_sha(init / "model.safetensors") if init else None)
+    objective = for_paradigm(layout)
+    result = train(model, objective, train_blocks, eval_blocks, cfg.train, flops_per_token=fpt,
+                   seq_len=layout.seq_len, dist=dist, checkpoint_dir=checkpoint_dir, fingerprint=run_id,
+                   log=log if dist.main else (lambda m: None), progress=progress)
+    metrics = None
+    if dist.main:
+        final_eval = result.evals[-1] if result.evals else {}
+        metrics = {"paradigm": paradigm, "stage": stage, "corpus": corpus, "steps": result.steps,
+                   "tokens": result.tokens, "parameters": sum(p.numel() for p in model.parameters()),
+                   "flops_per_token": fpt, "devices": dist.world,
+                   "train_loss": result.history[-1]["loss"] if result.history else None,
+                   **{k: v for k, v in final_eval.items() if k.startswith("eval_")},
+                   "tokens_per_second": round(result.tokens_per_second, 1),
+                   "mfu": None if result.mfu is None else round(result.mfu, 4), "resumed_from": result.resumed_from}
+        with atomic_dir(output_dir) as tmp:
+            model.save_pretrained(str(tmp))
+            for f in sorted(tokenizer_dir.iterdir()):
+                if f.is_file():
+                    shutil.copy2(f, tmp / ("tokenizer_provenance.json" if f.name == "provenance.json" else f.name))
+            write_json_atomic(tmp / "training.json", {
+                "stage": stage, "paradigm": paradigm, "corpus": corpus, "fingerprint": run_id,
+                "config": asdict(cfg), "layout": layout.to_json(),
+                "inputs": {"tokens": {"path": str(tokens_dir), "manifest_sha256": _file_sha(manifest_path),
+                                      "corpus": manifest["corpora"][corpus]},
+                           "tokenizer": {"path": str(tokenizer_dir), "sha256": manifest["tokenizer"]["sha256"]},
+                           "init": None if init is None else {"path": str(init),
+                                                              "sha256": _file_sha(init / "model.safetensors")}},
+                "metrics": metrics, "history": result.history, "evals": result.evals})
+        log(f"[{stage}] {paradigm} on {corpus}: {result.steps} steps, {result.tokens:,} tokens, train loss "
+            f"{metrics['train_loss']}, eval " + ", ".join(f"{k} {v}" for k, v in final_eval.items() if k.startswith("eval"))
+            + f"; {result.tokens_per_second:,.0f} tokens/s" + (f", MFU {result.mfu:.1%}" if result.mfu else ""))
+        metrics["_plot"] = plot_tsv(result.history, result.evals)
+    distributed.barrier(dist)
+    distributed.shutdown(dist)
+    return metrics
+
+
+def main(argv: Iterable[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m stages.pretrain", description="Pre-train (or DAPT) one paradigm.")
+    ap.add_argument("--paradigm", choices=PARADIGMS, required=True)
+    ap.add_argument("--section", choices=("pretrain", "dapt"), default="pretrain", help="params section to read")
+    ap.add_argument("--params", type=Path, default=Path("params.yaml"))
+    ap.add_argument("--tokens", type=Path, required=True, help="token-dataset folder of this paradigm")
+    ap.add_argument("--corpus", default="general", help="corpus inside the token dataset")
+    ap.add_argument("--tokenizer", type=Path, required=True)
+    ap.add_argument("--init", type=Path, help="continue this saved model (DAPT) instead of a fresh one")
+    ap.add_argument("--output", type=Path, required=True, help="model folder (replaced atomically)")
+    ap.add_argument("--checkpoints", type=Path, help="checkpoint folder (resumed when the run matches)")
+    ap.add_argument("--metrics", type=Path)
+    ap.add_argument("--plot", type=Path, help="TSV of the training curve for DVC plots")
+    ap.add_argument("--no-progress", action="store_true")
+    args = ap.parse_args(list(argv) if argv is not None else None)
+    from stages.training.checkpoint import CheckpointError
+    from stages.training.loop import TrainingDiverged
+
+    try:
+        cfg = load_config(args.params, args.section, args.paradigm)
+        metrics = run(cfg, paradigm=args.paradigm, stage=args.section, tokens_dir=args.tokens, corpus=args.corpus,
+                      tokenizer_dir=args.tokenizer, init=args.init, output_dir=args.output,
+                      checkpoint_dir=args.checkpoints, log=lambda m: print(m, file=sys.stderr),
+                      progress=not args.no_progress)
+    except (ConfigError, CheckpointError, TrainingDiverged, FileNotFoundError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    except Exception as exc:  # GPU out of memory: say which setting to lower
+        if type(exc).__name__ == "OutOfMemoryError":
+            print(f"error: out of GPU memory ({str(exc).splitlines()[0]}); lower "
+                  f"{args.section}.{args.paradigm}.train.micro_batch and raise grad_accum to keep the global batch",
+                  file=sys.stderr)
+            return 1
+        raise
+    if metrics is not None:
+        plot = metrics.pop("_plot")
+        if args.metrics:
+            write_json_atomic(args.metrics, metrics)
+        if args.plot:
+            write_bytes_atomic(args.plot, plot.encode("utf-8"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""One training loop for the three paradigms: models from configs, block sampling, checkpoints, DDP."""

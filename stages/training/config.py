@@ -1,0 +1,82 @@
+"""Typed configs of the pre-training and DAPT stages (``pretrain.*`` and ``dapt.*`` in params.yaml)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from stages.config import check
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelConfig:
+    """Transformer size. layers: per stack (T5 has an encoder and a decoder of this depth). d_model: hidden
+    size. heads: attention heads (d_model must divide by it). d_ff: feed-forward width. dropout: 0 follows
+    modern pre-training practice (and keeps runs comparable step for step)."""
+
+    layers: int = 2
+    d_model: int = 128
+    heads: int = 2
+    d_ff: int = 512
+    dropout: float = 0.0
+
+    def __post_init__(self) -> None:
+        check(self.layers >= 1, "layers: must be >= 1")
+        check(self.d_model >= 8 and self.heads >= 1 and self.d_model % self.heads == 0,
+              "heads: d_model must be a multiple of heads")
+        check(self.d_ff >= 1, "d_ff: must be >= 1")
+        check(0 <= self.dropout < 1, "dropout: must be in [0, 1)")
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrainConfig:
+    """The run. budget_tokens: input tokens to train on (the same budget for each paradigm is equal data;
+    budget_flops > 0 instead sets the budget in FLOPs, converted with the model's FLOPs per token).
+    micro_batch: blocks per forward pass per device; grad_accum: micro-batches per optimizer step (the
+    global batch is micro_batch x grad_accum x devices). lr: peak learning rate, reached after
+    warmup_fraction of the steps, then cosine decay to lr x min_lr_ratio. weight_decay, betas, clip: AdamW
+    and gradient-norm clipping. precision: auto = bf16 autocast on a GPU that supports it, fp32 on CPU.
+    compile: torch.compile the model. eval_every / checkpoint_every / log_every: in optimizer steps.
+    eval_blocks: held-out blocks per evaluation. seed: initialisation, data order and masks.
+    peak_tflops: the device's peak for MFU (0 = look up known GPUs; unknown devices report no MFU).
+    threads: CPU threads for torch (0 = torch's default)."""
+
+    budget_tokens: int = 1_000_000
+    budget_flops: float = 0.0
+    micro_batch: int = 16
+    grad_accum: int = 1
+    lr: float = 1e-3
+    warmup_fraction: float = 0.05
+    min_lr_ratio: float = 0.1
+    weight_decay: float = 0.01
+    betas: tuple[float, ...] = (0.9, 0.98)
+    clip: float = 1.0
+    precision: Literal["auto", "fp32", "bf16"] = "auto"
+    compile: bool = False
+    eval_every: int = 100
+    eval_blocks: int = 256
+    checkpoint_every: int = 100
+    log_every: int = 10
+    seed: int = 0
+    peak_tflops: float = 0.0
+    threads: int = 0
+
+    def __post_init__(self) -> None:
+        check(self.budget_tokens > 0 or self.budget_flops > 0, "budget_tokens: must be > 0 (or set budget_flops)")
+        check(self.micro_batch >= 1, "micro_batch: must be >= 1")
+        check(self.grad_accum >= 1, "grad_accum: must be >= 1")
+        check(self.lr > 0, "lr: must be > 0")
+        check(0 <= self.warmup_fraction < 1, "warmup_fraction: must be in [0, 1)")
+        check(0 <= self.min_lr_ratio <= 1, "min_lr_ratio: must be in [0, 1]")
+        check(len(self.betas) == 2 and all(0 <= b < 1 for b in self.betas), "betas: two values in [0, 1)")
+        check(self.clip >= 0, "clip: must be >= 0 (0 = off)")
+        check(min(self.eval_every, self.checkpoint_every, self.log_every) >= 1, "eval_every: steps must be >= 1")
+        check(self.eval_blocks >= 1, "eval_blocks: must be >= 1")
+
+
+@dataclass(frozen=True, kw_only=True)
+class PretrainConfig:
+    """A ``pretrain.<paradigm>`` or ``dapt.<paradigm>`` section merged over its ``defaults``."""
+
+    model: ModelConfig = field(default_factory=ModelConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)

@@ -1,0 +1,73 @@
+"""Stock transformers models built from a size config, and their training FLOPs per token.
+
+BERT -> ``BertForMaskedLM``, GPT -> ``GPT2LMHeadModel``, T5 -> ``T5ForConditionalGeneration`` (with
+``decoder_start_token_id`` = pad, as T5). SDPA attention where the class supports it. Saved with
+``save_pretrained`` (safetensors) they load with ``AutoModelForMaskedLM`` / ``AutoModelForCausalLM`` /
+``AutoModelForSeq2SeqLM`` and work in ``pipeline("fill-mask")`` and ``generate()``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from stages.tokenization.layout import BlockLayout
+    from stages.training.config import ModelConfig
+
+
+def model_config(layout: "BlockLayout", m: "ModelConfig"):
+    """The transformers config for this paradigm and size."""
+    if layout.paradigm == "bert":
+        from transformers import BertConfig
+
+        return BertConfig(vocab_size=layout.vocab_size, hidden_size=m.d_model, num_hidden_layers=m.layers,
+                          num_attention_heads=m.heads, intermediate_size=m.d_ff, hidden_dropout_prob=m.dropout,
+                          attention_probs_dropout_prob=m.dropout, max_position_embeddings=max(512, layout.seq_len),
+                          pad_token_id=layout.pad_id, type_vocab_size=2)
+    if layout.paradigm == "gpt":
+        from transformers import GPT2Config
+
+        return GPT2Config(vocab_size=layout.vocab_size, n_embd=m.d_model, n_layer=m.layers, n_head=m.heads,
+                          n_inner=m.d_ff, n_positions=max(1024, layout.seq_len), resid_pdrop=m.dropout,
+                          embd_pdrop=m.dropout, attn_pdrop=m.dropout, bos_token_id=layout.eos_id,
+                          eos_token_id=layout.eos_id, pad_token_id=layout.eos_id)
+    from transformers import T5Config
+
+    return T5Config(vocab_size=layout.vocab_size, d_model=m.d_model, d_kv=m.d_model // m.heads, d_ff=m.d_ff,
+                    num_layers=m.layers, num_decoder_layers=m.layers, num_heads=m.heads, dropout_rate=m.dropout,
+                    feed_forward_proj="relu", pad_token_id=layout.pad_id, eos_token_id=layout.eos_id,
+                    decoder_start_token_id=layout.pad_id, tie_word_embeddings=True)
+
+
+def build_model(layout: "BlockLayout", m: "ModelConfig", *, seed: int):
+    """A freshly initialised model (the initialisation is fixed by ``seed``)."""
+    import torch
+    from transformers import BertForMaskedLM, GPT2LMHeadModel, T5ForConditionalGeneration
+
+    torch.manual_seed(seed)
+    cfg = model_config(layout, m)
+    cls = {"bert": BertForMaskedLM, "gpt": GPT2LMHeadModel, "t5": T5ForConditionalGeneration}[layout.paradigm]
+    if layout.paradigm != "t5":  # T5's relative attention bias has no SDPA path in transformers
+        cfg._attn_implementation = "sdpa"
+    return cls(cfg)
+
+
+def load_model(path, paradigm: str):
+    """A saved model of this paradigm (e.g. the general checkpoint that DAPT continues)."""
+    from transformers import AutoModelForCausalLM, AutoModelForMaskedLM, AutoModelForSeq2SeqLM
+
+    cls = {"bert": AutoModelForMaskedLM, "gpt": AutoModelForCausalLM, "t5": AutoModelForSeq2SeqLM}[paradigm]
+    return cls.from_pretrained(str(path))
+
+
+def flops_per_token(model, layout: "BlockLayout") -> float:
+    """Training FLOPs per input token: 6N + 12 * layers * d_model * seq_len (Kaplan et al. 2020 / PaLM
+    appendix B; nanoGPT's MFU estimate), with N all parameters and layers every attention stack (T5: the
+    encoder's and the decoder's)."""
+    n = sum(p.numel() for p in model.parameters())
+    cfg = model.config
+    layers = getattr(cfg, "num_hidden_layers", None) or getattr(cfg, "n_layer", None) or cfg.num_layers
+    if layout.paradigm == "t5":
+        layers = cfg.num_layers + cfg.num_decoder_layers
+    d = getattr(cfg, "hidden_size", None) or getattr(cfg, "n_embd", None) or cfg.d_model
+    return 6 * n + 12 * layers * d * layout.seq_len

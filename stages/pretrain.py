@@ -141,6 +141,8 @@ def run(cfg, *, paradigm: str, stage: str, tokens_dir: Path, corpus: str, tokeni
             f"{metrics['train_loss']}, eval " + ", ".join(f"{k} {v}" for k, v in final_eval.items() if k.startswith("eval"))
             + f"; {result.tokens_per_second:,.0f} tokens/s" + (f", MFU {result.mfu:.1%}" if result.mfu else ""))
         metrics["_plot"] = plot_tsv(result.history, result.evals)
+        if checkpoint_dir is not None and checkpoint_dir.exists():
+            shutil.rmtree(checkpoint_dir)  # the run finished: its model is the output, nothing to resume
     distributed.barrier(dist)
     distributed.shutdown(dist)
     return metrics

@@ -64,6 +64,16 @@ def validate(params: dict[str, Any]) -> None:
         for corpus in params.get("clean", {}):
             if corpus != "defaults":
                 clean_config(Path(fh.name), corpus)
+        from stages.pretrain import load_config as pretrain_config
+        from stages.tokenizer import load_config as tokenizer_config
+        from stages.tokens import load_config as tokens_config
+
+        for paradigm in params.get("tokenizer", {}):
+            tokenizer_config(Path(fh.name), paradigm)
+        for name, loader in (("tokens", tokens_config), ("pretrain", None), ("dapt", None)):
+            for paradigm in params.get(name, {}):
+                if paradigm != "defaults":
+                    loader(Path(fh.name), paradigm) if loader else pretrain_config(Path(fh.name), name, paradigm)
     finally:
         Path(fh.name).unlink()
 

@@ -16,7 +16,9 @@ class CausalLM:
         import torch
 
         ids = torch.from_numpy(np.asarray(rows, dtype=np.int64))
-        return {"input_ids": ids, "labels": ids.clone()}
+        # Packed blocks have no padding: every position attends (said explicitly, since GPT-2's pad id is
+        # its end-of-text id and transformers would otherwise warn about possible padding).
+        return {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": ids.clone()}
 
     def input_tokens(self, rows: int) -> int:
         return rows * self.layout.seq_len

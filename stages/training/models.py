@@ -49,7 +49,13 @@ def build_model(layout: "BlockLayout", m: "ModelConfig", *, seed: int):
     cls = {"bert": BertForMaskedLM, "gpt": GPT2LMHeadModel, "t5": T5ForConditionalGeneration}[layout.paradigm]
     if layout.paradigm != "t5":  # T5's relative attention bias has no SDPA path in transformers
         cfg._attn_implementation = "sdpa"
-    return cls(cfg)
+    return _with_loss(cls(cfg), layout.paradigm)
+
+
+def _with_loss(model, paradigm: str):
+    if paradigm == "gpt":  # GPT-2's class name does not map to a loss type; it is the causal-LM loss
+        model.loss_type = "ForCausalLM"
+    return model
 
 
 def load_model(path, paradigm: str):
@@ -57,17 +63,25 @@ def load_model(path, paradigm: str):
     from transformers import AutoModelForCausalLM, AutoModelForMaskedLM, AutoModelForSeq2SeqLM
 
     cls = {"bert": AutoModelForMaskedLM, "gpt": AutoModelForCausalLM, "t5": AutoModelForSeq2SeqLM}[paradigm]
-    return cls.from_pretrained(str(path))
+    return _with_loss(cls.from_pretrained(str(path)), paradigm)
 
 
 def flops_per_token(model, layout: "BlockLayout") -> float:
-    """Training FLOPs per input token: 6N + 12 * layers * d_model * seq_len (Kaplan et al. 2020 / PaLM
-    appendix B; nanoGPT's MFU estimate), with N all parameters and layers every attention stack (T5: the
-    encoder's and the decoder's)."""
+    """Training FLOPs per input token: 6N + 12 * layers * d_model * seq_len (Kaplan et al. 2020; PaLM
+    appendix B; nanoGPT's MFU), N counting every parameter (the tied embedding is the output matmul).
+
+    T5 runs its encoder on ``seq_len`` tokens but its decoder and output layer on only ``targets_len``, so
+    its decoder-side terms are scaled by ``targets_len / seq_len``, and its attention term counts the
+    encoder's self-attention plus the decoder's self- and cross-attention over their lengths."""
     n = sum(p.numel() for p in model.parameters())
     cfg = model.config
-    layers = getattr(cfg, "num_hidden_layers", None) or getattr(cfg, "n_layer", None) or cfg.num_layers
-    if layout.paradigm == "t5":
-        layers = cfg.num_layers + cfg.num_decoder_layers
-    d = getattr(cfg, "hidden_size", None) or getattr(cfg, "n_embd", None) or cfg.d_model
-    return 6 * n + 12 * layers * d * layout.seq_len
+    if layout.paradigm != "t5":
+        layers = getattr(cfg, "num_hidden_layers", None) or cfg.n_layer
+        d = getattr(cfg, "hidden_size", None) or cfg.n_embd
+        return 6 * n + 12 * layers * d * layout.seq_len
+    enc = sum(p.numel() for name, p in model.named_parameters() if name.startswith("encoder.block"))
+    rest = n - enc  # decoder blocks, the shared embedding / output matmul and final norms
+    s, t, d = layout.seq_len, layout.targets_len, cfg.d_model
+    ratio = t / s
+    attention = 12 * d * (cfg.num_layers * s + cfg.num_decoder_layers * ratio * (t + s))
+    return 6 * enc + 6 * rest * ratio + attention

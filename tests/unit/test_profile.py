@@ -24,10 +24,14 @@ def test_unknown_keys_and_invalid_values_are_named():
         apply(params, {"clean.defaults.wrokers": 0})
     with pytest.raises(ConfigError, match="workers"):
         validate(apply(params, {"clean.defaults.workers": -1}))
+    with pytest.raises(ConfigError, match=r"pretrain\.bert\.model\.heads: d_model must be a multiple"):
+        validate(apply(params, {"pretrain.defaults.model.heads": 3}))  # 128 is not a multiple of 3
     with pytest.raises(ConfigError, match="no such profile"):
         load_profile("tpu")
 
 
 def test_cli_prints_dvc_set_arguments(capsys):
     assert main(["gpu"]) == 0
-    assert capsys.readouterr().out.strip() == "-S clean.defaults.workers=0"
+    out = capsys.readouterr().out.strip()
+    assert out.startswith("-S clean.defaults.workers=0 -S tokens.defaults.seq_len=512")
+    assert "-S pretrain.defaults.model.d_model=512" in out

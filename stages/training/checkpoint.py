@@ -45,18 +45,26 @@ def load(folder: Path, model, optimizer) -> None:
 
     weights = folder / "model" / "model.safetensors"
     try:
-        sd = load_file(str(weights))
-        missing, unexpected = model.load_state_dict(sd, strict=False)
-        tied = {k for k in missing if "lm_head" in k or "decoder.weight" in k or k.endswith("embed_tokens.weight")}
-        if unexpected or set(missing) - tied:
-            raise CheckpointError(f"{weights}: does not match the model (missing {sorted(set(missing) - tied)[:3]}, "
-                                  f"unexpected {unexpected[:3]})")
-        if hasattr(model, "tie_weights"):
-            model.tie_weights()
-        opt_tensors = load_file(str(folder / "optimizer.safetensors"))
-        groups = json.loads((folder / "optimizer.json").read_text(encoding="utf-8"))["param_groups"]
+        # from_pretrained knows which weights the class ties (and so did not save); copy from it.
+        saved = type(model).from_pretrained(str(folder / "model"))
+    except (OSError, ValueError, RuntimeError, SafetensorError) as exc:
+        raise CheckpointError(f"{weights}: corrupt or incomplete checkpoint ({_first_line(exc)}); "
+                              f"delete {folder} to start over") from None
+    try:
+        model.load_state_dict(saved.state_dict())
+    except RuntimeError as exc:
+        raise CheckpointError(f"{weights}: does not match the model ({_first_line(exc)})") from None
+    opt_path, groups_path = folder / "optimizer.safetensors", folder / "optimizer.json"
+    try:
+        opt_tensors = load_file(str(opt_path))
     except (OSError, ValueError, SafetensorError) as exc:
-        raise CheckpointError(f"{folder}: corrupt or incomplete checkpoint ({exc}); delete it to start over") from None
+        raise CheckpointError(f"{opt_path}: corrupt or incomplete checkpoint ({_first_line(exc)}); "
+                              f"delete {folder} to start over") from None
+    try:
+        groups = json.loads(groups_path.read_text(encoding="utf-8"))["param_groups"]
+    except (OSError, ValueError, KeyError) as exc:
+        raise CheckpointError(f"{groups_path}: corrupt or incomplete checkpoint ({_first_line(exc)}); "
+                              f"delete {folder} to start over") from None
     state: dict[int, dict] = {}
     for key, tensor in opt_tensors.items():
         idx, name = key.split(".", 1)
@@ -64,4 +72,8 @@ def load(folder: Path, model, optimizer) -> None:
     try:
         optimizer.load_state_dict({"state": state, "param_groups": groups})
     except (ValueError, KeyError) as exc:
-        raise CheckpointError(f"{folder / 'optimizer.safetensors'}: does not match the optimizer ({exc})") from None
+        raise CheckpointError(f"{opt_path}: does not match the optimizer ({_first_line(exc)})") from None
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).splitlines() or [type(exc).__name__])[0][:200]

@@ -168,7 +168,10 @@ def train(model, objective, train_blocks: np.ndarray, eval_blocks: np.ndarray | 
 
         bar = tqdm(total=total, initial=start_step, unit="step", dynamic_ncols=True, mininterval=1.0)
     running = torch.zeros((), device=device)
-    since, t_last = 0, time.perf_counter()
+    since, timed, t_last = 0, 0, time.perf_counter()  # steps in the log row; steps timed in this process
+    if result.resumed_from:
+        running += float(state.get("running_loss", 0.0))
+        since = int(state.get("steps_since_log", 0))
     train_seconds, tokens_run = 0.0, 0
     for step in range(start_step, total):
         lr = lr_at(step, total, cfg)
@@ -189,6 +192,7 @@ def train(model, objective, train_blocks: np.ndarray, eval_blocks: np.ndarray | 
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         since += 1
+        timed += 1
         done = step + 1
         if bar is not None:
             bar.update(1)
@@ -201,8 +205,8 @@ def train(model, objective, train_blocks: np.ndarray, eval_blocks: np.ndarray | 
             if device.startswith("cuda"):
                 torch.cuda.synchronize()
             now = time.perf_counter()
-            tps = since * tokens_per_step / (now - t_last)
-            tokens_run += since * tokens_per_step
+            tps = timed * tokens_per_step / (now - t_last)
+            tokens_run += timed * tokens_per_step
             train_seconds += now - t_last
             row = {"step": done, "tokens": done * tokens_per_step, "loss": round(mean_loss, 5), "lr": lr,
                    "tokens_per_second": round(tps, 1),
@@ -211,7 +215,7 @@ def train(model, objective, train_blocks: np.ndarray, eval_blocks: np.ndarray | 
             if bar is not None:
                 bar.set_postfix(loss=f"{mean_loss:.3f}", tok_s=f"{tps:,.0f}")
             running.zero_()
-            since, t_last = 0, time.perf_counter()
+            since, timed, t_last = 0, 0, time.perf_counter()
         if eval_blocks is not None and len(eval_blocks) and (done % cfg.eval_every == 0 or done == total):
             paused = time.perf_counter()
             ev = {"step": done, "tokens": done * tokens_per_step,
@@ -225,8 +229,10 @@ def train(model, objective, train_blocks: np.ndarray, eval_blocks: np.ndarray | 
             if since and not math.isfinite(running.item()):  # never save a diverged state
                 raise TrainingDiverged(f"step {done}: the training loss is {running.item()}; stopped. The last good "
                                        f"checkpoint ({_last_saved(checkpoint_dir)}) is kept; lower the learning rate.")
-            ckpt.save(checkpoint_dir, model, optimizer, {"fingerprint": fingerprint, "step": done,
-                                                         "history": result.history, "evals": result.evals})
+            ckpt.save(checkpoint_dir, model, optimizer, {
+                "fingerprint": fingerprint, "step": done, "history": result.history, "evals": result.evals,
+                # the loss summed since the last log row, so the first row after a resume averages the same steps
+                "running_loss": running.item(), "steps_since_log": since})
             t_last += time.perf_counter() - paused
     if bar is not None:
         bar.close()

@@ -36,7 +36,7 @@ BASE_PARAMS = {
                       "lr": 0.003, "warmup_fraction": 0.1, "min_lr_ratio": 0.1, "weight_decay": 0.01,
                       "betas": [0.9, 0.98], "clip": 1.0, "precision": "fp32", "compile": False,
                       "eval_every": 12, "eval_blocks": 8, "checkpoint_every": 8, "log_every": 4, "seed": 0,
-                      "peak_tflops": 0, "threads": 0},
+                      "peak_tflops": 0, "threads": 1},  # tiny models: one thread is fastest
         },
         "bert": {}, "gpt": {}, "t5": {},
     },
@@ -122,6 +122,16 @@ def build_datasets(root: Path, paradigms=("gpt", "bert", "t5")) -> Datasets:
                             "--corpus", f"domain={domain}"]) == 0
         ds.tok[p], ds.tokens[p] = tok, out
     return ds
+
+
+@pytest.fixture(autouse=True)
+def _restore_torch_threads():
+    """The stage sets torch's thread count (``train.threads``); give other tests the default back."""
+    import torch
+
+    before = torch.get_num_threads()
+    yield
+    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="session")

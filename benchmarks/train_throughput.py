@@ -124,6 +124,22 @@ def run_hf(layout, blocks, objective, steps: int, warm: int) -> dict:
             "optim": args.optim}
 
 
+def cpu_seconds() -> tuple[float, float]:
+    """(busy CPU seconds of the whole machine, of this process) so far, from /proc."""
+    hz = os.sysconf("SC_CLK_TCK")
+    f = open("/proc/stat").readline().split()[1:]
+    me = open("/proc/self/stat").read().rsplit(")", 1)[1].split()
+    return (sum(map(int, f[:3] + f[5:8])) / hz, (int(me[11]) + int(me[12])) / hz)
+
+
+def timed(fn, *args) -> dict:
+    """fn's result plus ``other_cores_busy``: other processes' mean busy cores during the run (contention)."""
+    (m0, s0), t0 = cpu_seconds(), time.perf_counter()
+    out = fn(*args)
+    (m1, s1), dt = cpu_seconds(), time.perf_counter() - t0
+    return {**out, "other_cores_busy": round(((m1 - m0) - (s1 - s0)) / dt, 2)}
+
+
 def med(runs: list[dict], key: str):
     vals = [r[key] for r in runs if r.get(key) is not None]
     return round(statistics.median(vals), 1) if vals else None
@@ -156,13 +172,14 @@ def main() -> int:
         run_ours(layout, blocks, objective, 10, 0), run_hf(layout, blocks, objective, 10, 0)  # warm-up
         ours, hf = [], []
         for r in range(a.repeats):
-            ours.append(run_ours(layout, blocks, objective, a.steps, a.warm))
-            hf.append(run_hf(layout, blocks, objective, a.steps, a.warm))
+            ours.append(timed(run_ours, layout, blocks, objective, a.steps, a.warm))
+            hf.append(timed(run_hf, layout, blocks, objective, a.steps, a.warm))
             print(f"{p} #{r}: ours {ours[-1]['tokens_per_s']:,.0f} tok/s (steady {ours[-1]['steady_tokens_per_s']:,.0f})"
-                  f", HF {hf[-1]['tokens_per_s']:,.0f} (steady {hf[-1]['steady_tokens_per_s']:,.0f})", flush=True)
+                  f", HF {hf[-1]['tokens_per_s']:,.0f} (steady {hf[-1]['steady_tokens_per_s']:,.0f}); other cores "
+                  f"busy {ours[-1]['other_cores_busy']} / {hf[-1]['other_cores_busy']}", flush=True)
         row = {"ours": {k: med(ours, k) for k in ("tokens_per_s", "wall_tokens_per_s", "steady_tokens_per_s")},
                "hf": {k: med(hf, k) for k in ("tokens_per_s", "wall_tokens_per_s", "steady_tokens_per_s")},
-               "runs": {"ours": ours, "hf": hf}}
+               "max_other_cores_busy": max(r["other_cores_busy"] for r in ours + hf), "runs": {"ours": ours, "hf": hf}}
         row["ratio"] = {k: round(row["ours"][k] / row["hf"][k], 3) for k in row["ours"] if row["hf"][k]}
         report["results"][p] = row
         print(p, json.dumps({k: row[k] for k in ("ours", "hf", "ratio")}), flush=True)

@@ -1,0 +1,259 @@
+"""Fine-tuning stage (``finetune@<paradigm>-<init>``): one paradigm, one initialisation, the labeled task.
+
+    python -m stages.finetune --paradigm bert --init pretrained --params params.yaml \
+        --task data/ingested/task/documents.parquet --model data/models/pretrain/bert \
+        --output data/models/finetune/bert-pretrained --metrics reports/metrics/finetune-bert-pretrained.json \
+        --plot reports/plots/finetune-bert-pretrained.tsv --report reports/quality/finetune-bert-pretrained.json
+
+``--init`` is ``pretrained`` (the general model), ``dapt`` (pass ``--model data/models/dapt/<paradigm>``) or
+``random`` (the same architecture, fresh weights, the same recipe). Before training, a gate checks the task
+data (labels in ``finetune.labels``, no text in two splits, class shares in bounds). Training stops early
+when the validation macro-F1 has not improved for ``patience`` evaluations; the best model is kept and only
+then scored on the test split, which nothing else touches.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import sys
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from stages.common.atomic import atomic_dir, write_bytes_atomic, write_json_atomic
+from stages.config import ConfigError, build, check, deep_merge, load_params, section
+from stages.tokenization.trainers import PARADIGMS
+
+INITS = ("pretrained", "dapt", "random")
+
+
+@dataclass(frozen=True, kw_only=True)
+class TaskGateConfig:
+    min_class_share: float = 0.005
+    max_class_share: float = 0.3
+
+
+@dataclass(frozen=True, kw_only=True)
+class FinetuneConfig:
+    """labels: the expected label set (the gate fails on any other). max_len: tokens per example.
+    max_train_examples: a seeded sample of the train split (0 = all). epochs: at most this many passes.
+    micro_batch, lr, warmup_fraction, weight_decay: the recipe (the same for every initialisation).
+    eval_every: steps between validation scores; patience: evaluations without improvement before stopping.
+    max_eval_examples: validation examples scored during training (0 = all; the test split is always whole).
+    aux_lm_weight: GPT-1's auxiliary LM loss weight for GPT (0 = off). t5_prefix: T5's task prefix.
+    seed: head initialisation, sample and order."""
+
+    labels: tuple[str, ...]
+    max_len: int = 64
+    max_train_examples: int = 0
+    epochs: int = 2
+    micro_batch: int = 32
+    lr: float = 5e-4
+    warmup_fraction: float = 0.06
+    weight_decay: float = 0.01
+    eval_every: int = 50
+    patience: int = 3
+    max_eval_examples: int = 0
+    aux_lm_weight: float = 0.5
+    t5_prefix: str = "classify: "
+    seed: int = 0
+    threads: int = 0
+    gate: TaskGateConfig = field(default_factory=TaskGateConfig)
+
+    def __post_init__(self) -> None:
+        check(len(self.labels) >= 2 and len(set(self.labels)) == len(self.labels), "labels: need 2+ distinct labels")
+        check(self.max_len >= 4, "max_len: must be >= 4")
+        check(self.epochs >= 1 and self.micro_batch >= 1 and self.eval_every >= 1 and self.patience >= 1,
+              "epochs: epochs, micro_batch, eval_every and patience must be >= 1")
+        check(self.lr > 0, "lr: must be > 0")
+        check(self.aux_lm_weight >= 0, "aux_lm_weight: must be >= 0")
+
+
+def load_config(params_path: Path, paradigm: str) -> FinetuneConfig:
+    params = load_params(params_path)
+    merged = deep_merge(section(params, "finetune.defaults"), section(params, f"finetune.{paradigm}") or {})
+    return build(FinetuneConfig, merged, f"finetune.{paradigm}")
+
+
+def read_task(path: Path):
+    import pandas as pd
+
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no task data (run ingest@task first)")
+    df = pd.read_parquet(path, columns=["id", "text", "label", "split"])
+    return df
+
+
+def gate_task(df, cfg: FinetuneConfig, report: Path) -> None:
+    """Labels in the expected set, no text in two splits, class shares in bounds (Great Expectations)."""
+    from stages.quality.gate import enforce
+    from stages.quality.suites import labeled_suite
+
+    tables, expectations = labeled_suite(df, labels=list(cfg.labels), splits=["train", "validation", "test"],
+                                         min_class_share=cfg.gate.min_class_share,
+                                         max_class_share=cfg.gate.max_class_share)
+    enforce("finetune-task", tables, expectations, report)
+
+
+def sample_train(df, cfg: FinetuneConfig, n: int | None = None):
+    train = df[df["split"] == "train"]
+    n = n if n is not None else cfg.max_train_examples
+    if n and n < len(train):
+        train = train.sample(n=n, random_state=cfg.seed)
+    return train.reset_index(drop=True)
+
+
+def encode(tok, texts: list[str], cfg: FinetuneConfig, paradigm: str) -> dict:
+    if paradigm == "t5":
+        texts = [cfg.t5_prefix + t for t in texts]
+    enc = tok(texts, truncation=True, max_length=cfg.max_len, padding="longest", return_tensors="pt",
+              add_special_tokens=paradigm != "gpt")
+    return {"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"]}
+
+
+def predict(clf, tok, texts: list[str], cfg: FinetuneConfig, paradigm: str) -> np.ndarray:
+    import torch
+
+    clf.model.eval()
+    out = []
+    with torch.no_grad():
+        for lo in range(0, len(texts), cfg.micro_batch * 2):
+            out.append(clf.predict(encode(tok, texts[lo: lo + cfg.micro_batch * 2], cfg, paradigm)).numpy())
+    clf.model.train()
+    return np.concatenate(out) if out else np.empty(0, dtype=np.int64)
+
+
+def finetune(cfg: FinetuneConfig, *, paradigm: str, init: str, model_dir: Path, df, train_examples: int | None = None,
+             log=print) -> dict:
+    """Train a classifier; returns scores, the curve and the model (best validation state restored)."""
+    import torch
+    from transformers import AutoTokenizer
+
+    from stages.finetuning.heads import make_classifier
+    from stages.finetuning.metrics import majority, scores
+    from stages.training.config import TrainConfig
+    from stages.training.loop import lr_at, make_optimizer
+
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    label_id = {lab: i for i, lab in enumerate(cfg.labels)}
+    tok = AutoTokenizer.from_pretrained(str(model_dir))
+    clf = make_classifier(paradigm, model_dir, list(cfg.labels), tok, init=init, seed=cfg.seed,
+                          aux_lm_weight=cfg.aux_lm_weight)
+    train = sample_train(df, cfg, train_examples)
+    val = df[df["split"] == "validation"]
+    if cfg.max_eval_examples and cfg.max_eval_examples < len(val):
+        val = val.sample(n=cfg.max_eval_examples, random_state=cfg.seed)
+    test = df[df["split"] == "test"]
+    y_train = train["label"].map(label_id).to_numpy()
+    y_val, y_test = val["label"].map(label_id).to_numpy(), test["label"].map(label_id).to_numpy()
+    steps_per_epoch = -(-len(train) // cfg.micro_batch)
+    total = steps_per_epoch * cfg.epochs
+    recipe = TrainConfig(lr=cfg.lr, warmup_fraction=cfg.warmup_fraction, weight_decay=cfg.weight_decay,
+                         min_lr_ratio=0.0, budget_tokens=1)
+    optimizer = make_optimizer(clf.model, recipe, "cpu")
+    rng = np.random.default_rng(cfg.seed)
+    texts = train["text"].tolist()
+    curve, best, best_state, bad, step = [], -1.0, None, 0, 0
+    running, since = 0.0, 0
+    clf.model.train()
+    stopped_early = False
+    for epoch in range(cfg.epochs):
+        order = rng.permutation(len(train))
+        for lo in range(0, len(order), cfg.micro_batch):
+            idx = order[lo: lo + cfg.micro_batch]
+            batch = encode(tok, [texts[i] for i in idx], cfg, paradigm)
+            batch["labels"] = torch.from_numpy(y_train[idx].astype(np.int64))
+            for group in optimizer.param_groups:
+                group["lr"] = lr_at(step, total, recipe)
+            loss = clf.loss(batch)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(clf.model.parameters(), 1.0)
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            running, since, step = running + loss.item(), since + 1, step + 1
+            if step % cfg.eval_every == 0 or step == total:
+                val_scores = scores(y_val, predict(clf, tok, val["text"].tolist(), cfg, paradigm), len(cfg.labels))
+                curve.append({"step": step, "epoch": epoch + 1, "loss": round(running / since, 5),
+                              "val_accuracy": val_scores["accuracy"], "val_macro_f1": val_scores["macro_f1"]})
+                running, since = 0.0, 0
+                if val_scores["macro_f1"] > best:
+                    best, bad = val_scores["macro_f1"], 0
+                    best_state = {k: v.detach().clone() for k, v in clf.model.state_dict().items()}
+                else:
+                    bad += 1
+                    if bad >= cfg.patience:
+                        stopped_early = True
+                        break
+        if stopped_early:
+            break
+    if best_state is not None:
+        clf.model.load_state_dict(best_state)
+    test_scores = scores(y_test, predict(clf, tok, test["text"].tolist(), cfg, paradigm), len(cfg.labels))
+    result = {"paradigm": paradigm, "init": init, "train_examples": len(train), "steps": step,
+              "stopped_early": stopped_early, "best_val_macro_f1": best,
+              "test_accuracy": test_scores["accuracy"], "test_macro_f1": test_scores["macro_f1"],
+              "test_examples": test_scores["examples"],
+              "majority_test_accuracy": majority(y_train, y_test, len(cfg.labels))["accuracy"],
+              "majority_test_macro_f1": majority(y_train, y_test, len(cfg.labels))["macro_f1"]}
+    log(f"[finetune] {paradigm}-{init}: {len(train)} examples, {step} steps"
+        f"{' (stopped early)' if stopped_early else ''}; best val macro-F1 {best:.3f}; test accuracy "
+        f"{result['test_accuracy']:.3f}, macro-F1 {result['test_macro_f1']:.3f} (majority "
+        f"{result['majority_test_accuracy']:.3f})")
+    return {"metrics": result, "curve": curve, "classifier": clf, "tokenizer": tok}
+
+
+def curve_tsv(curve: list[dict]) -> str:
+    buf = io.StringIO()
+    w = csv.writer(buf, delimiter="\t", lineterminator="\n")
+    w.writerow(["step", "epoch", "loss", "val_accuracy", "val_macro_f1"])
+    for row in curve:
+        w.writerow([row["step"], row["epoch"], row["loss"], row["val_accuracy"], row["val_macro_f1"]])
+    return buf.getvalue()
+
+
+def main(argv: Iterable[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m stages.finetune", description="Fine-tune one paradigm on the task.")
+    ap.add_argument("--paradigm", choices=PARADIGMS, required=True)
+    ap.add_argument("--init", choices=INITS, required=True)
+    ap.add_argument("--params", type=Path, default=Path("params.yaml"))
+    ap.add_argument("--task", type=Path, required=True, help="labeled documents Parquet (label, split)")
+    ap.add_argument("--model", type=Path, required=True, help="pre-trained model folder (its config for random)")
+    ap.add_argument("--output", type=Path, required=True)
+    ap.add_argument("--metrics", type=Path)
+    ap.add_argument("--plot", type=Path)
+    ap.add_argument("--report", type=Path, help="task gate report (default: OUTPUT.gate.json beside OUTPUT)")
+    args = ap.parse_args(list(argv) if argv is not None else None)
+    from stages.quality.gate import GateFailed
+
+    try:
+        cfg = load_config(args.params, args.paradigm)
+        df = read_task(args.task)
+        gate_task(df, cfg, args.report or args.output.parent / f"{args.output.name}.gate.json")
+        if not (args.model / "config.json").is_file():
+            raise FileNotFoundError(f"{args.model / 'config.json'}: no model (run the pretrain/dapt stage first)")
+        out = finetune(cfg, paradigm=args.paradigm, init=args.init, model_dir=args.model, df=df,
+                       log=lambda m: print(m, file=sys.stderr))
+    except (ConfigError, GateFailed, FileNotFoundError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    metrics = out["metrics"]
+    with atomic_dir(args.output) as tmp:
+        out["classifier"].model.save_pretrained(str(tmp))
+        out["tokenizer"].save_pretrained(str(tmp))
+        write_json_atomic(tmp / "finetune.json", {"config": asdict(cfg), "metrics": metrics, "curve": out["curve"],
+                                                  "init": args.init, "model": str(args.model),
+                                                  "labels": list(cfg.labels)})
+    if args.metrics:
+        write_json_atomic(args.metrics, metrics)
+    if args.plot:
+        write_bytes_atomic(args.plot, curve_tsv(out["curve"]).encode("utf-8"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Fine-tuning on the labeled task: examples, classifier heads per paradigm, metrics."""

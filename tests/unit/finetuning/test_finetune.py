@@ -1,0 +1,121 @@
+"""Fine-tuning: metrics, the three heads, early stopping, the task gate and the stage's outputs."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from stages.finetune import finetune, load_config, main, read_task
+from stages.finetuning.metrics import majority, scores
+from tests.unit.finetuning.conftest import LABELS, task_rows, write_params, write_task
+
+
+def test_scores_and_majority():
+    gold = np.array([0, 0, 1, 1, 2, 2])
+    pred = np.array([0, 1, 1, 1, 2, 0])
+    s = scores(gold, pred, 4)  # class 3 is absent from gold: not in the macro average
+    assert s["accuracy"] == pytest.approx(4 / 6, abs=1e-5)
+    f1 = [2 * 1 / (2 + 1 + 1), 2 * 2 / (4 + 1 + 0), 2 * 1 / (2 + 0 + 1)]
+    assert s["macro_f1"] == pytest.approx(np.mean(f1), abs=1e-5)
+    m = majority(np.array([1, 1, 0]), gold, 4)
+    assert m["accuracy"] == pytest.approx(2 / 6, abs=1e-5)
+
+
+def run(models, tmp_path, paradigm, init, params=None, task=None):
+    params = params or write_params(tmp_path / "params.yaml")
+    out = tmp_path / f"{paradigm}-{init}"
+    args = ["--paradigm", paradigm, "--init", init, "--params", str(params), "--task", str(task or models.task),
+            "--model", str(models.models[paradigm]), "--output", str(out), "--metrics", str(tmp_path / "m.json"),
+            "--plot", str(tmp_path / "curve.tsv"), "--report", str(tmp_path / "gate.json")]
+    return main(args), out
+
+
+@pytest.mark.parametrize("paradigm", ["bert", "gpt", "t5"])
+def test_stage_trains_and_saves_a_classifier(models, tmp_path, paradigm):
+    rc, out = run(models, tmp_path, paradigm, "pretrained")
+    assert rc == 0
+    m = json.loads((tmp_path / "m.json").read_text())
+    assert m["test_examples"] == 24 and 0 <= m["test_macro_f1"] <= 1
+    assert m["majority_test_accuracy"] == pytest.approx(1 / 3, abs=1e-3)
+    saved = json.loads((out / "finetune.json").read_text())
+    assert saved["labels"] == LABELS and saved["curve"]
+    assert (tmp_path / "curve.tsv").read_text().startswith("step\tepoch\tloss")
+    if paradigm != "t5":
+        from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+        model = AutoModelForSequenceClassification.from_pretrained(str(out))
+        tok = AutoTokenizer.from_pretrained(str(out))
+        assert model.config.id2label[0] == "river"
+        logits = model(**tok(["The farmer visited the castle."], return_tensors="pt")).logits
+        assert logits.shape == (1, 3)
+
+
+@pytest.mark.parametrize("paradigm", ["bert", "gpt", "t5"])
+def test_random_init_learns_the_easy_task(models, tmp_path, paradigm):
+    cfg = load_config(write_params(tmp_path / "p.yaml", epochs=8, lr=1e-3, patience=100), paradigm)
+    task = write_task(tmp_path / "task.parquet", task_rows(80))
+    out = finetune(cfg, paradigm=paradigm, init="random", model_dir=models.models[paradigm],
+                   df=read_task(task), log=lambda m: None)
+    losses = [row["loss"] for row in out["curve"]]
+    assert out["metrics"]["steps"] == 8 * 18 and not out["metrics"]["stopped_early"]
+    if paradigm == "t5":  # a random T5 learns the target format first; the label words take longer
+        assert losses[-1] < losses[0] / 4
+    else:
+        assert losses[-1] < losses[0] * 0.8
+        assert out["metrics"]["best_val_macro_f1"] > 0.5  # chance on three balanced classes is about 0.33
+
+
+def test_t5_predictions_are_always_labels(models, tmp_path):
+    cfg = load_config(write_params(tmp_path / "p.yaml", epochs=1), "t5")
+    out = finetune(cfg, paradigm="t5", init="pretrained", model_dir=models.models["t5"],
+                   df=read_task(models.task), log=lambda m: None)
+    clf, tok = out["classifier"], out["tokenizer"]
+    from stages.finetune import encode
+
+    pred = clf.predict(encode(tok, ["anything at all", "the castle"], cfg, "t5"))
+    assert pred.dtype == torch.int64 and set(pred.tolist()) <= {0, 1, 2}
+    assert clf.candidates.shape[0] == 3 and (clf.candidates[:, 0] != -100).all()
+
+
+def test_gpt_auxiliary_lm_loss_is_added(models, tmp_path):
+    from stages.finetune import encode
+    from stages.finetuning.heads import make_classifier
+    from transformers import AutoTokenizer
+
+    cfg = load_config(write_params(tmp_path / "p.yaml"), "gpt")
+    tok = AutoTokenizer.from_pretrained(str(models.models["gpt"]))
+    batch = encode(tok, ["The farmer visited the castle.", "A market."], cfg, "gpt")
+    batch["labels"] = torch.tensor([2, 1])
+    with_aux = make_classifier("gpt", models.models["gpt"], LABELS, tok, init="pretrained", seed=0, aux_lm_weight=0.5)
+    without = make_classifier("gpt", models.models["gpt"], LABELS, tok, init="pretrained", seed=0, aux_lm_weight=0.0)
+    a, b = with_aux.loss(batch).item(), without.loss(batch).item()
+    assert a > b  # the LM loss of a barely trained model is positive
+    # the auxiliary term is exactly the causal-LM loss of the text
+    lm = torch.nn.functional.cross_entropy
+    logits = with_aux.model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                            output_hidden_states=True).hidden_states[-1][:, :-1] @ with_aux.model.transformer.wte.weight.T
+    target = batch["input_ids"][:, 1:].masked_fill(batch["attention_mask"][:, 1:] == 0, -100)
+    expected = b + 0.5 * lm(logits.reshape(-1, logits.size(-1)), target.reshape(-1), ignore_index=-100).item()
+    assert a == pytest.approx(expected, rel=1e-5)
+
+
+def test_early_stopping_keeps_the_best_model(models, tmp_path):
+    cfg = load_config(write_params(tmp_path / "p.yaml", lr=1e-9, patience=1, epochs=5), "bert")
+    out = finetune(cfg, paradigm="bert", init="pretrained", model_dir=models.models["bert"],
+                   df=read_task(models.task), log=lambda m: None)
+    assert out["metrics"]["stopped_early"] is True and len(out["curve"]) == 2
+
+
+def test_task_gate_rejects_unknown_labels_and_leaks(models, tmp_path, capsys):
+    rows = task_rows()
+    rows[0] = dict(rows[0], label="volcano")
+    rc, out = run(models, tmp_path, "bert", "random", task=write_task(tmp_path / "bad.parquet", rows))
+    assert rc == 1 and "finetune-task" in capsys.readouterr().err and not out.exists()
+    rows = task_rows()
+    leak = next(r for r in rows if r["split"] == "test")
+    rows.append(dict(leak, split="train", id="leak"))
+    rc, out = run(models, tmp_path, "bert", "random", task=write_task(tmp_path / "leak.parquet", rows))
+    assert rc == 1 and "split_overlap" in capsys.readouterr().err

@@ -174,9 +174,10 @@ def main() -> int:
         for r in range(a.repeats):
             ours.append(timed(run_ours, layout, blocks, objective, a.steps, a.warm))
             hf.append(timed(run_hf, layout, blocks, objective, a.steps, a.warm))
-            print(f"{p} #{r}: ours {ours[-1]['tokens_per_s']:,.0f} tok/s (steady {ours[-1]['steady_tokens_per_s']:,.0f})"
-                  f", HF {hf[-1]['tokens_per_s']:,.0f} (steady {hf[-1]['steady_tokens_per_s']:,.0f}); other cores "
-                  f"busy {ours[-1]['other_cores_busy']} / {hf[-1]['other_cores_busy']}", flush=True)
+            o, h = ours[-1], hf[-1]
+            print(f"{p} #{r}: ours {o['tokens_per_s']:,.0f} tok/s (steady {o['steady_tokens_per_s']:,.0f}), HF "
+                  f"{h['tokens_per_s']:,.0f} (steady {h['steady_tokens_per_s']:,.0f}); other cores busy "
+                  f"{o['other_cores_busy']} / {h['other_cores_busy']}", flush=True)
         row = {"ours": {k: med(ours, k) for k in ("tokens_per_s", "wall_tokens_per_s", "steady_tokens_per_s")},
                "hf": {k: med(hf, k) for k in ("tokens_per_s", "wall_tokens_per_s", "steady_tokens_per_s")},
                "max_other_cores_busy": max(r["other_cores_busy"] for r in ours + hf), "runs": {"ours": ours, "hf": hf}}

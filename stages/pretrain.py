@@ -8,7 +8,8 @@
 ``--section dapt --corpus domain --init models/pretrain/gpt`` continues a general model on the domain
 corpus with the same objective and tokenizer ("Don't Stop Pretraining", Gururangan et al. 2020), on its
 own budget (``dapt.<paradigm>.train``). The same command runs data-parallel under
-``torchrun --nproc_per_node N -m stages.pretrain ...`` or ``accelerate launch -m stages.pretrain ...``.
+``torchrun --nproc_per_node N -m stages.pretrain ...`` or ``accelerate launch --multi_gpu --num_processes N -m
+stages.pretrain ...``.
 
 The output folder holds the model (``save_pretrained``, safetensors) and its tokenizer, so stock
 ``AutoModelFor...`` / ``AutoTokenizer`` / ``pipeline`` load it, plus ``training.json`` (config, inputs'

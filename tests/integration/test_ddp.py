@@ -79,7 +79,7 @@ def test_a_checkpoint_of_two_processes_is_not_resumed_by_one(runs, tmp_path):
     """The same params on another world size are another run: its checkpoint is not resumed."""
     import shutil
 
-    root, ds = runs["root"], runs["ds"]
+    ds = runs["ds"]
     # a checkpoint as a killed 2-process run would leave it: rerun 2 processes, keep the checkpoint of step 6
     ck = tmp_path / "ck"
     script = ("import sys, stages.training.checkpoint as c, stages.pretrain as p\n"

@@ -146,15 +146,3 @@ class SentencePacker:
         self._parts, self._fill = [], 0
         return np.stack(out) if out else np.empty((0, self.seq_len), dtype=self.dtype)
 
-
-def blocks(packer, batches: Iterator[Sequence[list[int]]]) -> Iterator[np.ndarray]:
-    """Every block the packer makes from ``batches``, then its last partial block if it keeps one."""
-    for docs in batches:
-        out = packer.pack(docs)
-        if len(out):
-            yield out
-    flush = getattr(packer, "flush", None)
-    if flush is not None:
-        tail = flush()
-        if len(tail):
-            yield tail

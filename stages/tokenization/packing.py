@@ -18,7 +18,7 @@ is dropped and counted (``dropped_tokens``), as in GPT-2/RoBERTa-style packing.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from itertools import chain
 
 import numpy as np

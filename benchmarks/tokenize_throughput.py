@@ -83,7 +83,7 @@ def run_direct(tok, texts: list[str], fast: bool) -> int:
 def bench_throughput(paradigm: str, corpus: str, repeats: int) -> dict:
     import pyarrow.parquet as pq
 
-    from stages.tokenization.corpus import sha256_file
+    from stages.sources.base import sha256_file
     from stages.tokenization.layout import load_layout
     from stages.tokens import load_config
 

@@ -194,12 +194,12 @@ def finetune(cfg: FinetuneConfig, *, paradigm: str, init: str, model_dir: Path, 
     if best_state is not None:
         clf.model.load_state_dict(best_state)
     test_scores = scores(y_test, predict(clf, tok, test["text"].tolist(), cfg, paradigm), len(cfg.labels))
+    baseline = majority(y_train, y_test, len(cfg.labels))
     result = {"paradigm": paradigm, "init": init, "train_examples": len(train), "steps": step,
               "stopped_early": stopped_early, "best_val_macro_f1": best,
               "test_accuracy": test_scores["accuracy"], "test_macro_f1": test_scores["macro_f1"],
               "test_examples": test_scores["examples"],
-              "majority_test_accuracy": majority(y_train, y_test, len(cfg.labels))["accuracy"],
-              "majority_test_macro_f1": majority(y_train, y_test, len(cfg.labels))["macro_f1"]}
+              "majority_test_accuracy": baseline["accuracy"], "majority_test_macro_f1": baseline["macro_f1"]}
     log(f"[finetune] {paradigm}-{init}: {len(train)} examples, {step} steps"
         f"{' (stopped early)' if stopped_early else ''}; best val macro-F1 {best:.3f}; test accuracy "
         f"{result['test_accuracy']:.3f}, macro-F1 {result['test_macro_f1']:.3f} (majority "

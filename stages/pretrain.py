@@ -55,7 +55,7 @@ def fingerprint(*parts) -> str:
 
 
 def _file_sha(path: Path) -> str:
-    from stages.tokenization.corpus import sha256_file
+    from stages.sources.base import sha256_file
 
     return sha256_file(path) if path.exists() else "missing"
 
@@ -74,8 +74,9 @@ def plot_tsv(history: list[dict], evals: list[dict]) -> str:
 
 
 def run(cfg, *, paradigm: str, stage: str, tokens_dir: Path, corpus: str, tokenizer_dir: Path, init: Path | None,
-        output_dir: Path, checkpoint_dir: Path | None, log=print, progress: bool = True) -> dict | None:
-    """Train and save; returns the metrics (on the main process; None on the others)."""
+        output_dir: Path, checkpoint_dir: Path | None, log=print,
+        progress: bool = True) -> tuple[dict, str] | None:
+    """Train and save; returns the metrics and the curve's TSV (on the main process; None on the others)."""
     import numpy as np
 
     from stages.objectives import for_paradigm
@@ -114,7 +115,7 @@ def run(cfg, *, paradigm: str, stage: str, tokens_dir: Path, corpus: str, tokeni
     result = train(model, objective, train_blocks, eval_blocks, cfg.train, flops_per_token=fpt,
                    seq_len=layout.seq_len, dist=dist, checkpoint_dir=checkpoint_dir, fingerprint=run_id,
                    log=log if dist.main else (lambda m: None), progress=progress)
-    metrics = None
+    outcome = None
     if dist.main:
         final_eval = result.evals[-1] if result.evals else {}
         metrics = {"paradigm": paradigm, "stage": stage, "corpus": corpus, "steps": result.steps,
@@ -141,12 +142,12 @@ def run(cfg, *, paradigm: str, stage: str, tokens_dir: Path, corpus: str, tokeni
         log(f"[{stage}] {paradigm} on {corpus}: {result.steps} steps, {result.tokens:,} tokens, train loss "
             f"{metrics['train_loss']}, eval " + ", ".join(f"{k} {v}" for k, v in final_eval.items() if k.startswith("eval"))
             + f"; {result.tokens_per_second:,.0f} tokens/s" + (f", MFU {result.mfu:.1%}" if result.mfu else ""))
-        metrics["_plot"] = plot_tsv(result.history, result.evals)
+        outcome = metrics, plot_tsv(result.history, result.evals)
         if checkpoint_dir is not None and checkpoint_dir.exists():
             shutil.rmtree(checkpoint_dir)  # the run finished: its model is the output, nothing to resume
     distributed.barrier(dist)
     distributed.shutdown(dist)
-    return metrics
+    return outcome
 
 
 def main(argv: Iterable[str] | None = None) -> int:
@@ -169,7 +170,7 @@ def main(argv: Iterable[str] | None = None) -> int:
 
     try:
         cfg = load_config(args.params, args.section, args.paradigm)
-        metrics = run(cfg, paradigm=args.paradigm, stage=args.section, tokens_dir=args.tokens, corpus=args.corpus,
+        outcome = run(cfg, paradigm=args.paradigm, stage=args.section, tokens_dir=args.tokens, corpus=args.corpus,
                       tokenizer_dir=args.tokenizer, init=args.init, output_dir=args.output,
                       checkpoint_dir=args.checkpoints, log=lambda m: print(m, file=sys.stderr),
                       progress=not args.no_progress)
@@ -183,8 +184,8 @@ def main(argv: Iterable[str] | None = None) -> int:
                   file=sys.stderr)
             return 1
         raise
-    if metrics is not None:
-        plot = metrics.pop("_plot")
+    if outcome is not None:
+        metrics, plot = outcome
         if args.metrics:
             write_json_atomic(args.metrics, metrics)
         if args.plot:

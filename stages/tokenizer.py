@@ -24,8 +24,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from stages.common.atomic import atomic_dir, write_json_atomic
+from stages.common.cli import named_path
 from stages.config import ConfigError, build, load_params, section
-from stages.tokenization.corpus import sha256_file, texts_of
+from stages.sources.base import sha256_file
+from stages.tokenization.corpus import texts_of
 from stages.tokenization.split import SplitConfig
 from stages.tokenization.trainers import PARADIGMS, TokenizerConfig, save, sentinel, special_tokens, train
 
@@ -160,19 +162,12 @@ def load_config(params_path: Path, paradigm: str) -> tuple[TokenizerConfig, Spli
             build(SplitConfig, section(params, "split"), "split"))
 
 
-def _named_path(value: str) -> tuple[str, Path]:
-    name, sep, path = value.partition("=")
-    if not sep or not name or not path:
-        raise argparse.ArgumentTypeError(f"{value!r}: expected NAME=PATH")
-    return name, Path(path)
-
-
 def main(argv: Iterable[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m stages.tokenizer", description="Train one paradigm's tokenizer.")
     ap.add_argument("--paradigm", choices=PARADIGMS, required=True)
     ap.add_argument("--params", type=Path, default=Path("params.yaml"))
     ap.add_argument("--train", type=Path, required=True, help="documents Parquet file to train on (train split)")
-    ap.add_argument("--eval", type=_named_path, action="append", default=[],
+    ap.add_argument("--eval", type=named_path, action="append", default=[],
                     help="NAME=PATH: a documents Parquet file whose held-out split is measured (repeatable)")
     ap.add_argument("--output", type=Path, required=True, help="tokenizer folder (replaced atomically)")
     ap.add_argument("--metrics", type=Path, help="metrics JSON for DVC")

@@ -24,9 +24,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from stages.common.atomic import atomic_dir, write_json_atomic
+from stages.common.cli import named_path
 from stages.config import ConfigError, build, check, deep_merge, load_params, section
 from stages.quality.tokens_suite import TokensGateConfig
-from stages.tokenization.corpus import SPLITS, sha256_file, split_batches
+from stages.sources.base import sha256_file
+from stages.tokenization.corpus import SPLITS, split_batches
 from stages.tokenization.split import SplitConfig
 from stages.tokenization.trainers import PARADIGMS
 
@@ -113,8 +115,8 @@ def tokenize_corpus(path: Path, layout, tok, split: SplitConfig, out_dir: Path, 
                 if len(out):
                     writers[s].write(out)
     for s in SPLITS:
-        tail = packers[s].flush() if hasattr(packers[s], "flush") else None
-        if tail is not None and len(tail):
+        tail = packers[s].flush()
+        if len(tail):
             writers[s].write(tail)
     seconds = time.perf_counter() - start
     # Counts only: timings would make identical runs differ (and dvc.lock with them). The log and
@@ -171,19 +173,12 @@ def make_token_datasets(cfg: TokensConfig, split: SplitConfig, *, paradigm: str,
             "targets_len": layout.targets_len, "corpora": numbers}
 
 
-def _named_path(value: str) -> tuple[str, Path]:
-    name, sep, path = value.partition("=")
-    if not sep or not name.isidentifier() or not path:
-        raise argparse.ArgumentTypeError(f"{value!r}: expected NAME=PATH with NAME a plain word")
-    return name, Path(path)
-
-
 def main(argv: Iterable[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m stages.tokens", description="Tokenize and pack corpora into blocks.")
     ap.add_argument("--paradigm", choices=PARADIGMS, required=True)
     ap.add_argument("--params", type=Path, default=Path("params.yaml"))
     ap.add_argument("--tokenizer", type=Path, required=True, help="tokenizer folder from the tokenizer stage")
-    ap.add_argument("--corpus", type=_named_path, action="append", default=[],
+    ap.add_argument("--corpus", type=named_path, action="append", default=[],
                     help="NAME=PATH of a documents Parquet file (repeatable)")
     ap.add_argument("--output", type=Path, required=True, help="output folder (replaced atomically)")
     ap.add_argument("--report", type=Path, help="gate report JSON (default: OUTPUT.gate.json beside OUTPUT)")

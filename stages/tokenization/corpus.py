@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -42,11 +41,3 @@ def texts_of(path: Path, split: SplitConfig, which: str, *, batch_docs: int = 10
     """The texts of one split, streamed."""
     for parts in split_batches(path, split, batch_docs=batch_docs):
         yield from parts[which]
-
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()

@@ -67,6 +67,10 @@ class CausalPacker:
     def pack(self, docs: Sequence[list[int]]) -> np.ndarray:
         return self._stream.push(flatten(docs, self.dtype, append=self.eot_id)[0])
 
+    def flush(self) -> np.ndarray:
+        """Nothing: the tail shorter than a block is dropped (``dropped_tokens``)."""
+        return np.empty((0, self._stream.width), dtype=self.dtype)
+
     @property
     def dropped_tokens(self) -> int:
         return self._stream.dropped_tokens

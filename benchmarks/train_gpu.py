@@ -58,10 +58,11 @@ def measure(paradigm: str, sizes, steps: int, compile_: bool, device: str) -> di
     if paradigm == "bert":
         blocks[:, 0], blocks[:, -1] = layout.cls_id, layout.sep_id
     model = build_model(layout, model_cfg, seed=0)
-    fpt = flops_per_token(model, layout)
+    objective = for_paradigm(layout)
+    fpt = flops_per_token(model, layout, predicted_fraction=getattr(objective, "select", 1.0))
     cfg = TrainConfig(budget_tokens=steps * micro * seq_len, micro_batch=micro, lr=3e-4, compile=compile_,
                       eval_every=10**9, checkpoint_every=10**9, log_every=10, warmup_fraction=0.1)
-    res = train(model, for_paradigm(layout), blocks, None, cfg, flops_per_token=fpt, seq_len=seq_len,
+    res = train(model, objective, blocks, None, cfg, flops_per_token=fpt, seq_len=seq_len,
                 dist=Dist(device=device), checkpoint_dir=None, fingerprint="bench", log=lambda m: None,
                 progress=False)
     steady = res.history[1:] or res.history  # the first log row carries compilation and warm-up

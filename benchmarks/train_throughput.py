@@ -67,7 +67,8 @@ def run_ours(layout, blocks, objective, steps: int, warm: int) -> dict:
     cfg = TrainConfig(budget_tokens=steps * MB * SEQ, micro_batch=MB, grad_accum=1, lr=LR, precision="fp32",
                       eval_every=10**9, checkpoint_every=10**9, log_every=10, seed=0)
     t0 = time.perf_counter()
-    res = train(model, objective, blocks, None, cfg, flops_per_token=flops_per_token(model, layout), seq_len=SEQ,
+    res = train(model, objective, blocks, None, cfg, flops_per_token=flops_per_token(model, layout, predicted_fraction=getattr(objective, "select", 1.0)),
+                seq_len=SEQ,
                 dist=Dist(), checkpoint_dir=None, fingerprint="bench", log=lambda m: None, progress=False)
     wall = time.perf_counter() - t0
     assert res.steps == steps

@@ -40,7 +40,8 @@ class TaskGateConfig:
 @dataclass(frozen=True, kw_only=True)
 class FinetuneConfig:
     """labels: the expected label set (the gate fails on any other). max_len: tokens per example.
-    max_train_examples: a seeded sample of the train split (0 = all). epochs: at most this many passes.
+    max_train_examples: a seeded sample of the train split (0 = all). epochs: at most this many passes;
+    min_steps: more passes when a small sample would otherwise give fewer updates (the data-efficiency curve).
     micro_batch, lr, warmup_fraction, weight_decay: the recipe (the same for every initialisation).
     eval_every: steps between validation scores; patience: evaluations without improvement before stopping.
     max_eval_examples: validation examples scored during training (0 = all; the test split is always whole).
@@ -51,6 +52,7 @@ class FinetuneConfig:
     max_len: int = 64
     max_train_examples: int = 0
     epochs: int = 2
+    min_steps: int = 0
     micro_batch: int = 32
     lr: float = 5e-4
     warmup_fraction: float = 0.06
@@ -70,6 +72,7 @@ class FinetuneConfig:
         check(self.epochs >= 1 and self.micro_batch >= 1 and self.eval_every >= 1 and self.patience >= 1,
               "epochs: epochs, micro_batch, eval_every and patience must be >= 1")
         check(self.lr > 0, "lr: must be > 0")
+        check(self.min_steps >= 0, "min_steps: must be >= 0")
         check(self.aux_lm_weight >= 0, "aux_lm_weight: must be >= 0")
 
 
@@ -128,7 +131,7 @@ def predict(clf, tok, texts: list[str], cfg: FinetuneConfig, paradigm: str) -> n
 
 
 def finetune(cfg: FinetuneConfig, *, paradigm: str, init: str, model_dir: Path, df, train_examples: int | None = None,
-             log=print) -> dict:
+             log=print, progress: bool = False) -> dict:
     """Train a classifier; returns scores, the curve and the model (best validation state restored)."""
     import torch
     from transformers import AutoTokenizer
@@ -152,7 +155,8 @@ def finetune(cfg: FinetuneConfig, *, paradigm: str, init: str, model_dir: Path, 
     y_train = train["label"].map(label_id).to_numpy()
     y_val, y_test = val["label"].map(label_id).to_numpy(), test["label"].map(label_id).to_numpy()
     steps_per_epoch = -(-len(train) // cfg.micro_batch)
-    total = steps_per_epoch * cfg.epochs
+    epochs = max(cfg.epochs, -(-cfg.min_steps // steps_per_epoch))
+    total = steps_per_epoch * epochs
     recipe = TrainConfig(lr=cfg.lr, warmup_fraction=cfg.warmup_fraction, weight_decay=cfg.weight_decay,
                          min_lr_ratio=0.0, budget_tokens=1)
     optimizer = make_optimizer(clf.model, recipe, "cpu")
@@ -162,7 +166,12 @@ def finetune(cfg: FinetuneConfig, *, paradigm: str, init: str, model_dir: Path, 
     running, since = 0.0, 0
     clf.model.train()
     stopped_early = False
-    for epoch in range(cfg.epochs):
+    bar = None
+    if progress:
+        from tqdm import tqdm
+
+        bar = tqdm(total=total, unit="step", dynamic_ncols=True, mininterval=1.0, desc=f"{paradigm}-{init}")
+    for epoch in range(epochs):
         order = rng.permutation(len(train))
         for lo in range(0, len(order), cfg.micro_batch):
             idx = order[lo: lo + cfg.micro_batch]
@@ -176,11 +185,15 @@ def finetune(cfg: FinetuneConfig, *, paradigm: str, init: str, model_dir: Path, 
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
             running, since, step = running + loss.item(), since + 1, step + 1
+            if bar is not None:
+                bar.update(1)
             if step % cfg.eval_every == 0 or step == total:
                 val_scores = scores(y_val, predict(clf, tok, val["text"].tolist(), cfg, paradigm), len(cfg.labels))
                 curve.append({"step": step, "epoch": epoch + 1, "loss": round(running / since, 5),
                               "val_accuracy": val_scores["accuracy"], "val_macro_f1": val_scores["macro_f1"]})
                 running, since = 0.0, 0
+                if bar is not None:
+                    bar.set_postfix(loss=f"{curve[-1]['loss']:.3f}", val_f1=f"{val_scores['macro_f1']:.3f}")
                 if val_scores["macro_f1"] > best:
                     best, bad = val_scores["macro_f1"], 0
                     best_state = {k: v.detach().clone() for k, v in clf.model.state_dict().items()}
@@ -191,6 +204,8 @@ def finetune(cfg: FinetuneConfig, *, paradigm: str, init: str, model_dir: Path, 
                         break
         if stopped_early:
             break
+    if bar is not None:
+        bar.close()
     if best_state is not None:
         clf.model.load_state_dict(best_state)
     test_scores = scores(y_test, predict(clf, tok, test["text"].tolist(), cfg, paradigm), len(cfg.labels))
@@ -227,6 +242,7 @@ def main(argv: Iterable[str] | None = None) -> int:
     ap.add_argument("--metrics", type=Path)
     ap.add_argument("--plot", type=Path)
     ap.add_argument("--report", type=Path, help="task gate report (default: OUTPUT.gate.json beside OUTPUT)")
+    ap.add_argument("--no-progress", action="store_true")
     args = ap.parse_args(list(argv) if argv is not None else None)
     from stages.quality.gate import GateFailed
 
@@ -237,7 +253,7 @@ def main(argv: Iterable[str] | None = None) -> int:
         if not (args.model / "config.json").is_file():
             raise FileNotFoundError(f"{args.model / 'config.json'}: no model (run the pretrain/dapt stage first)")
         out = finetune(cfg, paradigm=args.paradigm, init=args.init, model_dir=args.model, df=df,
-                       log=lambda m: print(m, file=sys.stderr))
+                       log=lambda m: print(m, file=sys.stderr), progress=not args.no_progress)
     except (ConfigError, GateFailed, FileNotFoundError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

@@ -108,10 +108,10 @@ def run(cfg, *, paradigm: str, stage: str, tokens_dir: Path, corpus: str, tokeni
             raise ValueError(f"{init}: vocabulary {model.config.vocab_size} != the tokenizer's {layout.vocab_size}")
     else:
         model = build_model(layout, cfg.model, seed=cfg.train.seed)
-    fpt = flops_per_token(model, layout)
+    objective = for_paradigm(layout)
+    fpt = flops_per_token(model, layout, predicted_fraction=getattr(objective, "select", 1.0))
     run_id = fingerprint(stage, paradigm, corpus, asdict(cfg), dist.world, manifest["corpora"][corpus],
                          manifest["tokenizer"]["sha256"], _file_sha(init / "model.safetensors") if init else None)
-    objective = for_paradigm(layout)
     result = train(model, objective, train_blocks, eval_blocks, cfg.train, flops_per_token=fpt,
                    seq_len=layout.seq_len, dist=dist, checkpoint_dir=checkpoint_dir, fingerprint=run_id,
                    log=log if dist.main else (lambda m: None), progress=progress)

@@ -96,7 +96,10 @@ def evaluate(model, objective, blocks: np.ndarray, cfg: TrainConfig, device: str
     (BERT) or target-token accuracy (T5). Masks are fixed per block, so every evaluation is comparable."""
     import torch
 
+    from stages.training.models import training_view
+
     n = min(cfg.eval_blocks, len(blocks))
+    view, prepare = training_view(model, objective.name)
     loss_sum = torch.zeros((), device=device, dtype=torch.float64)
     correct = torch.zeros((), device=device, dtype=torch.int64)
     count = torch.zeros((), device=device, dtype=torch.int64)
@@ -105,10 +108,10 @@ def evaluate(model, objective, blocks: np.ndarray, cfg: TrainConfig, device: str
     with torch.no_grad(), torch.autocast(device_type=device.split(":")[0], dtype=torch.bfloat16, enabled=bf16):
         for lo in range(0, n, cfg.micro_batch):
             ids = np.arange(lo, min(lo + cfg.micro_batch, n))
-            batch = to_device(make_batch(objective, blocks, ids, generators(cfg.seed, EVAL_KEY, [0] * len(ids), ids)),
-                              device)
-            out = model(**batch)
-            labels = batch["labels"]
+            batch = to_device(prepare(make_batch(objective, blocks, ids,
+                                                 generators(cfg.seed, EVAL_KEY, [0] * len(ids), ids))), device)
+            out = view(**batch)
+            labels = getattr(out, "labels", batch["labels"])
             logits = out.logits
             if objective.name == "causal_lm":  # the model predicts token t+1 from position t
                 labels, logits = labels[:, 1:], logits[:, :-1]
@@ -132,6 +135,7 @@ def train(model, objective, train_blocks: np.ndarray, eval_blocks: np.ndarray | 
     import torch
 
     from stages.training.distributed import wrap
+    from stages.training.models import training_view
 
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
@@ -158,7 +162,8 @@ def train(model, objective, train_blocks: np.ndarray, eval_blocks: np.ndarray | 
             log(f"[train] resuming from the checkpoint at step {start_step} of {total} ({checkpoint_dir})")
         elif state:
             log(f"[train] {checkpoint_dir} holds another run (params or inputs changed): starting over")
-    net = wrap(model, dist)
+    view, prepare = training_view(model, objective.name)
+    net = wrap(view, dist)
     step_fn = torch.compile(net) if cfg.compile else net
     peak = peak_flops(device, cfg)
     log(f"[train] {total} steps x {sampler.global_batch} blocks x {seq_len} tokens = {total * tokens_per_step:,} "
@@ -181,8 +186,8 @@ def train(model, objective, train_blocks: np.ndarray, eval_blocks: np.ndarray | 
             group["lr"] = lr
         micro = sampler.micro_batches(step)
         for a, (ids, epochs) in enumerate(micro):
-            batch = to_device(make_batch(objective, train_blocks, ids, generators(cfg.seed, TRAIN_KEY, epochs, ids)),
-                              device)
+            batch = to_device(prepare(make_batch(objective, train_blocks, ids,
+                                                 generators(cfg.seed, TRAIN_KEY, epochs, ids))), device)
             last = a == len(micro) - 1
             with (net.no_sync() if dist.world > 1 and not last else contextlib.nullcontext()):
                 with torch.autocast(device_type=device.split(":")[0], dtype=torch.bfloat16, enabled=bf16):

@@ -66,18 +66,24 @@ def load_model(path, paradigm: str):
     return _with_loss(cls.from_pretrained(str(path)), paradigm)
 
 
-def flops_per_token(model, layout: "BlockLayout") -> float:
+def flops_per_token(model, layout: "BlockLayout", *, predicted_fraction: float = 1.0) -> float:
     """Training FLOPs per input token: 6N + 12 * layers * d_model * seq_len (Kaplan et al. 2020; PaLM
     appendix B; nanoGPT's MFU), N counting every parameter (the tied embedding is the output matmul).
 
     T5 runs its encoder on ``seq_len`` tokens but its decoder and output layer on only ``targets_len``, so
     its decoder-side terms are scaled by ``targets_len / seq_len``, and its attention term counts the
-    encoder's self-attention plus the decoder's self- and cross-attention over their lengths."""
+    encoder's self-attention plus the decoder's self- and cross-attention over their lengths.
+
+    BERT trained through :func:`training_view` computes its output layer (transform + vocabulary
+    projection) at ``predicted_fraction`` of the positions only (the MLM selection rate), so only that share
+    of those matmuls is counted: MFU counts the work done, not the work a dense head would do."""
     n = sum(p.numel() for p in model.parameters())
     cfg = model.config
     if layout.paradigm != "t5":
         layers = getattr(cfg, "num_hidden_layers", None) or cfg.n_layer
         d = getattr(cfg, "hidden_size", None) or cfg.n_embd
+        if layout.paradigm == "bert" and predicted_fraction < 1:
+            n -= (1 - predicted_fraction) * (d * d + cfg.vocab_size * d)
         return 6 * n + 12 * layers * d * layout.seq_len
     enc = sum(p.numel() for name, p in model.named_parameters() if name.startswith("encoder.block"))
     rest = n - enc  # decoder blocks, the shared embedding / output matmul and final norms
@@ -85,3 +91,46 @@ def flops_per_token(model, layout: "BlockLayout") -> float:
     ratio = t / s
     attention = 12 * d * (cfg.num_layers * s + cfg.num_decoder_layers * ratio * (t + s))
     return 6 * enc + 6 * rest * ratio + attention
+
+
+class SparseMaskedLM:
+    """``BertForMaskedLM`` trained with its output layer applied at the selected positions only.
+
+    The stock forward projects every position onto the vocabulary and then ignores 85% of them; for a small
+    model the vocabulary projection is most of the compute (d_model 128, 8,192 words: 70% of the FLOPs), so
+    this gives the same loss (the mean cross-entropy over the selected positions, a test checks it) for about
+    half the work. ``prepare`` lists the positions on the host, before the batch moves to the device, so the
+    forward needs no device-to-host sync. Built with :func:`training_view`; the model itself is unchanged and
+    saves as a stock ``BertForMaskedLM``."""
+
+    @staticmethod
+    def prepare(batch: dict) -> dict:
+        positions = (batch["labels"].reshape(-1) != -100).nonzero().squeeze(1)
+        return {**batch, "positions": positions}
+
+
+def training_view(model, objective_name: str):
+    """The module the training loop calls: ``model`` itself, or for BERT's MLM a sparse-output view of it.
+    Returns (module, prepare) where ``prepare(batch)`` runs on the host before the batch moves."""
+    import torch
+
+    if objective_name != "masked_lm" or not (hasattr(model, "bert") and hasattr(model, "cls")):
+        return model, (lambda batch: batch)
+
+    class _View(torch.nn.Module):
+        def __init__(self, inner) -> None:
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, input_ids, attention_mask=None, labels=None, positions=None, **kwargs):
+            from types import SimpleNamespace
+
+            hidden = self.inner.bert(input_ids=input_ids, attention_mask=attention_mask, **kwargs)[0]
+            picked = hidden.reshape(-1, hidden.size(-1)).index_select(0, positions)
+            target = labels.reshape(-1).index_select(0, positions)
+            logits = self.inner.cls(picked)
+            # sum / max(count, 1): an empty selection gives 0 (not NaN) without asking the device for the count
+            loss = torch.nn.functional.cross_entropy(logits.float(), target, reduction="sum") / max(len(positions), 1)
+            return SimpleNamespace(loss=loss, logits=logits, labels=target)
+
+    return _View(model), SparseMaskedLM.prepare

@@ -66,8 +66,3 @@ class Models:
             assert main(ds.args(p, out, params)) == 0
             self.models[p] = out
         self.task = write_task(root / "task.parquet", task_rows())
-
-
-@pytest.fixture(scope="session")
-def models(tmp_path_factory) -> Models:
-    return Models(tmp_path_factory.mktemp("finetune"))

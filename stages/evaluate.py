@@ -1,0 +1,259 @@
+"""Evaluation stage (``evaluate``): the paradigm x initialisation comparison, the data-efficiency curve,
+GPT's in-context learning, intrinsic scores before and after DAPT, and the model quality gate.
+
+    python -m stages.evaluate --params params.yaml --task data/ingested/task/documents.parquet \
+        --finetuned data/models/finetune --pretrained data/models/pretrain --dapt data/models/dapt \
+        --tokens data/tokens --metrics reports/metrics/evaluation.json --plots reports/plots/data-efficiency \
+        --report reports/evaluation.md --figures reports/figures --gate reports/quality/model-gate.json
+
+- Table: test accuracy and macro-F1 of every ``finetune@<paradigm>-<init>`` run (read from its
+  ``finetune.json``), with the majority-class baseline.
+- Data efficiency: for ``evaluate.curve.paradigms`` x ``inits``, fine-tune on ``sizes`` training examples,
+  each over ``seeds`` (mean, standard deviation, range); the full-size point is the finetune stage's run.
+- In-context learning: the GPT models of ``evaluate.icl.inits`` scored with 0 / 1 / 5 demonstrations.
+- Intrinsic: each pre-trained and DAPT model on the held-out blocks of the general and the domain corpus.
+- Gate: :mod:`stages.evaluation.gate`; its verdict goes to ``--gate`` whichever way it falls (the package
+  stage obeys it), so this stage does not fail on a weak model: it reports it.
+
+Outputs: the metrics JSON (``dvc metrics diff``), one TSV per data-efficiency series (``dvc plots diff``),
+``reports/evaluation.md`` with SVG figures, and the gate verdict. Results are reported as measured.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import sys
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from stages.common.atomic import write_bytes_atomic, write_json_atomic
+from stages.config import ConfigError, build, check, load_params, section
+from stages.evaluation.gate import ModelGateConfig
+from stages.evaluation.icl import IclConfig
+from stages.finetune import INITS
+from stages.tokenization.trainers import PARADIGMS
+
+
+@dataclass(frozen=True, kw_only=True)
+class CurveConfig:
+    """paradigms x inits: the series; sizes: training examples (below the finetune stage's sample; that
+    sample is the last point); seeds: repeats of each smaller point; min_steps: updates for a small sample."""
+
+    paradigms: tuple[str, ...] = ("bert",)
+    inits: tuple[str, ...] = ("pretrained", "random")
+    sizes: tuple[int, ...] = (100, 300, 1000)
+    seeds: tuple[int, ...] = (0, 1, 2)
+    min_steps: int = 60
+
+    def __post_init__(self) -> None:
+        check(all(p in PARADIGMS for p in self.paradigms), f"paradigms: each one of {', '.join(PARADIGMS)}")
+        check(all(i in INITS for i in self.inits), f"inits: each one of {', '.join(INITS)}")
+        check(all(n >= 1 for n in self.sizes), "sizes: each >= 1")
+        check(len(self.seeds) >= 1, "seeds: need at least one")
+
+
+@dataclass(frozen=True, kw_only=True)
+class IntrinsicConfig:
+    eval_blocks: int = 128
+    micro_batch: int = 16
+
+    def __post_init__(self) -> None:
+        check(self.eval_blocks >= 1 and self.micro_batch >= 1, "eval_blocks: eval_blocks and micro_batch must be >= 1")
+
+
+@dataclass(frozen=True, kw_only=True)
+class EvaluateConfig:
+    curve: CurveConfig = field(default_factory=CurveConfig)
+    icl: IclConfig = field(default_factory=IclConfig)
+    intrinsic: IntrinsicConfig = field(default_factory=IntrinsicConfig)
+    gate: ModelGateConfig = field(default_factory=ModelGateConfig)
+
+
+def load_config(params_path: Path) -> EvaluateConfig:
+    return build(EvaluateConfig, section(load_params(params_path), "evaluate"), "evaluate")
+
+
+def read_runs(finetuned: Path) -> dict[str, dict]:
+    """Every ``<paradigm>-<init>`` fine-tuning record under ``finetuned``."""
+    runs = {}
+    for p in PARADIGMS:
+        for init in INITS:
+            path = finetuned / f"{p}-{init}" / "finetune.json"
+            if not path.is_file():
+                raise FileNotFoundError(f"{path}: missing (run the finetune@{p}-{init} stage first)")
+            runs[f"{p}-{init}"] = json.loads(path.read_text(encoding="utf-8"))
+    return runs
+
+
+def summarise(values: list[float]) -> dict:
+    a = np.asarray(values, dtype=np.float64)
+    return {"mean": round(float(a.mean()), 5), "std": round(float(a.std(ddof=1)) if len(a) > 1 else 0.0, 5),
+            "min": round(float(a.min()), 5), "max": round(float(a.max()), 5), "runs": len(a)}
+
+
+def data_efficiency(cfg: EvaluateConfig, runs: dict[str, dict], df, model_dirs: dict[str, Path], log) -> dict:
+    """series name -> [{train_examples, macro_f1: summary, accuracy: summary}], smallest first."""
+    from stages.finetune import FinetuneConfig, finetune
+
+    out = {}
+    for p in cfg.curve.paradigms:
+        for init in cfg.curve.inits:
+            name = f"{p}-{init}"
+            record = runs[name]
+            ft = build(FinetuneConfig, record["config"], f"{name} finetune.json")
+            full = record["metrics"]["train_examples"]
+            points = []
+            for n in sorted(set(cfg.curve.sizes)):
+                if n >= full:
+                    continue
+                f1s, accs = [], []
+                for seed in cfg.curve.seeds:
+                    run = finetune(dataclasses.replace(ft, seed=seed, min_steps=cfg.curve.min_steps), paradigm=p,
+                                   init=init, model_dir=model_dirs[f"{'dapt' if init == 'dapt' else 'pretrain'}-{p}"],
+                                   df=df, train_examples=n, log=log)
+                    f1s.append(run["metrics"]["test_macro_f1"])
+                    accs.append(run["metrics"]["test_accuracy"])
+                points.append({"train_examples": n, "macro_f1": summarise(f1s), "accuracy": summarise(accs)})
+            m = record["metrics"]
+            points.append({"train_examples": full, "macro_f1": summarise([m["test_macro_f1"]]),
+                           "accuracy": summarise([m["test_accuracy"]])})
+            out[name] = points
+    return out
+
+
+def in_context(cfg: EvaluateConfig, runs: dict[str, dict], df, model_dirs: dict[str, Path], context: int,
+               log) -> dict:
+    import torch
+    from tqdm import tqdm
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from stages.evaluation.icl import icl_accuracy
+
+    labels = list(runs["gpt-pretrained"]["labels"])
+    index = {lab: i for i, lab in enumerate(labels)}
+    train = [(t, index[lab]) for t, lab in df.loc[df["split"] == "train", ["text", "label"]].itertuples(index=False)]
+    test = [(t, index[lab]) for t, lab in df.loc[df["split"] == "test", ["text", "label"]].itertuples(index=False)]
+    out = {}
+    for init in cfg.icl.inits:
+        path = model_dirs[f"{'dapt' if init == 'dapt' else 'pretrain'}-gpt"]
+        torch.manual_seed(0)
+        model = (AutoModelForCausalLM.from_config(AutoModelForCausalLM.from_pretrained(str(path)).config)
+                 if init == "random" else AutoModelForCausalLM.from_pretrained(str(path)))
+        tok = AutoTokenizer.from_pretrained(str(path))
+        n = min(cfg.icl.max_examples or len(test), len(test)) * len(cfg.icl.shots)
+        with tqdm(total=n, desc=f"icl gpt-{init}", unit="prompt", mininterval=1.0, dynamic_ncols=True) as bar:
+            out[f"gpt-{init}"] = icl_accuracy(model, tok, labels, train, test, cfg.icl, context=context,
+                                              progress=bar.update)
+        log(f"[evaluate] in-context gpt-{init}: " + ", ".join(
+            f"{k}-shot accuracy {out[f'gpt-{init}'][str(k)]['accuracy']:.3f}" for k in cfg.icl.shots))
+    return out
+
+
+def intrinsic(cfg: EvaluateConfig, model_dirs: dict[str, Path], tokens: Path, log) -> dict:
+    from stages.evaluation.intrinsic import score
+
+    out = {}
+    for p in PARADIGMS:
+        for stage in ("pretrain", "dapt"):
+            for corpus in ("general", "domain"):
+                r = score(model_dirs[f"{stage}-{p}"], tokens / p, corpus, eval_blocks=cfg.intrinsic.eval_blocks,
+                          micro_batch=cfg.intrinsic.micro_batch)
+                out.setdefault(p, {}).setdefault(stage, {})[corpus] = r
+        log(f"[evaluate] intrinsic {p}: " + "; ".join(
+            f"{s} {c} loss {out[p][s][c]['eval_loss']:.3f}" for s in ("pretrain", "dapt") for c in ("general", "domain")))
+    return out
+
+
+def curve_tsv(points: list[dict]) -> str:
+    rows = ["train_examples\tmacro_f1\tmacro_f1_std\tmacro_f1_min\tmacro_f1_max\taccuracy\truns"]
+    for pt in points:
+        f, a = pt["macro_f1"], pt["accuracy"]
+        rows.append(f"{pt['train_examples']}\t{f['mean']}\t{f['std']}\t{f['min']}\t{f['max']}\t{a['mean']}\t{f['runs']}")
+    return "\n".join(rows) + "\n"
+
+
+def evaluate_all(cfg: EvaluateConfig, *, df, finetuned: Path, pretrained: Path, dapt: Path, tokens: Path,
+                 log=print) -> dict:
+    from stages.evaluation.gate import decide
+    from stages.evaluation.intrinsic import read_layout
+
+    runs = read_runs(finetuned)
+    model_dirs = {f"{stage}-{p}": root / p for stage, root in (("pretrain", pretrained), ("dapt", dapt))
+                  for p in PARADIGMS}
+    for key, path in model_dirs.items():
+        if not (path / "config.json").is_file():
+            raise FileNotFoundError(f"{path / 'config.json'}: no model (run the {key.replace('-', '@')} stage first)")
+    table = {name: {k: r["metrics"][k] for k in ("test_accuracy", "test_macro_f1", "best_val_macro_f1", "steps",
+                                                 "train_examples", "stopped_early")}
+             for name, r in runs.items()}
+    any_run = next(iter(runs.values()))["metrics"]
+    majority = {"test_accuracy": any_run["majority_test_accuracy"], "test_macro_f1": any_run["majority_test_macro_f1"]}
+    return {
+        "finetune": table,
+        "majority": majority,
+        "gate": decide({n: r["metrics"] for n, r in runs.items()}, cfg.gate),
+        "intrinsic": intrinsic(cfg, model_dirs, tokens, log),
+        "icl": in_context(cfg, runs, df, model_dirs, read_layout(tokens / "gpt").seq_len, log) if cfg.icl.inits else {},
+        "data_efficiency": data_efficiency(cfg, runs, df, model_dirs, log),
+        "curves": {name: r["curve"] for name, r in runs.items()},
+        "labels": list(next(iter(runs.values()))["labels"]),
+        "config": dataclasses.asdict(cfg),
+    }
+
+
+def metrics_json(result: dict) -> dict:
+    """The numbers ``dvc metrics diff`` compares (no curves, no config)."""
+    return {k: result[k] for k in ("finetune", "majority", "intrinsic", "icl", "data_efficiency")} | {
+        "gate": {"passed": result["gate"]["passed"], "selected": result["gate"]["selected"],
+                 **{c["check"]: c["value"] for c in result["gate"]["checks"]}}}
+
+
+def main(argv: Iterable[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m stages.evaluate", description="Evaluate and compare the models.")
+    ap.add_argument("--params", type=Path, default=Path("params.yaml"))
+    ap.add_argument("--task", type=Path, required=True)
+    ap.add_argument("--finetuned", type=Path, required=True, help="folder of the <paradigm>-<init> fine-tuned models")
+    ap.add_argument("--pretrained", type=Path, required=True, help="folder of the general pre-trained models")
+    ap.add_argument("--dapt", type=Path, required=True, help="folder of the domain-adapted models")
+    ap.add_argument("--tokens", type=Path, required=True, help="folder of the token datasets")
+    ap.add_argument("--metrics", type=Path, required=True)
+    ap.add_argument("--plots", type=Path, required=True, help="folder for the data-efficiency TSVs")
+    ap.add_argument("--report", type=Path, required=True)
+    ap.add_argument("--figures", type=Path, required=True)
+    ap.add_argument("--gate", type=Path, required=True, help="the model quality gate's verdict (JSON)")
+    args = ap.parse_args(list(argv) if argv is not None else None)
+    from stages.common.atomic import atomic_dir
+    from stages.evaluation.report import figures, markdown
+    from stages.finetune import read_task
+
+    log = (lambda m: print(m, file=sys.stderr))
+    try:
+        cfg = load_config(args.params)
+        result = evaluate_all(cfg, df=read_task(args.task), finetuned=args.finetuned, pretrained=args.pretrained,
+                              dapt=args.dapt, tokens=args.tokens, log=log)
+    except (ConfigError, FileNotFoundError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    with atomic_dir(args.plots) as tmp:
+        for name, points in result["data_efficiency"].items():
+            (tmp / f"{name}.tsv").write_text(curve_tsv(points), encoding="utf-8")
+    with atomic_dir(args.figures) as tmp:
+        for name, svg in figures(result).items():
+            (tmp / name).write_text(svg, encoding="utf-8")
+    rel = Path(os.path.relpath(args.figures, args.report.parent or ".")).as_posix()
+    write_bytes_atomic(args.report, markdown(result, figures_dir=rel).encode("utf-8"))
+    write_json_atomic(args.metrics, metrics_json(result))
+    write_json_atomic(args.gate, result["gate"])
+    verdict = "passed" if result["gate"]["passed"] else "FAILED (the package stage will not ship it)"
+    log(f"[evaluate] model gate {verdict}: {result['gate']['selected']} (best validation macro-F1)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

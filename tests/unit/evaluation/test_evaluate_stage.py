@@ -1,0 +1,109 @@
+"""The evaluate stage end to end on tiny models: nine fine-tuned runs in, the metrics, the data-efficiency
+series, the report with its figures and the gate verdict out."""
+
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+
+import pytest
+import yaml
+
+from stages.evaluate import main as evaluate_main
+from stages.finetune import INITS
+from stages.finetune import main as finetune_main
+from stages.tokenization.trainers import PARADIGMS
+from tests.unit.finetuning.conftest import write_params
+
+EVALUATE = {"curve": {"paradigms": ["bert"], "inits": ["pretrained", "random"], "sizes": [10, 30, 1000],
+                      "seeds": [0, 1], "min_steps": 6},
+            "icl": {"inits": ["pretrained", "dapt"], "shots": [0, 1], "max_examples": 6, "separator": "\nSection:",
+                    "seed": 0},
+            "intrinsic": {"eval_blocks": 4, "micro_batch": 4},
+            "gate": {"candidates": [], "min_macro_f1_margin": -1.0, "min_accuracy_margin": -1.0}}
+
+
+@pytest.fixture(scope="module")
+def workspace(models, tmp_path_factory):
+    root = tmp_path_factory.mktemp("evaluate")
+    params = write_params(root / "params.yaml", epochs=1)
+    data = yaml.safe_load(params.read_text())
+    data["evaluate"] = EVALUATE
+    params.write_text(yaml.safe_dump(data))
+    for p in PARADIGMS:
+        for init in INITS:
+            out = root / "finetune" / f"{p}-{init}"
+            assert finetune_main(["--paradigm", p, "--init", init, "--params", str(params), "--task", str(models.task),
+                                  "--model", str(models.models[p]), "--output", str(out),
+                                  "--report", str(root / "gate.json"), "--no-progress"]) == 0
+    return root, params
+
+
+def args(models, root, params, finetuned=None):
+    pretrained = models.models["bert"].parent
+    return ["--params", str(params), "--task", str(models.task), "--finetuned", str(finetuned or root / "finetune"),
+            "--pretrained", str(pretrained), "--dapt", str(pretrained),
+            "--tokens", str(models.root / "data" / "tokens"), "--metrics", str(root / "out" / "evaluation.json"),
+            "--plots", str(root / "out" / "plots"), "--report", str(root / "out" / "evaluation.md"),
+            "--figures", str(root / "out" / "figures"), "--gate", str(root / "out" / "gate.json")]
+
+
+def test_stage_writes_metrics_series_report_and_gate(models, workspace):
+    root, params = workspace
+    assert evaluate_main(args(models, root, params)) == 0
+    out = root / "out"
+    metrics = json.loads((out / "evaluation.json").read_text())
+    assert sorted(metrics["finetune"]) == sorted(f"{p}-{i}" for p in PARADIGMS for i in INITS)
+    assert 0 < metrics["majority"]["test_accuracy"] < 1
+
+    # data efficiency: the sizes below the full sample, each over both seeds, then the finetune stage's run
+    for series in ("bert-pretrained", "bert-random"):
+        rows = [line.split("\t") for line in (out / "plots" / f"{series}.tsv").read_text().splitlines()]
+        assert rows[0][:2] == ["train_examples", "macro_f1"]
+        full = metrics["finetune"][series]["train_examples"]
+        assert [int(r[0]) for r in rows[1:]] == [10, 30, full]           # 1000 > the sample: skipped
+        assert [int(r[-1]) for r in rows[1:]] == [2, 2, 1]
+        assert float(rows[-1][1]) == metrics["finetune"][series]["test_macro_f1"]
+        for r in rows[1:]:
+            assert float(r[3]) <= float(r[1]) <= float(r[4])              # min <= mean <= max
+    assert not (out / "plots" / "gpt-random.tsv").exists()
+
+    # in-context learning for the GPT models asked for; intrinsic for every paradigm, stage and corpus
+    assert set(metrics["icl"]) == {"gpt-pretrained", "gpt-dapt"}
+    assert set(metrics["icl"]["gpt-pretrained"]) >= {"0", "1"}
+    for p in PARADIGMS:
+        for stage in ("pretrain", "dapt"):
+            assert set(metrics["intrinsic"][p][stage]) == {"general", "domain"}
+    assert "eval_perplexity" in metrics["intrinsic"]["gpt"]["pretrain"]["domain"]
+
+    # the gate: the best validation macro-F1 is selected, the verdict follows the (here permissive) margins
+    gate = json.loads((out / "gate.json").read_text())
+    best = max(metrics["finetune"], key=lambda n: (metrics["finetune"][n]["best_val_macro_f1"], n))
+    assert gate["selected"] == best and gate["passed"] and metrics["gate"]["selected"] == best
+
+    report = (out / "evaluation.md").read_text()
+    for p in PARADIGMS:
+        assert report.count(f"| {dict(bert='BERT', gpt='GPT', t5='T5')[p]} (") >= 3
+    assert "| majority class |" in report and "Verdict: **passed**" in report
+    for name in ("finetune-loss.svg", "finetune-val-f1.svg", "data-efficiency.svg"):
+        assert f"(../out/figures/{name})" not in report and f"(figures/{name})" in report
+        ET.fromstring((out / "figures" / name).read_text())              # well-formed SVG
+
+
+def test_a_failing_gate_is_reported_not_raised(models, workspace):
+    root, params = workspace
+    data = yaml.safe_load(params.read_text())
+    data["evaluate"] = {**EVALUATE, "curve": {**EVALUATE["curve"], "paradigms": []}, "icl": {**EVALUATE["icl"],
+                        "inits": []}, "gate": {"candidates": ["gpt-random"], "min_macro_f1_margin": 2.0}}
+    strict = root / "strict.yaml"
+    strict.write_text(yaml.safe_dump(data))
+    assert evaluate_main(args(models, root, strict)) == 0
+    gate = json.loads((root / "out" / "gate.json").read_text())
+    assert gate["selected"] == "gpt-random" and not gate["passed"]
+    assert "Verdict: **FAILED**" in (root / "out" / "evaluation.md").read_text()
+
+
+def test_missing_run_names_the_file(models, workspace, tmp_path, capsys):
+    root, params = workspace
+    assert evaluate_main(args(models, root, params, finetuned=tmp_path)) == 1
+    assert f"{tmp_path / 'bert-pretrained' / 'finetune.json'}: missing" in capsys.readouterr().err

@@ -118,6 +118,10 @@ def encode(tok, texts: list[str], cfg: FinetuneConfig, paradigm: str) -> dict:
     return {"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"]}
 
 
+def to_device(batch: dict, device: str) -> dict:
+    return batch if device == "cpu" else {k: v.to(device, non_blocking=True) for k, v in batch.items()}
+
+
 def predict(clf, tok, texts: list[str], cfg: FinetuneConfig, paradigm: str) -> np.ndarray:
     import torch
 
@@ -125,7 +129,8 @@ def predict(clf, tok, texts: list[str], cfg: FinetuneConfig, paradigm: str) -> n
     out = []
     with torch.no_grad():
         for lo in range(0, len(texts), cfg.micro_batch * 2):
-            out.append(clf.predict(encode(tok, texts[lo: lo + cfg.micro_batch * 2], cfg, paradigm)).numpy())
+            batch = to_device(encode(tok, texts[lo: lo + cfg.micro_batch * 2], cfg, paradigm), clf.device)
+            out.append(clf.predict(batch).cpu().numpy())
     clf.model.train()
     return np.concatenate(out) if out else np.empty(0, dtype=np.int64)
 
@@ -147,6 +152,8 @@ def finetune(cfg: FinetuneConfig, *, paradigm: str, init: str, model_dir: Path, 
     tok = AutoTokenizer.from_pretrained(str(model_dir))
     clf = make_classifier(paradigm, model_dir, list(cfg.labels), tok, init=init, seed=cfg.seed,
                           aux_lm_weight=cfg.aux_lm_weight)
+    device = "cuda" if torch.cuda.is_available() else "cpu"  # fp32 on either: these runs are short
+    clf.to(device)
     train = sample_train(df, cfg, train_examples)
     val = df[df["split"] == "validation"]
     if cfg.max_eval_examples and cfg.max_eval_examples < len(val):
@@ -159,7 +166,7 @@ def finetune(cfg: FinetuneConfig, *, paradigm: str, init: str, model_dir: Path, 
     total = steps_per_epoch * epochs
     recipe = TrainConfig(lr=cfg.lr, warmup_fraction=cfg.warmup_fraction, weight_decay=cfg.weight_decay,
                          min_lr_ratio=0.0, budget_tokens=1)
-    optimizer = make_optimizer(clf.model, recipe, "cpu")
+    optimizer = make_optimizer(clf.model, recipe, device)
     rng = np.random.default_rng(cfg.seed)
     texts = train["text"].tolist()
     curve, best, best_state, bad, step = [], -1.0, None, 0, 0
@@ -177,6 +184,7 @@ def finetune(cfg: FinetuneConfig, *, paradigm: str, init: str, model_dir: Path, 
             idx = order[lo: lo + cfg.micro_batch]
             batch = encode(tok, [texts[i] for i in idx], cfg, paradigm)
             batch["labels"] = torch.from_numpy(y_train[idx].astype(np.int64))
+            batch = to_device(batch, device)
             for group in optimizer.param_groups:
                 group["lr"] = lr_at(step, total, recipe)
             loss = clf.loss(batch)
@@ -209,6 +217,7 @@ def finetune(cfg: FinetuneConfig, *, paradigm: str, init: str, model_dir: Path, 
     if best_state is not None:
         clf.model.load_state_dict(best_state)
     test_scores = scores(y_test, predict(clf, tok, test["text"].tolist(), cfg, paradigm), len(cfg.labels))
+    clf.to("cpu")  # returned and saved on the CPU
     baseline = majority(y_train, y_test, len(cfg.labels))
     result = {"paradigm": paradigm, "init": init, "train_examples": len(train), "steps": step,
               "stopped_early": stopped_early, "best_val_macro_f1": best,

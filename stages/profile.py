@@ -74,6 +74,14 @@ def validate(params: dict[str, Any]) -> None:
             for paradigm in params.get(name, {}):
                 if paradigm != "defaults":
                     loader(Path(fh.name), paradigm) if loader else pretrain_config(Path(fh.name), name, paradigm)
+        from stages.evaluate import load_config as evaluate_config
+        from stages.finetune import load_config as finetune_config
+
+        for paradigm in params.get("finetune", {}):
+            if paradigm != "defaults":
+                finetune_config(Path(fh.name), paradigm)
+        if "evaluate" in params:
+            evaluate_config(Path(fh.name))
     finally:
         Path(fh.name).unlink()
 

@@ -47,7 +47,7 @@ class PromptBuilder:
         self.widest = max(map(len, self.label_ids))
 
     def _ids(self, text: str) -> list[int]:
-        return self.tok(text, add_special_tokens=False)["input_ids"]
+        return self.tok(text, add_special_tokens=False, verbose=False)["input_ids"]  # long texts are cut here
 
     def budget(self, shots: int) -> int:
         """Text tokens each example may keep so that the prompt and the longest label fit in ``context``."""

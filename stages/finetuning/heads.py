@@ -50,6 +50,11 @@ class EncoderClassifier:
         if paradigm == "gpt":
             self.model.config.pad_token_id = self.model.config.eos_token_id
         self.paradigm, self.aux_lm_weight = paradigm, aux_lm_weight
+        self.device = "cpu"
+
+    def to(self, device: str) -> None:
+        self.model.to(device)
+        self.device = device
 
     def loss(self, batch: dict) -> torch.Tensor:
         aux = self.paradigm == "gpt" and self.aux_lm_weight > 0
@@ -83,6 +88,12 @@ class TextToTextClassifier:
         self.candidates = torch.full((len(labels), width), -100, dtype=torch.long)
         for i, ids in enumerate(enc):
             self.candidates[i, : len(ids)] = torch.tensor(ids)
+        self.device = "cpu"
+
+    def to(self, device: str) -> None:
+        self.model.to(device)
+        self.candidates = self.candidates.to(device)
+        self.device = device
 
     def loss(self, batch: dict) -> torch.Tensor:
         target = self.candidates[batch["labels"]]
@@ -92,7 +103,7 @@ class TextToTextClassifier:
     def predict(self, batch: dict) -> torch.Tensor:
         encoder = self.model.get_encoder()(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])
         n, k = batch["input_ids"].size(0), len(self.candidates)
-        scores = torch.empty(n, k)
+        scores = torch.empty(n, k, device=batch["input_ids"].device)
         for c in range(k):  # log P(label c | text), summed over its tokens
             target = self.candidates[c].repeat(n, 1)
             logits = self.model(encoder_outputs=encoder, attention_mask=batch["attention_mask"], labels=target).logits

@@ -194,13 +194,23 @@ def evaluate_all(cfg: EvaluateConfig, *, df, finetuned: Path, pretrained: Path, 
              for name, r in runs.items()}
     any_run = next(iter(runs.values()))["metrics"]
     majority = {"test_accuracy": any_run["majority_test_accuracy"], "test_macro_f1": any_run["majority_test_macro_f1"]}
+    import time
+
+    def timed(name, fn):
+        start = time.perf_counter()
+        out = fn()
+        log(f"[evaluate] {name}: {time.perf_counter() - start:.0f} s")
+        return out
+
     return {
         "finetune": table,
         "majority": majority,
         "gate": decide({n: r["metrics"] for n, r in runs.items()}, cfg.gate),
-        "intrinsic": intrinsic(cfg, model_dirs, tokens, log),
-        "icl": in_context(cfg, runs, df, model_dirs, read_layout(tokens / "gpt").seq_len, log) if cfg.icl.inits else {},
-        "data_efficiency": data_efficiency(cfg, runs, df, model_dirs, log),
+        "intrinsic": timed("intrinsic scores", lambda: intrinsic(cfg, model_dirs, tokens, log)),
+        "icl": timed("in-context learning", lambda: in_context(cfg, runs, df, model_dirs,
+                                                               read_layout(tokens / "gpt").seq_len, log)
+                     if cfg.icl.inits else {}),
+        "data_efficiency": timed("data-efficiency curve", lambda: data_efficiency(cfg, runs, df, model_dirs, log)),
         "curves": {name: r["curve"] for name, r in runs.items()},
         "labels": list(next(iter(runs.values()))["labels"]),
         "config": dataclasses.asdict(cfg),

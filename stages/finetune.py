@@ -207,7 +207,7 @@ def finetune(cfg: FinetuneConfig, *, paradigm: str, init: str, model_dir: Path, 
                     best_state = {k: v.detach().clone() for k, v in clf.model.state_dict().items()}
                 else:
                     bad += 1
-                    if bad >= cfg.patience:
+                    if bad >= cfg.patience and step < total:  # at the last step there is nothing to stop
                         stopped_early = True
                         break
         if stopped_early:

@@ -45,7 +45,8 @@ class FinetuneConfig:
     micro_batch, lr, warmup_fraction, weight_decay: the recipe (the same for every initialisation).
     eval_every: steps between validation scores; patience: evaluations without improvement before stopping.
     max_eval_examples: validation examples scored during training (0 = all; the test split is always whole).
-    aux_lm_weight: GPT-1's auxiliary LM loss weight for GPT (0 = off). t5_prefix: T5's task prefix.
+    aux_lm_weight: GPT-1's auxiliary LM loss weight for GPT (0 = off); aux_lm_fraction: the share of positions
+    it is estimated on each step (1 = all). t5_prefix: T5's task prefix.
     seed: head initialisation, sample and order."""
 
     labels: tuple[str, ...]
@@ -61,6 +62,7 @@ class FinetuneConfig:
     patience: int = 3
     max_eval_examples: int = 0
     aux_lm_weight: float = 0.5
+    aux_lm_fraction: float = 1.0
     t5_prefix: str = "classify: "
     seed: int = 0
     threads: int = 0
@@ -74,6 +76,7 @@ class FinetuneConfig:
         check(self.lr > 0, "lr: must be > 0")
         check(self.min_steps >= 0, "min_steps: must be >= 0")
         check(self.aux_lm_weight >= 0, "aux_lm_weight: must be >= 0")
+        check(0 < self.aux_lm_fraction <= 1, "aux_lm_fraction: must be in (0, 1]")
 
 
 def load_config(params_path: Path, paradigm: str) -> FinetuneConfig:
@@ -151,7 +154,7 @@ def finetune(cfg: FinetuneConfig, *, paradigm: str, init: str, model_dir: Path, 
     label_id = {lab: i for i, lab in enumerate(cfg.labels)}
     tok = AutoTokenizer.from_pretrained(str(model_dir))
     clf = make_classifier(paradigm, model_dir, list(cfg.labels), tok, init=init, seed=cfg.seed,
-                          aux_lm_weight=cfg.aux_lm_weight)
+                          aux_lm_weight=cfg.aux_lm_weight, aux_lm_fraction=cfg.aux_lm_fraction)
     device = "cuda" if torch.cuda.is_available() else "cpu"  # fp32 on either: these runs are short
     clf.to(device)
     train = sample_train(df, cfg, train_examples)

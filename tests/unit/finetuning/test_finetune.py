@@ -102,6 +102,26 @@ def test_gpt_auxiliary_lm_loss_is_added(models, tmp_path):
     assert a == pytest.approx(expected, rel=1e-5)
 
 
+def test_sampled_auxiliary_lm_loss_is_unbiased(models, tmp_path):
+    from stages.finetune import encode
+    from stages.finetuning.heads import make_classifier
+    from transformers import AutoTokenizer
+
+    cfg = load_config(write_params(tmp_path / "p.yaml"), "gpt")
+    tok = AutoTokenizer.from_pretrained(str(models.models["gpt"]))
+    texts = [r["text"] for r in task_rows(4)][:8]
+    batch = encode(tok, texts, cfg, "gpt")
+    batch["labels"] = torch.zeros(len(texts), dtype=torch.long)
+    full = make_classifier("gpt", models.models["gpt"], LABELS, tok, init="pretrained", seed=0, aux_lm_weight=1.0)
+    sampled = make_classifier("gpt", models.models["gpt"], LABELS, tok, init="pretrained", seed=0, aux_lm_weight=1.0,
+                              aux_lm_fraction=0.25)
+    with torch.no_grad():
+        exact = full.loss(batch).item()
+        draws = np.array([sampled.loss(batch).item() for _ in range(400)])
+    assert draws.std() > 0                                   # positions are drawn afresh each step
+    assert abs(draws.mean() - exact) < 4 * draws.std() / np.sqrt(len(draws))
+
+
 def test_early_stopping_keeps_the_best_model(models, tmp_path):
     cfg = load_config(write_params(tmp_path / "p.yaml", lr=1e-9, patience=1, epochs=5), "bert")
     out = finetune(cfg, paradigm="bert", init="pretrained", model_dir=models.models["bert"],

@@ -79,6 +79,11 @@ def load_config(params_path: Path) -> EvaluateConfig:
     return build(EvaluateConfig, section(load_params(params_path), "evaluate"), "evaluate")
 
 
+def source(model_dirs: dict[str, Path], paradigm: str, init: str) -> Path:
+    """The folder an initialisation starts from (random uses the general model's config and tokenizer)."""
+    return model_dirs[f"{'dapt' if init == 'dapt' else 'pretrain'}-{paradigm}"]
+
+
 def read_runs(finetuned: Path) -> dict[str, dict]:
     """Every ``<paradigm>-<init>`` fine-tuning record under ``finetuned``."""
     runs = {}
@@ -115,7 +120,7 @@ def data_efficiency(cfg: EvaluateConfig, runs: dict[str, dict], df, model_dirs: 
                 f1s, accs = [], []
                 for seed in cfg.curve.seeds:
                     run = finetune(dataclasses.replace(ft, seed=seed, min_steps=cfg.curve.min_steps), paradigm=p,
-                                   init=init, model_dir=model_dirs[f"{'dapt' if init == 'dapt' else 'pretrain'}-{p}"],
+                                   init=init, model_dir=source(model_dirs, p, init),
                                    df=df, train_examples=n, log=log)
                     f1s.append(run["metrics"]["test_macro_f1"])
                     accs.append(run["metrics"]["test_accuracy"])
@@ -131,7 +136,7 @@ def in_context(cfg: EvaluateConfig, runs: dict[str, dict], df, model_dirs: dict[
                log) -> dict:
     import torch
     from tqdm import tqdm
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
     from stages.evaluation.icl import icl_accuracy
 
@@ -141,9 +146,9 @@ def in_context(cfg: EvaluateConfig, runs: dict[str, dict], df, model_dirs: dict[
     test = [(t, index[lab]) for t, lab in df.loc[df["split"] == "test", ["text", "label"]].itertuples(index=False)]
     out = {}
     for init in cfg.icl.inits:
-        path = model_dirs[f"{'dapt' if init == 'dapt' else 'pretrain'}-gpt"]
+        path = source(model_dirs, "gpt", init)
         torch.manual_seed(0)
-        model = (AutoModelForCausalLM.from_config(AutoModelForCausalLM.from_pretrained(str(path)).config)
+        model = (AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(str(path)))
                  if init == "random" else AutoModelForCausalLM.from_pretrained(str(path)))
         tok = AutoTokenizer.from_pretrained(str(path))
         n = min(cfg.icl.max_examples or len(test), len(test)) * len(cfg.icl.shots)
@@ -156,13 +161,16 @@ def in_context(cfg: EvaluateConfig, runs: dict[str, dict], df, model_dirs: dict[
 
 
 def intrinsic(cfg: EvaluateConfig, model_dirs: dict[str, Path], tokens: Path, log) -> dict:
-    from stages.evaluation.intrinsic import score
+    from stages.evaluation.intrinsic import read_layout, score
+    from stages.training.models import load_model
 
     out = {}
     for p in PARADIGMS:
+        layout = read_layout(tokens / p)
         for stage in ("pretrain", "dapt"):
+            model = load_model(model_dirs[f"{stage}-{p}"], p)
             for corpus in ("general", "domain"):
-                r = score(model_dirs[f"{stage}-{p}"], tokens / p, corpus, eval_blocks=cfg.intrinsic.eval_blocks,
+                r = score(model, layout, tokens / p, corpus, eval_blocks=cfg.intrinsic.eval_blocks,
                           micro_batch=cfg.intrinsic.micro_batch)
                 out.setdefault(p, {}).setdefault(stage, {})[corpus] = r
         log(f"[evaluate] intrinsic {p}: " + "; ".join(

@@ -121,12 +121,10 @@ def encode(tok, texts: list[str], cfg: FinetuneConfig, paradigm: str) -> dict:
     return {"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"]}
 
 
-def to_device(batch: dict, device: str) -> dict:
-    return batch if device == "cpu" else {k: v.to(device, non_blocking=True) for k, v in batch.items()}
-
-
 def predict(clf, tok, texts: list[str], cfg: FinetuneConfig, paradigm: str) -> np.ndarray:
     import torch
+
+    from stages.training.loop import to_device
 
     clf.model.eval()
     out = []
@@ -147,7 +145,7 @@ def finetune(cfg: FinetuneConfig, *, paradigm: str, init: str, model_dir: Path, 
     from stages.finetuning.heads import make_classifier
     from stages.finetuning.metrics import majority, scores
     from stages.training.config import TrainConfig
-    from stages.training.loop import lr_at, make_optimizer
+    from stages.training.loop import lr_at, make_optimizer, to_device
 
     if cfg.threads:
         torch.set_num_threads(cfg.threads)

@@ -18,20 +18,18 @@ def read_layout(tokens_dir: Path):
     return BlockLayout(**json.loads(manifest.read_text(encoding="utf-8"))["layout"])
 
 
-def score(model_dir: Path, tokens_dir: Path, corpus: str, *, eval_blocks: int, micro_batch: int, seed: int = 0) -> dict:
+def score(model, layout, tokens_dir: Path, corpus: str, *, eval_blocks: int, micro_batch: int, seed: int = 0) -> dict:
+    """``model`` (loaded once by the caller) on the held-out blocks of ``corpus``."""
     import numpy as np
 
     from stages.objectives import for_paradigm
     from stages.training.config import TrainConfig
     from stages.training.loop import evaluate
-    from stages.training.models import load_model
 
-    layout = read_layout(tokens_dir)
     path = tokens_dir / corpus / "heldout.npy"
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no held-out blocks for corpus {corpus!r}")
     blocks = np.load(path, mmap_mode="r")
-    model = load_model(model_dir, layout.paradigm)
     cfg = TrainConfig(eval_blocks=eval_blocks, micro_batch=micro_batch, seed=seed)
     result = evaluate(model, for_paradigm(layout), blocks, cfg, "cpu", False)
     result["blocks"] = int(min(eval_blocks, len(blocks)))

@@ -93,25 +93,22 @@ def flops_per_token(model, layout: "BlockLayout", *, predicted_fraction: float =
     return 6 * enc + 6 * rest * ratio + attention
 
 
-class SparseMaskedLM:
-    """``BertForMaskedLM`` trained with its output layer applied at the selected positions only.
-
-    The stock forward projects every position onto the vocabulary and then ignores 85% of them; for a small
-    model the vocabulary projection is most of the compute (d_model 128, 8,192 words: 70% of the FLOPs), so
-    this gives the same loss (the mean cross-entropy over the selected positions, a test checks it) for about
-    half the work. ``prepare`` lists the positions on the host, before the batch moves to the device, so the
-    forward needs no device-to-host sync. Built with :func:`training_view`; the model itself is unchanged and
-    saves as a stock ``BertForMaskedLM``."""
-
-    @staticmethod
-    def prepare(batch: dict) -> dict:
-        positions = (batch["labels"].reshape(-1) != -100).nonzero().squeeze(1)
-        return {**batch, "positions": positions}
+def _masked_positions(batch: dict) -> dict:
+    """The flat indices of the selected positions, listed on the host before the batch moves to the device."""
+    positions = (batch["labels"].reshape(-1) != -100).nonzero().squeeze(1)
+    return {**batch, "positions": positions}
 
 
 def training_view(model, objective_name: str):
-    """The module the training loop calls: ``model`` itself, or for BERT's MLM a sparse-output view of it.
-    Returns (module, prepare) where ``prepare(batch)`` runs on the host before the batch moves."""
+    """The module the training loop calls: ``model`` itself, or for BERT's MLM a view that applies the output
+    layer (transform + vocabulary projection) at the selected positions only. The stock forward projects
+    every position and then ignores 85% of them; for a small model the projection is most of the compute
+    (d_model 128, 8,192 words: 70% of the FLOPs), so the view gives the same loss (the mean cross-entropy
+    over the selected positions; a test checks loss and gradients) for about half the work. The model
+    itself is unchanged and saves as a stock ``BertForMaskedLM``.
+
+    Returns (module, prepare) where ``prepare(batch)`` runs on the host before the batch moves, so the
+    view's forward needs no device-to-host sync."""
     import torch
 
     if objective_name != "masked_lm" or not (hasattr(model, "bert") and hasattr(model, "cls")):
@@ -133,4 +130,4 @@ def training_view(model, objective_name: str):
             loss = torch.nn.functional.cross_entropy(logits.float(), target, reduction="sum") / max(len(positions), 1)
             return SimpleNamespace(loss=loss, logits=logits, labels=target)
 
-    return _View(model), SparseMaskedLM.prepare
+    return _View(model), _masked_positions

@@ -1,5 +1,5 @@
 """A classifier per paradigm over a pre-trained (or freshly initialised) model, with one interface:
-``loss(batch)`` for training and ``predict(batch)`` for evaluation.
+``loss(batch)`` for training, ``scores(batch)`` (one score per label) and ``predict(batch)`` (its argmax).
 
 - BERT: the [CLS] representation and a linear head (``BertForSequenceClassification``; Devlin et al.).
 - GPT: the last token's representation and a linear head (``GPT2ForSequenceClassification``), plus GPT-1's
@@ -77,8 +77,12 @@ class EncoderClassifier:
         return out.loss + self.aux_lm_weight * lm
 
     @torch.no_grad()
+    def scores(self, batch: dict) -> torch.Tensor:
+        """One logit per label, ``[batch, labels]``."""
+        return self.model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits.float()
+
     def predict(self, batch: dict) -> torch.Tensor:
-        return self.model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits.argmax(-1)
+        return self.scores(batch).argmax(-1)
 
 
 class TextToTextClassifier:
@@ -107,7 +111,8 @@ class TextToTextClassifier:
         return self.model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], labels=target).loss
 
     @torch.no_grad()
-    def predict(self, batch: dict) -> torch.Tensor:
+    def scores(self, batch: dict) -> torch.Tensor:
+        """log P(label | text) for each label, ``[batch, labels]``."""
         encoder = self.model.get_encoder()(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])
         n, k = batch["input_ids"].size(0), len(self.candidates)
         scores = torch.empty(n, k, device=batch["input_ids"].device)
@@ -118,7 +123,10 @@ class TextToTextClassifier:
             valid = target != -100
             picked = logp.gather(-1, target.clamp(min=0).unsqueeze(-1)).squeeze(-1)
             scores[:, c] = (picked * valid).sum(-1)
-        return scores.argmax(-1)
+        return scores
+
+    def predict(self, batch: dict) -> torch.Tensor:
+        return self.scores(batch).argmax(-1)
 
 
 def make_classifier(paradigm: str, model_dir: Path, labels: list[str], tokenizer, *, init: str, seed: int,

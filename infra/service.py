@@ -1,0 +1,122 @@
+"""The BentoML service of a packaged model (``python -m stages.package`` builds it into a Bento).
+
+Thin by design (DESIGN.md, style 10): artefacts load in ``__init__``, the APIs are typed with limits, and
+pre/post-processing is imported from ``stages.serving``. ``bento_config.json`` (written beside this file in
+the build context by the package stage) names the models in the Bento, the request limits and the batching
+settings, so the APIs and the OpenAPI spec list only what this Bento can answer:
+
+- ``classify`` (always): ``{"texts": [str, ...]}`` -> for each text its label and per-label scores; batchable,
+  so concurrent requests are merged into one forward pass (adaptive batching);
+- ``fill_mask`` (BERT), ``generate`` (GPT), ``text2text`` (T5): when the package stage included that
+  pre-trained model (``package.generative`` in params.yaml);
+- ``lineage``: which model this is, from which commit, and the model gate's verdict.
+
+``LMPIPE_ADAPTIVE_BATCHING=0`` in the environment of ``bentoml serve`` turns batching off (the benchmark
+compares both).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Annotated
+
+import bentoml
+from bentoml.exceptions import InvalidArgument
+from pydantic import BaseModel, Field
+
+CONFIG = json.loads((Path(__file__).parent / "bento_config.json").read_text(encoding="utf-8"))
+LIMITS = CONFIG["limits"]
+BATCHING = CONFIG["batching"]
+BATCHABLE = BATCHING["enabled"] and os.environ.get("LMPIPE_ADAPTIVE_BATCHING", "1") != "0"
+GENERATIVE = CONFIG.get("generative", {})
+
+Text = Annotated[str, Field(min_length=1, max_length=LIMITS["max_chars"])]
+Texts = Annotated[list[Text], Field(min_length=1, max_length=LIMITS["max_texts"])]
+NewTokens = Annotated[int, Field(ge=1, le=LIMITS["max_new_tokens"])]
+
+
+class Prediction(BaseModel):
+    label: str
+    scores: dict[str, float]
+
+
+class Candidate(BaseModel):
+    token: str
+    score: float
+
+
+class MaskFill(BaseModel):
+    position: int
+    candidates: list[Candidate]
+
+
+@bentoml.service(name=CONFIG["name"], traffic={"timeout": LIMITS["timeout_s"]})
+class LMPipeline:
+    classifier_model = bentoml.models.BentoModel(CONFIG["classifier"])
+    if "bert" in GENERATIVE:
+        bert_model = bentoml.models.BentoModel(GENERATIVE["bert"])
+    if "gpt" in GENERATIVE:
+        gpt_model = bentoml.models.BentoModel(GENERATIVE["gpt"])
+    if "t5" in GENERATIVE:
+        t5_model = bentoml.models.BentoModel(GENERATIVE["t5"])
+
+    def __init__(self) -> None:
+        from stages.serving.classifier import TextClassifier
+        from stages.serving.generative import FillMask, Generator, Text2Text
+
+        self.classifier = TextClassifier(self.classifier_model.path, batch_size=BATCHING["max_batch_size"])
+        self.fill_masker = FillMask(self.bert_model.path) if "bert" in GENERATIVE else None
+        self.generator = Generator(self.gpt_model.path) if "gpt" in GENERATIVE else None
+        self.text2texter = Text2Text(self.t5_model.path) if "t5" in GENERATIVE else None
+        lineage = json.loads((Path(self.classifier_model.path) / "lineage.json").read_text(encoding="utf-8"))
+        self.summary = {"model": str(self.classifier_model.tag), "name": lineage["model"]["name"],
+                        "paradigm": lineage["model"]["paradigm"], "init": lineage["model"]["init"],
+                        "labels": lineage["model"]["labels"], "git": lineage["git"],
+                        "model_gate": lineage.get("model_gate"),
+                        "generative": {k: str(v) for k, v in GENERATIVE.items()}}
+
+    @bentoml.api(batchable=BATCHABLE, max_batch_size=BATCHING["max_batch_size"],
+                 max_latency_ms=BATCHING["max_latency_ms"])
+    def classify(self, texts: Texts) -> list[Prediction]:
+        """Label each text; ``scores`` are probabilities over all labels."""
+        return [Prediction(**p) for p in self.classifier.classify(texts)]
+
+    @bentoml.api
+    def lineage(self) -> dict:
+        """The served model, the commit it was packaged from and the model gate's verdict
+        (``python -m stages.lineage`` on the Bento prints the whole chain)."""
+        return self.summary
+
+    if "bert" in GENERATIVE:
+
+        @bentoml.api
+        def fill_mask(self, text: Text, top_k: Annotated[int, Field(ge=1, le=LIMITS["max_top_k"])] = 5
+                      ) -> list[MaskFill]:
+            """The pre-trained BERT's guesses for each [MASK] in ``text``."""
+            try:
+                return [MaskFill(**m) for m in self.fill_masker.fill(text, top_k)]
+            except ValueError as exc:
+                raise InvalidArgument(str(exc)) from exc
+
+    if "gpt" in GENERATIVE:
+
+        @bentoml.api
+        def generate(self, prompt: Text, max_new_tokens: NewTokens = 32,
+                     temperature: Annotated[float, Field(ge=0, le=2)] = 0.0, seed: int = 0) -> str:
+            """The pre-trained GPT's continuation of ``prompt`` (greedy at temperature 0)."""
+            try:
+                return self.generator.generate(prompt, max_new_tokens, temperature, seed)
+            except ValueError as exc:
+                raise InvalidArgument(str(exc)) from exc
+
+    if "t5" in GENERATIVE:
+
+        @bentoml.api
+        def text2text(self, text: Text, max_new_tokens: NewTokens = 32) -> str:
+            """The pre-trained T5's output for ``text``; it was pre-trained to fill ``<extra_id_N>`` spans."""
+            try:
+                return self.text2texter.generate(text, max_new_tokens)
+            except ValueError as exc:
+                raise InvalidArgument(str(exc)) from exc

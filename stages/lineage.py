@@ -1,0 +1,74 @@
+"""Lineage audit of a packaged model: which data, code, params and checks made it.
+
+    python -m stages.lineage dist/lm-pipeline-<version>.bento          # an exported Bento, read in place
+    python -m stages.lineage lm-pipeline:latest --verify               # a Bento in the store, checked here
+    python -m stages.lineage ~/bentoml/models/lm-pipeline-classifier/<version> --json
+
+Prints the chain from the raw sources (with their checksums) through cleaning, tokenizer, token datasets,
+pre-training, DAPT, fine-tuning, every gate and the evaluation to the Bento. The record travels inside the
+Bento (``lineage.json`` in the classifier model), so this works wherever the Bento was imported.
+
+``--verify`` recomputes hashes: the packaged models' files against the record (anywhere), and, where a
+workspace is given (``--workspace``, default: the current folder when it holds a ``dvc.lock``), every upstream
+stage's ``dvc.lock`` entry and every file they read or wrote. Each mismatch is printed with the file it
+concerns; the exit status is 1 when there is any (2 when the target cannot be read).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Iterable
+from pathlib import Path
+
+
+def main(argv: Iterable[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m stages.lineage", description=__doc__.split("\n\n")[0])
+    ap.add_argument("target", help="an exported .bento file, a Bento or model tag, a Bento or model folder")
+    ap.add_argument("--verify", action="store_true", help="recompute hashes; exit 1 on any mismatch")
+    ap.add_argument("--workspace", type=Path, help="the project folder to verify against (default: the current "
+                                                   "folder when it holds dvc.lock)")
+    ap.add_argument("--json", action="store_true", help="print the record (and the verdict) as JSON")
+    args = ap.parse_args(list(argv) if argv is not None else None)
+    from stages.provenance.chain import render
+    from stages.provenance.record import LineageError
+    from stages.provenance.targets import open_target
+    from stages.provenance.verify import verify
+
+    try:
+        target = open_target(args.target)
+    except LineageError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    verdict = None
+    if args.verify:
+        workspace = args.workspace
+        if workspace is None and Path("dvc.lock").is_file():
+            workspace = Path(".")
+        verdict = verify(target.record, packaged=target.packaged, workspace=workspace)
+        verdict.notes.insert(0, f"workspace: {workspace.resolve()}" if workspace else
+                             "workspace: none (no dvc.lock here; only the packaged files were checked)")
+    if args.json:
+        out = {"bento": target.bento, "record": target.record}
+        if verdict is not None:
+            out["verify"] = verdict.as_dict()
+        json.dump(out, sys.stdout, indent=2, sort_keys=True)
+        sys.stdout.write("\n")
+    else:
+        print(render(target.record, target.bento))
+        if verdict is not None:
+            print()
+            for note in verdict.notes:
+                print(f"note: {note}")
+            if verdict.ok:
+                print(f"verify: OK ({verdict.checked} checks)")
+            else:
+                print(f"verify: {len(verdict.mismatches)} mismatch(es) in {verdict.checked} checks")
+                for m in verdict.mismatches:
+                    print(f"  MISMATCH {m}")
+    return 0 if verdict is None or verdict.ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,288 @@
+"""Package stage (``package``): the model the quality gate passed, with its lineage, as a versioned Bento.
+
+    python -m stages.package --params params.yaml --gate reports/quality/model-gate.json \
+        --finetuned data/models/finetune --pretrained data/models/pretrain --dapt data/models/dapt \
+        --service infra/service.py --metrics reports/metrics/package.json
+
+1. Obeys ``reports/quality/model-gate.json``: when ``passed`` is false nothing is packaged and the stage
+   fails with the gate's failed checks (the previous Bento, export and metrics stay as they were).
+2. Collects the lineage record (``stages.provenance.record``), refusing a workspace that differs from
+   ``dvc.lock``.
+3. Saves the selected fine-tuned model (its ``save_pretrained`` folder, byte for byte, plus ``lineage.json``)
+   and, as ``package.generative`` chooses, the pre-trained models into the BentoML model store with
+   ``bentoml.models.create``; labels and metadata carry the commit, the upstream stages' ``dvc.lock`` hashes,
+   the params, the gates' results and the evaluation metrics.
+4. Builds a Bento from ``infra/service.py`` with the ``stages`` package inside (the service imports its
+   pre/post-processing from there) and exports it to ``package.registry`` (a folder or any fsspec URL) as
+   ``<name>-<version>.bento``.
+
+The BentoML store is ``$BENTOML_HOME`` (default ``~/bentoml``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from stages.common.atomic import write_json_atomic
+from stages.config import ConfigError, build, check, load_params, section
+
+PARADIGMS = ("bert", "gpt", "t5")
+
+
+@dataclass(frozen=True, kw_only=True)
+class LimitsConfig:
+    """Per request: texts (``max_texts``) of at most ``max_chars`` characters; generation of at most
+    ``max_new_tokens``; ``max_top_k`` mask candidates; ``timeout_s`` seconds before the server gives up."""
+
+    max_texts: int = 64
+    max_chars: int = 4000
+    max_new_tokens: int = 64
+    max_top_k: int = 20
+    timeout_s: int = 60
+
+    def __post_init__(self) -> None:
+        check(min(self.max_texts, self.max_chars, self.max_new_tokens, self.max_top_k, self.timeout_s) >= 1,
+              "limits: every limit must be >= 1")
+
+
+@dataclass(frozen=True, kw_only=True)
+class BatchingConfig:
+    """BentoML adaptive batching of ``classify``: concurrent requests merged up to ``max_batch_size`` texts,
+    waiting at most ``max_latency_ms``."""
+
+    enabled: bool = True
+    max_batch_size: int = 64
+    max_latency_ms: int = 100
+
+    def __post_init__(self) -> None:
+        check(self.max_batch_size >= 1 and self.max_latency_ms >= 1, "batching: sizes must be >= 1")
+
+
+@dataclass(frozen=True, kw_only=True)
+class PackageConfig:
+    """name: the Bento's name (models are ``<name>-classifier``, ``<name>-bert`` ...). generative: the
+    pre-trained models to ship beside the classifier (fill_mask / generate / text2text); generative_from:
+    ``pretrained`` or ``dapt`` weights for them. registry: where the ``.bento`` is exported (folder or fsspec
+    URL such as ``s3://bucket/bentos``)."""
+
+    name: str = "lm-pipeline"
+    generative: tuple[str, ...] = ("bert", "gpt", "t5")
+    generative_from: str = "pretrained"
+    registry: str = "dist"
+    limits: LimitsConfig = field(default_factory=LimitsConfig)
+    batching: BatchingConfig = field(default_factory=BatchingConfig)
+
+    def __post_init__(self) -> None:
+        import re
+
+        check(re.fullmatch(r"[a-z0-9][a-z0-9_.-]{0,40}", self.name) is not None,
+              f"name: {self.name!r} is not a valid BentoML name (lowercase letters, digits, '-', '_', '.')")
+        bad = [p for p in self.generative if p not in PARADIGMS]
+        check(not bad, f"generative: unknown paradigm(s) {bad}; choose from {list(PARADIGMS)}")
+        check(self.generative_from in ("pretrained", "dapt"), "generative_from: must be 'pretrained' or 'dapt'")
+
+
+class PackageRefused(RuntimeError):
+    """The model gate did not pass (or named no model): nothing is packaged."""
+
+
+def load_config(params_path: Path) -> PackageConfig:
+    return build(PackageConfig, section(load_params(params_path), "package") or {}, "package")
+
+
+def read_gate(path: Path) -> dict:
+    """The model gate's verdict; raises ``PackageRefused`` naming the failed checks unless it passed."""
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no model gate verdict (run the evaluate stage first)")
+    gate = json.loads(path.read_text(encoding="utf-8"))
+    if not gate.get("passed"):
+        failed = [f"{c.get('check')} = {c.get('value')} (minimum {c.get('minimum')})"
+                  for c in gate.get("checks", []) if not c.get("passed")]
+        raise PackageRefused(f"{path}: the model gate did not pass ({'; '.join(failed) or 'no candidate'}); "
+                             "nothing was packaged")
+    if not gate.get("selected"):
+        raise PackageRefused(f"{path}: the gate passed but selected no model")
+    return gate
+
+
+def model_metadata(record: dict) -> tuple[dict[str, str], dict]:
+    """BentoML labels (flat strings, for listing and filtering) and metadata (the audit summary; the full
+    record with per-file hashes is ``lineage.json`` in the model folder)."""
+    git, model = record["git"], record["model"]
+    gate = record.get("model_gate") or {}
+    labels = {"pipeline": "lm-pipeline", "selected": model["name"], "paradigm": str(model["paradigm"]),
+              "init": str(model["init"]), "git_commit": str(git.get("commit")), "git_dirty": str(git.get("dirty")),
+              "model_gate": "passed" if gate.get("passed") else "failed"}
+    stages = {name: {kind: {e["path"]: e.get("md5") for e in entry.get(kind, [])} for kind in ("deps", "outs")}
+              for name, entry in record["stages"].items()}
+    metadata = {"git": git, "model": {k: model[k] for k in ("name", "paradigm", "init", "labels", "md5")},
+                "dvc_lock": stages, "params": record["params"], "gates": record["gates"],
+                "model_gate": gate, "evaluation": record["metrics"].get("reports/metrics/evaluation.json"),
+                "lineage_file": "lineage.json"}
+    return labels, metadata
+
+
+def save_models(record: dict, cfg: PackageConfig, *, model_dir: Path, generative_dirs: dict[str, Path]) -> dict:
+    """Copy the classifier and the chosen pre-trained models into the model store; returns their tags."""
+    import bentoml
+
+    labels, metadata = model_metadata(record)
+    with bentoml.models.create(f"{cfg.name}-classifier", labels=labels, metadata=metadata) as m:
+        _copy_files(model_dir, Path(m.path))
+        write_json_atomic(Path(m.path) / "lineage.json", record)
+    tags = {"classifier": str(m.tag), "generative": {}}
+    for paradigm, folder in generative_dirs.items():
+        rel = folder.as_posix()
+        info = record["files"].get(rel)
+        if info is None:
+            raise ConfigError(f"{rel}: not an upstream output in dvc.lock, so it cannot be shipped with lineage")
+        meta = {"source": rel, "md5": info["md5"], "files": info["files"], "classifier": str(m.tag),
+                "git": record["git"], "stage": next((n for n, e in record["stages"].items()
+                                                     if any(o["path"] == rel for o in e.get("outs", []))), None)}
+        with bentoml.models.create(f"{cfg.name}-{paradigm}",
+                                   labels={"pipeline": "lm-pipeline", "paradigm": paradigm,
+                                           "weights": cfg.generative_from, "git_commit": labels["git_commit"]},
+                                   metadata=meta) as g:
+            _copy_files(folder, Path(g.path))
+        tags["generative"][paradigm] = str(g.tag)
+    return tags
+
+
+def _copy_files(src: Path, dst: Path) -> None:
+    for item in sorted(src.rglob("*")):
+        if item.is_file() and "__pycache__" not in item.parts:
+            target = dst / item.relative_to(src)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(item, target)
+
+
+def python_packages() -> list[str]:
+    """The serving dependencies pinned to the versions that built the Bento (``bentoml containerize``
+    installs these; torch's CPU or CUDA build is the image builder's choice, see README)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    pins = []
+    for name in ("torch", "transformers", "tokenizers", "safetensors", "numpy", "pydantic", "pyyaml"):
+        try:
+            pins.append(f"{name}=={version(name)}")
+        except PackageNotFoundError:
+            pass
+    return pins
+
+
+def build_bento(cfg: PackageConfig, tags: dict, *, service: Path, stages_dir: Path, record: dict):
+    """Build the Bento in a temporary build context: the service, its config and the ``stages`` package."""
+    import bentoml
+
+    from stages.provenance.chain import render
+
+    with tempfile.TemporaryDirectory(prefix="bento-ctx-") as tmp:
+        ctx = Path(tmp)
+        shutil.copy2(service, ctx / "service.py")
+        shutil.copytree(stages_dir, ctx / "stages", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        config = {"name": cfg.name, "classifier": tags["classifier"], "generative": tags["generative"],
+                  "limits": asdict(cfg.limits), "batching": asdict(cfg.batching)}
+        (ctx / "bento_config.json").write_text(json.dumps(config, indent=2, sort_keys=True), encoding="utf-8")
+        git = record["git"]
+        return bentoml.bentos.build(
+            "service:LMPipeline", name=cfg.name, build_ctx=str(ctx),
+            include=["service.py", "bento_config.json", "stages/**/*.py"],
+            labels={"pipeline": "lm-pipeline", "selected": record["model"]["name"],
+                    "git_commit": str(git.get("commit")), "git_dirty": str(git.get("dirty"))},
+            description="# lm-pipeline\n\nServes the fine-tuned model the quality gate passed.\n\n```\n"
+                        + render(record) + "\n```\n",
+            python={"packages": python_packages(), "lock_packages": False},
+        )
+
+
+def export(bento, registry: str) -> str:
+    """Export to ``registry`` as ``<name>-<version>.bento``; a local file appears whole or not at all."""
+    import bentoml
+
+    name = f"{bento.tag.name}-{bento.tag.version}.bento"
+    if "://" in registry:
+        return bentoml.bentos.export_bento(bento.tag, registry.rstrip("/") + "/" + name)
+    folder = Path(registry).resolve()  # BentoML's fsspec export reads a relative path from the filesystem root
+    folder.mkdir(parents=True, exist_ok=True)
+    tmp = folder / f".tmp-{name}"  # same extension: BentoML's format (an xz tarball) follows it
+    try:
+        bentoml.bentos.export_bento(bento.tag, str(tmp), "bento")
+        os.replace(tmp, folder / name)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return str(folder / name)
+
+
+def package(cfg: PackageConfig, *, root: Path, gate_path: Path, finetuned: Path, pretrained: Path, dapt: Path,
+            service: Path, log=print) -> dict:
+    """Gate, record, save, build, export; returns what was made (the stage's metrics)."""
+    import bentoml
+
+    from stages.provenance.hashing import md5_file
+    from stages.provenance.record import collect
+    from stages.sources.base import sha256_file
+
+    def rel(p: Path) -> Path:  # the record names paths as dvc.lock does: relative to the workspace
+        return Path(os.path.relpath(p, root))
+
+    gate = read_gate(gate_path)
+    selected = gate["selected"]
+    model_dir = rel(finetuned) / selected
+    record = collect(root, model_name=selected, model_dir=model_dir, gate_report=rel(gate_path))
+    base = rel({"pretrained": pretrained, "dapt": dapt}[cfg.generative_from])
+    generative_dirs = {p: base / p for p in cfg.generative}
+    for p, folder in generative_dirs.items():
+        if not (root / folder / "config.json").is_file():
+            raise FileNotFoundError(f"{folder}: no {p} model to ship (package.generative lists {p})")
+    tags = save_models(record, cfg, model_dir=root / model_dir,
+                       generative_dirs={p: f for p, f in generative_dirs.items()})
+    log(f"[package] models: {tags['classifier']}" + "".join(f", {t}" for t in tags["generative"].values()))
+    bento = build_bento(cfg, tags, service=service, stages_dir=Path(__file__).parent, record=record)
+    log(f"[package] bento: {bento.tag}")
+    target = export(bento, cfg.registry)
+    log(f"[package] exported: {target}")
+    local = Path(target) if "://" not in target else None
+    return {"bento": str(bento.tag), "models": tags, "exported": target, "selected": selected,
+            "model_gate_passed": True, "git_commit": record["git"]["commit"], "git_dirty": record["git"]["dirty"],
+            "model_md5": record["model"]["md5"],
+            "lineage_md5": md5_file(Path(bentoml.models.get(tags["classifier"]).path) / "lineage.json"),
+            "bytes": local.stat().st_size if local else None, "sha256": sha256_file(local) if local else None}
+
+
+def main(argv: Iterable[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m stages.package", description="Package the gated model as a Bento.")
+    ap.add_argument("--params", type=Path, default=Path("params.yaml"))
+    ap.add_argument("--gate", type=Path, default=Path("reports/quality/model-gate.json"))
+    ap.add_argument("--finetuned", type=Path, default=Path("data/models/finetune"))
+    ap.add_argument("--pretrained", type=Path, default=Path("data/models/pretrain"))
+    ap.add_argument("--dapt", type=Path, default=Path("data/models/dapt"))
+    ap.add_argument("--service", type=Path, default=Path("infra/service.py"))
+    ap.add_argument("--metrics", type=Path, help="what was packaged (JSON)")
+    ap.add_argument("--root", type=Path, default=Path("."), help="the workspace holding dvc.lock")
+    args = ap.parse_args(list(argv) if argv is not None else None)
+    os.environ.setdefault("BENTOML_DO_NOT_TRACK", "True")
+    from stages.provenance.record import LineageError
+
+    try:
+        cfg = load_config(args.params)
+        result = package(cfg, root=args.root, gate_path=args.gate, finetuned=args.finetuned,
+                         pretrained=args.pretrained, dapt=args.dapt, service=args.service,
+                         log=lambda m: print(m, file=sys.stderr))
+    except (ConfigError, PackageRefused, LineageError, FileNotFoundError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    if args.metrics:
+        write_json_atomic(args.metrics, result)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

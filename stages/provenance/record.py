@@ -1,0 +1,200 @@
+"""The lineage record of a packaged model, collected from a workspace after ``dvc repro``.
+
+The record is a JSON document (``lineage.json`` inside the packaged model, so it travels with the Bento):
+
+- ``model``: the fine-tuned model's name, paradigm, initialisation, labels and the MD5 of each of its files;
+- ``git``: the commit, whether the tree was dirty and which paths were;
+- ``stages``: the ``dvc.lock`` entry (command, deps, params, outs and their hashes) of every stage upstream of
+  the model and of the evaluation that gated it;
+- ``files``: every path those stages read or wrote, with DVC's hash and the MD5 of each file inside it,
+  which add up to DVC's hash (checked when the record is made: a workspace that differs from ``dvc.lock``
+  is refused, so a record never describes files that were not the ones DVC pinned);
+- ``params``: the params the upstream stages ran with (as ``dvc.lock`` recorded them);
+- ``sources``: the raw inputs of each corpus with their checksums (the ingest manifests);
+- ``metrics``: every upstream stage's metrics file (cleaning statistics, tokenizer, pre-training, DAPT,
+  fine-tuning, evaluation);
+- ``gates``: every Great Expectations gate on the way and the model gate's verdict.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+from stages.provenance.hashing import path_hashes
+
+SCHEMA = 1
+
+
+class LineageError(RuntimeError):
+    """The workspace cannot back a lineage record (no dvc.lock entry, files that differ from it)."""
+
+
+@dataclass(frozen=True)
+class Lock:
+    """The parsed ``dvc.lock``: stage name -> entry."""
+
+    stages: dict[str, dict]
+
+    @classmethod
+    def read(cls, path: Path) -> Lock:
+        import yaml
+
+        if not path.is_file():
+            raise LineageError(f"{path}: no dvc.lock (run `dvc repro` first)")
+        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        return cls(stages=data.get("stages") or {})
+
+    def producers(self, path: str) -> list[str]:
+        """The stages that wrote ``path``: an output equal to it, a folder holding it, or (for a dependency on
+        a whole folder such as ``data/models/finetune``) outputs inside it."""
+        found = []
+        for name, entry in self.stages.items():
+            for out in entry.get("outs", []):
+                o = out["path"].rstrip("/")
+                if path == o or path.startswith(o + "/") or o.startswith(path.rstrip("/") + "/"):
+                    found.append(name)
+                    break
+        return found
+
+    def upstream(self, roots: list[str]) -> list[str]:
+        """``roots`` and every stage they depend on, transitively, in a stable order (producers first)."""
+        missing = [r for r in roots if r not in self.stages]
+        if missing:
+            raise LineageError(f"dvc.lock has no stage {', '.join(missing)} (run `dvc repro` first)")
+        seen: dict[str, None] = {}
+
+        def visit(name: str) -> None:
+            if name in seen:
+                return
+            for dep in self.stages[name].get("deps", []):
+                for producer in self.producers(dep["path"]):
+                    if producer != name:
+                        visit(producer)
+            seen[name] = None
+
+        for root in roots:
+            visit(root)
+        return list(seen)
+
+
+def git_state(root: Path) -> dict:
+    """Commit, dirty flag and the dirty paths (at most 50 listed) of the repository holding ``root``."""
+
+    def git(*args: str) -> str | None:
+        try:
+            out = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, timeout=30)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        return out.stdout if out.returncode == 0 else None
+
+    commit = git("rev-parse", "HEAD")
+    if commit is None:
+        return {"commit": None, "dirty": None, "dirty_paths": []}
+    status = git("status", "--porcelain", "--untracked-files=no") or ""
+    paths = sorted(line[3:] for line in status.splitlines() if line.strip())
+    return {"commit": commit.strip(), "dirty": bool(paths), "dirty_paths": paths[:50],
+            "dirty_count": len(paths)}
+
+
+def hash_entries(root: Path, entries: list[dict]) -> dict[str, dict]:
+    """``{path: {"md5": DVC hash, "files": {relpath: md5}}}`` for the ``dvc.lock`` entries, checked against
+    the hashes the lock pinned (raises naming every path that differs)."""
+    files, stale = {}, []
+    for entry in entries:
+        path = entry["path"]
+        target = root / path
+        if not target.exists():
+            stale.append(f"{path}: missing")
+            continue
+        digest, manifest = path_hashes(target)
+        if entry.get("md5") and digest != entry["md5"]:
+            stale.append(f"{path}: {digest} in the workspace, {entry['md5']} in dvc.lock")
+        files[path] = {"md5": digest, "files": manifest}
+    if stale:
+        raise LineageError("the workspace differs from dvc.lock (run `dvc repro` or `dvc checkout`): "
+                           + "; ".join(stale))
+    return files
+
+
+def _read_json(path: Path) -> dict | None:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def gate_summary(report: dict) -> dict:
+    """The verdict of a Great Expectations gate report (or of the model gate) without its observations."""
+    if "checks" in report and "gate" in report:
+        return {"gate": report["gate"], "success": report.get("success"), "summary": report.get("summary"),
+                "failed": report.get("failed", []), "stats": report.get("stats", {})}
+    return report  # the model gate is small and is kept whole
+
+
+def sources(root: Path, stage_names: list[str], lock: Lock) -> dict:
+    """Raw inputs per corpus from the manifests of the ingest stages upstream."""
+    out = {}
+    for name in stage_names:
+        if not name.startswith("ingest@"):
+            continue
+        for o in lock.stages[name].get("outs", []):
+            manifest = _read_json(root / o["path"] / "manifest.json")
+            if manifest is None:
+                continue
+            out[manifest.get("corpus", name.split("@", 1)[1])] = {
+                "stage": name, "counts": manifest.get("counts", {}), "outputs": manifest.get("outputs", {}),
+                "sources": [{k: s.get(k) for k in ("kind", "description", "package", "files") if k in s}
+                            for s in manifest.get("sources", [])]}
+    return out
+
+
+def collect(root: Path, *, model_name: str, model_dir: Path, gate_report: Path,
+            evaluate_stage: str = "evaluate") -> dict:
+    """The lineage record of the fine-tuned model ``model_name`` (folder ``model_dir``, relative to
+    ``root``), selected by the model gate in ``gate_report``."""
+    root = Path(root)
+    lock = Lock.read(root / "dvc.lock")
+    finetune_stage = f"finetune@{model_name}"
+    names = lock.upstream([finetune_stage, evaluate_stage])
+    entries: dict[str, dict] = {}
+    for name in names:
+        for e in lock.stages[name].get("deps", []) + lock.stages[name].get("outs", []):
+            entries.setdefault(e["path"], e)
+    files = hash_entries(root, list(entries.values()))
+    model_rel = Path(model_dir).as_posix()
+    if model_rel not in files:
+        raise LineageError(f"{model_rel}: not an output of {finetune_stage} in dvc.lock")
+    info = _read_json(root / model_rel / "finetune.json") or {}
+    params: dict[str, object] = {}
+    for name in names:
+        for values in (lock.stages[name].get("params") or {}).values():
+            params.update(values)
+    metrics, gates = {}, {}
+    for path in sorted(entries):
+        if path.startswith("reports/metrics/") and path.endswith(".json"):
+            metrics[path] = _read_json(root / path)
+        elif path.startswith("reports/quality/") and path.endswith(".json"):
+            report = _read_json(root / path)
+            if report is not None:
+                gates[path] = gate_summary(report)
+    gate_rel = Path(gate_report).as_posix()
+    return {
+        "schema": SCHEMA,
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "model": {"name": model_name, "path": model_rel, "paradigm": info.get("metrics", {}).get("paradigm"),
+                  "init": info.get("init"), "labels": info.get("labels"), "stage": finetune_stage,
+                  "files": files[model_rel]["files"], "md5": files[model_rel]["md5"]},
+        "git": git_state(root),
+        "stages": {name: lock.stages[name] for name in names},
+        "files": files,
+        "params": params,
+        "sources": sources(root, names, lock),
+        "metrics": metrics,
+        "gates": gates,
+        "model_gate": _read_json(root / gate_rel),
+        "model_gate_path": gate_rel,
+    }

@@ -1,0 +1,150 @@
+"""What ``python -m stages.lineage`` can be pointed at, opened the same way: an exported ``.bento`` file
+(read in place, nothing imported), a Bento or model in the BentoML store (by tag), a Bento folder or a model
+folder holding ``lineage.json``.
+
+Each gives the lineage record, a description of the Bento, and the MD5 of every file of every packaged
+model (so ``--verify`` checks the weights that would be served, not a copy in the workspace).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import tarfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from stages.provenance.hashing import CHUNK, folder_manifest, md5_file
+from stages.provenance.record import LineageError
+
+
+@dataclass
+class Target:
+    record: dict
+    bento: dict = field(default_factory=dict)  # tag, file, sha256, model_tag
+    packaged: list[dict] = field(default_factory=list)  # see verify.verify_packaged
+
+
+def _yaml(text: str) -> dict:
+    import yaml
+
+    return yaml.safe_load(text) or {}
+
+
+def _packaged_item(name: str, files: dict[str, str], model_yaml: dict) -> dict:
+    meta = model_yaml.get("metadata") or {}
+    role = "classifier" if "lineage.json" in files else "generative"
+    return {"name": name, "role": role, "source": meta.get("source"), "files": files}
+
+
+def from_bento_file(path: Path) -> Target:
+    """An exported ``.bento`` (or .tar.gz) read in place."""
+    from stages.sources.base import sha256_file
+
+    models: dict[str, dict[str, str]] = {}
+    texts: dict[str, str] = {}
+    try:
+        with tarfile.open(path, "r:*") as tar:
+            for member in tar:
+                if not member.isfile():
+                    continue
+                name = member.name.lstrip("./")
+                parts = name.split("/")
+                if name == "bento.yaml" or (parts[0] == "models" and parts[-1] in ("model.yaml", "lineage.json")):
+                    texts[name] = tar.extractfile(member).read().decode("utf-8")
+                if parts[0] == "models" and len(parts) >= 4:
+                    h = hashlib.md5()
+                    f = tar.extractfile(member)
+                    while chunk := f.read(CHUNK):
+                        h.update(chunk)
+                    models.setdefault(f"{parts[1]}:{parts[2]}", {})["/".join(parts[3:])] = h.hexdigest()
+    except (tarfile.TarError, OSError) as exc:
+        raise LineageError(f"{path}: not a readable .bento archive ({exc})") from exc
+    bento_yaml = _yaml(texts.get("bento.yaml", ""))
+    packaged, record = [], None
+    for tag, files in sorted(models.items()):
+        name, version = tag.split(":")
+        packaged.append(_packaged_item(tag, files, _yaml(texts.get(f"models/{name}/{version}/model.yaml", ""))))
+        if f"models/{name}/{version}/lineage.json" in texts:
+            record = json.loads(texts[f"models/{name}/{version}/lineage.json"])
+            model_tag = tag
+    if record is None:
+        raise LineageError(f"{path}: no packaged model in it carries lineage.json")
+    bento = {"tag": f"{bento_yaml.get('name')}:{bento_yaml.get('version')}", "file": str(path),
+             "sha256": sha256_file(path), "model_tag": model_tag}
+    return Target(record=record, bento=bento, packaged=packaged)
+
+
+def _model_folder_item(tag: str, folder: Path) -> dict:
+    model_yaml = _yaml((folder / "model.yaml").read_text(encoding="utf-8")) if (folder / "model.yaml").is_file() else {}
+    return _packaged_item(tag, folder_manifest(folder), model_yaml)
+
+
+def from_model_folder(folder: Path, tag: str | None = None) -> Target:
+    lineage = folder / "lineage.json"
+    if not lineage.is_file():
+        raise LineageError(f"{folder}: no lineage.json (not a model packaged by stages.package)")
+    record = json.loads(lineage.read_text(encoding="utf-8"))
+    tag = tag or str(folder)
+    return Target(record=record, bento={"model_tag": tag} if ":" in tag else {},
+                  packaged=[_model_folder_item(tag, folder)])
+
+
+def from_store(tag: str) -> Target:
+    """A Bento tag (its models from the model store) or a model tag."""
+    import os
+
+    os.environ.setdefault("BENTOML_DO_NOT_TRACK", "True")
+    import bentoml
+    from bentoml.exceptions import NotFound
+
+    try:
+        bento = bentoml.bentos.get(tag)
+    except NotFound:
+        bento = None
+    except Exception as exc:  # a malformed tag
+        raise LineageError(f"{tag}: not a file, folder or BentoML tag ({exc})") from exc
+    if bento is None:
+        try:
+            model = bentoml.models.get(tag)
+        except NotFound as exc:
+            raise LineageError(f"{tag}: no such file, folder, Bento or model (BENTOML_HOME "
+                               f"{os.environ.get('BENTOML_HOME', '~/bentoml')})") from exc
+        return from_model_folder(Path(model.path), str(model.tag))
+    return from_bento_folder(Path(bento.path), str(bento.tag))
+
+
+def from_bento_folder(folder: Path, tag: str | None = None) -> Target:
+    """A built Bento: its ``bento.yaml`` names the models; they live in the store (or under ``models/``)."""
+    import bentoml
+
+    info = _yaml((folder / "bento.yaml").read_text(encoding="utf-8"))
+    tags = [m["tag"] for s in info.get("services", []) for m in s.get("models", [])]
+    tags += [m["tag"] for m in info.get("models", []) if isinstance(m, dict)]
+    packaged, record, model_tag = [], None, None
+    for t in sorted(set(tags)):
+        name, version = t.split(":")
+        inside = folder / "models" / name / version
+        path = inside if inside.is_dir() else Path(bentoml.models.get(t).path)
+        packaged.append(_model_folder_item(t, path))
+        if (path / "lineage.json").is_file():
+            record = json.loads((path / "lineage.json").read_text(encoding="utf-8"))
+            model_tag = t
+    if record is None:
+        raise LineageError(f"{folder}: no packaged model in this Bento carries lineage.json")
+    return Target(record=record, bento={"tag": tag or f"{info.get('name')}:{info.get('version')}",
+                                        "model_tag": model_tag}, packaged=packaged)
+
+
+def open_target(target: str) -> Target:
+    path = Path(target)
+    if path.is_file():
+        return from_bento_file(path)
+    if path.is_dir():
+        if (path / "bento.yaml").is_file():
+            return from_bento_folder(path)
+        return from_model_folder(path)
+    return from_store(target)
+
+
+__all__ = ["Target", "open_target", "md5_file"]

@@ -1,0 +1,1 @@
+"""Inference for the packaged models (the Bento service imports these; nothing here imports bentoml)."""

@@ -1,0 +1,57 @@
+"""Classify texts with a fine-tuned model folder (``data/models/finetune/<name>``, or its packaged copy).
+
+Pre-processing is the fine-tuning stage's own (``stages.finetune.encode``: T5's prefix, truncation to the
+trained ``max_len``) and scoring is the classifier head's (``scores``), so the service answers exactly what
+the evaluation measured. Per-label scores are a softmax over the head's logits (BERT, GPT) or over the
+log-likelihood of each label word (T5), so they sum to 1 over the labels.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+
+class TextClassifier:
+    def __init__(self, model_dir: str | Path, *, device: str | None = None, batch_size: int = 64) -> None:
+        import torch
+        from transformers import AutoTokenizer
+
+        from stages.config import build
+        from stages.finetune import FinetuneConfig
+        from stages.finetuning.heads import make_classifier
+
+        model_dir = Path(model_dir)
+        info_path = model_dir / "finetune.json"
+        if not info_path.is_file():
+            raise FileNotFoundError(f"{info_path}: not a fine-tuned model folder (no finetune.json)")
+        info = json.loads(info_path.read_text(encoding="utf-8"))
+        self.cfg = build(FinetuneConfig, info["config"], str(info_path))
+        self.paradigm = info["metrics"]["paradigm"]
+        self.labels = list(info["labels"])
+        self.tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
+        self.head = make_classifier(self.paradigm, model_dir, self.labels, self.tokenizer, init="pretrained", seed=0)
+        self.head.to(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        self.head.model.eval()
+        self.batch_size = batch_size
+
+    def scores(self, texts: list[str]):
+        """``[len(texts), labels]`` probabilities."""
+        import torch
+
+        from stages.finetune import encode
+        from stages.training.loop import to_device
+
+        out = []
+        with torch.inference_mode():
+            for lo in range(0, len(texts), self.batch_size):
+                batch = to_device(encode(self.tokenizer, texts[lo: lo + self.batch_size], self.cfg, self.paradigm),
+                                  self.head.device)
+                out.append(torch.softmax(self.head.scores(batch), -1).cpu())
+        return torch.cat(out) if out else torch.empty(0, len(self.labels))
+
+    def classify(self, texts: list[str]) -> list[dict]:
+        """For each text: ``{"label": best label, "scores": {label: probability}}``."""
+        probs = self.scores(list(texts)).tolist()
+        return [{"label": self.labels[max(range(len(row)), key=row.__getitem__)],
+                 "scores": {lab: round(p, 6) for lab, p in zip(self.labels, row)}} for row in probs]

@@ -123,37 +123,64 @@ def model_metadata(record: dict) -> tuple[dict[str, str], dict]:
               "model_gate": "passed" if gate.get("passed") else "failed"}
     stages = {name: {kind: {e["path"]: e.get("md5") for e in entry.get(kind, [])} for kind in ("deps", "outs")}
               for name, entry in record["stages"].items()}
-    metadata = {"git": git, "model": {k: model[k] for k in ("name", "paradigm", "init", "labels", "md5")},
+    metadata = _plain({"git": git, "model": {k: model[k] for k in ("name", "paradigm", "init", "labels", "md5")},
                 "dvc_lock": stages, "params": record["params"], "gates": record["gates"],
                 "model_gate": gate, "evaluation": record["metrics"].get("reports/metrics/evaluation.json"),
-                "lineage_file": "lineage.json"}
+                "lineage_file": "lineage.json"})
     return labels, metadata
 
 
-def save_models(record: dict, cfg: PackageConfig, *, model_dir: Path, generative_dirs: dict[str, Path]) -> dict:
-    """Copy the classifier and the chosen pre-trained models into the model store; returns their tags."""
+def _plain(value):
+    """BentoML metadata takes no None: nulls are dropped from mappings and written as "null" in lists (the
+    full record, nulls included, is lineage.json)."""
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items() if v is not None}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) if v is not None else "null" for v in value]
+    return value
+
+
+def save_models(record: dict, cfg: PackageConfig, *, root: Path, model_dir: Path, generative_dirs: dict[str, Path],
+                made: list[str]) -> dict:
+    """Copy the classifier and the chosen pre-trained models into the model store; returns their tags and
+    appends ``"model <tag>"`` to ``made`` for each."""
     import bentoml
 
     labels, metadata = model_metadata(record)
     with bentoml.models.create(f"{cfg.name}-classifier", labels=labels, metadata=metadata) as m:
-        _copy_files(model_dir, Path(m.path))
+        _copy_files(root / model_dir, Path(m.path))
         write_json_atomic(Path(m.path) / "lineage.json", record)
+    made.append(f"model {m.tag}")
     tags = {"classifier": str(m.tag), "generative": {}}
     for paradigm, folder in generative_dirs.items():
         rel = folder.as_posix()
         info = record["files"].get(rel)
         if info is None:
             raise ConfigError(f"{rel}: not an upstream output in dvc.lock, so it cannot be shipped with lineage")
-        meta = {"source": rel, "md5": info["md5"], "files": info["files"], "classifier": str(m.tag),
+        meta = _plain({"source": rel, "md5": info["md5"], "files": info["files"], "classifier": str(m.tag),
                 "git": record["git"], "stage": next((n for n, e in record["stages"].items()
-                                                     if any(o["path"] == rel for o in e.get("outs", []))), None)}
+                                                     if any(o["path"] == rel for o in e.get("outs", []))), None)})
         with bentoml.models.create(f"{cfg.name}-{paradigm}",
                                    labels={"pipeline": "lm-pipeline", "paradigm": paradigm,
                                            "weights": cfg.generative_from, "git_commit": labels["git_commit"]},
                                    metadata=meta) as g:
-            _copy_files(folder, Path(g.path))
+            _copy_files(root / folder, Path(g.path))
+        made.append(f"model {g.tag}")
         tags["generative"][paradigm] = str(g.tag)
     return tags
+
+
+def _remove(made: list[str]) -> None:
+    """Delete the Bento and models a failed run created (newest first), so the store holds only whole
+    packages."""
+    import bentoml
+
+    for item in reversed(made):
+        kind, tag = item.split(" ", 1)
+        try:
+            (bentoml.bentos.delete if kind == "bento" else bentoml.models.delete)(tag)
+        except Exception:  # already gone, or the store is unwritable: nothing more to undo
+            pass
 
 
 def _copy_files(src: Path, dst: Path) -> None:
@@ -242,12 +269,17 @@ def package(cfg: PackageConfig, *, root: Path, gate_path: Path, finetuned: Path,
     for p, folder in generative_dirs.items():
         if not (root / folder / "config.json").is_file():
             raise FileNotFoundError(f"{folder}: no {p} model to ship (package.generative lists {p})")
-    tags = save_models(record, cfg, model_dir=root / model_dir,
-                       generative_dirs={p: f for p, f in generative_dirs.items()})
-    log(f"[package] models: {tags['classifier']}" + "".join(f", {t}" for t in tags["generative"].values()))
-    bento = build_bento(cfg, tags, service=service, stages_dir=Path(__file__).parent, record=record)
-    log(f"[package] bento: {bento.tag}")
-    target = export(bento, cfg.registry)
+    made: list[str] = []  # what this run put in the store, removed again if a later step fails
+    try:
+        tags = save_models(record, cfg, root=root, model_dir=model_dir, generative_dirs=generative_dirs, made=made)
+        log(f"[package] models: {tags['classifier']}" + "".join(f", {t}" for t in tags["generative"].values()))
+        bento = build_bento(cfg, tags, service=service, stages_dir=Path(__file__).parent, record=record)
+        made.append(f"bento {bento.tag}")
+        log(f"[package] bento: {bento.tag}")
+        target = export(bento, cfg.registry)
+    except BaseException:
+        _remove(made)
+        raise
     log(f"[package] exported: {target}")
     local = Path(target) if "://" not in target else None
     return {"bento": str(bento.tag), "models": tags, "exported": target, "selected": selected,

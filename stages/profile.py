@@ -82,6 +82,10 @@ def validate(params: dict[str, Any]) -> None:
                 finetune_config(Path(fh.name), paradigm)
         if "evaluate" in params:
             evaluate_config(Path(fh.name))
+        if "package" in params:
+            from stages.package import load_config as package_config
+
+            package_config(Path(fh.name))
     finally:
         Path(fh.name).unlink()
 

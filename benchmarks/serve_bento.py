@@ -132,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="bench-bentoml-") as home:
         env = {**os.environ, "BENTOML_HOME": home, "BENTOML_DO_NOT_TRACK": "True"}
         bentoml_cli = str(Path(sys.executable).parent / "bentoml")
-        subprocess.run([bentoml_cli, "import", str(args.bento)], env=env, check=True, capture_output=True)
+        subprocess.run([bentoml_cli, "import", str(args.bento.resolve())], env=env, check=True, capture_output=True)
         os.environ.update(BENTOML_HOME=home, BENTOML_DO_NOT_TRACK="True")
         import bentoml
 

@@ -33,6 +33,8 @@ def percentile(values: list[float], q: float) -> float:
 
 
 def summary(latencies: list[float], seconds: float, texts_per_request: int) -> dict:
+    if not latencies:
+        return {"requests": 0, "requests_per_s": 0.0, "texts_per_s": 0.0}
     return {"requests": len(latencies), "requests_per_s": round(len(latencies) / seconds, 2),
             "texts_per_s": round(len(latencies) * texts_per_request / seconds, 1),
             "p50_ms": round(1000 * percentile(latencies, 0.5), 1), "p95_ms": round(1000 * percentile(latencies, 0.95), 1),
@@ -108,6 +110,8 @@ def served(bentoml_cli: str, tag: str, env: dict, texts: list[str], args, batchi
             except httpx.HTTPError:
                 pass
             time.sleep(0.5)
+        else:
+            raise RuntimeError(f"bentoml serve {tag} did not become ready in 150 s")
         asyncio.run(load(url, texts, args.clients, args.texts_per_request, 3))  # warm-up
         return asyncio.run(load(url, texts, args.clients, args.texts_per_request, args.seconds))
     finally:

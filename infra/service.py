@@ -105,7 +105,7 @@ class LMPipeline:
         @bentoml.api
         def generate(self, prompt: Text, max_new_tokens: NewTokens = 32,
                      temperature: Annotated[float, Field(ge=0, le=2)] = 0.0, seed: int = 0) -> str:
-            """The pre-trained GPT's continuation of ``prompt`` (greedy at temperature 0)."""
+            """The pre-trained GPT's continuation of ``prompt`` (greedy at temperatures below 0.01)."""
             try:
                 return self.generator.generate(prompt, max_new_tokens, temperature, seed)
             except ValueError as exc:

@@ -8,8 +8,9 @@ Prints the chain from the raw sources (with their checksums) through cleaning, t
 pre-training, DAPT, fine-tuning, every gate and the evaluation to the Bento. The record travels inside the
 Bento (``lineage.json`` in the classifier model), so this works wherever the Bento was imported.
 
-``--verify`` recomputes hashes: the packaged models' files against the record (anywhere), and, where a
-workspace is given (``--workspace``, default: the current folder when it holds a ``dvc.lock``), every upstream
+``--verify`` recomputes hashes: the record's own consistency and the packaged models' files against it
+(anywhere), and, where there is a workspace (``--workspace``, default: the nearest folder at or above the
+current one holding a ``dvc.lock``), every upstream
 stage's ``dvc.lock`` entry and every file they read or wrote. Each mismatch is printed with the file it
 concerns; the exit status is 1 when there is any (2 when the target cannot be read).
 """
@@ -21,6 +22,14 @@ import json
 import sys
 from collections.abc import Iterable
 from pathlib import Path
+
+
+def find_workspace(start: Path) -> Path | None:
+    """The nearest folder at or above ``start`` holding a ``dvc.lock`` (as git finds its repository)."""
+    for folder in (start, *start.parents):
+        if (folder / "dvc.lock").is_file():
+            return folder
+    return None
 
 
 def main(argv: Iterable[str] | None = None) -> int:
@@ -43,12 +52,14 @@ def main(argv: Iterable[str] | None = None) -> int:
         return 2
     verdict = None
     if args.verify:
-        workspace = args.workspace
-        if workspace is None and Path("dvc.lock").is_file():
-            workspace = Path(".")
+        workspace = args.workspace or find_workspace(Path.cwd())
+        if args.workspace is not None and not (workspace / "dvc.lock").is_file():
+            print(f"error: {workspace}: no dvc.lock in this workspace", file=sys.stderr)
+            return 2
         verdict = verify(target.record, packaged=target.packaged, workspace=workspace)
         verdict.notes.insert(0, f"workspace: {workspace.resolve()}" if workspace else
-                             "workspace: none (no dvc.lock here; only the packaged files were checked)")
+                             "workspace: none (no dvc.lock here or above; only the packaged files and the record's "
+                             "own consistency were checked)")
     if args.json:
         out = {"bento": target.bento, "record": target.record}
         if verdict is not None:
@@ -62,7 +73,8 @@ def main(argv: Iterable[str] | None = None) -> int:
             for note in verdict.notes:
                 print(f"note: {note}")
             if verdict.ok:
-                print(f"verify: OK ({verdict.checked} checks)")
+                scope = "" if any(n.startswith("workspace: /") for n in verdict.notes) else ", packaged files only"
+                print(f"verify: OK ({verdict.checked} checks{scope})")
             else:
                 print(f"verify: {len(verdict.mismatches)} mismatch(es) in {verdict.checked} checks")
                 for m in verdict.mismatches:

@@ -157,8 +157,6 @@ def save_models(record: dict, cfg: PackageConfig, *, root: Path, model_dir: Path
     for paradigm, folder in generative_dirs.items():
         rel = folder.as_posix()
         info = record["files"].get(rel)
-        if info is None:
-            raise ConfigError(f"{rel}: not an upstream output in dvc.lock, so it cannot be shipped with lineage")
         meta = _plain({"source": rel, "md5": info["md5"], "files": info["files"], "classifier": str(m.tag),
                 "git": record["git"], "stage": next((n for n, e in record["stages"].items()
                                                      if any(o["path"] == rel for o in e.get("outs", []))), None)})
@@ -256,11 +254,11 @@ def package(cfg: PackageConfig, *, root: Path, gate_path: Path, finetuned: Path,
     import bentoml
 
     from stages.provenance.hashing import md5_file
-    from stages.provenance.record import collect
+    from stages.provenance.record import LineageError, collect
     from stages.sources.base import sha256_file
 
     def rel(p: Path) -> Path:  # the record names paths as dvc.lock does: relative to the workspace
-        return Path(os.path.relpath(p, root))
+        return Path(os.path.relpath(p if p.is_absolute() else root / p, root))
 
     gate = read_gate(gate_path)
     selected = gate["selected"]
@@ -271,6 +269,12 @@ def package(cfg: PackageConfig, *, root: Path, gate_path: Path, finetuned: Path,
     for p, folder in generative_dirs.items():
         if not (root / folder / "config.json").is_file():
             raise FileNotFoundError(f"{folder}: no {p} model to ship (package.generative lists {p})")
+        if folder.as_posix() not in record["files"]:
+            raise LineageError(f"{folder}: not upstream of the evaluation in dvc.lock, so it cannot be shipped "
+                               "with its lineage")
+    service = service if service.is_absolute() else root / service
+    registry = cfg.registry if "://" in cfg.registry or Path(cfg.registry).is_absolute() else str(
+        root / cfg.registry)
     made: list[str] = []  # what this run put in the store, removed again if a later step fails
     try:
         tags = save_models(record, cfg, root=root, model_dir=model_dir, generative_dirs=generative_dirs, made=made)
@@ -278,7 +282,7 @@ def package(cfg: PackageConfig, *, root: Path, gate_path: Path, finetuned: Path,
         bento = build_bento(cfg, tags, service=service, stages_dir=Path(__file__).parent, record=record)
         made.append(f"bento {bento.tag}")
         log(f"[package] bento: {bento.tag}")
-        target = export(bento, cfg.registry)
+        target = export(bento, registry)
     except BaseException:
         _remove(made)
         raise
@@ -310,7 +314,7 @@ def main(argv: Iterable[str] | None = None) -> int:
         result = package(cfg, root=args.root, gate_path=args.gate, finetuned=args.finetuned,
                          pretrained=args.pretrained, dapt=args.dapt, service=args.service,
                          log=lambda m: print(m, file=sys.stderr))
-    except (ConfigError, PackageRefused, LineageError, FileNotFoundError) as exc:
+    except (ConfigError, PackageRefused, LineageError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     if args.metrics:

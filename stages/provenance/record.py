@@ -94,26 +94,34 @@ def git_state(root: Path) -> dict:
     commit = git("rev-parse", "HEAD")
     if commit is None:
         return {"commit": None, "dirty": None, "dirty_paths": []}
-    status = git("status", "--porcelain", "--untracked-files=no") or ""
+    status = git("status", "--porcelain") or ""  # untracked, not ignored files count: new code is a change
     paths = sorted(line[3:] for line in status.splitlines() if line.strip())
     return {"commit": commit.strip(), "dirty": bool(paths), "dirty_paths": paths[:50],
             "dirty_count": len(paths)}
 
 
-def hash_entries(root: Path, entries: list[dict]) -> dict[str, dict]:
-    """``{path: {"md5": DVC hash, "files": {relpath: md5}}}`` for the ``dvc.lock`` entries, checked against
-    the hashes the lock pinned (raises naming every path that differs)."""
+def hash_entries(root: Path, entries: list[tuple[str, str, dict]]) -> dict[str, dict]:
+    """``{path: {"md5": DVC hash, "files": {relpath: md5}}}`` for the ``(stage, kind, entry)`` items of
+    ``dvc.lock``, each checked against the hash it pinned. Every entry is checked, not one per path: a stage
+    whose dependency is older than its producer's output (``dvc repro`` of the producer alone) is named, so
+    a record never joins stages that did not run on the same files."""
     files, stale = {}, []
-    for entry in entries:
+    for stage, kind, entry in entries:
         path = entry["path"]
-        target = root / path
-        if not target.exists():
-            stale.append(f"{path}: missing")
+        if path not in files:
+            target = root / path
+            if not target.exists():
+                stale.append(f"{path}: missing")
+                files[path] = None
+                continue
+            digest, manifest = path_hashes(target)
+            files[path] = {"md5": digest, "files": manifest}
+        if files[path] is None:
             continue
-        digest, manifest = path_hashes(target)
-        if entry.get("md5") and digest != entry["md5"]:
-            stale.append(f"{path}: {digest} in the workspace, {entry['md5']} in dvc.lock")
-        files[path] = {"md5": digest, "files": manifest}
+        if not entry.get("md5"):
+            stale.append(f"{stage} {kind} {path}: no hash in dvc.lock")
+        elif files[path]["md5"] != entry["md5"]:
+            stale.append(f"{stage} {kind} {path}: {files[path]['md5']} in the workspace, {entry['md5']} in dvc.lock")
     if stale:
         raise LineageError("the workspace differs from dvc.lock (run `dvc repro` or `dvc checkout`): "
                            + "; ".join(stale))
@@ -160,11 +168,10 @@ def collect(root: Path, *, model_name: str, model_dir: Path, gate_report: Path,
     lock = Lock.read(root / "dvc.lock")
     finetune_stage = f"finetune@{model_name}"
     names = lock.upstream([finetune_stage, evaluate_stage])
-    entries: dict[str, dict] = {}
-    for name in names:
-        for e in lock.stages[name].get("deps", []) + lock.stages[name].get("outs", []):
-            entries.setdefault(e["path"], e)
-    files = hash_entries(root, list(entries.values()))
+    entries = [(name, kind, e) for name in names for kind in ("deps", "outs")
+               for e in lock.stages[name].get(kind, [])]
+    files = hash_entries(root, entries)
+    paths = {e["path"] for _, _, e in entries}
     model_rel = Path(model_dir).as_posix()
     if model_rel not in files:
         raise LineageError(f"{model_rel}: not an output of {finetune_stage} in dvc.lock")
@@ -174,7 +181,7 @@ def collect(root: Path, *, model_name: str, model_dir: Path, gate_report: Path,
         for values in (lock.stages[name].get("params") or {}).values():
             params.update(values)
     metrics, gates = {}, {}
-    for path in sorted(entries):
+    for path in sorted(paths):
         if path.startswith("reports/metrics/") and path.endswith(".json"):
             metrics[path] = _read_json(root / path)
         elif path.startswith("reports/quality/") and path.endswith(".json"):

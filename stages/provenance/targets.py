@@ -125,7 +125,13 @@ def from_bento_folder(folder: Path, tag: str | None = None) -> Target:
     for t in sorted(set(tags)):
         name, version = t.split(":")
         inside = folder / "models" / name / version
-        path = inside if inside.is_dir() else Path(bentoml.models.get(t).path)
+        if inside.is_dir():
+            path = inside
+        else:
+            try:
+                path = Path(bentoml.models.get(t).path)
+            except Exception as exc:  # NotFound: the Bento was copied without its models
+                raise LineageError(f"{folder}: its model {t} is not in the model store ({exc})") from exc
         packaged.append(_model_folder_item(t, path))
         if (path / "lineage.json").is_file():
             record = json.loads((path / "lineage.json").read_text(encoding="utf-8"))
@@ -136,15 +142,39 @@ def from_bento_folder(folder: Path, tag: str | None = None) -> Target:
                                         "model_tag": model_tag}, packaged=packaged)
 
 
+REQUIRED = {"model": ("name", "stage", "path", "files", "md5"), "stages": (), "files": (), "git": ()}
+
+
+def check_record(record, where: str) -> dict:
+    """A record this version can read: schema 1 with the keys the chain and the checks use."""
+    from stages.provenance.record import SCHEMA
+
+    if not isinstance(record, dict) or record.get("schema") != SCHEMA:
+        raise LineageError(f"{where}: lineage.json is not a schema-{SCHEMA} lineage record")
+    for key, inner in REQUIRED.items():
+        if not isinstance(record.get(key), dict) or any(k not in record[key] for k in inner):
+            raise LineageError(f"{where}: lineage.json lacks {key}" + (f" ({', '.join(inner)})" if inner else ""))
+    return record
+
+
 def open_target(target: str) -> Target:
+    """Open ``target``; any unreadable input is a ``LineageError`` naming it."""
+    import lzma
+
+    import yaml
+
     path = Path(target)
-    if path.is_file():
-        return from_bento_file(path)
-    if path.is_dir():
-        if (path / "bento.yaml").is_file():
-            return from_bento_folder(path)
-        return from_model_folder(path)
-    return from_store(target)
+    try:
+        if path.is_file():
+            opened = from_bento_file(path)
+        elif path.is_dir():
+            opened = from_bento_folder(path) if (path / "bento.yaml").is_file() else from_model_folder(path)
+        else:
+            opened = from_store(target)
+    except (EOFError, lzma.LZMAError, UnicodeDecodeError, ValueError, KeyError, yaml.YAMLError, OSError) as exc:
+        raise LineageError(f"{target}: cannot be read ({type(exc).__name__}: {exc})") from exc
+    check_record(opened.record, target)
+    return opened
 
 
 __all__ = ["Target", "open_target", "md5_file"]

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from stages.provenance.hashing import path_hashes
+from stages.provenance.hashing import dir_md5, path_hashes
 from stages.provenance.record import LineageError, Lock, git_state
 
 # Files BentoML or packaging add to the model folder beside the fine-tuned model's own files.
@@ -59,8 +59,56 @@ def verify_packaged(record: dict, packaged: list[dict], verdict: Verdict) -> Non
         verdict.mismatches += diff_manifests(f"{item['name']} (packaged)", expected, files)
 
 
+def _own_md5(info: dict) -> str:
+    return info["files"][""] if "" in info["files"] else dir_md5(info["files"])
+
+
+def verify_record(record: dict, verdict: Verdict) -> None:
+    """The record agrees with itself, so the packaged files are tied to the ``dvc.lock`` entries it holds:
+    each path's per-file hashes add up to its DVC hash; every stage entry pins the hash the record's files
+    give that path; a file inside a recorded folder has the same hash in both; the model's files are its
+    fine-tuning stage's output. Needs no workspace."""
+    files, model = record["files"], record["model"]
+    for path, info in files.items():
+        verdict.checked += 1
+        if _own_md5(info) != info["md5"]:
+            verdict.mismatches.append(f"record: {path}: its files' hashes add up to {_own_md5(info)}, not "
+                                      f"{info['md5']}")
+    for name, entry in record["stages"].items():
+        for kind in ("deps", "outs"):
+            for e in entry.get(kind, []):
+                verdict.checked += 1
+                held = (files.get(e["path"]) or {}).get("md5")
+                if held != e.get("md5"):
+                    verdict.mismatches.append(f"record: {name} {kind} {e['path']}: dvc.lock entry {e.get('md5')}, "
+                                              f"files {held}")
+    for inner in files:
+        for outer in files:
+            if inner.startswith(outer.rstrip("/") + "/"):
+                sub = inner[len(outer.rstrip("/")) + 1:]
+                for rel, md5 in files[inner]["files"].items():
+                    key = f"{sub}/{rel}" if rel else sub
+                    verdict.checked += 1
+                    if files[outer]["files"].get(key) != md5:
+                        verdict.mismatches.append(f"record: {outer}/{key}: differs from its hash under {inner}")
+    verdict.checked += 1
+    held = files.get(model.get("path") or "")
+    if held is None or held["files"] != model["files"] or held["md5"] != model["md5"] or (
+            dir_md5(model["files"]) != model["md5"]):
+        verdict.mismatches.append(f"record: the model's files differ from {model.get('path')} as its stage wrote it")
+
+
 def verify_lock(record: dict, lock: Lock, verdict: Verdict) -> None:
-    """Every upstream stage's entry in the workspace's ``dvc.lock`` pins what the record holds."""
+    """Every upstream stage's entry in the workspace's ``dvc.lock`` pins what the record holds, and no
+    stage upstream of the model (by the workspace's lock) is missing from the record."""
+    try:
+        expected = lock.upstream([record["model"]["stage"], "evaluate"])
+    except LineageError as exc:
+        verdict.mismatches.append(str(exc))
+        expected = []
+    for name in expected:
+        if name not in record["stages"]:
+            verdict.mismatches.append(f"dvc.lock: stage {name} is upstream of the model but not in the record")
     for name, entry in record["stages"].items():
         verdict.checked += 1
         now = lock.stages.get(name)
@@ -69,6 +117,8 @@ def verify_lock(record: dict, lock: Lock, verdict: Verdict) -> None:
             continue
         for kind in ("deps", "outs"):
             pinned = {e["path"]: e.get("md5") for e in now.get(kind, [])}
+            for path in sorted(set(pinned) - {e["path"] for e in entry.get(kind, [])}):
+                verdict.mismatches.append(f"dvc.lock: {name} lists {path} in {kind}; the record does not")
             for e in entry.get(kind, []):
                 if e["path"] not in pinned:
                     verdict.mismatches.append(f"dvc.lock: {name} no longer lists {e['path']} in {kind}")
@@ -98,6 +148,7 @@ def verify_files(record: dict, workspace: Path, verdict: Verdict) -> None:
 def verify(record: dict, *, packaged: list[dict] | None = None, workspace: Path | None = None) -> Verdict:
     """Check the packaged models (``packaged``, see ``verify_packaged``) and the workspace (when given)."""
     verdict = Verdict()
+    verify_record(record, verdict)
     if packaged:
         verify_packaged(record, packaged, verdict)
     if workspace is not None:

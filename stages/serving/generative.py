@@ -63,8 +63,11 @@ class FillMask(_Base):
 class Generator(_Base):
     model_class = "GPT2LMHeadModel"
 
+    MIN_TEMPERATURE = 0.01  # below it, logits / t overflow float32 and sampling fails: greedy instead
+
     def generate(self, prompt: str, max_new_tokens: int = 32, temperature: float = 0.0, seed: int = 0) -> str:
-        """The continuation of ``prompt`` (greedy at temperature 0, else sampled with ``seed``)."""
+        """The continuation of ``prompt``: greedy at temperatures below 0.01 (0 included), else sampled with
+        ``seed``."""
         import torch
 
         ids = self._ids(prompt, add_special_tokens=False)
@@ -73,10 +76,11 @@ class Generator(_Base):
         max_new_tokens = min(max_new_tokens, self.max_positions - ids.size(1))
         if max_new_tokens <= 0:
             raise ValueError(f"the prompt fills the model's {self.max_positions} positions")
+        sample = temperature >= self.MIN_TEMPERATURE
         torch.manual_seed(seed)
         with torch.inference_mode():
             out = self.model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_new_tokens,
-                                      do_sample=temperature > 0, temperature=temperature or None, top_k=None,
+                                      do_sample=sample, temperature=temperature if sample else None, top_k=None,
                                       pad_token_id=self.tokenizer.eos_token_id)
         return self.tokenizer.decode(out[0, ids.size(1):], skip_special_tokens=True)
 

@@ -70,9 +70,15 @@ def test_package_obeys_the_gate_and_records_what_it_made(project, exported):
     assert "changed" not in status.stdout, status.stdout
 
 
+def _contents(store: Path, registry: Path) -> tuple:
+    """Every model and Bento version in the store, and the registry's files."""
+    return (sorted(str(p.relative_to(store)) for kind in ("models", "bentos") for p in (store / kind).glob("*/*")),
+            sorted(p.name for p in registry.iterdir()))
+
+
 def test_a_failed_gate_leaves_the_store_and_the_registry_as_they_were(project, exported, tmp_path):
     store = project / ".bentoml"
-    before = sorted(p.name for p in (store / "models").iterdir()), sorted((project / "dist").iterdir())
+    before = _contents(store, project / "dist")
     gate = json.loads((project / "reports/quality/model-gate.json").read_text())
     gate["passed"] = False
     gate["checks"][0]["passed"] = False
@@ -80,7 +86,22 @@ def test_a_failed_gate_leaves_the_store_and_the_registry_as_they_were(project, e
     proc = _run([PY, "-m", "stages.package", "--gate", str(tmp_path / "gate.json"),
                  "--metrics", str(tmp_path / "m.json")], project, store)
     assert proc.returncode == 1 and "the model gate did not pass" in proc.stderr
-    assert (sorted(p.name for p in (store / "models").iterdir()), sorted((project / "dist").iterdir())) == before
+    assert _contents(store, project / "dist") == before
+    assert not (tmp_path / "m.json").exists()
+
+
+def test_a_failed_export_removes_what_the_run_put_in_the_store(project, exported, tmp_path):
+    store = project / ".bentoml"
+    before = _contents(store, project / "dist")
+    (tmp_path / "a-file").write_text("not a folder")
+    params = yaml.safe_load((project / "params.yaml").read_text())
+    params["package"]["registry"] = str(tmp_path / "a-file" / "registry")  # cannot be created
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
+    proc = _run([PY, "-m", "stages.package", "--params", str(tmp_path / "params.yaml"),
+                 "--metrics", str(tmp_path / "m.json")], project, store)
+    assert proc.returncode == 1 and "[package] bento: lm-pipeline:" in proc.stderr  # built, then export failed
+    assert "error:" in proc.stderr and "Traceback" not in proc.stderr
+    assert _contents(store, project / "dist") == before
     assert not (tmp_path / "m.json").exists()
 
 

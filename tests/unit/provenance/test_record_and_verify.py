@@ -14,8 +14,9 @@ from tests.unit.provenance.workspace import make_workspace, write
 
 
 def record_of(root: Path) -> dict:
-    return collect(root, model_name="m1", model_dir=Path("data/models/finetune/m1"),
-                   gate_report=Path("reports/quality/model-gate.json"))
+    """As a reader gets it: through JSON (no shared objects inside)."""
+    return json.loads(json.dumps(collect(root, model_name="m1", model_dir=Path("data/models/finetune/m1"),
+                                         gate_report=Path("reports/quality/model-gate.json"))))
 
 
 def packaged(root: Path, name: str = "m1") -> list[dict]:
@@ -114,3 +115,83 @@ def test_lineage_command_on_a_model_folder(tmp_path, capsys):
     assert main([str(model), "--verify", "--workspace", str(root)]) == 1
     assert "MISMATCH stages/evaluate.py: md5" in capsys.readouterr().out
     assert main([str(tmp_path / "nothing-here")]) == 2
+
+
+def test_a_consumer_older_than_its_producer_is_refused(tmp_path):
+    """`dvc repro ingest@task` alone: ingest's output is new, the fine-tunes still pin the old one."""
+    root = make_workspace(tmp_path)
+    write(root / "data/ingested/task/documents.parquet", "new rows\n")
+    from stages.provenance.hashing import path_hashes
+
+    lock = yaml.safe_load((root / "dvc.lock").read_text())
+    lock["stages"]["ingest@task"]["outs"][0]["md5"] = path_hashes(root / "data/ingested/task")[0]
+    (root / "dvc.lock").write_text(yaml.safe_dump(lock))
+    with pytest.raises(LineageError, match="finetune@m1 deps data/ingested/task: .* in the workspace"):
+        record_of(root)
+
+
+def test_a_record_that_disagrees_with_itself_fails_without_a_workspace(tmp_path):
+    root = make_workspace(tmp_path)
+    rec = record_of(root)
+    items = packaged(root)
+    items[0]["files"]["model.safetensors"] = "f" * 32
+    rec["model"]["files"]["model.safetensors"] = "f" * 32  # weights and record swapped together
+    mismatches = verify(rec, packaged=items).mismatches
+    assert mismatches == ["record: the model's files differ from data/models/finetune/m1 as its stage wrote it"]
+    rec = record_of(root)
+    rec["files"]["data/ingested/task"]["files"]["documents.parquet"] = "0" * 32
+    mismatches = verify(rec).mismatches
+    assert any(m.startswith("record: data/ingested/task: its files' hashes add up to") for m in mismatches)
+
+
+def test_a_stage_missing_from_the_record_is_named(tmp_path):
+    root = make_workspace(tmp_path)
+    rec = record_of(root)
+    del rec["stages"]["ingest@task"]
+    lock = yaml.safe_load((root / "dvc.lock").read_text())
+    lock["stages"]["finetune@m1"]["deps"].append({"path": "stages/evaluate.py", "md5": "1" * 32})
+    (root / "dvc.lock").write_text(yaml.safe_dump(lock))
+    mismatches = verify(rec, workspace=root).mismatches
+    assert "dvc.lock: stage ingest@task is upstream of the model but not in the record" in mismatches
+    assert "dvc.lock: finetune@m1 lists stages/evaluate.py in deps; the record does not" in mismatches
+
+
+def _bento_file(path: Path, record: dict, model_files: dict[str, bytes]) -> Path:
+    import io
+    import tarfile
+
+    def add(tar, name, data):
+        info = tarfile.TarInfo(name)
+        info.size = len(data)
+        tar.addfile(info, io.BytesIO(data))
+
+    with tarfile.open(path, "w:xz") as tar:
+        add(tar, "bento.yaml", b"name: lm\nversion: v1\n")
+        for rel, data in model_files.items():
+            add(tar, f"models/lm-classifier/v1/{rel}", data)
+        add(tar, "models/lm-classifier/v1/lineage.json", json.dumps(record).encode())
+        add(tar, "models/lm-classifier/v1/model.yaml", b"name: lm-classifier\n")
+    return path
+
+
+def test_an_exported_bento_is_read_in_place_and_a_broken_one_is_a_clear_error(tmp_path, capsys, monkeypatch):
+    from stages.lineage import main
+
+    root = make_workspace(tmp_path / "ws")
+    model = root / "data/models/finetune/m1"
+    bento = _bento_file(tmp_path / "lm-v1.bento", record_of(root),
+                        {f.name: f.read_bytes() for f in model.iterdir()})
+    monkeypatch.chdir(tmp_path)  # no dvc.lock here or above: packaged files and the record only
+    assert main([str(bento), "--verify"]) == 0
+    out = capsys.readouterr().out
+    assert "Bento lm:v1" in out and "packaged files only" in out
+    assert main([str(bento), "--verify", "--workspace", str(root)]) == 0
+    capsys.readouterr()
+    (tmp_path / "broken.bento").write_bytes(bento.read_bytes()[: bento.stat().st_size // 2])
+    assert main([str(tmp_path / "broken.bento")]) == 2
+    assert "broken.bento: cannot be read" in capsys.readouterr().err
+    (tmp_path / "other.bento").write_bytes(b"not an archive")
+    assert main([str(tmp_path / "other.bento")]) == 2
+    wrong = _bento_file(tmp_path / "wrong.bento", {"schema": 99}, {})
+    assert main([str(wrong)]) == 2
+    assert "not a schema-1 lineage record" in capsys.readouterr().err

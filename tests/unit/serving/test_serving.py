@@ -55,6 +55,7 @@ def test_generator_is_greedy_at_temperature_zero_and_seeded_when_sampling(models
     assert a == gen.generate("The old farmer", max_new_tokens=6) and isinstance(a, str)
     s1 = gen.generate("The old farmer", max_new_tokens=6, temperature=1.0, seed=3)
     assert s1 == gen.generate("The old farmer", max_new_tokens=6, temperature=1.0, seed=3)
+    assert gen.generate("The old farmer", max_new_tokens=6, temperature=1e-45) == a  # too cold to sample: greedy
     with pytest.raises(ValueError, match="at most"):
         gen.generate("word " * 5000, max_new_tokens=4)
 

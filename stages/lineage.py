@@ -56,7 +56,7 @@ def main(argv: Iterable[str] | None = None) -> int:
         if args.workspace is not None and not (workspace / "dvc.lock").is_file():
             print(f"error: {workspace}: no dvc.lock in this workspace", file=sys.stderr)
             return 2
-        verdict = verify(target.record, packaged=target.packaged, workspace=workspace)
+        verdict = verify(target.record, packaged=target.packaged, workspace=workspace, src=target.src)
         verdict.notes.insert(0, f"workspace: {workspace.resolve()}" if workspace else
                              "workspace: none (no dvc.lock here or above; only the packaged files and the record's "
                              "own consistency were checked)")

@@ -205,6 +205,16 @@ def python_packages() -> list[str]:
     return pins
 
 
+def served_code(stages_dir: Path, service: Path) -> dict[str, str]:
+    """MD5 of every file the Bento's ``src/`` will hold (the service, its config aside, and the ``stages``
+    package's Python files), so ``stages.lineage --verify`` can check the code that serves."""
+    from stages.provenance.hashing import folder_manifest, md5_file
+
+    code = {f"stages/{rel}": md5 for rel, md5 in folder_manifest(stages_dir).items() if rel.endswith(".py")}
+    code["service.py"] = md5_file(service)
+    return code
+
+
 def build_bento(cfg: PackageConfig, tags: dict, *, service: Path, stages_dir: Path, record: dict):
     """Build the Bento in a temporary build context: the service, its config and the ``stages`` package."""
     import bentoml
@@ -264,6 +274,7 @@ def package(cfg: PackageConfig, *, root: Path, gate_path: Path, finetuned: Path,
     selected = gate["selected"]
     model_dir = rel(finetuned) / selected
     record = collect(root, model_name=selected, model_dir=model_dir, gate_report=rel(gate_path))
+    record["served_code"] = served_code(Path(__file__).parent, service if service.is_absolute() else root / service)
     base = rel({"pretrained": pretrained, "dapt": dapt}[cfg.generative_from])
     generative_dirs = {p: base / p for p in cfg.generative}
     for p, folder in generative_dirs.items():

@@ -23,6 +23,7 @@ class Target:
     record: dict
     bento: dict = field(default_factory=dict)  # tag, file, sha256, model_tag
     packaged: list[dict] = field(default_factory=list)  # see verify.verify_packaged
+    src: dict[str, str] | None = None  # the Bento's src/ files: {relpath: md5}
 
 
 def _yaml(text: str) -> dict:
@@ -43,6 +44,7 @@ def from_bento_file(path: Path) -> Target:
 
     models: dict[str, dict[str, str]] = {}
     texts: dict[str, str] = {}
+    src: dict[str, str] = {}
     try:
         with tarfile.open(path, "r:*") as tar:
             for member in tar:
@@ -52,12 +54,15 @@ def from_bento_file(path: Path) -> Target:
                 parts = name.split("/")
                 if name == "bento.yaml" or (parts[0] == "models" and parts[-1] in ("model.yaml", "lineage.json")):
                     texts[name] = tar.extractfile(member).read().decode("utf-8")
-                if parts[0] == "models" and len(parts) >= 4:
+                if (parts[0] == "models" and len(parts) >= 4) or (parts[0] == "src" and len(parts) >= 2):
                     h = hashlib.md5()
                     f = tar.extractfile(member)
                     while chunk := f.read(CHUNK):
                         h.update(chunk)
-                    models.setdefault(f"{parts[1]}:{parts[2]}", {})["/".join(parts[3:])] = h.hexdigest()
+                    if parts[0] == "src":
+                        src["/".join(parts[1:])] = h.hexdigest()
+                    else:
+                        models.setdefault(f"{parts[1]}:{parts[2]}", {})["/".join(parts[3:])] = h.hexdigest()
     except (tarfile.TarError, OSError) as exc:
         raise LineageError(f"{path}: not a readable .bento archive ({exc})") from exc
     bento_yaml = _yaml(texts.get("bento.yaml", ""))
@@ -72,7 +77,7 @@ def from_bento_file(path: Path) -> Target:
         raise LineageError(f"{path}: no packaged model in it carries lineage.json")
     bento = {"tag": f"{bento_yaml.get('name')}:{bento_yaml.get('version')}", "file": str(path),
              "sha256": sha256_file(path), "model_tag": model_tag}
-    return Target(record=record, bento=bento, packaged=packaged)
+    return Target(record=record, bento=bento, packaged=packaged, src=src)
 
 
 def _model_folder_item(tag: str, folder: Path) -> dict:
@@ -138,8 +143,9 @@ def from_bento_folder(folder: Path, tag: str | None = None) -> Target:
             model_tag = t
     if record is None:
         raise LineageError(f"{folder}: no packaged model in this Bento carries lineage.json")
+    src = folder_manifest(folder / "src") if (folder / "src").is_dir() else None
     return Target(record=record, bento={"tag": tag or f"{info.get('name')}:{info.get('version')}",
-                                        "model_tag": model_tag}, packaged=packaged)
+                                        "model_tag": model_tag}, packaged=packaged, src=src)
 
 
 REQUIRED = {"model": ("name", "stage", "path", "files", "md5"), "stages": (), "files": (), "git": ()}

@@ -59,6 +59,19 @@ def verify_packaged(record: dict, packaged: list[dict], verdict: Verdict) -> Non
         verdict.mismatches += diff_manifests(f"{item['name']} (packaged)", expected, files)
 
 
+def verify_src(record: dict, src: dict[str, str], verdict: Verdict) -> None:
+    """The Bento's ``src/`` holds the service and ``stages`` code recorded at packaging: every Python file,
+    no more, no fewer (the generated ``bento_config.json`` and BentoML's ``bentofile.yaml`` aside)."""
+    recorded = record.get("served_code")
+    if recorded is None:
+        verdict.notes.append("the record has no served_code (packaged by an older version): the Bento's code is "
+                             "not checked")
+        return
+    current = {rel: md5 for rel, md5 in src.items() if rel.endswith(".py")}
+    verdict.checked += len(recorded)
+    verdict.mismatches += diff_manifests("Bento src", recorded, current)
+
+
 def _own_md5(info: dict) -> str:
     return info["files"][""] if "" in info["files"] else dir_md5(info["files"])
 
@@ -145,12 +158,16 @@ def verify_files(record: dict, workspace: Path, verdict: Verdict) -> None:
                 f"{path}: md5 {digest}, recorded {info['md5']}"]
 
 
-def verify(record: dict, *, packaged: list[dict] | None = None, workspace: Path | None = None) -> Verdict:
-    """Check the packaged models (``packaged``, see ``verify_packaged``) and the workspace (when given)."""
+def verify(record: dict, *, packaged: list[dict] | None = None, workspace: Path | None = None,
+           src: dict[str, str] | None = None) -> Verdict:
+    """Check the record itself, the packaged models (``packaged``, see ``verify_packaged``), the Bento's code
+    (``src``) and the workspace (when given)."""
     verdict = Verdict()
     verify_record(record, verdict)
     if packaged:
         verify_packaged(record, packaged, verdict)
+    if src is not None:
+        verify_src(record, src, verdict)
     if workspace is not None:
         try:
             lock = Lock.read(workspace / "dvc.lock")

@@ -105,6 +105,19 @@ def test_a_failed_export_removes_what_the_run_put_in_the_store(project, exported
     assert not (tmp_path / "m.json").exists()
 
 
+def test_export_takes_an_fsspec_url(project, exported, tmp_path):
+    """Any fsspec URL works as package.registry (s3://, gs://, ... with their filesystems installed);
+    file:// goes through the same path."""
+    store = project / ".bentoml"
+    code = ("import bentoml; from stages.package import export; "
+            f"print(export(bentoml.bentos.get('lm-pipeline:latest'), 'file://{tmp_path}/registry'))")
+    proc = _run([PY, "-c", code], project, store)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    files = list((tmp_path / "registry").glob("lm-pipeline-*.bento"))
+    assert [f.name for f in files] == [exported.name]
+    assert _run([PY, "-m", "stages.lineage", str(files[0])], tmp_path, store).returncode == 0
+
+
 def test_lineage_verifies_on_the_fresh_run_and_names_a_changed_file(project, exported):
     store = project / ".bentoml"
     proc = _run([PY, "-m", "stages.lineage", str(exported), "--verify"], project, store)

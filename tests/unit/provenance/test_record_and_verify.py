@@ -195,3 +195,14 @@ def test_an_exported_bento_is_read_in_place_and_a_broken_one_is_a_clear_error(tm
     wrong = _bento_file(tmp_path / "wrong.bento", {"schema": 99}, {})
     assert main([str(wrong)]) == 2
     assert "not a schema-1 lineage record" in capsys.readouterr().err
+
+
+def test_the_bentos_code_is_checked_against_the_code_recorded_at_packaging(tmp_path):
+    root = make_workspace(tmp_path)
+    rec = record_of(root)
+    rec["served_code"] = {"service.py": "a" * 32, "stages/serving/classifier.py": "b" * 32}
+    src = {"service.py": "a" * 32, "stages/serving/classifier.py": "b" * 32, "bento_config.json": "c" * 32}
+    assert verify(rec, src=src).ok
+    src["stages/serving/classifier.py"] = "d" * 32
+    assert verify(rec, src=src).mismatches == [f"Bento src/stages/serving/classifier.py: md5 {'d' * 32}, "
+                                                f"recorded {'b' * 32}"]

@@ -246,6 +246,10 @@ def export(bento, registry: str) -> str:
 
     name = f"{bento.tag.name}-{bento.tag.version}.bento"
     if "://" in registry:
+        import fsspec
+
+        fs, root = fsspec.url_to_fs(registry)
+        fs.makedirs(root, exist_ok=True)  # a no-op on object stores; BentoML does not create the folder
         return bentoml.bentos.export_bento(bento.tag, registry.rstrip("/") + "/" + name)
     folder = Path(registry).resolve()  # BentoML's fsspec export reads a relative path from the filesystem root
     folder.mkdir(parents=True, exist_ok=True)

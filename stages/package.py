@@ -274,11 +274,12 @@ def package(cfg: PackageConfig, *, root: Path, gate_path: Path, finetuned: Path,
     def rel(p: Path) -> Path:  # the record names paths as dvc.lock does: relative to the workspace
         return Path(os.path.relpath(p if p.is_absolute() else root / p, root))
 
-    gate = read_gate(gate_path)
+    gate = read_gate(root / rel(gate_path))
     selected = gate["selected"]
     model_dir = rel(finetuned) / selected
+    service = root / rel(service)
     record = collect(root, model_name=selected, model_dir=model_dir, gate_report=rel(gate_path))
-    record["served_code"] = served_code(Path(__file__).parent, service if service.is_absolute() else root / service)
+    record["served_code"] = served_code(Path(__file__).parent, service)
     base = rel({"pretrained": pretrained, "dapt": dapt}[cfg.generative_from])
     generative_dirs = {p: base / p for p in cfg.generative}
     for p, folder in generative_dirs.items():
@@ -287,7 +288,6 @@ def package(cfg: PackageConfig, *, root: Path, gate_path: Path, finetuned: Path,
         if folder.as_posix() not in record["files"]:
             raise LineageError(f"{folder}: not upstream of the evaluation in dvc.lock, so it cannot be shipped "
                                "with its lineage")
-    service = service if service.is_absolute() else root / service
     registry = cfg.registry if "://" in cfg.registry or Path(cfg.registry).is_absolute() else str(
         root / cfg.registry)
     made: list[str] = []  # what this run put in the store, removed again if a later step fails

@@ -36,8 +36,8 @@ def main(argv: Iterable[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m stages.lineage", description=__doc__.split("\n\n")[0])
     ap.add_argument("target", help="an exported .bento file, a Bento or model tag, a Bento or model folder")
     ap.add_argument("--verify", action="store_true", help="recompute hashes; exit 1 on any mismatch")
-    ap.add_argument("--workspace", type=Path, help="the project folder to verify against (default: the current "
-                                                   "folder when it holds dvc.lock)")
+    ap.add_argument("--workspace", type=Path, help="the project folder to verify against (default: the nearest "
+                                                   "folder at or above the current one holding dvc.lock)")
     ap.add_argument("--json", action="store_true", help="print the record (and the verdict) as JSON")
     args = ap.parse_args(list(argv) if argv is not None else None)
     from stages.provenance.chain import render
@@ -50,7 +50,7 @@ def main(argv: Iterable[str] | None = None) -> int:
     except LineageError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    verdict = None
+    verdict, workspace = None, None
     if args.verify:
         workspace = args.workspace or find_workspace(Path.cwd())
         if args.workspace is not None and not (workspace / "dvc.lock").is_file():
@@ -73,7 +73,7 @@ def main(argv: Iterable[str] | None = None) -> int:
             for note in verdict.notes:
                 print(f"note: {note}")
             if verdict.ok:
-                scope = "" if any(n.startswith("workspace: /") for n in verdict.notes) else ", packaged files only"
+                scope = "" if workspace is not None else ", packaged files only"
                 print(f"verify: OK ({verdict.checked} checks{scope})")
             else:
                 print(f"verify: {len(verdict.mismatches)} mismatch(es) in {verdict.checked} checks")

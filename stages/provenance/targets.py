@@ -148,7 +148,8 @@ def from_bento_folder(folder: Path, tag: str | None = None) -> Target:
                                         "model_tag": model_tag}, packaged=packaged, src=src)
 
 
-REQUIRED = {"model": ("name", "stage", "path", "files", "md5"), "stages": (), "files": (), "git": ()}
+REQUIRED = {"model": ("name", "stage", "path", "files", "md5"), "stages": (), "files": (), "git": (), "metrics": (),
+            "gates": ()}
 
 
 def check_record(record, where: str) -> dict:

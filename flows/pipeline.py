@@ -21,6 +21,7 @@ from pathlib import Path
 
 from prefect import flow, get_run_logger, task
 from prefect.futures import wait
+from prefect.task_runners import ThreadPoolTaskRunner
 
 NETWORK_STAGES = {"ingest", "clean"}  # they fetch packages on a cold cache; a retry rides out a flaky mirror
 RETRIES, RETRY_DELAY_S = 2, 10
@@ -95,7 +96,10 @@ def apply_profile(root: Path, name: str) -> dict:
     return profile
 
 
-@flow(name="lm-pipeline", log_prints=True)
+# One stage at a time: each stage already uses the machine's cores (cleaning workers, tokenizer threads,
+# torch), and every `dvc repro` rewrites the workspace's dvc.lock, which DVC does not promise to merge across
+# processes. The graph still decides the order, and a failure still stops only what depends on it.
+@flow(name="lm-pipeline", log_prints=True, task_runner=ThreadPoolTaskRunner(max_workers=1))
 def pipeline(target: str | None = None, profile: str | None = None, root: str = ".") -> dict:
     """Run ``target`` (a stage, a ``foreach`` group such as ``clean``, or everything when empty) and what it
     needs, one task per stage; ``profile`` applies ``profiles/<profile>.yaml`` to params.yaml first."""

@@ -129,3 +129,4 @@ def test_a_profile_is_applied_to_params_keeping_comments(tmp_path):
     (tmp_path / "profiles" / "bad.yaml").write_text("split.nope: 1\n")
     with pytest.raises(ConfigError, match="split.nope: no such key"):
         apply_profile(tmp_path, "bad")
+

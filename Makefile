@@ -12,7 +12,7 @@ export BENTOML_DO_NOT_TRACK      := True
 export PREFECT_SERVER_ANALYTICS_ENABLED := false
 export HF_HUB_DISABLE_TELEMETRY  := 1
 
-.PHONY: run test test-unit test-integration repro clean-venv
+.PHONY: run test test-unit test-integration ui repro clean-venv
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -38,6 +38,15 @@ else
 	set -e; args="$$($(PY) -m stages.profile $(PROFILE))"; \
 	PATH="$(abspath $(VENV))/bin:$$PATH" eval $(VENV)/bin/dvc exp run $$args
 endif
+
+# A local Prefect server (SQLite under .prefect/) and the scheduled deployment of the pipeline flow;
+# the UI is at http://127.0.0.1:$(UI_PORT). CRON, UI_PROFILE and UI_TARGET set the deployment's schedule and
+# default parameters.
+UI_PORT    ?= 4200
+CRON       ?= 0 3 * * *
+ui: $(VENV)/.installed-run
+	PATH="$(abspath $(VENV))/bin:$$PATH" $(PY) -m flows.ui --port $(UI_PORT) --cron "$(CRON)" \
+		$(if $(UI_PROFILE),--profile $(UI_PROFILE)) $(if $(UI_TARGET),--target $(UI_TARGET))
 
 test: $(VENV)/.installed-dev
 	PATH="$(abspath $(VENV))/bin:$$PATH" $(PY) -m pytest tests

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import socket
 import subprocess
 import sys
@@ -17,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.integration.test_ingest_pipeline import ROOT, _copy_project, _dvc
+from tests.integration.test_ingest_pipeline import _dvc
 
 pytestmark = pytest.mark.integration
 
@@ -34,23 +33,8 @@ def _run(args: list[str], cwd: Path, store: Path, timeout: int = 300) -> subproc
 
 
 @pytest.fixture(scope="module")
-def project(tmp_path_factory):
-    if not (shutil.which("npm") and shutil.which("apt-get") and shutil.which("dpkg-deb")):
-        pytest.skip("the default sources need npm, apt-get and dpkg-deb")
-    from stages.config import load_params
-    from stages.profile import apply, load_profile
-
-    dest = tmp_path_factory.mktemp("package-project")
-    _copy_project(dest)
-    params = apply(load_params(ROOT / "params.yaml"), load_profile("tiny", ROOT))
-    (dest / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
-    if (ROOT / ".cache" / "sources").is_dir():  # a download cache from an earlier run saves the registry trip
-        (dest / ".cache").mkdir()
-        (dest / ".cache" / "sources").symlink_to(ROOT / ".cache" / "sources")
-    store = dest / ".bentoml"
-    proc = _dvc(dest, "repro", "package", env={"BENTOML_HOME": str(store), "BENTOML_DO_NOT_TRACK": "True"})
-    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
-    return dest
+def project(tiny_project):
+    return tiny_project
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,39 @@
+"""Serve the pipeline flow as a scheduled Prefect deployment.
+
+    python -m flows.deploy                                   # deployment lm-pipeline/scheduled, nightly at 03:00
+    python -m flows.deploy --cron "0 */6 * * *" --profile tiny --target package
+
+``flow.serve`` registers the deployment (its cron schedule and default parameters: profile, target) with the
+Prefect server named by ``PREFECT_API_URL`` and then runs its scheduled and manually triggered runs in this
+process until stopped (Ctrl-C pauses the schedule). ``make ui`` starts a local server and this together.
+Runs can be triggered from the UI or with
+``prefect deployment run lm-pipeline/scheduled --param profile=tiny``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+DEPLOYMENT = "scheduled"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m flows.deploy", description="Serve the scheduled pipeline deployment.")
+    ap.add_argument("--cron", default="0 3 * * *", help="the schedule (default: every day at 03:00)")
+    ap.add_argument("--profile", default=None, help="default profile parameter of scheduled runs")
+    ap.add_argument("--target", default=None, help="default target stage of scheduled runs (default: all)")
+    ap.add_argument("--root", default=".", help="the project folder the runs work in")
+    args = ap.parse_args(argv)
+    from pathlib import Path
+
+    from flows.pipeline import pipeline
+
+    pipeline.serve(name=DEPLOYMENT, cron=args.cron, tags=["lm-pipeline"],
+                   parameters={"profile": args.profile, "target": args.target, "root": str(Path(args.root).resolve())},
+                   description="The lm-pipeline stages as tasks (dvc repro per stage), on a schedule.")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

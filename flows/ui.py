@@ -1,0 +1,76 @@
+"""A local Prefect server (its embedded SQLite under the project's ``.prefect/``) and the served deployment:
+what ``make ui`` runs. Open the printed address for the UI; Ctrl-C stops both.
+
+    python -m flows.ui [--port 4200] [--cron "0 3 * * *"] [--profile tiny] [--target package]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+
+def server_env(home: Path, port: int) -> dict:
+    """The project's own Prefect settings: its home (database, logs), the local API, no analytics."""
+    return {**os.environ, "PREFECT_HOME": str(home), "PREFECT_API_URL": f"http://127.0.0.1:{port}/api",
+            "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "PREFECT_UI_URL": f"http://127.0.0.1:{port}",
+            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+
+
+def start_server(home: Path, port: int, timeout: float = 120) -> subprocess.Popen:
+    """``prefect server start`` on 127.0.0.1:``port``; returns once ``/api/health`` answers."""
+    import httpx
+
+    home.mkdir(parents=True, exist_ok=True)
+    log = open(home / "server.log", "ab")
+    proc = subprocess.Popen([str(Path(sys.executable).parent / "prefect"), "server", "start", "--host", "127.0.0.1",
+                             "--port", str(port)], env=server_env(home, port), stdout=log, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"prefect server exited with {proc.returncode}; see {home / 'server.log'}")
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/api/health", timeout=2).status_code == 200:
+                return proc
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.5)
+    proc.terminate()
+    raise RuntimeError(f"prefect server did not answer on port {port} within {timeout:.0f} s; see {home / 'server.log'}")
+
+
+def stop(proc: subprocess.Popen) -> None:
+    proc.terminate()
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m flows.ui", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--port", type=int, default=4200)
+    ap.add_argument("--home", type=Path, default=Path(".prefect"), help="PREFECT_HOME (default: .prefect)")
+    ap.add_argument("--cron", default="0 3 * * *")
+    ap.add_argument("--profile")
+    ap.add_argument("--target")
+    args = ap.parse_args(argv)
+    home = args.home.resolve()
+    server = start_server(home, args.port)
+    print(f"Prefect UI: http://127.0.0.1:{args.port}  (PREFECT_HOME {home}); Ctrl-C stops", flush=True)
+    serve_args = ["--cron", args.cron] + (["--profile", args.profile] if args.profile else []) + (
+        ["--target", args.target] if args.target else [])
+    try:
+        return subprocess.call([sys.executable, "-m", "flows.deploy", *serve_args], env=server_env(home, args.port))
+    except KeyboardInterrupt:
+        return 0
+    finally:
+        stop(server)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

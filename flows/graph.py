@@ -6,14 +6,16 @@ from __future__ import annotations
 from pathlib import Path
 
 
-def stage_graph(root: str | Path) -> dict[str, list[str]]:
-    """``{stage: [the stages it depends on]}`` for every stage of the project at ``root`` (``foreach`` items
-    as ``name@item``)."""
+def read_pipeline(root: str | Path) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
+    """For every stage of the project at ``root`` (``foreach`` items as ``name@item``): the stages it depends
+    on, and the paths of its outputs (metrics and plots included), from one read of ``dvc.yaml``."""
     from dvc.repo import Repo
 
     with Repo(str(root)) as repo:
         graph = repo.index.graph
-        return {s.name: sorted(d.name for d in graph.successors(s)) for s in graph.nodes}
+        deps = {s.name: sorted(d.name for d in graph.successors(s)) for s in graph.nodes}
+        outs = {s.name: [str(o.def_path) for o in s.outs] for s in graph.nodes}
+    return deps, outs
 
 
 def closure(graph: dict[str, list[str]], targets: list[str] | None) -> list[str]:

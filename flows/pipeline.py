@@ -51,13 +51,6 @@ def error_line(proc: subprocess.CompletedProcess) -> str:
     return errors[-1] if errors else " | ".join(line for line in lines[-5:] if line.strip()) or "no output"
 
 
-def stage_outs(root: Path) -> dict[str, list[str]]:
-    from dvc.repo import Repo
-
-    with Repo(str(root)) as repo:
-        return {s.name: [str(o.def_path) for o in s.outs] for s in repo.index.stages}
-
-
 @task(task_run_name="{stage}")
 def run_stage(stage: str, root: str, outs: list[str]) -> dict:
     """One stage through DVC; its artifacts published when it succeeds."""
@@ -104,16 +97,15 @@ def pipeline(target: str | None = None, profile: str | None = None, root: str = 
     """Run ``target`` (a stage, a ``foreach`` group such as ``clean``, or everything when empty) and what it
     needs, one task per stage; ``profile`` applies ``profiles/<profile>.yaml`` to params.yaml first."""
     from flows.artifacts import publish_run
-    from flows.graph import closure, stage_graph
+    from flows.graph import closure, read_pipeline
 
     base = Path(root).resolve()
     logger = get_run_logger()
     if profile:
         applied = apply_profile(base, profile)
         logger.info(f"profile {profile}: {len(applied)} params set in params.yaml")
-    graph = stage_graph(base)
+    graph, outs = read_pipeline(base)
     order = closure(graph, [target] if target else None)
-    outs = stage_outs(base)
     futures = {}
     for stage in order:
         options = {"retries": RETRIES, "retry_delay_seconds": RETRY_DELAY_S} if (

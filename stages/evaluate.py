@@ -26,6 +26,7 @@ import dataclasses
 import json
 import os
 import sys
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -202,8 +203,6 @@ def evaluate_all(cfg: EvaluateConfig, *, df, finetuned: Path, pretrained: Path, 
              for name, r in runs.items()}
     any_run = next(iter(runs.values()))["metrics"]
     majority = {"test_accuracy": any_run["majority_test_accuracy"], "test_macro_f1": any_run["majority_test_macro_f1"]}
-    import time
-
     def timed(name, fn):
         start = time.perf_counter()
         out = fn()

@@ -33,8 +33,7 @@ from pathlib import Path
 
 from stages.common.atomic import write_json_atomic
 from stages.config import ConfigError, build, check, load_params, section
-
-PARADIGMS = ("bert", "gpt", "t5")
+from stages.tokenization.trainers import PARADIGMS
 
 
 @dataclass(frozen=True, kw_only=True)

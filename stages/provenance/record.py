@@ -202,6 +202,6 @@ def collect(root: Path, *, model_name: str, model_dir: Path, gate_report: Path,
         "sources": sources(root, names, lock),
         "metrics": metrics,
         "gates": gates,
-        "model_gate": _read_json(root / gate_rel),
+        "model_gate": gates.get(gate_rel) or _read_json(root / gate_rel),
         "model_gate_path": gate_rel,
     }

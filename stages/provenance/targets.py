@@ -14,7 +14,7 @@ import tarfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from stages.provenance.hashing import CHUNK, folder_manifest, md5_file
+from stages.provenance.hashing import CHUNK, folder_manifest
 from stages.provenance.record import LineageError
 
 
@@ -183,5 +183,3 @@ def open_target(target: str) -> Target:
     check_record(opened.record, target)
     return opened
 
-
-__all__ = ["Target", "open_target", "md5_file"]

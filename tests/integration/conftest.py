@@ -3,18 +3,23 @@ Prefect UI tests."""
 
 from __future__ import annotations
 
-import shutil
+import socket
 
 import pytest
 import yaml
 
-from tests.integration.test_ingest_pipeline import ROOT, _copy_project, _dvc
+from tests.integration.test_ingest_pipeline import ROOT, _copy_project, _dvc, require_registry_tools
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="session")
 def tiny_project(tmp_path_factory):
-    if not (shutil.which("npm") and shutil.which("apt-get") and shutil.which("dpkg-deb")):
-        pytest.skip("the default sources need npm, apt-get and dpkg-deb")
+    require_registry_tools()
     from stages.config import load_params
     from stages.profile import apply, load_profile
 

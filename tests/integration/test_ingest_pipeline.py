@@ -48,10 +48,14 @@ def _sha(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-@pytest.fixture(scope="module")
-def project(tmp_path_factory):
+def require_registry_tools() -> None:
     if not (shutil.which("npm") and shutil.which("apt-get") and shutil.which("dpkg-deb")):
         pytest.skip("the default sources need npm, apt-get and dpkg-deb")
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory):
+    require_registry_tools()
     dest = tmp_path_factory.mktemp("project")
     _copy_project(dest)
     proc = _dvc(dest, "repro", *STAGES)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -16,6 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.integration.conftest import free_port
 from tests.integration.test_ingest_pipeline import _dvc
 
 pytestmark = pytest.mark.integration
@@ -124,12 +124,6 @@ def test_lineage_verifies_on_the_fresh_run_and_names_a_changed_file(project, exp
         target.write_bytes(saved)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def served(project, exported, tmp_path_factory):
     """The exported file imported into an empty store elsewhere and served there."""
@@ -138,22 +132,21 @@ def served(project, exported, tmp_path_factory):
     bentoml_cli = str(Path(PY).parent / "bentoml")
     proc = _run([bentoml_cli, "import", str(exported)], elsewhere, store)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    port = _free_port()
+    port = free_port()
+    log = open(elsewhere / "serve.log", "wb")  # a file, not a pipe nobody reads: the server logs every request
     server = subprocess.Popen([bentoml_cli, "serve", "lm-pipeline:latest", "--port", str(port), "--host",
-                               "127.0.0.1"], cwd=elsewhere, env=_env(store), stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True)
+                               "127.0.0.1"], cwd=elsewhere, env=_env(store), stdout=log, stderr=subprocess.STDOUT)
     import bentoml
+
+    from flows.ui import stop
 
     try:
         client = bentoml.SyncHTTPClient(f"http://127.0.0.1:{port}", timeout=60, server_ready_timeout=180)
         yield client, elsewhere, store
         client.close()
     finally:
-        server.terminate()
-        try:
-            server.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            server.kill()
+        stop(server)
+        log.close()
 
 
 def test_every_endpoint_answers_over_http(served):

@@ -7,22 +7,17 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
 
 import pytest
 
+from tests.integration.conftest import free_port
+
 pytestmark = pytest.mark.integration
 
 PY = sys.executable
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _chromium() -> str | None:
@@ -34,7 +29,7 @@ def served(tiny_project, tmp_path_factory):
     from flows.ui import server_env, start_server, stop
 
     home = tmp_path_factory.mktemp("prefect-home")
-    port = _free_port()
+    port = free_port()
     server = start_server(home, port)
     env = {**server_env(home, port), "BENTOML_HOME": str(tiny_project / ".bentoml"), "BENTOML_DO_NOT_TRACK": "True",
            "GX_ANALYTICS_ENABLED": "false"}

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from flows.graph import closure, stage_graph
+from flows.graph import closure, read_pipeline
 
 MAKE = """import json, sys, pathlib
 item = sys.argv[1]
@@ -62,8 +62,9 @@ def project(tmp_path):
 
 
 def test_graph_comes_from_dvc_yaml(project):
-    graph = stage_graph(project)
+    graph, outs = read_pipeline(project)
     assert graph == {"make@a": [], "make@b": [], "join": ["make@a", "make@b"]}
+    assert outs["make@a"] == ["data/a.txt", "reports/quality/make-a.json", "reports/metrics/make-a.json"]
     assert closure(graph, None) == ["make@a", "make@b", "join"]
     assert closure(graph, ["make"]) == ["make@a", "make@b"]
     assert closure(graph, ["make@b"]) == ["make@b"]

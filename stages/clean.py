@@ -178,7 +178,8 @@ def clean(cfg: CleanConfig, *, input_path: Path, output_dir: Path, report_path: 
     drops: Counter = Counter()
     with atomic_dir(output_dir) as tmp, tempfile.TemporaryDirectory(prefix="clean-", dir=tmp.parent) as work:
         result = clean_corpus(read_records(input_path, drops), cfg.cleaner, work=Path(work),
-                              out_parquet=tmp / "documents.parquet", words=words, log=log)
+                              out_parquet=tmp / "documents.parquet", words=words, log=log,
+                              name=f"clean@{output_dir.name}")
         result.input_drops.update(drops)
         result.docs_in += sum(drops.values())
         result.word_lists = lists

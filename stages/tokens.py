@@ -10,6 +10,8 @@ The output folder holds ``<corpus>/train.npy`` and ``<corpus>/heldout.npy`` (2-D
 by training with ``np.load(path, mmap_mode="r")``) and ``manifest.json`` (layout and special ids, tokenizer and
 input hashes, counts). The split is the tokenizer stage's (``split`` in params.yaml). Encoding is batched and
 runs on every core (``tokenizers`` parallelises each batch); packing a batch overlaps with encoding the next.
+With ``LMPIPE_DASK`` set (``stages.common.shards``) the batches are encoded on a Dask cluster instead, as
+Prefect tasks, and packed here in input order: the same bytes either way.
 The folder is replaced atomically, and only after the gate (``stages.quality.tokens_suite``) passes.
 """
 
@@ -20,6 +22,7 @@ import sys
 import time
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -72,18 +75,18 @@ def make_packer(layout, tok):
     return packing.SpanPacker(raw_len=layout.block_len, eos_id=layout.eos_id, dtype=dtype)
 
 
+def _encode(tok, parts: dict[str, list[str]]) -> tuple[dict[str, list[list[int]]], int]:
+    return ({s: [e.ids for e in tok.encode_batch_fast(texts, add_special_tokens=False)] if texts else []
+             for s, texts in parts.items()}, sum(len(t) for texts in parts.values() for t in texts))
+
+
 def encoded(tok, batches: Iterable[dict[str, list[str]]]) -> Iterator[tuple[dict[str, list[list[int]]], int]]:
     """Token ids per split for each batch, encoded one batch ahead in a thread (``tokenizers`` releases the
     GIL and uses every core), so reading and packing overlap with encoding. Also yields the batch's chars."""
-
-    def encode(parts: dict[str, list[str]]):
-        return ({s: [e.ids for e in tok.encode_batch_fast(texts, add_special_tokens=False)] if texts else []
-                 for s, texts in parts.items()}, sum(len(t) for texts in parts.values() for t in texts))
-
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="encode") as pool:
         pending = None
         for parts in batches:
-            nxt = pool.submit(encode, parts)
+            nxt = pool.submit(_encode, tok, parts)
             if pending is not None:
                 yield pending.result()
             pending = nxt
@@ -91,9 +94,25 @@ def encoded(tok, batches: Iterable[dict[str, list[str]]]) -> Iterator[tuple[dict
             yield pending.result()
 
 
+_WORKER_TOKENIZERS: dict[str, object] = {}
+
+
+def encode_shard(tokenizer_json: str, digest: str, parts: dict[str, list[str]]):
+    """The shard function of a distributed run: one batch's ids on a Dask worker. The tokenizer travels as
+    its JSON (no shared filesystem needed) and is built once per worker process."""
+    tok = _WORKER_TOKENIZERS.get(digest)
+    if tok is None:
+        from stages.tokenization.layout import tokenizer_from_json
+
+        tok = _WORKER_TOKENIZERS[digest] = tokenizer_from_json(tokenizer_json)
+    return _encode(tok, parts)
+
+
 def tokenize_corpus(path: Path, layout, tok, split: SplitConfig, out_dir: Path, *,
-                    batch_docs: int) -> tuple[dict, int]:
-    """Write ``out_dir/{train,heldout}.npy`` for one corpus; returns its counts and the tokens per second."""
+                    batch_docs: int, shards=None) -> tuple[dict, int]:
+    """Write ``out_dir/{train,heldout}.npy`` for one corpus; returns its counts and the tokens per second.
+    With ``shards`` (a Dask ``stages.common.shards.Shards``) the batches are encoded there; packing stays
+    here, in input order, so the blocks are the same bytes."""
     from stages.tokenization.blockfile import BlockWriter, dtype_for
 
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -104,8 +123,9 @@ def tokenize_corpus(path: Path, layout, tok, split: SplitConfig, out_dir: Path, 
     chars = 0
     start = time.perf_counter()
 
-    # One pass over the corpus feeds both splits' packers.
-    for ids, n in encoded(tok, split_batches(path, split, batch_docs=batch_docs)):
+    def consume(result) -> None:
+        nonlocal chars
+        ids, n = result
         chars += n
         for s in SPLITS:
             counts[s]["documents"] += len(ids[s])
@@ -114,6 +134,19 @@ def tokenize_corpus(path: Path, layout, tok, split: SplitConfig, out_dir: Path, 
                 out = packers[s].pack(ids[s])
                 if len(out):
                     writers[s].write(out)
+
+    # One pass over the corpus feeds both splits' packers, batch by batch in input order.
+    batches = split_batches(path, split, batch_docs=batch_docs)
+    if shards is None:
+        for result in encoded(tok, batches):
+            consume(result)
+    else:
+        import hashlib
+
+        text = tok.to_str()
+        digest = hashlib.sha256(text.encode("utf-8")).hexdigest()
+        shards.map(encode_shard, ((text, digest, parts) for parts in batches), consume,
+                   desc=f"tokens {out_dir.name}")
     for s in SPLITS:
         tail = packers[s].flush()
         if len(tail):
@@ -131,6 +164,21 @@ def tokenize_corpus(path: Path, layout, tok, split: SplitConfig, out_dir: Path, 
     return result, (int(total / seconds) if seconds else 0)
 
 
+@contextmanager
+def _distributed(name: str):
+    """A Dask engine when ``LMPIPE_DASK`` is set, else None: on one machine the Rust tokenizer's own threads
+    already use every core, so there is no local process pool."""
+    import os
+
+    from stages.common.shards import ENV, open_shards
+
+    if not os.environ.get(ENV, "").strip():
+        yield None
+        return
+    with open_shards(0, name=name) as shards:
+        yield shards
+
+
 def make_token_datasets(cfg: TokensConfig, split: SplitConfig, *, paradigm: str, tokenizer_dir: Path,
                         corpora: dict[str, Path], output_dir: Path, report_path: Path, log=print) -> dict:
     """Tokenize and pack every corpus, gate the blocks, and replace ``output_dir``; returns the metrics."""
@@ -146,9 +194,10 @@ def make_token_datasets(cfg: TokensConfig, split: SplitConfig, *, paradigm: str,
     layout, tok = load_layout(tokenizer_dir, paradigm, seq_len=cfg.seq_len, noise_density=cfg.noise_density,
                               mean_span=cfg.mean_span)
     results = {}
-    with atomic_dir(output_dir) as tmp:
+    with atomic_dir(output_dir) as tmp, _distributed(f"tokens@{paradigm}") as shards:
         for name, path in corpora.items():
-            results[name], speed = tokenize_corpus(path, layout, tok, split, tmp / name, batch_docs=cfg.batch_docs)
+            results[name], speed = tokenize_corpus(path, layout, tok, split, tmp / name, batch_docs=cfg.batch_docs,
+                                                   shards=shards)
             r = results[name]
             log(f"[tokens] {paradigm} {name}: " + ", ".join(
                 f"{s} {r[s]['documents']} docs -> {r[s]['blocks']} blocks of {layout.block_len}" for s in SPLITS)

@@ -1,4 +1,5 @@
-"""Run the cleaning filters over a corpus: sharded, parallel over processes, memory bounded.
+"""Run the cleaning filters over a corpus: sharded, parallel over processes or a Dask cluster
+(``stages.common.shards``), memory bounded.
 
 Phases (C4's order, then the optional extras):
   0. main: read the input into shards of ``shard_docs`` documents; decide URL / exact-duplicate drops
@@ -15,8 +16,6 @@ from hashes and ids, and shards are written and concatenated in input order.
 from __future__ import annotations
 
 import json
-import os
-import sys
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -31,6 +30,7 @@ from stages.cleaning.dedup import LineDedupConfig, LineDedupFilter, build_select
 from stages.cleaning.gopher import (GopherQualityConfig, GopherQualityFilter, GopherRepetitionConfig,
                                     GopherRepetitionFilter)
 from stages.cleaning.minhash import MinHashConfig
+from stages.common.shards import open_shards
 from stages.config import check
 
 SHARD_COLUMNS = ("id", "text", "source", "url", "meta", "timestamp", "raw_id")
@@ -284,37 +284,6 @@ def _flush(batch: list[Doc], work: Path, i: int) -> Path:
     return path
 
 
-def _pool(workers: int):
-    n = workers or os.cpu_count() or 1
-    if n <= 1:
-        return None
-    import multiprocessing as mp
-
-    from concurrent.futures import ProcessPoolExecutor
-
-    return ProcessPoolExecutor(max_workers=n, mp_context=mp.get_context("spawn"))
-
-
-def _map(pool, fn, arg_lists: list[tuple], desc: str, consume: Callable[[Any], None]) -> None:
-    """Run ``fn`` over the shards and hand each result to ``consume`` in input order, as soon as it and
-    every earlier shard are done, so results never pile up in memory."""
-    from tqdm import tqdm
-
-    bar = tqdm(total=len(arg_lists), desc=desc, unit="shard", file=sys.stderr, disable=None, mininterval=1.0)
-    try:
-        if pool is None:
-            for args in arg_lists:
-                consume(fn(*args))
-                bar.update()
-            return
-        futures = [pool.submit(fn, *args) for args in arg_lists]
-        for f in futures:  # a failed shard raises here with its own traceback
-            consume(f.result())
-            bar.update()
-    finally:
-        bar.close()
-
-
 def _merger(into: dict[str, FilterStats], rejects: dict[str, list], cap: int) -> Callable[[Any], None]:
     """A consumer merging shard reports (in input order), keeping at most ``cap`` rejects per filter and
     reason, so the sample is deterministic and its size does not grow with the corpus."""
@@ -333,8 +302,10 @@ def _merger(into: dict[str, FilterStats], rejects: dict[str, list], cap: int) ->
 
 
 def clean_corpus(records: Iterator[dict[str, Any]], cfg: CleanerConfig, *, work: Path, out_parquet: Path,
-                 words: list[str], log: Callable[[str], None] = print) -> CleanResult:
-    """Clean ``records`` (dicts with text, optional id, url, source, meta, timestamp) into ``out_parquet``."""
+                 words: list[str], log: Callable[[str], None] = print, name: str = "clean") -> CleanResult:
+    """Clean ``records`` (dicts with text, optional id, url, source, meta, timestamp) into ``out_parquet``.
+    The shards run where ``stages.common.shards`` says (local processes, or Dask when ``LMPIPE_DASK`` is
+    set; then ``work`` must be on a filesystem every Dask worker sees at the same path)."""
     import numpy as np
     import pandas as pd
     import pyarrow as pa
@@ -369,12 +340,11 @@ def clean_corpus(records: Iterator[dict[str, Any]], cfg: CleanerConfig, *, work:
     per_shard = [frozenset(x) for x in per_shard_sets]
     phase_s["read"] = time.perf_counter() - t_start
 
-    pool = _pool(cfg.workers)
-    try:
+    with open_shards(cfg.workers, name=name) as engine:
         t0 = time.perf_counter()
         p1 = [(s, work / f"p1-{i:06d}.parquet", work / f"pairs-{i:06d}.npy", per_shard[i], cfg,
                cfg.line_dedup.enabled) for i, s in enumerate(shards)]
-        _map(pool, phase1, p1, "clean 1/3 c4 rules", _merger(filters, rejects, cfg.reject_samples))
+        engine.map(phase1, p1, _merger(filters, rejects, cfg.reject_samples), desc="clean 1/3 c4 rules")
         if url_stats is not None:  # report in C4's order: page length, URL dedup, line rules
             filters = {"page_length": filters["page_length"], "url_dedup": url_stats,
                        **{k: v for k, v in filters.items() if k != "page_length"}}
@@ -391,11 +361,9 @@ def clean_corpus(records: Iterator[dict[str, Any]], cfg: CleanerConfig, *, work:
         t0 = time.perf_counter()
         p3 = [(a[1], work / f"p3-{i:06d}.parquet", work / f"bands-{i:06d}.npy", table, words, cfg,
                work / f"feat-{i:06d}.parquet", work / f"lines-{i:06d}.npy") for i, a in enumerate(p1)]
-        _map(pool, phase3, p3, "clean 2/3 dedup, language, bad words", _merger(filters, rejects, cfg.reject_samples))
+        engine.map(phase3, p3, _merger(filters, rejects, cfg.reject_samples),
+                   desc="clean 2/3 dedup, language, bad words")
         phase_s["dedup_language_badwords"] = time.perf_counter() - t0
-    finally:
-        if pool is not None:
-            pool.shutdown()
 
     t0 = time.perf_counter()
     near_dups: set[str] = set()

@@ -46,17 +46,23 @@ class BlockLayout:
         return []
 
 
+def tokenizer_from_json(text: str):
+    """A ``tokenizers.Tokenizer`` from its JSON, set as the stages use it: a page that literally contains
+    "[MASK]" or "<|endoftext|>" must not inject that special token, so special-token text encodes as text."""
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_str(text)
+    tok.encode_special_tokens = True
+    return tok
+
+
 def load_layout(tokenizer_dir: Path, paradigm: str, *, seq_len: int, noise_density: float = 0.15,
                 mean_span: float = 3.0) -> tuple[BlockLayout, object]:
     """The layout and the ``tokenizers.Tokenizer`` (set to encode special-token text as plain text)."""
-    from tokenizers import Tokenizer
-
     path = Path(tokenizer_dir) / "tokenizer.json"
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no tokenizer (run the tokenizer stage first)")
-    tok = Tokenizer.from_file(str(path))
-    # A page that literally contains "[MASK]" or "<|endoftext|>" must not inject that special token.
-    tok.encode_special_tokens = True
+    tok = tokenizer_from_json(path.read_text(encoding="utf-8"))
     size = tok.get_vocab_size()
 
     def need(token: str) -> int:

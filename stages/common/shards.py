@@ -1,0 +1,193 @@
+"""Where shard functions run: in this process, in a pool of local processes, or on a Dask cluster.
+
+A stage hands :func:`open_shards` the number of local workers it would use and gets a :class:`Shards` whose
+``map`` runs a picklable, module-level function over a list (or stream) of argument tuples and passes each
+result to ``consume`` in input order, as soon as it and every earlier one are done. At most ``window``
+shards are in flight, so results never pile up in memory. Which engine runs them changes nothing in the
+output: the shard functions are deterministic and the results are consumed in order (tested byte for byte).
+
+The Dask engine is chosen by the environment, not by params (it does not change what is computed, so
+DVC must not rerun a stage because of it)::
+
+    LMPIPE_DASK=tcp://scheduler:8786   # an existing Dask cluster
+    LMPIPE_DASK=local                  # a LocalCluster with one single-threaded worker process per core
+    LMPIPE_DASK=local:2                # ... with 2 workers
+
+Shards then run as Prefect tasks through ``prefect_dask.DaskTaskRunner``, one flow run per ``map`` (named
+after the stage and the phase), so they show in the Prefect UI with their logs and states. Without a
+configured Prefect API (``PREFECT_API_URL``) a temporary local server is started once and handed to the
+workers, instead of each worker starting its own.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections import deque
+from collections.abc import Callable, Iterable
+from contextlib import ExitStack
+from contextvars import ContextVar
+from typing import Any
+
+ENV = "LMPIPE_DASK"
+
+
+class Shards:
+    """In-process: ``map`` calls the function itself, one shard after another."""
+
+    engine = "local"
+    workers = 1
+
+    def __enter__(self) -> Shards:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        pass
+
+    @property
+    def window(self) -> int:
+        return 2 * self.workers
+
+    def map(self, fn: Callable, arg_lists: Iterable[tuple], consume: Callable[[Any], None], *,
+            desc: str, total: int | None = None) -> None:
+        with _bar(desc, arg_lists, total) as bar:
+            for args in arg_lists:
+                consume(fn(*args))
+                bar.update()
+
+    def _ordered(self, submit: Callable[[Callable, tuple], Any], fn: Callable, arg_lists: Iterable[tuple],
+                 consume: Callable[[Any], None], desc: str, total: int | None) -> None:
+        """Submit with at most ``window`` in flight; consume in order. A failed shard raises here."""
+        pending: deque = deque()
+        with _bar(desc, arg_lists, total) as bar:
+            for args in arg_lists:
+                if len(pending) >= self.window:
+                    consume(pending.popleft().result())
+                    bar.update()
+                pending.append(submit(fn, args))
+            while pending:
+                consume(pending.popleft().result())
+                bar.update()
+
+
+class ProcessShards(Shards):
+    """Local worker processes (spawned, so nothing is inherited by accident)."""
+
+    engine = "processes"
+
+    def __init__(self, workers: int) -> None:
+        import multiprocessing as mp
+        from concurrent.futures import ProcessPoolExecutor
+
+        self.workers = workers
+        self._pool = ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn"))
+
+    def close(self) -> None:
+        self._pool.shutdown(cancel_futures=True)
+
+    def map(self, fn, arg_lists, consume, *, desc, total=None) -> None:
+        self._ordered(lambda f, args: self._pool.submit(f, *args), fn, arg_lists, consume, desc, total)
+
+
+def _call(fn: Callable, args: tuple) -> Any:
+    return fn(*args)
+
+
+class DaskShards(Shards):
+    """Prefect tasks on a Dask cluster: an existing one (``tcp://...``) or a LocalCluster started here."""
+
+    engine = "dask"
+
+    def __init__(self, spec: str, name: str) -> None:
+        self.name = name
+        self._stack = ExitStack()
+        try:
+            self._start(spec)
+        except BaseException:
+            self._stack.close()
+            raise
+
+    def _start(self, spec: str) -> None:
+        from distributed import Client
+
+        if spec == "local" or spec.startswith("local:"):
+            from distributed import LocalCluster
+
+            n = int(spec.partition(":")[2] or 0) or os.cpu_count() or 1
+            cluster = self._stack.enter_context(LocalCluster(
+                n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None))
+            self.address = cluster.scheduler_address
+        else:
+            self.address = spec
+        # Ask the scheduler how many workers there are, to size the window (at least 2 shards in flight).
+        with Client(self.address, timeout="60s") as client:
+            self.workers = max(1, len(client.scheduler_info(n_workers=-1).get("workers", {})))
+        self._ensure_api()
+
+    def _ensure_api(self) -> None:
+        from prefect.settings import PREFECT_API_URL, get_current_settings, temporary_settings
+
+        if get_current_settings().api.url:
+            return
+        from prefect.server.api.server import SubprocessASGIServer
+
+        server = SubprocessASGIServer()
+        server.start(timeout=get_current_settings().server.ephemeral.startup_timeout_seconds)
+        self._stack.callback(server.stop)
+        self._stack.enter_context(temporary_settings(updates={PREFECT_API_URL: server.api_url}))
+
+    def close(self) -> None:
+        self._stack.close()
+
+    def map(self, fn, arg_lists, consume, *, desc, total=None) -> None:
+        from prefect import flow
+        from prefect_dask import DaskTaskRunner
+
+        shards = flow(_shards_flow, name="shards", flow_run_name=f"{self.name}: {desc}", validate_parameters=False,
+                      persist_result=False, task_runner=DaskTaskRunner(address=self.address))
+        token = _JOB.set((self, fn, arg_lists, consume, desc, total))
+        try:
+            shards()
+        finally:
+            _JOB.reset(token)
+
+
+# The flow's work is handed over in a context variable, not a closure: the flow object travels to the Dask
+# workers with every task (in Prefect's run context), and it must not carry the shards' arguments with it.
+_JOB: ContextVar[tuple] = ContextVar("lmpipe_shards_job")
+
+
+def _shards_flow() -> None:
+    from prefect import task
+    from prefect.cache_policies import NO_CACHE
+
+    engine, fn, arg_lists, consume, desc, total = _JOB.get()
+    shard = task(_call, name=fn.__name__, cache_policy=NO_CACHE, persist_result=False)
+    engine._ordered(lambda f, args: shard.submit(f, args), fn, arg_lists, consume, desc, total)
+
+
+def open_shards(workers: int, *, name: str) -> Shards:
+    """The engine for a stage named ``name``: Dask when ``LMPIPE_DASK`` is set, else ``workers`` local
+    processes (0 = one per core; 1 = this process)."""
+    spec = os.environ.get(ENV, "").strip()
+    if spec:
+        return DaskShards(spec, name)
+    n = workers or os.cpu_count() or 1
+    return ProcessShards(n) if n > 1 else Shards()
+
+
+class _bar:
+    def __init__(self, desc: str, arg_lists, total: int | None) -> None:
+        from tqdm import tqdm
+
+        n = total if total is not None else (len(arg_lists) if hasattr(arg_lists, "__len__") else None)
+        self._bar = tqdm(total=n, desc=desc, unit="shard", file=sys.stderr, disable=None, mininterval=1.0)
+
+    def __enter__(self):
+        return self._bar
+
+    def __exit__(self, *exc) -> None:
+        self._bar.close()

@@ -1,0 +1,139 @@
+"""Cleaning and tokenization shards on a Dask ``LocalCluster`` with 2 worker processes, through Prefect's
+``DaskTaskRunner``: the outputs are byte-identical to the local run, the shards ran on both workers and show
+in Prefect as flow runs of their own, and a failed shard fails the stage with its own error."""
+
+from __future__ import annotations
+
+import json
+import operator
+
+import pytest
+import yaml
+
+pytestmark = pytest.mark.integration
+
+distributed = pytest.importorskip("distributed")
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                  dashboard_address=None) as c, distributed.Client(c) as client:
+        yield c, client
+
+
+@pytest.fixture(scope="module")
+def prefect_api(tmp_path_factory):
+    from prefect.testing.utilities import prefect_test_harness
+
+    with prefect_test_harness(server_startup_timeout=120):
+        yield
+
+
+def workers_used(client, run):
+    """Run ``run()`` and return the Dask workers that executed tasks meanwhile."""
+    with distributed.get_task_stream(client=client) as stream:
+        run()
+    return {t["worker"] for t in stream.data}
+
+
+def shard_flow_runs():
+    from prefect import get_client
+
+    with get_client(sync_client=True) as c:
+        runs = c.read_flow_runs()
+        return {r.name: (r.state.type.value, len(c.read_task_runs(flow_run_filter=_only(r.id)))) for r in runs}
+
+
+def _only(flow_run_id):
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+
+    return FlowRunFilter(id=FlowRunFilterId(any_=[flow_run_id]))
+
+
+@pytest.mark.timeout(600)
+def test_cleaning_on_two_dask_workers_is_byte_identical(tmp_path, cluster, prefect_api, monkeypatch):
+    from stages.clean import main
+    from stages.common.shards import ENV
+    from tests.helpers import english_page, seed_badwords
+    from tests.unit.test_clean_stage import corpus
+
+    inp = corpus(tmp_path)
+    with inp.open("a") as f:  # more pages, so there are several shards
+        for i in range(100, 130):
+            f.write(json.dumps({"text": english_page(i), "url": f"http://more{i % 7}.example/"}) + "\n")
+    params = tmp_path / "params.yaml"
+    params.write_text(yaml.safe_dump({"clean": {"defaults": {"workers": 1, "shard_docs": 4}, "web": {}}}))
+    seed_badwords(tmp_path / "cache")
+
+    def clean(out):
+        return main(["--input", str(inp), "--output", str(tmp_path / out), "--corpus", "web", "--params",
+                     str(params), "--cache-dir", str(tmp_path / "cache"), "--report", str(tmp_path / f"{out}.json")])
+
+    monkeypatch.delenv(ENV, raising=False)
+    assert clean("local") == 0
+    monkeypatch.setenv(ENV, cluster[0].scheduler_address)
+    codes = []
+    workers = workers_used(cluster[1], lambda: codes.append(clean("dask")))
+    assert codes == [0]
+    assert len(workers) == 2, workers
+    for name in ("documents.parquet", "stats.json", "rejects.jsonl"):
+        assert (tmp_path / "local" / name).read_bytes() == (tmp_path / "dask" / name).read_bytes(), name
+    stats = json.loads((tmp_path / "dask" / "stats.json").read_text())
+    assert stats["documents_out"] >= 15
+    shards = -(-stats["documents_in"] // 4) - 1      # 2 lines of the input are not JSON objects
+    runs = shard_flow_runs()
+    for phase in ("clean 1/3 c4 rules", "clean 2/3 dedup, language, bad words"):
+        state, tasks = runs[f"clean@dask: {phase}"]
+        assert state == "COMPLETED" and tasks >= shards - 1, (phase, tasks, shards)
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("paradigm", ["bert", "gpt", "t5"])
+def test_tokenization_on_two_dask_workers_is_byte_identical(tmp_path, cluster, prefect_api, monkeypatch, paradigm):
+    from stages.common.shards import ENV
+    from tests.helpers import english_page
+    from tests.unit.tokenization.conftest import PARAMS, write_docs
+    from tests.unit.tokenization.test_tokens_stage import run, tokenizer
+
+    params = tmp_path / "params.yaml"
+    params.write_text(yaml.safe_dump(PARAMS))                  # batch_docs 7: about 13 batches
+    texts = [english_page(i, sentences=8) for i in range(60)]
+    texts[3] += " A literal [MASK] and <|endoftext|> and <extra_id_0> and </s> stay text."
+    corpora = {"general": write_docs(tmp_path / "general.parquet", texts),
+               "domain": write_docs(tmp_path / "domain.parquet", texts[::-1][:30])}
+    tok = tokenizer(tmp_path, params, corpora, paradigm)
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    monkeypatch.delenv(ENV, raising=False)
+    code, local = run(tmp_path / "a", params, corpora, paradigm, tok)
+    assert code == 0
+    monkeypatch.setenv(ENV, cluster[0].scheduler_address)
+    result = []
+    workers = workers_used(cluster[1], lambda: result.append(run(tmp_path / "b", params, corpora, paradigm, tok)))
+    code, dist = result[0]
+    assert code == 0 and len(workers) == 2, workers
+    files = sorted(p.relative_to(local) for p in local.rglob("*") if p.is_file())
+    assert files == sorted(p.relative_to(dist) for p in dist.rglob("*") if p.is_file())
+    assert any(str(f).endswith("train.npy") for f in files)
+    for f in files:
+        assert (local / f).read_bytes() == (dist / f).read_bytes(), f
+    assert (tmp_path / "a" / f"m-{paradigm}.json").read_bytes() == (tmp_path / "b" / f"m-{paradigm}.json").read_bytes()
+    state, tasks = shard_flow_runs()[f"tokens@{paradigm}: tokens general"]
+    assert state == "COMPLETED" and tasks == 9                  # 60 documents in batches of 7
+
+
+@pytest.mark.timeout(300)
+def test_shards_come_back_in_input_order_and_a_failed_shard_raises_its_error(cluster, prefect_api):
+    from stages.common.shards import DaskShards
+
+    got = []
+    with DaskShards(cluster[0].scheduler_address, name="test") as engine:
+        assert engine.workers == 2 and engine.window == 4
+        engine.map(operator.mul, ((i, 3) for i in range(25)), got.append, desc="mul")
+        assert got == [3 * i for i in range(25)]
+        with pytest.raises(ValueError, match="invalid literal for int"):
+            engine.map(int, [("1",), ("x",), ("3",)], got.append, desc="int")
+    runs = shard_flow_runs()
+    assert runs["test: mul"] == ("COMPLETED", 25)
+    assert runs["test: int"][0] == "FAILED"

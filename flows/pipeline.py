@@ -3,12 +3,20 @@
     python -m flows.pipeline                      # everything, like `dvc repro`
     python -m flows.pipeline --target evaluate    # what evaluate needs
     python -m flows.pipeline --profile tiny       # apply profiles/tiny.yaml to params.yaml first
+    python -m flows.pipeline --dask tcp://scheduler:8786      # cleaning and tokenization shards on Dask
+    python -m flows.pipeline --train-processes 8             # pre-training and DAPT in 8 processes (torchrun)
 
 Each task runs ``dvc repro --single-item <stage>``, so DVC's cache still skips whatever is unchanged and the
 stage's code runs exactly as under ``dvc repro``; the flow holds no stage logic. A stage that fails (a gate
 included) fails its task with the stage's own error line, and the tasks downstream of it do not run. Stages
 that reach the registries (``ingest``, ``clean``) retry. After each stage its gate reports and metrics are
 published as artifacts (``flows.artifacts``); after the run, the evaluation report and links.
+
+Scale-out goes through the stages' environment, which DVC does not track because the outputs do not depend
+on it: ``dask`` sets ``LMPIPE_DASK`` (``stages.common.shards``: the cleaning and tokenization shards run as
+Prefect tasks on that Dask cluster, each stage's shards as a flow run of their own), and ``train_processes``
+/ ``launcher`` / ``launch_args`` set ``LMPIPE_TRAIN_*`` for the pre-training and DAPT stages
+(``stages.training.launch``: the stage starts itself under ``torchrun`` or ``accelerate launch``).
 """
 
 from __future__ import annotations
@@ -24,6 +32,7 @@ from prefect.futures import wait
 from prefect.task_runners import ThreadPoolTaskRunner
 
 NETWORK_STAGES = {"ingest", "clean"}  # they fetch packages on a cold cache; a retry rides out a flaky mirror
+TRAINING_STAGES = {"pretrain", "dapt"}  # data-parallel under a launcher (stages.training.launch)
 RETRIES, RETRY_DELAY_S = 2, 10
 
 
@@ -37,9 +46,31 @@ def dvc_command() -> list[str]:
     return [str(beside) if beside.exists() else "dvc"]
 
 
-def run_dvc(stage: str, root: Path) -> subprocess.CompletedProcess:
-    """``dvc repro --single-item STAGE`` in ``root`` (replaced in tests)."""
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+def stage_env(stage: str, *, dask: str | None = None, train_processes: int = 1, launcher: str = "torchrun",
+              launch_args: str = "") -> dict[str, str]:
+    """The variables a stage gets on top of the flow's environment: where its shards and processes run, and
+    the Prefect API the flow reports to (so the stage's shard flows land on the same server)."""
+    from prefect.settings import get_current_settings
+
+    from stages.common.shards import ENV as DASK
+    from stages.training import launch
+
+    env: dict[str, str] = {}
+    api = get_current_settings().api.url
+    if api:
+        env["PREFECT_API_URL"] = api
+    if dask:
+        env[DASK] = dask
+    if stage.split("@", 1)[0] in TRAINING_STAGES and (train_processes > 1 or launch_args):
+        launch.launch_command("stages.pretrain", [], train_processes, launcher)  # a bad value fails here, early
+        env.update({launch.PROCESSES: str(train_processes), launch.LAUNCHER: launcher, launch.LAUNCH_ARGS: launch_args})
+    return env
+
+
+def run_dvc(stage: str, root: Path, extra_env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """``dvc repro --single-item STAGE`` in ``root``, with ``extra_env`` on top of this process's environment."""
+    env = {**os.environ, **(extra_env or {}),
+           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
     return subprocess.run([*dvc_command(), "repro", "--single-item", stage], cwd=root, env=env,
                           capture_output=True, text=True)
 
@@ -52,12 +83,14 @@ def error_line(proc: subprocess.CompletedProcess) -> str:
 
 
 @task(task_run_name="{stage}")
-def run_stage(stage: str, root: str, outs: list[str]) -> dict:
+def run_stage(stage: str, root: str, outs: list[str], env: dict[str, str] | None = None) -> dict:
     """One stage through DVC; its artifacts published when it succeeds."""
     from flows.artifacts import publish_stage
 
     logger = get_run_logger()
-    proc = run_dvc(stage, Path(root))
+    for key in sorted(k for k in (env or {}) if k.startswith("LMPIPE_")):
+        logger.info(f"{key}={env[key]}")
+    proc = run_dvc(stage, Path(root), env)
     for line in (proc.stdout or "").splitlines():
         if line.strip():
             logger.info(line)
@@ -93,9 +126,13 @@ def apply_profile(root: Path, name: str) -> dict:
 # torch), and every `dvc repro` rewrites the workspace's dvc.lock, which DVC does not promise to merge across
 # processes. The graph still decides the order, and a failure still stops only what depends on it.
 @flow(name="lm-pipeline", log_prints=True, task_runner=ThreadPoolTaskRunner(max_workers=1))
-def pipeline(target: str | None = None, profile: str | None = None, root: str = ".") -> dict:
+def pipeline(target: str | None = None, profile: str | None = None, root: str = ".", dask: str | None = None,
+             train_processes: int = 1, launcher: str = "torchrun", launch_args: str = "") -> dict:
     """Run ``target`` (a stage, a ``foreach`` group such as ``clean``, or everything when empty) and what it
-    needs, one task per stage; ``profile`` applies ``profiles/<profile>.yaml`` to params.yaml first."""
+    needs, one task per stage; ``profile`` applies ``profiles/<profile>.yaml`` to params.yaml first.
+    ``dask``: a Dask scheduler address (or ``local[:N]``) for the cleaning and tokenization shards;
+    ``train_processes``, ``launcher`` (torchrun | accelerate), ``launch_args``: pre-training and DAPT in that
+    many processes per machine (``launch_args`` e.g. ``--nnodes 2 --node_rank 0 --rdzv_endpoint head:29500``)."""
     from flows.artifacts import publish_run
     from flows.graph import closure, read_pipeline
 
@@ -110,8 +147,10 @@ def pipeline(target: str | None = None, profile: str | None = None, root: str = 
     for stage in order:
         options = {"retries": RETRIES, "retry_delay_seconds": RETRY_DELAY_S} if (
             stage.split("@", 1)[0] in NETWORK_STAGES) else {}
+        env = stage_env(stage, dask=dask, train_processes=train_processes, launcher=launcher,
+                        launch_args=launch_args)
         futures[stage] = run_stage.with_options(**options).submit(
-            stage, str(base), outs.get(stage, []), wait_for=[futures[d] for d in graph[stage] if d in futures])
+            stage, str(base), outs.get(stage, []), env, wait_for=[futures[d] for d in graph[stage] if d in futures])
     wait(list(futures.values()))
     states = {stage: f.state for stage, f in futures.items()}
     failed = [s for s, st in states.items() if st.is_failed()]
@@ -130,10 +169,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--target", help="a stage or foreach group (default: every stage)")
     ap.add_argument("--profile", help="a profile under profiles/ to apply to params.yaml first")
     ap.add_argument("--root", default=".")
+    ap.add_argument("--dask", help="Dask scheduler address (tcp://host:8786) or local[:N] for cleaning and tokenization")
+    ap.add_argument("--train-processes", type=int, default=1, help="processes per machine for pre-training and DAPT")
+    ap.add_argument("--launcher", choices=("torchrun", "accelerate"), default="torchrun")
+    ap.add_argument("--launch-args", default="", help='extra launcher arguments, e.g. "--nnodes 2 --node_rank 0 '
+                                                        '--rdzv_endpoint head:29500"')
     args = ap.parse_args(argv)
     try:
-        pipeline(target=args.target, profile=args.profile, root=args.root)
-    except StageFailed as exc:
+        pipeline(target=args.target, profile=args.profile, root=args.root, dask=args.dask,
+                 train_processes=args.train_processes, launcher=args.launcher, launch_args=args.launch_args)
+    except (StageFailed, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     return 0

@@ -9,7 +9,8 @@
 corpus with the same objective and tokenizer ("Don't Stop Pretraining", Gururangan et al. 2020), on its
 own budget (``dapt.<paradigm>.train``). The same command runs data-parallel under
 ``torchrun --nproc_per_node N -m stages.pretrain ...`` or ``accelerate launch --multi_gpu --num_processes N -m
-stages.pretrain ...``.
+stages.pretrain ...``, and the plain command starts itself so when ``LMPIPE_TRAIN_PROCESSES`` is above 1
+(``stages.training.launch``; the Prefect flow's ``train_processes``).
 
 The output folder holds the model (``save_pretrained``, safetensors) and its tokenizer, so stock
 ``AutoModelFor...`` / ``AutoTokenizer`` / ``pipeline`` load it, plus ``training.json`` (config, inputs'
@@ -164,11 +165,16 @@ def main(argv: Iterable[str] | None = None) -> int:
     ap.add_argument("--metrics", type=Path)
     ap.add_argument("--plot", type=Path, help="TSV of the training curve for DVC plots")
     ap.add_argument("--no-progress", action="store_true")
-    args = ap.parse_args(list(argv) if argv is not None else None)
+    argv = list(argv) if argv is not None else sys.argv[1:]
+    args = ap.parse_args(argv)
     from stages.training.checkpoint import CheckpointError
+    from stages.training.launch import relaunch
     from stages.training.loop import TrainingDiverged
 
     try:
+        code = relaunch("stages.pretrain", argv)  # LMPIPE_TRAIN_PROCESSES > 1: N processes under torchrun
+        if code is not None:
+            return code
         cfg = load_config(args.params, args.section, args.paradigm)
         outcome = run(cfg, paradigm=args.paradigm, stage=args.section, tokens_dir=args.tokens, corpus=args.corpus,
                       tokenizer_dir=args.tokenizer, init=args.init, output_dir=args.output,

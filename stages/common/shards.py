@@ -138,6 +138,7 @@ class DaskShards(Shards):
         server.start(timeout=get_current_settings().server.ephemeral.startup_timeout_seconds)
         self._stack.callback(server.stop)
         self._stack.enter_context(temporary_settings(updates={PREFECT_API_URL: server.api_url}))
+        self._stack.callback(_drain)  # runs first: logs and events reach the server before it stops
 
     def close(self) -> None:
         self._stack.close()
@@ -167,6 +168,16 @@ def _shards_flow() -> None:
     engine, fn, arg_lists, consume, desc, total = _JOB.get()
     shard = task(_call, name=fn.__name__, cache_policy=NO_CACHE, persist_result=False)
     engine._ordered(lambda f, args: shard.submit(f, args), fn, arg_lists, consume, desc, total)
+
+
+def _drain() -> None:
+    """Send Prefect's queued logs and events now; left for exit, they would retry a stopped server for a
+    minute."""
+    from prefect.events.worker import EventsWorker
+    from prefect.logging.handlers import APILogWorker
+
+    APILogWorker.drain_all(timeout=30)
+    EventsWorker.drain_all(timeout=30)
 
 
 def open_shards(workers: int, *, name: str) -> Shards:

@@ -1,0 +1,71 @@
+"""Start a training stage in N data-parallel processes when the environment asks for it.
+
+``dvc repro`` runs the stage's plain ``python -m stages.pretrain ...`` command. When
+``LMPIPE_TRAIN_PROCESSES`` is above 1 (the Prefect flow sets it for training stages; it can also be set by
+hand), that command starts itself again under a launcher instead, with the same arguments::
+
+    LMPIPE_TRAIN_PROCESSES=8                          # processes on this machine (one per GPU)
+    LMPIPE_TRAIN_LAUNCHER=torchrun | accelerate       # default torchrun
+    LMPIPE_TRAIN_LAUNCH_ARGS="--nnodes 2 --node_rank 0 --rdzv_endpoint head:29500"   # several machines
+
+The processes then train data-parallel (``stages.training.distributed``), each on its slice of every global
+batch; the world size is part of the run's fingerprint and its metrics (``devices``). Like the Dask
+address, this is the environment's business, not a param: DVC records the training's own params, and the
+outputs of N processes match one process at N times the micro-batch (tested).
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+import sys
+from collections.abc import Sequence
+
+PROCESSES = "LMPIPE_TRAIN_PROCESSES"
+LAUNCHER = "LMPIPE_TRAIN_LAUNCHER"
+LAUNCH_ARGS = "LMPIPE_TRAIN_LAUNCH_ARGS"
+LAUNCHERS = ("torchrun", "accelerate")
+INSIDE = ("LOCAL_RANK", "WORLD_SIZE")  # set by both launchers in every process they start
+
+
+def launch_command(module: str, argv: Sequence[str], processes: int, launcher: str = "torchrun",
+                   extra: Sequence[str] = ()) -> list[str]:
+    """The command that runs ``python -m module argv`` in ``processes`` processes per machine."""
+    if launcher not in LAUNCHERS:
+        raise ValueError(f"{LAUNCHER}={launcher!r}: must be one of {', '.join(LAUNCHERS)}")
+    if processes < 1:
+        raise ValueError(f"{PROCESSES}={processes}: must be >= 1")
+    extra = list(extra)
+    multi_node = any(a.startswith(("--nnodes", "--rdzv", "--num_machines", "--main_process_ip")) for a in extra)
+    if launcher == "torchrun":
+        return [sys.executable, "-m", "torch.distributed.run", *([] if multi_node else ["--standalone"]),
+                "--nproc_per_node", str(processes), *extra, "-m", module, *argv]
+    # accelerate counts processes over all machines; --multi_gpu picks DDP (gloo on a CPU).
+    return [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", str(processes),
+            *extra, "-m", module, *argv]
+
+
+def from_environment(module: str, argv: Sequence[str]) -> list[str] | None:
+    """The launcher command the environment asks for, or None: one process wanted, or already launched."""
+    if any(k in os.environ for k in INSIDE):
+        return None
+    raw = os.environ.get(PROCESSES, "").strip() or "1"
+    try:
+        processes = int(raw)
+    except ValueError:
+        raise ValueError(f"{PROCESSES}={raw!r}: not a whole number") from None
+    extra = shlex.split(os.environ.get(LAUNCH_ARGS, ""))
+    if processes <= 1 and not extra:
+        return None
+    return launch_command(module, argv, processes, os.environ.get(LAUNCHER, "").strip() or "torchrun", extra)
+
+
+def relaunch(module: str, argv: Sequence[str]) -> int | None:
+    """Run this stage under the launcher the environment asks for and return its exit code; None when this
+    process should train by itself."""
+    cmd = from_environment(module, argv)
+    if cmd is None:
+        return None
+    print(f"[launch] {shlex.join(cmd[1:])}", file=sys.stderr, flush=True)
+    return subprocess.call(cmd)

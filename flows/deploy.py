@@ -3,7 +3,8 @@
     python -m flows.deploy                                   # deployment lm-pipeline/scheduled, nightly at 03:00
     python -m flows.deploy --cron "0 */6 * * *" --profile tiny --target package
 
-``flow.serve`` registers the deployment (its cron schedule and default parameters: profile, target) with the
+``flow.serve`` registers the deployment (its cron schedule and default parameters: profile, target, and the
+scale-out ones: dask, train_processes, launcher, launch_args) with the
 Prefect server named by ``PREFECT_API_URL`` and then runs its scheduled and manually triggered runs in this
 process until stopped (Ctrl-C pauses the schedule). ``make ui`` starts a local server and this together.
 Runs can be triggered from the UI or with
@@ -24,13 +25,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--profile", default=None, help="default profile parameter of scheduled runs")
     ap.add_argument("--target", default=None, help="default target stage of scheduled runs (default: all)")
     ap.add_argument("--root", default=".", help="the project folder the runs work in")
+    ap.add_argument("--dask", default=None, help="default Dask scheduler address (or local[:N]) of scheduled runs")
+    ap.add_argument("--train-processes", type=int, default=1, help="default processes for pre-training and DAPT")
+    ap.add_argument("--launcher", choices=("torchrun", "accelerate"), default="torchrun")
+    ap.add_argument("--launch-args", default="", help="default extra launcher arguments")
     args = ap.parse_args(argv)
     from pathlib import Path
 
     from flows.pipeline import pipeline
 
     pipeline.serve(name=DEPLOYMENT, cron=args.cron, tags=["lm-pipeline"],
-                   parameters={"profile": args.profile, "target": args.target, "root": str(Path(args.root).resolve())},
+                   parameters={"profile": args.profile, "target": args.target, "root": str(Path(args.root).resolve()),
+                               "dask": args.dask, "train_processes": args.train_processes, "launcher": args.launcher,
+                               "launch_args": args.launch_args},
                    description="The lm-pipeline stages as tasks (dvc repro per stage), on a schedule.")
     return 0
 

@@ -94,6 +94,9 @@ def run_stage(stage: str, root: str, outs: list[str], env: dict[str, str] | None
     for line in (proc.stdout or "").splitlines():
         if line.strip():
             logger.info(line)
+    for line in (proc.stderr or "").splitlines():  # the stages' own log lines: "[clean] ...", "[launch] ..."
+        if proc.returncode == 0 and line.startswith("["):
+            logger.info(line)
     if proc.returncode != 0:
         for line in (proc.stderr or "").splitlines()[-40:]:
             logger.error(line)

@@ -2,6 +2,7 @@
 what ``make ui`` runs. Open the printed address for the UI; Ctrl-C stops both.
 
     python -m flows.ui [--port 4200] [--cron "0 3 * * *"] [--profile tiny] [--target package]
+                       [--dask tcp://scheduler:8786] [--train-processes 8]
 """
 
 from __future__ import annotations
@@ -58,12 +59,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cron", default="0 3 * * *")
     ap.add_argument("--profile")
     ap.add_argument("--target")
+    ap.add_argument("--dask")
+    ap.add_argument("--train-processes", type=int)
     args = ap.parse_args(argv)
     home = args.home.resolve()
     server = start_server(home, args.port)
     print(f"Prefect UI: http://127.0.0.1:{args.port}  (PREFECT_HOME {home}); Ctrl-C stops", flush=True)
     serve_args = ["--cron", args.cron] + (["--profile", args.profile] if args.profile else []) + (
-        ["--target", args.target] if args.target else [])
+        ["--target", args.target] if args.target else []) + (["--dask", args.dask] if args.dask else []) + (
+        ["--train-processes", str(args.train_processes)] if args.train_processes else [])
     try:
         return subprocess.call([sys.executable, "-m", "flows.deploy", *serve_args], env=server_env(home, args.port))
     except KeyboardInterrupt:

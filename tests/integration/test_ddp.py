@@ -28,11 +28,13 @@ def params(path: Path, micro_batch: int) -> Path:
     return path
 
 
-def run(cmd: list[str], timeout: int = 420) -> subprocess.CompletedProcess:
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false",
+def run(cmd: list[str], timeout: int = 420, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    env = {**os.environ, **(env or {}), "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false",
            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
-    for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+    for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "LMPIPE_TRAIN_PROCESSES"):
         env.pop(k, None)
+    if not env.get("PREFECT_API_URL"):
+        env.pop("PREFECT_API_URL", None)
     return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
 
 
@@ -99,3 +101,31 @@ def test_a_checkpoint_of_two_processes_is_not_resumed_by_one(runs, tmp_path):
     assert "holds another run" in one.stderr
     assert read_json(tmp_path / "m.json")["resumed_from"] == 0
     shutil.rmtree(tmp_path / "out", ignore_errors=True)
+
+
+@pytest.mark.timeout(900)
+def test_the_flow_launches_a_training_stage_in_two_processes(runs, tmp_path):
+    """``python -m flows.pipeline --train-processes 2`` on a DVC project: the stage's plain command starts
+    itself under torchrun, and trains exactly as the direct ``torchrun --nproc_per_node 2`` run above."""
+    ds, proj = runs["ds"], tmp_path / "proj"
+    proj.mkdir()
+    args = ds.args("gpt", Path("out/${item}"), runs["ddp_params"], metrics=Path("metrics.json"))
+    (proj / "dvc.yaml").write_text(yaml.safe_dump({"stages": {"pretrain": {"foreach": ["gpt"], "do": {
+        "cmd": " ".join([sys.executable, "-m", "stages.pretrain", *args]),
+        "outs": ["out/${item}"], "metrics": [{"metrics.json": {"cache": False}}]}}}}))
+    subprocess.run([str(Path(sys.executable).parent / "dvc"), "init", "--no-scm", "-q"], cwd=proj, check=True)
+    home = tmp_path / "prefect-home"
+    proc = run([sys.executable, "-m", "flows.pipeline", "--root", str(proj), "--train-processes", "2"],
+               env={"PREFECT_HOME": str(home), "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+                    "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "120", "PREFECT_API_URL": ""})
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    out = proc.stdout + proc.stderr
+    assert "LMPIPE_TRAIN_PROCESSES=2" in out and "[launch] -m torch.distributed.run --standalone" in out
+    flow_run, direct = read_json(proj / "out/gpt/training.json"), read_json(runs["root"] / "ddp/training.json")
+    assert flow_run["metrics"]["devices"] == 2
+    assert [r["loss"] for r in flow_run["history"]] == pytest.approx([r["loss"] for r in direct["history"]], rel=1e-5)
+    wf, wd = weights(proj / "out/gpt"), weights(runs["root"] / "ddp")
+    for k in wd:
+        torch.testing.assert_close(wf[k], wd[k], rtol=1e-5, atol=1e-6, msg=k)
+    lock = yaml.safe_load((proj / "dvc.lock").read_text())
+    assert "pretrain@gpt" in lock["stages"]                     # recorded by DVC as any other run

@@ -131,3 +131,21 @@ def test_a_profile_is_applied_to_params_keeping_comments(tmp_path):
     with pytest.raises(ConfigError, match="split.nope: no such key"):
         apply_profile(tmp_path, "bad")
 
+
+
+def test_scale_out_reaches_only_the_stages_it_is_for():
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    from flows.pipeline import stage_env
+
+    with temporary_settings(updates={PREFECT_API_URL: "http://127.0.0.1:4200/api"}):
+        assert stage_env("ingest") == {"PREFECT_API_URL": "http://127.0.0.1:4200/api"}  # shard flows report there
+        assert stage_env("clean@general", dask="tcp://sched:8786", train_processes=4) == {
+            "PREFECT_API_URL": "http://127.0.0.1:4200/api", "LMPIPE_DASK": "tcp://sched:8786"}
+        train = stage_env("dapt@t5", dask="local:2", train_processes=4, launcher="accelerate")
+        assert {k: v for k, v in train.items() if k.startswith("LMPIPE_")} == {
+            "LMPIPE_DASK": "local:2", "LMPIPE_TRAIN_PROCESSES": "4", "LMPIPE_TRAIN_LAUNCHER": "accelerate",
+            "LMPIPE_TRAIN_LAUNCH_ARGS": ""}
+        assert "LMPIPE_TRAIN_PROCESSES" not in stage_env("finetune@bert-random", train_processes=4)
+        with pytest.raises(ValueError, match="LMPIPE_TRAIN_LAUNCHER='mpi'"):
+            stage_env("pretrain@gpt", train_processes=2, launcher="mpi")

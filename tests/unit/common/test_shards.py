@@ -1,0 +1,48 @@
+"""Local shard engines: results in input order, a bounded number in flight, failures raised, engine choice."""
+
+from __future__ import annotations
+
+import operator
+
+import pytest
+
+from stages.common import shards
+
+
+def test_in_process_and_process_pool_give_results_in_input_order(monkeypatch):
+    monkeypatch.delenv(shards.ENV, raising=False)
+    for workers, engine in ((1, "local"), (2, "processes")):
+        got = []
+        with shards.open_shards(workers, name="t") as e:
+            assert e.engine == engine
+            e.map(operator.mul, ((i, 2) for i in range(30)), got.append, desc="mul")
+        assert got == [2 * i for i in range(30)]
+
+
+def test_no_more_than_the_window_is_in_flight():
+    class Engine(shards.Shards):
+        workers = 3
+
+    submitted, consumed, peak = [], [], [0]
+
+    class Done:
+        def __init__(self, v):
+            self.v = v
+
+        def result(self):
+            return self.v
+
+    def submit(fn, args):
+        submitted.append(args[0])
+        peak[0] = max(peak[0], len(submitted) - len(consumed))
+        return Done(fn(*args))
+
+    Engine()._ordered(submit, operator.neg, ((i,) for i in range(50)), consumed.append, "neg", None)
+    assert consumed == [-i for i in range(50)]
+    assert peak[0] == 6                   # the window: 2 x 3 workers
+
+
+def test_a_failed_shard_raises_its_own_error(monkeypatch):
+    monkeypatch.delenv(shards.ENV, raising=False)
+    with shards.open_shards(2, name="t") as e, pytest.raises(ValueError, match="invalid literal for int"):
+        e.map(int, [("1",), ("x",)], lambda r: None, desc="int")

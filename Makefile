@@ -41,8 +41,7 @@ endif
 
 # A local Prefect server (SQLite under .prefect/) and the scheduled deployment of the pipeline flow;
 # the UI is at http://127.0.0.1:$(UI_PORT). CRON, UI_PROFILE, UI_TARGET, UI_DASK (a Dask scheduler address) and
-# UI_TRAIN_PROCESSES set the deployment's schedule and
-# default parameters.
+# UI_TRAIN_PROCESSES set the deployment's schedule and default parameters.
 UI_PORT    ?= 4200
 CRON       ?= 0 3 * * *
 ui: $(VENV)/.installed-run

@@ -12,6 +12,7 @@ DVC must not rerun a stage because of it)::
     LMPIPE_DASK=tcp://scheduler:8786   # an existing Dask cluster
     LMPIPE_DASK=local                  # a LocalCluster with one single-threaded worker process per core
     LMPIPE_DASK=local:2                # ... with 2 workers
+    LMPIPE_DASK_TIMEOUT=60s            # how long to wait for the scheduler (default 60s)
 
 Shards then run as Prefect tasks through ``prefect_dask.DaskTaskRunner``, one flow run per ``map`` (named
 after the stage and the phase), so they show in the Prefect UI with their logs and states. Without a
@@ -116,15 +117,23 @@ class DaskShards(Shards):
         if spec == "local" or spec.startswith("local:"):
             from distributed import LocalCluster
 
-            n = int(spec.partition(":")[2] or 0) or os.cpu_count() or 1
+            count = spec.partition(":")[2] or "0"
+            if not count.isdigit():
+                raise ValueError(f"{ENV}={spec!r}: expected local, local:N or a scheduler address (tcp://host:8786)")
+            n = int(count) or os.cpu_count() or 1
             cluster = self._stack.enter_context(LocalCluster(
                 n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None))
             self.address = cluster.scheduler_address
         else:
             self.address = spec
         # Ask the scheduler how many workers there are, to size the window (at least 2 shards in flight).
-        with Client(self.address, timeout="60s") as client:
-            self.workers = max(1, len(client.scheduler_info(n_workers=-1).get("workers", {})))
+        try:
+            with Client(self.address, timeout=os.environ.get("LMPIPE_DASK_TIMEOUT", "60s")) as client:
+                self.workers = len(client.scheduler_info(n_workers=-1).get("workers", {}))
+        except (OSError, TimeoutError, ValueError) as exc:
+            raise ValueError(f"{ENV}={spec!r}: cannot reach the Dask scheduler ({type(exc).__name__}: {exc})") from exc
+        if not self.workers:
+            raise ValueError(f"{ENV}={spec!r}: the Dask scheduler has no workers")
         self._ensure_api()
 
     def _ensure_api(self) -> None:

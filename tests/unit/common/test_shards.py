@@ -46,3 +46,18 @@ def test_a_failed_shard_raises_its_own_error(monkeypatch):
     monkeypatch.delenv(shards.ENV, raising=False)
     with shards.open_shards(2, name="t") as e, pytest.raises(ValueError, match="invalid literal for int"):
         e.map(int, [("1",), ("x",)], lambda r: None, desc="int")
+
+
+def test_a_bad_or_unreachable_dask_address_is_a_clear_error(monkeypatch):
+    import socket
+
+    monkeypatch.setenv(shards.ENV, "local:two")
+    with pytest.raises(ValueError, match=r"LMPIPE_DASK='local:two': expected local, local:N or a scheduler"):
+        shards.open_shards(1, name="t")
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    monkeypatch.setenv(shards.ENV, f"tcp://127.0.0.1:{port}")
+    monkeypatch.setenv("LMPIPE_DASK_TIMEOUT", "2s")
+    with pytest.raises(ValueError, match=rf"LMPIPE_DASK='tcp://127.0.0.1:{port}': cannot reach the Dask scheduler"):
+        shards.open_shards(1, name="t")

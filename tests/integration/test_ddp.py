@@ -104,9 +104,10 @@ def test_a_checkpoint_of_two_processes_is_not_resumed_by_one(runs, tmp_path):
 
 
 @pytest.mark.timeout(900)
-def test_the_flow_launches_a_training_stage_in_two_processes(runs, tmp_path):
+@pytest.mark.parametrize("launcher", ["torchrun", "accelerate"])
+def test_the_flow_launches_a_training_stage_in_two_processes(runs, tmp_path, launcher):
     """``python -m flows.pipeline --train-processes 2`` on a DVC project: the stage's plain command starts
-    itself under torchrun, and trains exactly as the direct ``torchrun --nproc_per_node 2`` run above."""
+    itself under the launcher, and trains exactly as the direct ``torchrun --nproc_per_node 2`` run above."""
     ds, proj = runs["ds"], tmp_path / "proj"
     proj.mkdir()
     args = ds.args("gpt", Path("out/${item}"), runs["ddp_params"], metrics=Path("metrics.json"))
@@ -115,12 +116,15 @@ def test_the_flow_launches_a_training_stage_in_two_processes(runs, tmp_path):
         "outs": ["out/${item}"], "metrics": [{"metrics.json": {"cache": False}}]}}}}))
     subprocess.run([str(Path(sys.executable).parent / "dvc"), "init", "--no-scm", "-q"], cwd=proj, check=True)
     home = tmp_path / "prefect-home"
-    proc = run([sys.executable, "-m", "flows.pipeline", "--root", str(proj), "--train-processes", "2"],
+    proc = run([sys.executable, "-m", "flows.pipeline", "--root", str(proj), "--train-processes", "2",
+                "--launcher", launcher],
                env={"PREFECT_HOME": str(home), "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
                     "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "120", "PREFECT_API_URL": ""})
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
     out = proc.stdout + proc.stderr
-    assert "LMPIPE_TRAIN_PROCESSES=2" in out and "[launch] -m torch.distributed.run --standalone" in out
+    launched = {"torchrun": "[launch] -m torch.distributed.run --standalone --nproc_per_node 2 -m stages.pretrain",
+                "accelerate": "[launch] -m accelerate.commands.launch --multi_gpu --num_processes 2 -m stages.pretrain"}
+    assert "LMPIPE_TRAIN_PROCESSES=2" in out and launched[launcher] in out
     flow_run, direct = read_json(proj / "out/gpt/training.json"), read_json(runs["root"] / "ddp/training.json")
     assert flow_run["metrics"]["devices"] == 2
     assert [r["loss"] for r in flow_run["history"]] == pytest.approx([r["loss"] for r in direct["history"]], rel=1e-5)

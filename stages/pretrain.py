@@ -9,7 +9,7 @@
 corpus with the same objective and tokenizer ("Don't Stop Pretraining", Gururangan et al. 2020), on its
 own budget (``dapt.<paradigm>.train``). The same command runs data-parallel under
 ``torchrun --nproc_per_node N -m stages.pretrain ...`` or ``accelerate launch --multi_gpu --num_processes N -m
-stages.pretrain ...``, and the plain command starts itself so when ``LMPIPE_TRAIN_PROCESSES`` is above 1
+stages.pretrain ...``; the plain command relaunches itself that way when ``LMPIPE_TRAIN_PROCESSES`` is above 1
 (``stages.training.launch``; the Prefect flow's ``train_processes``).
 
 The output folder holds the model (``save_pretrained``, safetensors) and its tokenizer, so stock

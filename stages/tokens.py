@@ -22,12 +22,12 @@ import sys
 import time
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from stages.common.atomic import atomic_dir, write_json_atomic
 from stages.common.cli import named_path
+from stages.common.shards import open_shards
 from stages.config import ConfigError, build, check, deep_merge, load_params, section
 from stages.quality.tokens_suite import TokensGateConfig
 from stages.sources.base import sha256_file
@@ -97,14 +97,14 @@ def encoded(tok, batches: Iterable[dict[str, list[str]]]) -> Iterator[tuple[dict
 _WORKER_TOKENIZERS: dict[str, object] = {}
 
 
-def encode_shard(tokenizer_json: str, digest: str, parts: dict[str, list[str]]):
+def encode_shard(tokenizer_json: str, parts: dict[str, list[str]]):
     """The shard function of a distributed run: one batch's ids on a Dask worker. The tokenizer travels as
     its JSON (no shared filesystem needed) and is built once per worker process."""
-    tok = _WORKER_TOKENIZERS.get(digest)
+    tok = _WORKER_TOKENIZERS.get(tokenizer_json)
     if tok is None:
         from stages.tokenization.layout import tokenizer_from_json
 
-        tok = _WORKER_TOKENIZERS[digest] = tokenizer_from_json(tokenizer_json)
+        tok = _WORKER_TOKENIZERS[tokenizer_json] = tokenizer_from_json(tokenizer_json)
     return _encode(tok, parts)
 
 
@@ -141,12 +141,8 @@ def tokenize_corpus(path: Path, layout, tok, split: SplitConfig, out_dir: Path, 
         for result in encoded(tok, batches):
             consume(result)
     else:
-        import hashlib
-
         text = tok.to_str()
-        digest = hashlib.sha256(text.encode("utf-8")).hexdigest()
-        shards.map(encode_shard, ((text, digest, parts) for parts in batches), consume,
-                   desc=f"tokens {out_dir.name}")
+        shards.map(encode_shard, ((text, parts) for parts in batches), consume, desc=f"tokens {out_dir.name}")
     for s in SPLITS:
         tail = packers[s].flush()
         if len(tail):
@@ -164,21 +160,6 @@ def tokenize_corpus(path: Path, layout, tok, split: SplitConfig, out_dir: Path, 
     return result, (int(total / seconds) if seconds else 0)
 
 
-@contextmanager
-def _distributed(name: str):
-    """A Dask engine when ``LMPIPE_DASK`` is set, else None: on one machine the Rust tokenizer's own threads
-    already use every core, so there is no local process pool."""
-    import os
-
-    from stages.common.shards import ENV, open_shards
-
-    if not os.environ.get(ENV, "").strip():
-        yield None
-        return
-    with open_shards(0, name=name) as shards:
-        yield shards
-
-
 def make_token_datasets(cfg: TokensConfig, split: SplitConfig, *, paradigm: str, tokenizer_dir: Path,
                         corpora: dict[str, Path], output_dir: Path, report_path: Path, log=print) -> dict:
     """Tokenize and pack every corpus, gate the blocks, and replace ``output_dir``; returns the metrics."""
@@ -194,7 +175,10 @@ def make_token_datasets(cfg: TokensConfig, split: SplitConfig, *, paradigm: str,
     layout, tok = load_layout(tokenizer_dir, paradigm, seq_len=cfg.seq_len, noise_density=cfg.noise_density,
                               mean_span=cfg.mean_span)
     results = {}
-    with atomic_dir(output_dir) as tmp, _distributed(f"tokens@{paradigm}") as shards:
+    # One machine: the Rust tokenizer's own threads already use every core, so there is no local pool
+    # (workers=1); a Dask engine when LMPIPE_DASK is set.
+    with atomic_dir(output_dir) as tmp, open_shards(1, name=f"tokens@{paradigm}") as engine:
+        shards = engine if engine.engine == "dask" else None
         for name, path in corpora.items():
             results[name], speed = tokenize_corpus(path, layout, tok, split, tmp / name, batch_docs=cfg.batch_docs,
                                                    shards=shards)

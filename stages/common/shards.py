@@ -52,18 +52,17 @@ class Shards:
     def window(self) -> int:
         return 2 * self.workers
 
-    def map(self, fn: Callable, arg_lists: Iterable[tuple], consume: Callable[[Any], None], *,
-            desc: str, total: int | None = None) -> None:
-        with _bar(desc, arg_lists, total) as bar:
+    def map(self, fn: Callable, arg_lists: Iterable[tuple], consume: Callable[[Any], None], *, desc: str) -> None:
+        with _bar(desc, arg_lists) as bar:
             for args in arg_lists:
                 consume(fn(*args))
                 bar.update()
 
     def _ordered(self, submit: Callable[[Callable, tuple], Any], fn: Callable, arg_lists: Iterable[tuple],
-                 consume: Callable[[Any], None], desc: str, total: int | None) -> None:
+                 consume: Callable[[Any], None], desc: str) -> None:
         """Submit with at most ``window`` in flight; consume in order. A failed shard raises here."""
         pending: deque = deque()
-        with _bar(desc, arg_lists, total) as bar:
+        with _bar(desc, arg_lists) as bar:
             for args in arg_lists:
                 if len(pending) >= self.window:
                     consume(pending.popleft().result())
@@ -89,8 +88,8 @@ class ProcessShards(Shards):
     def close(self) -> None:
         self._pool.shutdown(cancel_futures=True)
 
-    def map(self, fn, arg_lists, consume, *, desc, total=None) -> None:
-        self._ordered(lambda f, args: self._pool.submit(f, *args), fn, arg_lists, consume, desc, total)
+    def map(self, fn, arg_lists, consume, *, desc) -> None:
+        self._ordered(lambda f, args: self._pool.submit(f, *args), fn, arg_lists, consume, desc)
 
 
 def _call(fn: Callable, args: tuple) -> Any:
@@ -152,13 +151,13 @@ class DaskShards(Shards):
     def close(self) -> None:
         self._stack.close()
 
-    def map(self, fn, arg_lists, consume, *, desc, total=None) -> None:
+    def map(self, fn, arg_lists, consume, *, desc) -> None:
         from prefect import flow
         from prefect_dask import DaskTaskRunner
 
         shards = flow(_shards_flow, name="shards", flow_run_name=f"{self.name}: {desc}", validate_parameters=False,
                       persist_result=False, task_runner=DaskTaskRunner(address=self.address))
-        token = _JOB.set((self, fn, arg_lists, consume, desc, total))
+        token = _JOB.set((self, fn, arg_lists, consume, desc))
         try:
             shards()
         finally:
@@ -174,9 +173,9 @@ def _shards_flow() -> None:
     from prefect import task
     from prefect.cache_policies import NO_CACHE
 
-    engine, fn, arg_lists, consume, desc, total = _JOB.get()
+    engine, fn, arg_lists, consume, desc = _JOB.get()
     shard = task(_call, name=fn.__name__, cache_policy=NO_CACHE, persist_result=False)
-    engine._ordered(lambda f, args: shard.submit(f, args), fn, arg_lists, consume, desc, total)
+    engine._ordered(lambda f, args: shard.submit(f, args), fn, arg_lists, consume, desc)
 
 
 def _drain() -> None:
@@ -200,10 +199,10 @@ def open_shards(workers: int, *, name: str) -> Shards:
 
 
 class _bar:
-    def __init__(self, desc: str, arg_lists, total: int | None) -> None:
+    def __init__(self, desc: str, arg_lists) -> None:
         from tqdm import tqdm
 
-        n = total if total is not None else (len(arg_lists) if hasattr(arg_lists, "__len__") else None)
+        n = len(arg_lists) if hasattr(arg_lists, "__len__") else None
         self._bar = tqdm(total=n, desc=desc, unit="shard", file=sys.stderr, disable=None, mininterval=1.0)
 
     def __enter__(self):

@@ -37,7 +37,7 @@ def test_no_more_than_the_window_is_in_flight():
         peak[0] = max(peak[0], len(submitted) - len(consumed))
         return Done(fn(*args))
 
-    Engine()._ordered(submit, operator.neg, ((i,) for i in range(50)), consumed.append, "neg", None)
+    Engine()._ordered(submit, operator.neg, ((i,) for i in range(50)), consumed.append, "neg")
     assert consumed == [-i for i in range(50)]
     assert peak[0] == 6                   # the window: 2 x 3 workers
 

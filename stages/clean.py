@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from stages.cleaning.pipeline import CleanerConfig, CleanResult, clean_corpus
+from stages.cleaning.task_guard import TaskConfig
 from stages.common.atomic import atomic_dir, write_bytes_atomic, write_json_atomic
 from stages.config import ConfigError, build, check, deep_merge, load_params, section
 
@@ -59,9 +60,11 @@ class CleanGateConfig:
 
 @dataclass(frozen=True, kw_only=True)
 class CleanConfig:
-    """A ``clean.<corpus>`` section after merging it over ``clean.defaults``: the cleaner plus its gate."""
+    """A ``clean.<corpus>`` section after merging it over ``clean.defaults``: the cleaner, the task guard
+    and TAPT texts (``task``, see :mod:`stages.cleaning.task_guard`) and the gate."""
 
     cleaner: CleanerConfig = field(default_factory=CleanerConfig)
+    task: TaskConfig = field(default_factory=TaskConfig)
     gate: CleanGateConfig = field(default_factory=CleanGateConfig)
 
 
@@ -70,11 +73,12 @@ def config_from_section(data: dict[str, Any], where: str) -> CleanConfig:
         raise ConfigError(f"{where}: expected a mapping")
     data = dict(data)
     gate = build(CleanGateConfig, data.pop("gate", {}), f"{where}.gate")
-    allowed = {f.name for f in fields(CleanerConfig)} | {"gate"}
+    task = build(TaskConfig, data.pop("task", {}), f"{where}.task")
+    allowed = {f.name for f in fields(CleanerConfig)} | {"gate", "task"}
     unknown = sorted(set(data) - allowed)
     if unknown:
         raise ConfigError(f"{where}.{unknown[0]}: unknown key (allowed: {', '.join(sorted(allowed))})")
-    return CleanConfig(cleaner=build(CleanerConfig, data, where), gate=gate)
+    return CleanConfig(cleaner=build(CleanerConfig, data, where), task=task, gate=gate)
 
 
 def load_config(params_path: Path, corpus: str) -> CleanConfig:
@@ -160,9 +164,13 @@ def timing_table(result: CleanResult) -> str:
 
 
 def clean(cfg: CleanConfig, *, input_path: Path, output_dir: Path, report_path: Path, cache_dir: Path,
-          log=print) -> CleanResult:
-    """Clean ``input_path`` into ``output_dir`` (atomically, only if the gate passes)."""
+          task_path: Path | None = None, log=print) -> CleanResult:
+    """Clean ``input_path`` into ``output_dir`` (atomically, only if the gate passes). With ``task_path``
+    (a labeled task's documents), the task guard and TAPT texts of ``cfg.task`` apply, and the gate fails on
+    any published document of the task's held-out splits."""
     from collections import Counter
+
+    from stages.cleaning import task_guard
 
     from stages.cleaning.badwords import load_words
     from stages.quality.clean_suite import cleaned_suite
@@ -175,6 +183,10 @@ def clean(cfg: CleanConfig, *, input_path: Path, output_dir: Path, report_path: 
         pkg = info["package"]
         lists["badwords"] = {"package": f"{pkg['name']}@{pkg['version']}", "integrity": pkg["integrity"],
                              "sha256": info["file"]["sha256"], "words": info["words"], "licence": info["licence"]}
+    if (cfg.task.guard or cfg.task.tapt) and task_path is None:
+        raise ValueError("clean: task.guard / task.tapt need the task's documents (--task PATH)")
+    if task_path is not None and not task_path.is_file():
+        raise FileNotFoundError(f"{task_path}: no task data (run ingest@task first)")
     drops: Counter = Counter()
     with atomic_dir(output_dir) as tmp, tempfile.TemporaryDirectory(prefix="clean-", dir=tmp.parent) as work:
         result = clean_corpus(read_records(input_path, drops), cfg.cleaner, work=Path(work),
@@ -183,6 +195,14 @@ def clean(cfg: CleanConfig, *, input_path: Path, output_dir: Path, report_path: 
         result.input_drops.update(drops)
         result.docs_in += sum(drops.values())
         result.word_lists = lists
+        if task_path is not None:
+            applied = task_guard.apply(cfg.task, tmp / "documents.parquet", task_path)
+            gone = applied.pop("dropped_ids")
+            if result.gate_features is not None and gone:  # the C4 checks cover what is published
+                result.gate_features = result.gate_features[~result.gate_features["id"].isin(gone)]
+            result.task = applied
+            log(f"[clean] task guard: {sum(applied['dropped'].values())} documents dropped "
+                f"{applied['dropped'] or ''}; TAPT: {applied['tapt_added']} task training texts added")
         log(timing_table(result))
         write_json_atomic(tmp / "stats.json", result.stats_json())
         write_bytes_atomic(tmp / "rejects.jsonl", "".join(json.dumps(r, ensure_ascii=False, sort_keys=True) + "\n"
@@ -193,6 +213,12 @@ def clean(cfg: CleanConfig, *, input_path: Path, output_dir: Path, report_path: 
         tables, expectations = cleaned_suite(result.gate_features, columns=columns,
                                              duplicate_lines=result.duplicate_lines, cfg=cfg,
                                              kept_fraction=result.stats_json()["kept_fraction"])
+        if task_path is not None:  # re-measured on the published file, whatever the guard did
+            from stages.quality.gate import Expect
+
+            tables["task_guard"] = task_guard.leaks(tmp / "documents.parquet", task_path, cfg.task.holdout_splits)
+            expectations.append(Expect(table="task_guard", kind="ExpectColumnValuesToBeInSet",
+                                       kwargs={"column": "leak", "value_set": [""]}))
         enforce(f"clean-{output_dir.name}", tables, expectations, report_path)
     return result
 
@@ -208,6 +234,8 @@ def main(argv: Iterable[str] | None = None) -> int:
     ap.add_argument("--metrics", type=Path, help="metrics JSON for DVC (a copy of stats.json)")
     ap.add_argument("--plot", type=Path, help="CSV of drops by filter for DVC plots")
     ap.add_argument("--workers", type=int, help="override the number of worker processes (0 = all cores)")
+    ap.add_argument("--task", type=Path, help="labeled task documents: guard against its held-out splits "
+                    "(and add its training texts when task.tapt is on)")
     args = ap.parse_args(list(argv) if argv is not None else None)
     from stages.quality.gate import GateFailed
     from stages.sources.base import SourceError
@@ -220,7 +248,7 @@ def main(argv: Iterable[str] | None = None) -> int:
             cfg = dataclasses.replace(cfg, cleaner=dataclasses.replace(cfg.cleaner, workers=args.workers))
         report = args.report or args.output.parent / f"{args.output.name}.gate.json"
         result = clean(cfg, input_path=args.input, output_dir=args.output, report_path=report,
-                       cache_dir=args.cache_dir, log=lambda m: print(m, file=sys.stderr))
+                       cache_dir=args.cache_dir, task_path=args.task, log=lambda m: print(m, file=sys.stderr))
     except (ConfigError, SourceError, GateFailed, FileNotFoundError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

@@ -6,17 +6,24 @@ GPT's in-context learning, intrinsic scores before and after DAPT, and the model
         --tokens data/tokens --metrics reports/metrics/evaluation.json --plots reports/plots/data-efficiency \
         --report reports/evaluation.md --figures reports/figures --gate reports/quality/model-gate.json
 
-- Table: test accuracy and macro-F1 of every ``finetune@<paradigm>-<init>`` run (read from its
-  ``finetune.json``), with the majority-class baseline.
+- Table: test accuracy and macro-F1 (mean ± std over the fine-tuning seeds) of every
+  ``finetune@<paradigm>-<init>`` run (read from its ``finetune.json``), with the majority-class baseline,
+  and per paradigm the gains of pre-training and of DAPT against the pooled seed noise.
 - Data efficiency: for ``evaluate.curve.paradigms`` x ``inits``, fine-tune on ``sizes`` training examples,
-  each over ``seeds`` (mean, standard deviation, range); the full-size point is the finetune stage's run.
-- In-context learning: the GPT models of ``evaluate.icl.inits`` scored with 0 / 1 / 5 demonstrations.
+  each over ``seeds`` (mean, standard deviation, range; ``workers`` runs at a time); the full-size point is
+  the finetune stage's seeds. The TF-IDF + logistic-regression baseline (:mod:`stages.evaluation.baseline`)
+  on the same samples is the series ``tfidf-logreg``.
+- Paradigms: parameters, pre-training tokens and FLOPs, training time and final losses next to the
+  fine-tuned score, from each model's ``training.json``.
+- In-context learning: the GPT models of ``evaluate.icl.inits`` scored with 0 / 1 / 5 demonstrations over
+  several prompt orderings, with and without contextual calibration.
 - Intrinsic: each pre-trained and DAPT model on the held-out blocks of the general and the domain corpus.
 - Gate: :mod:`stages.evaluation.gate`; its verdict goes to ``--gate`` whichever way it falls (the package
   stage obeys it), so this stage does not fail on a weak model: it reports it.
 
 Outputs: the metrics JSON (``dvc metrics diff``), one TSV per data-efficiency series (``dvc plots diff``),
-``reports/evaluation.md`` with SVG figures, and the gate verdict. Results are reported as measured.
+``reports/evaluation.md`` with SVG figures and a verdict written from the numbers, and the gate verdict.
+Results are reported as measured.
 """
 
 from __future__ import annotations
@@ -31,10 +38,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
 
 from stages.common.atomic import write_bytes_atomic, write_json_atomic
 from stages.config import ConfigError, build, check, load_params, section
+from stages.evaluation.baseline import BaselineConfig
+from stages.evaluation.curve import baseline, data_efficiency, source
 from stages.evaluation.gate import ModelGateConfig
 from stages.evaluation.icl import IclConfig
 from stages.finetune import INITS
@@ -44,19 +52,23 @@ from stages.tokenization.trainers import PARADIGMS
 @dataclass(frozen=True, kw_only=True)
 class CurveConfig:
     """paradigms x inits: the series; sizes: training examples (below the finetune stage's sample; that
-    sample is the last point); seeds: repeats of each smaller point; min_steps: updates for a small sample."""
+    sample, over the finetune stage's seeds, is the last point); seeds: repeats of each smaller point;
+    min_steps: updates for a small sample; workers: small runs at a time (processes of one torch thread
+    each; 1 = in this process). The results do not depend on ``workers`` (see :mod:`stages.evaluation.curve`)."""
 
-    paradigms: tuple[str, ...] = ("bert",)
-    inits: tuple[str, ...] = ("pretrained", "random")
+    paradigms: tuple[str, ...] = PARADIGMS
+    inits: tuple[str, ...] = INITS
     sizes: tuple[int, ...] = (100, 300, 1000)
     seeds: tuple[int, ...] = (0, 1, 2)
     min_steps: int = 60
+    workers: int = 2
 
     def __post_init__(self) -> None:
         check(all(p in PARADIGMS for p in self.paradigms), f"paradigms: each one of {', '.join(PARADIGMS)}")
         check(all(i in INITS for i in self.inits), f"inits: each one of {', '.join(INITS)}")
         check(all(n >= 1 for n in self.sizes), "sizes: each >= 1")
         check(len(self.seeds) >= 1, "seeds: need at least one")
+        check(self.workers >= 1, "workers: must be >= 1")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -74,15 +86,11 @@ class EvaluateConfig:
     icl: IclConfig = field(default_factory=IclConfig)
     intrinsic: IntrinsicConfig = field(default_factory=IntrinsicConfig)
     gate: ModelGateConfig = field(default_factory=ModelGateConfig)
+    baseline: BaselineConfig = field(default_factory=BaselineConfig)
 
 
 def load_config(params_path: Path) -> EvaluateConfig:
     return build(EvaluateConfig, section(load_params(params_path), "evaluate"), "evaluate")
-
-
-def source(model_dirs: dict[str, Path], paradigm: str, init: str) -> Path:
-    """The folder an initialisation starts from (random uses the general model's config and tokenizer)."""
-    return model_dirs[f"{'dapt' if init == 'dapt' else 'pretrain'}-{paradigm}"]
 
 
 def read_runs(finetuned: Path) -> dict[str, dict]:
@@ -95,42 +103,6 @@ def read_runs(finetuned: Path) -> dict[str, dict]:
                 raise FileNotFoundError(f"{path}: missing (run the finetune@{p}-{init} stage first)")
             runs[f"{p}-{init}"] = json.loads(path.read_text(encoding="utf-8"))
     return runs
-
-
-def summarise(values: list[float]) -> dict:
-    a = np.asarray(values, dtype=np.float64)
-    return {"mean": round(float(a.mean()), 5), "std": round(float(a.std(ddof=1)) if len(a) > 1 else 0.0, 5),
-            "min": round(float(a.min()), 5), "max": round(float(a.max()), 5), "runs": len(a)}
-
-
-def data_efficiency(cfg: EvaluateConfig, runs: dict[str, dict], df, model_dirs: dict[str, Path], log) -> dict:
-    """series name -> [{train_examples, macro_f1: summary, accuracy: summary}], smallest first."""
-    from stages.finetune import FinetuneConfig, finetune
-
-    out = {}
-    for p in cfg.curve.paradigms:
-        for init in cfg.curve.inits:
-            name = f"{p}-{init}"
-            record = runs[name]
-            ft = build(FinetuneConfig, record["config"], f"{name} finetune.json")
-            full = record["metrics"]["train_examples"]
-            points = []
-            for n in sorted(set(cfg.curve.sizes)):
-                if n >= full:
-                    continue
-                f1s, accs = [], []
-                for seed in cfg.curve.seeds:
-                    run = finetune(dataclasses.replace(ft, seed=seed, min_steps=cfg.curve.min_steps), paradigm=p,
-                                   init=init, model_dir=source(model_dirs, p, init),
-                                   df=df, train_examples=n, log=log)
-                    f1s.append(run["metrics"]["test_macro_f1"])
-                    accs.append(run["metrics"]["test_accuracy"])
-                points.append({"train_examples": n, "macro_f1": summarise(f1s), "accuracy": summarise(accs)})
-            m = record["metrics"]
-            points.append({"train_examples": full, "macro_f1": summarise([m["test_macro_f1"]]),
-                           "accuracy": summarise([m["test_accuracy"]])})
-            out[name] = points
-    return out
 
 
 def in_context(cfg: EvaluateConfig, runs: dict[str, dict], df, model_dirs: dict[str, Path], context: int,
@@ -152,12 +124,15 @@ def in_context(cfg: EvaluateConfig, runs: dict[str, dict], df, model_dirs: dict[
         model = (AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(str(path)))
                  if init == "random" else AutoModelForCausalLM.from_pretrained(str(path)))
         tok = AutoTokenizer.from_pretrained(str(path))
-        n = min(cfg.icl.max_examples or len(test), len(test)) * len(cfg.icl.shots)
+        prompts = sum(cfg.icl.orderings if k else 1 for k in cfg.icl.shots)  # per test example
+        n = min(cfg.icl.max_examples or len(test), len(test)) * prompts
         with tqdm(total=n, desc=f"icl gpt-{init}", unit="prompt", mininterval=1.0, dynamic_ncols=True) as bar:
             out[f"gpt-{init}"] = icl_accuracy(model, tok, labels, train, test, cfg.icl, context=context,
                                               progress=bar.update)
+        r = out[f"gpt-{init}"]
         log(f"[evaluate] in-context gpt-{init}: " + ", ".join(
-            f"{k}-shot accuracy {out[f'gpt-{init}'][str(k)]['accuracy']:.3f}" for k in cfg.icl.shots))
+            f"{k}-shot accuracy {r[str(k)]['accuracy']:.3f} (calibrated {r[str(k)]['calibrated']['accuracy']:.3f})"
+            for k in cfg.icl.shots))
     return out
 
 
@@ -187,10 +162,18 @@ def curve_tsv(points: list[dict]) -> str:
     return "\n".join(rows) + "\n"
 
 
+def paradigms(runs: dict[str, dict], model_dirs: dict[str, Path], gains: dict) -> dict:
+    from stages.evaluation.summary import paradigm_row, read_training
+
+    return {p: paradigm_row(read_training(model_dirs[f"pretrain-{p}"]), read_training(model_dirs[f"dapt-{p}"]),
+                            gains[p]) for p in PARADIGMS}
+
+
 def evaluate_all(cfg: EvaluateConfig, *, df, finetuned: Path, pretrained: Path, dapt: Path, tokens: Path,
                  log=print) -> dict:
     from stages.evaluation.gate import decide
     from stages.evaluation.intrinsic import read_layout
+    from stages.evaluation.summary import curve_gains, gains, run_row
 
     runs = read_runs(finetuned)
     model_dirs = {f"{stage}-{p}": root / p for stage, root in (("pretrain", pretrained), ("dapt", dapt))
@@ -198,35 +181,58 @@ def evaluate_all(cfg: EvaluateConfig, *, df, finetuned: Path, pretrained: Path, 
     for key, path in model_dirs.items():
         if not (path / "config.json").is_file():
             raise FileNotFoundError(f"{path / 'config.json'}: no model (run the {key.replace('-', '@')} stage first)")
-    table = {name: {k: r["metrics"][k] for k in ("test_accuracy", "test_macro_f1", "best_val_macro_f1", "steps",
-                                                 "train_examples", "stopped_early")}
-             for name, r in runs.items()}
+    table = {name: run_row(r) for name, r in runs.items()}
     any_run = next(iter(runs.values()))["metrics"]
     majority = {"test_accuracy": any_run["majority_test_accuracy"], "test_macro_f1": any_run["majority_test_macro_f1"]}
+
     def timed(name, fn):
         start = time.perf_counter()
         out = fn()
         log(f"[evaluate] {name}: {time.perf_counter() - start:.0f} s")
         return out
 
-    return {
+    gate = decide({n: r["metrics"] for n, r in runs.items()}, cfg.gate)
+    gain = gains(table, PARADIGMS)
+    base = (timed("tf-idf baseline", lambda: baseline(cfg, runs, gate["selected"], df, log))
+            if cfg.baseline.enabled else None)
+    de = timed("data-efficiency curve", lambda: data_efficiency(cfg, runs, df, model_dirs, log))
+    if base is not None:
+        de["tfidf-logreg"] = [{k: pt[k] for k in ("train_examples", "macro_f1", "accuracy", "val_macro_f1")}
+                              for pt in base["points"]]
+    result = {
         "finetune": table,
         "majority": majority,
-        "gate": decide({n: r["metrics"] for n, r in runs.items()}, cfg.gate),
+        "gains": gain,
+        "gate": gate,
+        "full_n": runs[gate["selected"]]["metrics"]["train_examples"],
+        "paradigms": paradigms(runs, model_dirs, gain),
+        "baseline": base,
         "intrinsic": timed("intrinsic scores", lambda: intrinsic(cfg, model_dirs, tokens, log)),
         "icl": timed("in-context learning", lambda: in_context(cfg, runs, df, model_dirs,
                                                                read_layout(tokens / "gpt").seq_len, log)
                      if cfg.icl.inits else {}),
-        "data_efficiency": timed("data-efficiency curve", lambda: data_efficiency(cfg, runs, df, model_dirs, log)),
+        "data_efficiency": de,
+        "curve_gains": curve_gains(de, {p: g["best_init"] for p, g in gain.items()}),
         "curves": {name: r["curve"] for name, r in runs.items()},
         "labels": list(next(iter(runs.values()))["labels"]),
         "config": dataclasses.asdict(cfg),
     }
+    from stages.evaluation.verdict import verdict
+
+    result["verdict"] = verdict(result)
+    return result
 
 
 def metrics_json(result: dict) -> dict:
-    """The numbers ``dvc metrics diff`` compares (no curves, no config)."""
-    return {k: result[k] for k in ("finetune", "majority", "intrinsic", "icl", "data_efficiency")} | {
+    """The numbers ``dvc metrics diff`` compares (no curves, no config, no per-run lists)."""
+    base = result["baseline"]
+    return {k: result[k] for k in ("finetune", "majority", "gains", "paradigms", "intrinsic", "icl",
+                                   "data_efficiency", "curve_gains")} | {
+        "baseline": {str(pt["train_examples"]): {"test_macro_f1": pt["macro_f1"]["mean"],
+                                                 "test_macro_f1_std": pt["macro_f1"]["std"],
+                                                 "test_accuracy": pt["accuracy"]["mean"],
+                                                 "test_accuracy_std": pt["accuracy"]["std"], "runs": pt["macro_f1"]["runs"]}
+                     for pt in base["points"]} if base else {},
         "gate": {"passed": result["gate"]["passed"], "selected": result["gate"]["selected"],
                  **{c["check"]: c["value"] for c in result["gate"]["checks"]}}}
 

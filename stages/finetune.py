@@ -47,7 +47,13 @@ class FinetuneConfig:
     max_eval_examples: validation examples scored during training (0 = all; the test split is always whole).
     aux_lm_weight: GPT-1's auxiliary LM loss weight for GPT (0 = off); aux_lm_fraction: the share of positions
     it is estimated on each step (1 = all). t5_prefix: T5's task prefix.
-    seed: head initialisation, sample and order."""
+    head: ``stock`` ([CLS] / last token / text to text) or ``pooled`` (masked mean, LayerNorm, linear; see
+    stages.finetuning.heads). seed: head initialisation, sample and order of one run.
+    seeds: the stage's runs (mean and std are reported; the best on validation is saved).
+    lr_grid: learning rates tried with the first seed; the best on validation is used for every seed
+    ([] = ``lr``). Chosen per initialisation: a pre-trained and a random body rarely share a best rate.
+    workers: the stage's runs at a time (> 1: spawned processes of one torch thread each; on a few CPU
+    cores two one-thread runs finish sooner than two two-thread runs one after the other)."""
 
     labels: tuple[str, ...]
     max_len: int = 64
@@ -64,7 +70,11 @@ class FinetuneConfig:
     aux_lm_weight: float = 0.5
     aux_lm_fraction: float = 1.0
     t5_prefix: str = "classify: "
+    head: str = "stock"
     seed: int = 0
+    seeds: tuple[int, ...] = (0,)
+    lr_grid: tuple[float, ...] = ()
+    workers: int = 1
     threads: int = 0
     gate: TaskGateConfig = field(default_factory=TaskGateConfig)
 
@@ -77,6 +87,10 @@ class FinetuneConfig:
         check(self.min_steps >= 0, "min_steps: must be >= 0")
         check(self.aux_lm_weight >= 0, "aux_lm_weight: must be >= 0")
         check(0 < self.aux_lm_fraction <= 1, "aux_lm_fraction: must be in (0, 1]")
+        check(self.head in ("stock", "pooled"), "head: one of stock, pooled")
+        check(len(self.seeds) >= 1 and len(set(self.seeds)) == len(self.seeds), "seeds: one or more distinct seeds")
+        check(all(lr > 0 for lr in self.lr_grid), "lr_grid: each learning rate must be > 0")
+        check(self.workers >= 1, "workers: must be >= 1")
 
 
 def load_config(params_path: Path, paradigm: str) -> FinetuneConfig:
@@ -152,7 +166,7 @@ def finetune(cfg: FinetuneConfig, *, paradigm: str, init: str, model_dir: Path, 
     label_id = {lab: i for i, lab in enumerate(cfg.labels)}
     tok = AutoTokenizer.from_pretrained(str(model_dir))
     clf = make_classifier(paradigm, model_dir, list(cfg.labels), tok, init=init, seed=cfg.seed,
-                          aux_lm_weight=cfg.aux_lm_weight, aux_lm_fraction=cfg.aux_lm_fraction)
+                          aux_lm_weight=cfg.aux_lm_weight, aux_lm_fraction=cfg.aux_lm_fraction, head=cfg.head)
     device = "cuda" if torch.cuda.is_available() else "cpu"  # fp32 on either: these runs are short
     clf.to(device)
     train = sample_train(df, cfg, train_examples)
@@ -232,6 +246,77 @@ def finetune(cfg: FinetuneConfig, *, paradigm: str, init: str, model_dir: Path, 
     return {"metrics": result, "curve": curve, "classifier": clf, "tokenizer": tok}
 
 
+def _mean_std(values: list[float]) -> tuple[float, float]:
+    a = np.asarray(values, dtype=np.float64)
+    return round(float(a.mean()), 5), round(float(a.std(ddof=1)) if len(a) > 1 else 0.0, 5)
+
+
+def _seed_run(state: dict, job: dict) -> dict:
+    """One run of :func:`finetune_seeds` (module level: it may run in a worker process). Returns the metrics,
+    the curve and the trained weights (CPU tensors), not the classifier object."""
+    import dataclasses
+
+    cfg = dataclasses.replace(state["cfg"], seed=job["seed"], lr=job["lr"])
+    if state.get("threads"):
+        cfg = dataclasses.replace(cfg, threads=state["threads"])
+    run = finetune(cfg, paradigm=state["paradigm"], init=state["init"], model_dir=Path(state["model_dir"]),
+                   df=state["df"], log=state.get("log") or (lambda m: print(m, file=sys.stderr, flush=True)),
+                   progress=state.get("progress", False))
+    return {"metrics": run["metrics"], "curve": run["curve"], "weights": run["classifier"].model.state_dict()}
+
+
+def finetune_seeds(cfg: FinetuneConfig, *, paradigm: str, init: str, model_dir: Path, df, log=print,
+                   progress: bool = False) -> dict:
+    """The stage's runs: the learning rate chosen on validation from ``lr_grid`` with the first seed, then
+    every seed at that rate, ``workers`` runs at a time (the runs are independent: the result does not depend
+    on ``workers``). Returns the best-on-validation run (its model is what the stage saves) with metrics that
+    are the mean over seeds, their std and the per-seed results."""
+    import dataclasses
+
+    from transformers import AutoTokenizer
+
+    from stages.common.pool import run_ordered
+    from stages.finetuning.heads import make_classifier
+
+    parallel = cfg.workers > 1
+    state = {"cfg": cfg, "paradigm": paradigm, "init": init, "model_dir": str(model_dir), "df": df,
+             **({"threads": 1} if parallel else {"log": log, "progress": progress})}
+    first = cfg.seeds[0]
+    grid = list(cfg.lr_grid) or [cfg.lr]
+    runs: dict[int, dict] = {}
+    tried, best_lr, best_val = [], grid[0], -1.0
+    for lr, run in zip(grid, run_ordered(_seed_run, state, [{"seed": first, "lr": lr} for lr in grid],
+                                         workers=cfg.workers)):
+        val = run["metrics"]["best_val_macro_f1"]
+        tried.append({"lr": lr, "best_val_macro_f1": val})
+        if val > best_val:  # ties keep the earlier (grid order) rate
+            best_lr, best_val, runs[first] = lr, val, run
+    if len(grid) > 1:
+        log(f"[finetune] {paradigm}-{init}: learning rate {best_lr:g} chosen on validation "
+            "(" + ", ".join(f"{t['lr']:g}: {t['best_val_macro_f1']:.3f}" for t in tried) + ")")
+    rest = list(cfg.seeds[1:])
+    runs.update(zip(rest, run_ordered(_seed_run, state, [{"seed": s, "lr": best_lr} for s in rest],
+                                      workers=cfg.workers)))
+    per_seed = [{"seed": s, "lr": best_lr, **{k: runs[s]["metrics"][k] for k in
+                                              ("best_val_macro_f1", "test_macro_f1", "test_accuracy", "steps")}}
+                for s in cfg.seeds]
+    best_seed = max(cfg.seeds, key=lambda s: (runs[s]["metrics"]["best_val_macro_f1"], -cfg.seeds.index(s)))
+    metrics = dict(runs[best_seed]["metrics"])
+    for key in ("test_macro_f1", "test_accuracy", "best_val_macro_f1"):
+        metrics[key], metrics[f"{key}_std"] = _mean_std([p[key] for p in per_seed])
+    metrics.update(seeds=per_seed, lr=best_lr, lr_grid=tried, saved_seed=best_seed,
+                   steps=int(np.mean([p["steps"] for p in per_seed])))
+    log(f"[finetune] {paradigm}-{init}: {len(per_seed)} seeds at lr {best_lr:g}: test macro-F1 "
+        f"{metrics['test_macro_f1']:.3f} ± {metrics['test_macro_f1_std']:.3f}, validation "
+        f"{metrics['best_val_macro_f1']:.3f}; saved seed {best_seed}")
+    tok = AutoTokenizer.from_pretrained(str(model_dir))
+    clf = make_classifier(paradigm, model_dir, list(cfg.labels), tok, init=init, seed=best_seed,
+                          aux_lm_weight=cfg.aux_lm_weight, aux_lm_fraction=cfg.aux_lm_fraction, head=cfg.head)
+    clf.model.load_state_dict(runs[best_seed]["weights"])
+    return {"metrics": metrics, "config": dataclasses.replace(cfg, lr=best_lr), "curve": runs[first]["curve"],
+            "classifier": clf, "tokenizer": tok}
+
+
 def curve_tsv(curve: list[dict]) -> str:
     buf = io.StringIO()
     w = csv.writer(buf, delimiter="\t", lineterminator="\n")
@@ -262,8 +347,8 @@ def main(argv: Iterable[str] | None = None) -> int:
         gate_task(df, cfg, args.report or args.output.parent / f"{args.output.name}.gate.json")
         if not (args.model / "config.json").is_file():
             raise FileNotFoundError(f"{args.model / 'config.json'}: no model (run the pretrain/dapt stage first)")
-        out = finetune(cfg, paradigm=args.paradigm, init=args.init, model_dir=args.model, df=df,
-                       log=lambda m: print(m, file=sys.stderr), progress=not args.no_progress)
+        out = finetune_seeds(cfg, paradigm=args.paradigm, init=args.init, model_dir=args.model, df=df,
+                             log=lambda m: print(m, file=sys.stderr), progress=not args.no_progress)
     except (ConfigError, GateFailed, FileNotFoundError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
@@ -271,7 +356,8 @@ def main(argv: Iterable[str] | None = None) -> int:
     with atomic_dir(args.output) as tmp:
         out["classifier"].model.save_pretrained(str(tmp))
         out["tokenizer"].save_pretrained(str(tmp))
-        write_json_atomic(tmp / "finetune.json", {"config": asdict(cfg), "metrics": metrics, "curve": out["curve"],
+        write_json_atomic(tmp / "finetune.json", {"config": asdict(out["config"]), "metrics": metrics,
+                                                  "curve": out["curve"],
                                                   "init": args.init, "model": str(args.model),
                                                   "labels": list(cfg.labels)})
     if args.metrics:

@@ -109,7 +109,7 @@ def run(cfg, *, paradigm: str, stage: str, tokens_dir: Path, corpus: str, tokeni
             raise ValueError(f"{init}: vocabulary {model.config.vocab_size} != the tokenizer's {layout.vocab_size}")
     else:
         model = build_model(layout, cfg.model, seed=cfg.train.seed)
-    objective = for_paradigm(layout)
+    objective = for_paradigm(layout, **({"select": cfg.train.mlm_select} if layout.paradigm == "bert" else {}))
     fpt = flops_per_token(model, layout, predicted_fraction=getattr(objective, "select", 1.0))
     run_id = fingerprint(stage, paradigm, corpus, asdict(cfg), dist.world, manifest["corpora"][corpus],
                          manifest["tokenizer"]["sha256"], _file_sha(init / "model.safetensors") if init else None)

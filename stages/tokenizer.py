@@ -111,19 +111,26 @@ def check_saved(out_dir: Path, cfg: TokenizerConfig) -> None:
         raise TokenizerCheckFailed(f"{out_dir}: " + "; ".join(problems))
 
 
-def train_tokenizer(cfg: TokenizerConfig, split: SplitConfig, *, paradigm: str, train_path: Path,
+def train_tokenizer(cfg: TokenizerConfig, split: SplitConfig, *, paradigm: str, train_path: Path | list[Path],
                     eval_paths: dict[str, Path], output_dir: Path, log=print) -> dict:
-    """Train, save (atomically, after the reload check passes) and measure; returns the metrics."""
+    """Train on the train split of one or more corpora (read in the order given), save (atomically, after
+    the reload check passes) and measure; returns the metrics. A tokenizer that will read domain text
+    should be trained on it too, or domain words are shredded into pieces (Gururangan et al. 2020 §6)."""
     from tokenizers import Tokenizer
 
     from stages.tokenization.trainers import capped
 
+    train_paths = [train_path] if isinstance(train_path, Path) else list(train_path)
     chars = [0]
     docs = [0]
 
+    def all_texts():
+        for path in train_paths:
+            yield from texts_of(path, split, "train", batch_docs=cfg.batch_docs)
+
     def training_texts():  # counted as the trainer consumes them (the last pass counts)
         docs[0] = chars[0] = 0
-        for text in capped(texts_of(train_path, split, "train", batch_docs=cfg.batch_docs), cfg.max_train_chars):
+        for text in capped(all_texts(), cfg.max_train_chars):
             docs[0] += 1
             chars[0] += len(text)
             yield text
@@ -138,8 +145,8 @@ def train_tokenizer(cfg: TokenizerConfig, split: SplitConfig, *, paradigm: str, 
         save(tok, cfg, tmp, model_max_length=cfg.model_max_length)
         check_saved(tmp, cfg)
         provenance = {"paradigm": paradigm, "config": asdict(cfg), "split": asdict(split),
-                      "train": {"path": str(train_path), "sha256": sha256_file(train_path), "documents": docs[0],
-                                "characters": chars[0]}}
+                      "train": {"paths": [{"path": str(p), "sha256": sha256_file(p)} for p in train_paths],
+                                "documents": docs[0], "characters": chars[0]}}
         write_json_atomic(tmp / "provenance.json", provenance)
     tok = Tokenizer.from_file(str(output_dir / "tokenizer.json"))
     tok.encode_special_tokens = True  # measure text as text: a literal "[MASK]" in a page is not the mask token
@@ -166,7 +173,8 @@ def main(argv: Iterable[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m stages.tokenizer", description="Train one paradigm's tokenizer.")
     ap.add_argument("--paradigm", choices=PARADIGMS, required=True)
     ap.add_argument("--params", type=Path, default=Path("params.yaml"))
-    ap.add_argument("--train", type=Path, required=True, help="documents Parquet file to train on (train split)")
+    ap.add_argument("--train", type=Path, action="append", required=True,
+                    help="documents Parquet file to train on (its train split; repeatable: the corpora in order)")
     ap.add_argument("--eval", type=named_path, action="append", default=[],
                     help="NAME=PATH: a documents Parquet file whose held-out split is measured (repeatable)")
     ap.add_argument("--output", type=Path, required=True, help="tokenizer folder (replaced atomically)")

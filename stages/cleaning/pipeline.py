@@ -87,6 +87,7 @@ class CleanResult:
     word_lists: dict[str, Any] = field(default_factory=dict)
     gate_features: Any = None  # per-document features for the gate (pandas), computed by the workers
     duplicate_lines: int | None = None  # output lines that repeat another output line (independent count)
+    task: dict[str, Any] | None = None  # the task guard's drops and the TAPT texts added (stages.cleaning.task_guard)
 
     def stats_json(self) -> dict[str, Any]:
         """Counts only (no wall-clock time), so the same input and params give identical bytes."""
@@ -101,7 +102,7 @@ class CleanResult:
             "word_lists": self.word_lists,
             "filters": {name: {k: v for k, v in st.to_json().items() if k != "seconds"}
                         for name, st in self.filters.items()},
-        }
+        } | ({"task": self.task} if self.task is not None else {})
 
 
 # ---------------------------------------------------------------------------------------------- workers

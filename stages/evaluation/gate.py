@@ -1,10 +1,14 @@
 """The model quality gate that packaging obeys: among the candidate fine-tuned models, the one with the best
 *validation* macro-F1 is selected (the test split never chooses), and it passes only if its test scores beat
 the majority-class baseline by the configured margins. The verdict is written whichever way it falls; the
-package stage refuses a model whose verdict is not ``passed``."""
+package stage refuses a model whose verdict is not ``passed``.
+
+With several fine-tuning seeds per run the scores are the means over seeds (the finetune stage's record);
+a run without a usable validation score (missing or NaN) is never selected over one that has it."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 
@@ -25,8 +29,14 @@ def decide(runs: dict[str, dict], cfg: ModelGateConfig) -> dict:
     if missing:
         raise ValueError(f"evaluate.gate.candidates: no fine-tuned run named {missing[0]!r} "
                          f"(have: {', '.join(sorted(runs))})")
-    best = max(names, key=lambda n: (runs[n]["best_val_macro_f1"], n))
+
+    def val(n: str) -> float:
+        v = runs[n].get("best_val_macro_f1")
+        return -math.inf if v is None or (isinstance(v, float) and math.isnan(v)) else float(v)
+
+    best = max(names, key=lambda n: (val(n), n))
     m = runs[best]
+    seeds = len(m.get("seeds") or []) or 1
     checks = [
         {"check": "test macro-F1 - majority macro-F1", "value": round(m["test_macro_f1"] - m["majority_test_macro_f1"], 5),
          "minimum": cfg.min_macro_f1_margin},
@@ -35,7 +45,9 @@ def decide(runs: dict[str, dict], cfg: ModelGateConfig) -> dict:
     ]
     for c in checks:
         c["passed"] = c["value"] >= c["minimum"]
-    return {"passed": all(c["passed"] for c in checks), "selected": best, "selected_by": "best validation macro-F1",
-            "candidates": names, "checks": checks,
+    selected_by = "best validation macro-F1" + (f" (mean over {seeds} seeds)" if seeds > 1 else "")
+    return {"passed": all(c["passed"] for c in checks), "selected": best, "selected_by": selected_by,
+            "candidates": names, "checks": checks, "seeds": seeds,
             "metrics": {k: m[k] for k in ("best_val_macro_f1", "test_accuracy", "test_macro_f1",
-                                          "majority_test_accuracy", "majority_test_macro_f1")}}
+                                          "majority_test_accuracy", "majority_test_macro_f1")}
+            | {k: m[k] for k in ("best_val_macro_f1_std", "test_accuracy_std", "test_macro_f1_std") if k in m}}

@@ -8,7 +8,16 @@ gets ``context // (shots + 1)`` tokens, its text cut to fit. The prompt runs onc
 repeated for the label candidates, so scoring 16 labels costs one prompt, not 16.
 
 Demonstrations are drawn from the training split at random for each query, with a generator keyed by
-(seed, query index), so a run is reproducible and does not depend on the order of other queries."""
+(seed, ordering, query index), so a run is reproducible and does not depend on the order of other queries.
+For k > 0 this is repeated ``orderings`` times (other demonstrations, in another order: the choice and the
+order of the examples move few-shot accuracy a lot, Zhao et al. 2021, Lu et al. 2022), and the mean and
+standard deviation over them are reported; 0-shot has one prompt per query.
+
+Contextual calibration (Zhao et al. 2021, "Calibrate Before Use", section 5): a prompt biases the model
+toward some labels (majority label, recency, common tokens). The bias is estimated by putting content-free
+inputs (``content_free``: "N/A", "", "[MASK]") in place of the query, with the same demonstrations; their
+label probabilities (normalised over the label set) are averaged into ``p_cf``, and the calibrated
+prediction is ``argmax W p`` with ``W = diag(p_cf)^-1``, ``b = 0``. Both predictions are reported."""
 
 from __future__ import annotations
 
@@ -20,13 +29,17 @@ import numpy as np
 @dataclass(frozen=True, kw_only=True)
 class IclConfig:
     """shots: the k values to score. max_examples: test examples scored (a seeded sample; 0 = all).
-    separator: what follows each text (the label comes after it). inits: which GPT models to score."""
+    separator: what follows each text (the label comes after it). inits: which GPT models to score.
+    orderings: prompts per query for k > 0 (demonstrations drawn and ordered anew). content_free: the inputs
+    that estimate the prompt's label bias for contextual calibration."""
 
     shots: tuple[int, ...] = (0, 1, 5)
     max_examples: int = 300
     separator: str = "\nSection:"
     inits: tuple[str, ...] = ("pretrained", "dapt")
     seed: int = 0
+    orderings: int = 3
+    content_free: tuple[str, ...] = ("N/A", "", "[MASK]")
 
     def __post_init__(self) -> None:
         from stages.config import check
@@ -34,6 +47,8 @@ class IclConfig:
         check(len(self.shots) >= 1 and all(k >= 0 for k in self.shots), "shots: need one or more k >= 0")
         check(self.max_examples >= 0, "max_examples: must be >= 0")
         check(bool(self.separator), "separator: must not be empty")
+        check(self.orderings >= 1, "orderings: must be >= 1")
+        check(len(self.content_free) >= 1, "content_free: need at least one input")
 
 
 class PromptBuilder:
@@ -92,30 +107,70 @@ def label_scores(model, prompt: list[int], label_ids: list[list[int]]) -> np.nda
     return scores.numpy()
 
 
+def normalised(log_scores: np.ndarray) -> np.ndarray:
+    """Probabilities over the label set from label log-likelihoods (a softmax restricted to the labels)."""
+    z = np.exp(log_scores - log_scores.max())
+    return z / z.sum()
+
+
+def calibrate(p: np.ndarray, p_cf: np.ndarray) -> np.ndarray:
+    """Zhao et al. (2021), eq. in section 5: ``W p + b`` with ``W = diag(p_cf)^-1``, ``b = 0``, renormalised."""
+    q = p / np.maximum(p_cf, 1e-300)
+    return q / q.sum()
+
+
 def icl_accuracy(model, tokenizer, labels: list[str], train: list[tuple[str, int]], test: list[tuple[str, int]],
-                 cfg: IclConfig, *, context: int, progress=None) -> dict:
-    """Accuracy and macro-F1 for each k in ``cfg.shots`` on ``test`` (text, label index) pairs."""
+                 cfg: IclConfig, *, context: int, progress=None, score=None) -> dict:
+    """For each k in ``cfg.shots``, on ``test`` (text, label index) pairs: accuracy and macro-F1, mean and std
+    over the prompt orderings, uncalibrated (top level) and calibrated (``calibrated``). ``score(ids)`` gives
+    the label log-likelihoods after a prompt (default: :func:`label_scores` with ``model``)."""
     from stages.finetuning.metrics import scores
 
-    model.eval()
     builder = PromptBuilder(tokenizer, labels, separator=cfg.separator, context=context)
+    if score is None:
+        model.eval()
+        score = (lambda ids: label_scores(model, ids, builder.label_ids))
     if cfg.max_examples and cfg.max_examples < len(test):
         pick = np.random.default_rng([cfg.seed, 1]).choice(len(test), cfg.max_examples, replace=False)
         test = [test[i] for i in sorted(pick)]
     gold = np.array([y for _, y in test])
+    bias: dict[tuple, np.ndarray] = {}  # p_cf per demonstration list (0-shot: one for the whole run)
+
+    def p_cf(demos: list[tuple[str, int]], key: tuple) -> np.ndarray:
+        if key not in bias:
+            bias[key] = np.mean([normalised(score(builder.prompt(t, demos))) for t in cfg.content_free], axis=0)
+        return bias[key]
+
     out = {}
     for k in cfg.shots:
         builder.budget(k)  # fails before any work if k shots cannot fit
-        pred = np.empty(len(test), dtype=np.int64)
-        for i, (text, _) in enumerate(test):
-            rng = np.random.default_rng([cfg.seed, 2, i])
-            demos = [train[j] for j in rng.choice(len(train), k, replace=False)] if k else []
-            pred[i] = int(label_scores(model, builder.prompt(text, demos), builder.label_ids).argmax())
-            if progress is not None:
-                progress(1)
-        s = scores(gold, pred, len(labels))
-        out[str(k)] = {"accuracy": s["accuracy"], "macro_f1": s["macro_f1"],
-                       "predicted_labels": int(len(np.unique(pred)))}
+        runs = []
+        for o in range(cfg.orderings if k else 1):
+            raw, cal = np.empty(len(test), dtype=np.int64), np.empty(len(test), dtype=np.int64)
+            for i, (text, _) in enumerate(test):
+                rng = np.random.default_rng([cfg.seed, 2, o, i])
+                pick = [int(j) for j in rng.choice(len(train), k, replace=False)] if k else []
+                demos = [train[j] for j in pick]
+                p = normalised(score(builder.prompt(text, demos)))
+                raw[i], cal[i] = int(p.argmax()), int(calibrate(p, p_cf(demos, tuple(pick))).argmax())
+                if progress is not None:
+                    progress(1)
+            runs.append((scores(gold, raw, len(labels)), scores(gold, cal, len(labels)),
+                         len(np.unique(raw)), len(np.unique(cal))))
+            if k:
+                bias.clear()  # the demonstrations of one ordering never recur in another
+        out[str(k)] = {**_spread([r[0] for r in runs]), "predicted_labels": max(r[2] for r in runs),
+                       "orderings": len(runs),
+                       "calibrated": {**_spread([r[1] for r in runs]), "predicted_labels": max(r[3] for r in runs)}}
     out["examples"] = len(test)
     out["tokens_per_example"] = {str(k): builder.context // (k + 1) for k in cfg.shots}
+    return out
+
+
+def _spread(runs: list[dict]) -> dict:
+    out = {}
+    for key in ("accuracy", "macro_f1"):
+        a = np.array([r[key] for r in runs], dtype=np.float64)
+        out[key] = round(float(a.mean()), 5)
+        out[f"{key}_std"] = round(float(a.std(ddof=1)) if len(a) > 1 else 0.0, 5)
     return out

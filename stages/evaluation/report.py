@@ -14,10 +14,10 @@ def figures(result: dict) -> dict[str, str]:
     curves = result["curves"]
     out["finetune-loss.svg"] = line_chart(
         {n: [(r["step"], r["loss"]) for r in c] for n, c in curves.items()},
-        title="Fine-tuning: training loss", xlabel="step", ylabel="loss")
+        title="Fine-tuning: training loss (seed 0)", xlabel="step", ylabel="loss")
     out["finetune-val-f1.svg"] = line_chart(
         {n: [(r["step"], r["val_macro_f1"]) for r in c] for n, c in curves.items()},
-        title="Fine-tuning: validation macro-F1", xlabel="step", ylabel="macro-F1")
+        title="Fine-tuning: validation macro-F1 (seed 0)", xlabel="step", ylabel="macro-F1")
     if result["data_efficiency"]:
         de = result["data_efficiency"]
         out["data-efficiency.svg"] = line_chart(
@@ -33,6 +33,149 @@ def _f(x: float) -> str:
     return f"{x:.3f}"
 
 
+def _pm(mean: float, std: float) -> str:
+    return f"{mean:.3f} ± {std:.3f}"
+
+
+def _si(x: float | None, unit: str = "") -> str:
+    if x is None:
+        return "-"
+    for scale, prefix in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(x) >= scale:
+            return f"{x / scale:.3g} {prefix}{unit}".rstrip()
+    return f"{x:.3g} {unit}".rstrip()
+
+
+def _duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    if seconds >= 3600:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 60:.1f} min" if seconds >= 60 else f"{seconds:.0f} s"
+
+
+def _noise(d: dict) -> str:
+    return f"pooled seed std {d['pooled_std']:.3f}, {'beyond' if d['resolved'] else 'within'} 2x"
+
+
+def finetune_section(result: dict) -> list[str]:
+    ft, maj = result["finetune"], result["majority"]
+    lines = ["## Paradigm x initialisation (test split)", "",
+             "`pretrained`: the general pre-trained model; `dapt`: the same after domain-adaptive pre-training; "
+             "`random`: the same architecture with fresh weights and the same fine-tuning recipe. Each run is "
+             "repeated over seeds (sample, head initialisation, data order) at the learning rate the finetune "
+             "stage chose on validation; cells are mean ± sample std over the seeds.", "",
+             "| paradigm | initialisation | test accuracy | test macro-F1 | best validation macro-F1 | seeds | lr "
+             "| steps |",
+             "|---|---|---|---|---|---|---|---|"]
+    for p in PARADIGMS:
+        for init in INITS:
+            r = ft[f"{p}-{init}"]
+            lr = "-" if r["lr"] is None else f"{r['lr']:g}"
+            lines.append(f"| {NAMES[p]} | {init} | {_pm(r['test_accuracy'], r['test_accuracy_std'])} | "
+                         f"{_pm(r['test_macro_f1'], r['test_macro_f1_std'])} | "
+                         f"{_pm(r['best_val_macro_f1'], r['best_val_macro_f1_std'])} | {r['seeds']} | "
+                         f"{lr} | "
+                         f"{r['steps']}{' (early stop)' if r['stopped_early'] else ''} |")
+    lines.append(f"| majority class | - | {_f(maj['test_accuracy'])} | {_f(maj['test_macro_f1'])} | - | - | - | - |")
+    lines += ["", "Gains in test macro-F1. Pre-training: the better of `pretrained` / `dapt` (chosen on mean "
+              "validation macro-F1, as the gate chooses) minus `random`; it counts when it is >= 0.03 and more "
+              "than twice the pooled seed std sqrt((s_a^2 + s_b^2) / 2). DAPT: `dapt` minus `pretrained`.", ""]
+    for p, g in result["gains"].items():
+        pre, dapt = g["pretraining"], g["dapt"]
+        lines.append(f"- {NAMES[p]}: pre-training ({g['best_init']}) {pre['difference']:+.3f} ({_noise(pre)}; "
+                     f"{'counts' if pre['counts'] else 'does not count'}); DAPT {dapt['difference']:+.3f} "
+                     f"({_noise(dapt)})")
+    return lines
+
+
+def paradigm_section(result: dict) -> list[str]:
+    rows, base = result["paradigms"], result.get("baseline")
+    estimated = any(r["wall_estimated"] for r in rows.values())
+    lines = ["## Paradigms: cost and result", "",
+             "Parameters, pre-training tokens (general + DAPT), training FLOPs per token "
+             "`6N + 12 * layers * d_model * seq_len` (Kaplan et al. 2020; T5's decoder terms scaled by "
+             "targets_len / seq_len, BERT's output layer by the masked share; "
+             "`stages.training.models.flops_per_token`), total pre-training FLOPs (FLOPs per token x tokens, "
+             "both runs), training time, the final held-out loss of each run (each paradigm's own objective, so "
+             "losses are not comparable across paradigms) and the fine-tuned test macro-F1 of the best "
+             "pre-trained initialisation.", "",
+             "| paradigm | parameters | pre-training tokens | FLOPs / token | pre-training FLOPs | training time | "
+             "final loss (general / DAPT) | fine-tuned test macro-F1 |", "|---|---|---|---|---|---|---|---|"]
+    for p, r in rows.items():
+        loss = " / ".join("-" if v is None else f"{v:.3f}" for v in (r["pretrain_eval_loss"], r["dapt_eval_loss"]))
+        lines.append(f"| {NAMES[p]} | {_si(r['parameters'])} | {_si(r['tokens'])} ({_si(r['pretrain_tokens'])} + "
+                     f"{_si(r['dapt_tokens'])}) | {_si(r['flops_per_token'])} | {_si(r['flops'])} | "
+                     f"{_duration(r['wall_seconds'])}{'*' if r['wall_estimated'] else ''} | {loss} | "
+                     f"{_pm(r['test_macro_f1'], r['test_macro_f1_std'])} ({r['best_init']}) |")
+    if base:
+        full = next((pt for pt in base["points"] if pt["train_examples"] == result["full_n"]), base["points"][-1])
+        lines.append(f"| TF-IDF + logistic regression | {_si(full['parameters'])} | 0 | - | 0 | "
+                     f"{full['seconds']:.1f} s (fit, {len(result['config']['baseline']['c_grid'])} C values) | - | "
+                     f"{_pm(full['macro_f1']['mean'], full['macro_f1']['std'])} ({full['train_examples']} examples) |")
+    if estimated:
+        lines += ["", "\\* `training.json` records no wall time: estimated as tokens / tokens per second (the "
+                  "training throughput; evaluation and checkpoint pauses excluded)."]
+    lines += ["", "Equal compute instead of equal data: by default each paradigm trains on `budget_tokens` tokens "
+              "(equal data, unequal FLOPs). Setting `pretrain.<paradigm>.train.budget_flops` (and "
+              "`dapt.<paradigm>.train.budget_flops`; `TrainConfig.budget_flops`, 0 = off) to the same value for "
+              "all three replaces the token budget: each run then trains on budget_flops / FLOPs-per-token "
+              "tokens, so the paradigms get equal FLOPs."]
+    return lines
+
+
+def curve_section(result: dict, figures_dir: str) -> list[str]:
+    de, cfg = result["data_efficiency"], result["config"]
+    lines = ["", "## Data efficiency", ""]
+    if not de:
+        return lines + ["Not run in this profile (`evaluate.curve.paradigms` is empty and the baseline is off)."]
+    c = cfg["curve"]
+    lines += [f"Series: {', '.join(de)}. Points below the full sample are repeated over seeds "
+              f"{', '.join(map(str, c['seeds']))} (sample, head initialisation and order; for random init also the "
+              f"body) with at least {c['min_steps']} updates; the full-sample point is the finetune stage's seeds. "
+              "`tfidf-logreg`: TF-IDF (word 1-2 grams, sublinear tf) + logistic regression, C chosen on "
+              "validation macro-F1 from " + ", ".join(f"{x:g}" for x in cfg["baseline"]["c_grid"]) + ", on the "
+              "same training samples (its last point, when larger, is the whole training split). Paradigms and "
+              "initialisations not listed were not run in this profile (`evaluate.curve`).", "",
+              "| series | training examples | test macro-F1 mean | std | range | runs |", "|---|---|---|---|---|---|"]
+    for name, pts in de.items():
+        for pt in pts:
+            f = pt["macro_f1"]
+            lines.append(f"| {name} | {pt['train_examples']} | {_f(f['mean'])} | {_f(f['std'])} | "
+                         f"{_f(f['min'])}-{_f(f['max'])} | {f['runs']} |")
+    if result["curve_gains"]:
+        lines += ["", "Pre-training gain along the curve (best pre-trained initialisation minus random; pooled std):", ""]
+        for p, g in result["curve_gains"].items():
+            lines.append(f"- {NAMES[p]} ({g['init']}): " + ", ".join(
+                f"{pt['train_examples']}: {pt['gain']:+.3f} (± {pt['pooled_std']:.3f})" for pt in g["points"]))
+    return lines + ["", f"![data efficiency]({figures_dir}/data-efficiency.svg)"]
+
+
+def icl_section(result: dict) -> list[str]:
+    cfg, maj = result["config"]["icl"], result["majority"]
+    lines = ["", "## In-context learning (GPT, no weight updates)", ""]
+    if not result["icl"]:
+        return lines + ["Not run in this profile (`evaluate.icl.inits` is empty)."]
+    any_icl = next(iter(result["icl"].values()))
+    lines += [f"{any_icl['examples']} test examples; the label is the one whose words are most likely after "
+              f"`<text>{cfg['separator']!r}`; each example in a k-shot prompt keeps "
+              f"{', '.join(f'{v} tokens ({k}-shot)' for k, v in any_icl['tokens_per_example'].items())} so that "
+              f"the prompt fits the length GPT was trained on. For k > 0, {cfg['orderings']} prompt orderings per "
+              "query (demonstrations drawn and ordered anew; mean ± std over orderings). Calibrated: contextual "
+              "calibration (Zhao et al. 2021): label probabilities divided by those of the content-free inputs "
+              f"{', '.join(repr(x) for x in cfg['content_free'])} in the same prompt.", "",
+              "| model | shots | accuracy | macro-F1 | calibrated accuracy | calibrated macro-F1 |",
+              "|---|---|---|---|---|---|"]
+    for name, r in result["icl"].items():
+        for k in cfg["shots"]:
+            x, cal = r[str(k)], r[str(k)]["calibrated"]
+            lines.append(f"| {name} | {k} | {_pm(x['accuracy'], x['accuracy_std'])} | "
+                         f"{_pm(x['macro_f1'], x['macro_f1_std'])} | {_pm(cal['accuracy'], cal['accuracy_std'])} | "
+                         f"{_pm(cal['macro_f1'], cal['macro_f1_std'])} |")
+    lines.append(f"| majority class | - | {_f(maj['test_accuracy'])} | {_f(maj['test_macro_f1'])} | - | - |")
+    return lines + ["", "(The majority class is scored on the whole test split.)"]
+
+
 def markdown(result: dict, *, figures_dir: str) -> str:
     ft, maj, gate = result["finetune"], result["majority"], result["gate"]
     cfg = result["config"]
@@ -41,66 +184,22 @@ def markdown(result: dict, *, figures_dir: str) -> str:
              "pre-trained and domain-adapted models of this workspace. Every number below is as measured by this "
              "run; compare runs with `dvc metrics diff` and `dvc plots diff`.", "",
              f"Task: {len(result['labels'])} labels ({', '.join(result['labels'])}); "
-             f"{next(iter(ft.values()))['train_examples']} training examples per fine-tuning run.", "",
-             "## Paradigm x initialisation (test split)", "",
-             "`pretrained`: the general pre-trained model; `dapt`: the same after domain-adaptive pre-training; "
-             "`random`: the same architecture with fresh weights and the same fine-tuning recipe.", "",
-             "| paradigm | initialisation | test accuracy | test macro-F1 | best validation macro-F1 | steps |",
-             "|---|---|---|---|---|---|"]
-    for p in PARADIGMS:
-        for init in INITS:
-            r = ft[f"{p}-{init}"]
-            lines.append(f"| {NAMES[p]} | {init} | {_f(r['test_accuracy'])} | {_f(r['test_macro_f1'])} | "
-                         f"{_f(r['best_val_macro_f1'])} | {r['steps']}{' (early stop)' if r['stopped_early'] else ''} |")
-    lines.append(f"| majority class | - | {_f(maj['test_accuracy'])} | {_f(maj['test_macro_f1'])} | - | - |")
-    lines += ["", "Pre-training gain (test macro-F1, pre-trained minus random init; DAPT minus pre-trained):", ""]
-    for p in PARADIGMS:
-        gain = ft[f"{p}-pretrained"]["test_macro_f1"] - ft[f"{p}-random"]["test_macro_f1"]
-        dapt = ft[f"{p}-dapt"]["test_macro_f1"] - ft[f"{p}-pretrained"]["test_macro_f1"]
-        lines.append(f"- {NAMES[p]}: pre-training {gain:+.3f}, DAPT {dapt:+.3f}")
+             f"{next(iter(ft.values()))['train_examples']} training examples per fine-tuning run.", ""]
+    lines += finetune_section(result)
     lines += ["", f"![training loss]({figures_dir}/finetune-loss.svg)", "",
-              f"![validation macro-F1]({figures_dir}/finetune-val-f1.svg)", "",
-              "## Model quality gate", "",
-              f"Selected for packaging: **{gate['selected']}** ({gate['selected_by']} among "
-              f"{', '.join(gate['candidates'])}). Verdict: **{'passed' if gate['passed'] else 'FAILED'}**"
+              f"![validation macro-F1]({figures_dir}/finetune-val-f1.svg)", ""]
+    lines += paradigm_section(result)
+    won = gate["selected"]
+    lines += ["", "## Model quality gate", "",
+              f"Selected for packaging: **{won}** (initialisation `{won.split('-', 1)[1]}`), chosen on the "
+              f"validation split ({gate['selected_by']} among {', '.join(gate['candidates'])}); the test split "
+              f"only measures it. Verdict: **{'passed' if gate['passed'] else 'FAILED'}**"
               f"{'' if gate['passed'] else ': the package stage will not ship it'}.", "",
               "| check | value | minimum | passed |", "|---|---|---|---|"]
     lines += [f"| {c['check']} | {c['value']:+.3f} | {c['minimum']:+.3f} | {'yes' if c['passed'] else 'no'} |"
               for c in gate["checks"]]
-    de = result["data_efficiency"]
-    lines += ["", "## Data efficiency", ""]
-    if de:
-        c = cfg["curve"]
-        lines += [f"Series: {', '.join(de)}. Points below the full sample are repeated over seeds "
-                  f"{', '.join(map(str, c['seeds']))} (sample, head initialisation and order; for random init also "
-                  f"the body) with at least {c['min_steps']} updates; the full-sample point is the single "
-                  "finetune stage run. Paradigms not listed were not run in this profile "
-                  "(`evaluate.curve.paradigms`).", "",
-                  "| series | training examples | test macro-F1 mean | std | range | runs |", "|---|---|---|---|---|---|"]
-        for name, pts in de.items():
-            for pt in pts:
-                f = pt["macro_f1"]
-                lines.append(f"| {name} | {pt['train_examples']} | {_f(f['mean'])} | {_f(f['std'])} | "
-                             f"{_f(f['min'])}-{_f(f['max'])} | {f['runs']} |")
-        lines += ["", f"![data efficiency]({figures_dir}/data-efficiency.svg)"]
-    else:
-        lines.append("Not run in this profile (`evaluate.curve.paradigms` is empty).")
-    lines += ["", "## In-context learning (GPT, no weight updates)", ""]
-    if result["icl"]:
-        shots = cfg["icl"]["shots"]
-        any_icl = next(iter(result["icl"].values()))
-        lines += [f"{any_icl['examples']} test examples; the label is the one whose words are most likely after "
-                  f"`<text>{cfg['icl']['separator']!r}`; each example in a k-shot prompt keeps "
-                  f"{', '.join(f'{v} tokens ({k}-shot)' for k, v in any_icl['tokens_per_example'].items())} so "
-                  "that the prompt fits the length GPT was trained on.", "",
-                  "| model | " + " | ".join(f"{k}-shot accuracy / macro-F1" for k in shots) + " |",
-                  "|---|" + "---|" * len(shots)]
-        for name, r in result["icl"].items():
-            lines.append(f"| {name} | " + " | ".join(f"{_f(r[str(k)]['accuracy'])} / {_f(r[str(k)]['macro_f1'])}"
-                                                      for k in shots) + " |")
-        lines.append(f"| majority class | {_f(maj['test_accuracy'])} (on the whole test split) |" + " |" * (len(shots) - 1))
-    else:
-        lines.append("Not run in this profile (`evaluate.icl.inits` is empty).")
+    lines += curve_section(result, figures_dir)
+    lines += icl_section(result)
     lines += ["", "## Intrinsic: held-out general and domain text, before and after DAPT", "",
               "BERT: masked-token accuracy; GPT: perplexity; T5: span (target-token) loss and accuracy. The same "
               "held-out blocks, masks and spans for both models.", "",
@@ -115,4 +214,6 @@ def markdown(result: dict, *, figures_dir: str) -> str:
                          else f"accuracy {r['eval_accuracy']:.3f}")
                 cells += [f"{r['eval_loss']:.3f}", score]
             lines.append(f"| {NAMES[p]} | {stage} | " + " | ".join(cells) + " |")
+    lines += ["", "## Verdict", "", "Written from the numbers above by `stages.evaluation.verdict`.", ""]
+    lines += [f"- {s}" for s in result["verdict"]]
     return "\n".join(lines) + "\n"

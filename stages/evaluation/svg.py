@@ -6,7 +6,8 @@ from __future__ import annotations
 import math
 from html import escape
 
-COLOURS = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#17becf"]
+COLOURS = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#17becf",
+           "#bcbd22", "#000000"]
 
 
 def _ticks(lo: float, hi: float, n: int = 5) -> list[float]:

@@ -11,6 +11,11 @@
 - T5: text to text (Raffel et al. 2020): ``prefix + text`` in, the label word out; a prediction scores every
   label string under the model and takes the most likely, so it is always a valid label.
 
+``head: pooled`` puts the same small head on every paradigm instead (:class:`PooledClassifier`): the masked
+mean of the (encoder's) last hidden states, a LayerNorm and a linear layer. BERT's stock head reads the
+[CLS] position, which masked-LM pre-training never trains, so a pre-trained and a random BERT compared
+through it differ mostly by noise; the mean over all positions reads what pre-training did train.
+
 ``init``: ``pretrained`` / ``dapt`` load the weights of ``model_dir``; ``random`` builds the same
 architecture from its config with fresh weights (the baseline that shows what pre-training buys).
 """
@@ -33,14 +38,16 @@ class EncoderClassifier:
 
     def __init__(self, paradigm: str, model_dir: Path, labels: list[str], *, init: str, seed: int,
                  aux_lm_weight: float = 0.0, aux_lm_fraction: float = 1.0) -> None:
-        from transformers import BertForSequenceClassification, GPT2ForSequenceClassification
+        from transformers import AutoModelForSequenceClassification, GPT2ForSequenceClassification
 
-        cls = BertForSequenceClassification if paradigm == "bert" else GPT2ForSequenceClassification
+        # BERT paradigm: BertForSequenceClassification or DebertaV2ForSequenceClassification, by the config
+        cls = AutoModelForSequenceClassification if paradigm == "bert" else GPT2ForSequenceClassification
         kwargs = {"num_labels": len(labels), "id2label": dict(enumerate(labels)),
                   "label2id": {lab: i for i, lab in enumerate(labels)}}
         torch.manual_seed(seed)  # the new head (and, for random init, everything) starts from this seed
         if init == "random":
-            self.model = cls(_config(model_dir, **kwargs))
+            config = _config(model_dir, **kwargs)
+            self.model = cls.from_config(config) if cls is AutoModelForSequenceClassification else cls(config)
         else:
             from transformers.utils import logging
 
@@ -65,15 +72,7 @@ class EncoderClassifier:
                          labels=batch["labels"], output_hidden_states=aux)
         if not aux:
             return out.loss
-        hidden = out.hidden_states[-1][:, :-1]  # after the final layer norm; position t predicts t + 1
-        target = batch["input_ids"][:, 1:].masked_fill(batch["attention_mask"][:, 1:] == 0, -100)
-        if self.aux_lm_fraction < 1:
-            keep = torch.rand(target.shape, device=target.device) < self.aux_lm_fraction
-            target = target.masked_fill(~keep, -100)
-        picked = target != -100
-        logits = hidden[picked] @ self.model.transformer.wte.weight.T  # the tied LM head, at the picked positions
-        lm = torch.nn.functional.cross_entropy(logits.float(), target[picked], reduction="sum") / max(
-            int(picked.sum()), 1)
+        lm = _aux_lm(out.hidden_states[-1], batch, self.model.transformer.wte.weight, self.aux_lm_fraction)
         return out.loss + self.aux_lm_weight * lm
 
     @torch.no_grad()
@@ -129,8 +128,119 @@ class TextToTextClassifier:
         return self.scores(batch).argmax(-1)
 
 
+HEAD_FILE = "head.safetensors"
+
+
+class _Pooled(torch.nn.Module):
+    """body -> masked mean over positions -> LayerNorm -> linear."""
+
+    def __init__(self, body, d_model: int, n_labels: int) -> None:
+        super().__init__()
+        self.body = body
+        self.norm = torch.nn.LayerNorm(d_model)
+        self.out = torch.nn.Linear(d_model, n_labels)
+
+    def hidden(self, input_ids, attention_mask):
+        return self.body(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+
+    def logits(self, hidden, attention_mask):
+        m = attention_mask.unsqueeze(-1).to(hidden.dtype)
+        pooled = (hidden * m).sum(1) / m.sum(1).clamp(min=1)
+        return self.out(self.norm(pooled))
+
+    def forward(self, input_ids, attention_mask):
+        return self.logits(self.hidden(input_ids, attention_mask), attention_mask)
+
+    def save_pretrained(self, path: str) -> None:
+        """The body as a stock model (``AutoModel`` loads it), the head beside it in safetensors."""
+        from safetensors.torch import save_file
+
+        self.body.save_pretrained(path)
+        save_file({f"{k}": v.contiguous() for k, v in self.state_dict().items() if not k.startswith("body.")},
+                  str(Path(path) / HEAD_FILE))
+
+
+class PooledClassifier:
+    """Any paradigm's (encoder) body with the pooled head; GPT optionally with the auxiliary LM loss.
+    T5 uses its encoder only (``T5EncoderModel``)."""
+
+    def __init__(self, paradigm: str, model_dir: Path, labels: list[str], *, init: str, seed: int,
+                 aux_lm_weight: float = 0.0, aux_lm_fraction: float = 1.0) -> None:
+        from transformers import AutoConfig, AutoModel, T5EncoderModel
+
+        torch.manual_seed(seed)  # the head (and, for random init, everything) starts from this seed
+        cls = T5EncoderModel if paradigm == "t5" else AutoModel
+        if init == "random":
+            body = cls.from_config(AutoConfig.from_pretrained(str(model_dir))) if cls is AutoModel else \
+                cls(AutoConfig.from_pretrained(str(model_dir)))
+        else:
+            from transformers.utils import logging
+
+            verbosity = logging.get_verbosity()
+            logging.set_verbosity_error()  # "unused weights: cls.*/lm_head" is the point: the head is new
+            try:
+                body = cls.from_pretrained(str(model_dir))
+            finally:
+                logging.set_verbosity(verbosity)
+        cfg = body.config
+        d_model = getattr(cfg, "hidden_size", None) or getattr(cfg, "n_embd", None) or cfg.d_model
+        self.model = _Pooled(body, d_model, len(labels))
+        head = Path(model_dir) / HEAD_FILE
+        if init != "random" and head.is_file():  # a fine-tuned folder: its trained head
+            from safetensors.torch import load_file
+
+            missing, unexpected = self.model.load_state_dict(load_file(str(head)), strict=False)
+            if unexpected or any(not k.startswith("body.") for k in missing):
+                raise ValueError(f"{head}: does not match the pooled head ({(unexpected or missing)[0]})")
+        self.paradigm, self.aux_lm_weight, self.aux_lm_fraction = paradigm, aux_lm_weight, aux_lm_fraction
+        self.device = "cpu"
+
+    def to(self, device: str) -> None:
+        self.model.to(device)
+        self.device = device
+
+    def loss(self, batch: dict) -> torch.Tensor:
+        hidden = self.model.hidden(batch["input_ids"], batch["attention_mask"])
+        loss = torch.nn.functional.cross_entropy(self.model.logits(hidden, batch["attention_mask"]).float(),
+                                                 batch["labels"])
+        if self.paradigm == "gpt" and self.aux_lm_weight > 0:
+            loss = loss + self.aux_lm_weight * _aux_lm(hidden, batch, self.model.body.wte.weight,
+                                                       self.aux_lm_fraction)
+        return loss
+
+    @torch.no_grad()
+    def scores(self, batch: dict) -> torch.Tensor:
+        return self.model(batch["input_ids"], batch["attention_mask"]).float()
+
+    def predict(self, batch: dict) -> torch.Tensor:
+        return self.scores(batch).argmax(-1)
+
+
+def _aux_lm(hidden, batch: dict, embedding, fraction: float) -> torch.Tensor:
+    """GPT-1's auxiliary LM loss over ``hidden`` (after the final layer norm): position t predicts t + 1,
+    estimated on a random ``fraction`` of the positions (unbiased)."""
+    hidden = hidden[:, :-1]
+    target = batch["input_ids"][:, 1:].masked_fill(batch["attention_mask"][:, 1:] == 0, -100)
+    if fraction < 1:
+        keep = torch.rand(target.shape, device=target.device) < fraction
+        target = target.masked_fill(~keep, -100)
+    picked = target != -100
+    logits = hidden[picked] @ embedding.T  # the tied LM head, at the picked positions
+    return torch.nn.functional.cross_entropy(logits.float(), target[picked], reduction="sum") / max(
+        int(picked.sum()), 1)
+
+
+HEADS = ("stock", "pooled")
+
+
 def make_classifier(paradigm: str, model_dir: Path, labels: list[str], tokenizer, *, init: str, seed: int,
-                    aux_lm_weight: float = 0.0, aux_lm_fraction: float = 1.0):
+                    aux_lm_weight: float = 0.0, aux_lm_fraction: float = 1.0, head: str = "stock"):
+    """``head``: ``stock`` ([CLS] for BERT, last token for GPT, text to text for T5) or ``pooled``."""
+    if head not in HEADS:
+        raise ValueError(f"head: {head!r} is not one of {', '.join(HEADS)}")
+    if head == "pooled":
+        return PooledClassifier(paradigm, model_dir, labels, init=init, seed=seed, aux_lm_weight=aux_lm_weight,
+                                aux_lm_fraction=aux_lm_fraction)
     if paradigm == "t5":
         return TextToTextClassifier(model_dir, labels, tokenizer, init=init, seed=seed)
     return EncoderClassifier(paradigm, model_dir, labels, init=init, seed=seed, aux_lm_weight=aux_lm_weight,

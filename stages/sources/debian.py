@@ -53,13 +53,26 @@ class DebianDocsSource:
 class DebianDescriptionsSource:
     """Debian package descriptions (synopsis + long description) labeled by their archive Section.
 
-    sections: the labels kept; packages in other sections are left out.
+    sections: the labels kept; packages in other sections are left out ([] = every section).
+    exclude_sections: sections left out. An unlabeled in-domain corpus for domain-adaptive pre-training is
+        the archive's other descriptions: ``sections: []`` with the task's sections excluded (Gururangan et
+        al. 2020, DAPT); the clean stage's task guard then removes anything of the task's held-out splits.
+    unwrap: join the lines of each paragraph into one line (:func:`unwrap`): the archive wraps
+        descriptions at about 75 columns, and C4's line rules read a wrapped line as a line of its own.
     refresh_lists: run ``apt-get update`` on the private lists even when cached ones exist.
     """
 
     kind: Literal["debian_descriptions"]
     sections: tuple[str, ...] = TOPICAL_SECTIONS
+    exclude_sections: tuple[str, ...] = ()
+    unwrap: bool = False
     refresh_lists: bool = False
+
+    def __post_init__(self) -> None:
+        from stages.config import check
+
+        overlap = sorted(set(self.sections) & set(self.exclude_sections))
+        check(not overlap, f"exclude_sections: {overlap[0]!r} is also in sections" if overlap else "")
 
 
 class Apt:
@@ -252,11 +265,30 @@ def long_description(desc: str) -> tuple[str, str]:
     return synopsis.strip(), "\n".join(body).strip()
 
 
+_BULLET = ("* ", "- ", "+ ", "o ", "#")
+
+
+def unwrap(body: str) -> str:
+    """Join each paragraph's wrapped lines into one line. A line starts a new line of its own when it
+    follows a blank line, is indented (Debian Policy 5.6.13: shown verbatim) or starts a list item;
+    otherwise it continues the line before it."""
+    out: list[str] = []
+    for line in body.split("\n"):
+        joins = bool(out and out[-1] and line and not line[0].isspace() and not line.startswith(_BULLET))
+        if joins:
+            out[-1] = f"{out[-1]} {line.strip()}"
+        else:
+            out.append(line.rstrip())
+    return "\n".join(out)
+
+
 def read_debian_descriptions(cfg: DebianDescriptionsSource, ctx: SourceContext,
                              prov: Provenance) -> Iterator[Record]:
     apt = Apt(ctx.subdir("apt"))
     apt.ensure_lists(cfg.refresh_lists, prov)
-    prov.description = "Debian package descriptions (Packages + Translation-en), labeled by Section"
+    prov.description = ("Debian package descriptions (Packages + Translation-en), labeled by Section"
+                        + (f"; sections {', '.join(cfg.sections)}" if cfg.sections else "; every section")
+                        + (f" except {', '.join(cfg.exclude_sections)}" if cfg.exclude_sections else ""))
     prov.licence = DEBIAN_LICENCE
     translations: dict[str, str] = {}
     helper = shutil.which("apt-helper") or "/usr/lib/apt/apt-helper"
@@ -267,11 +299,11 @@ def read_debian_descriptions(cfg: DebianDescriptionsSource, ctx: SourceContext,
         for st in parse_stanzas(proc.stdout.splitlines()):
             if "Description-md5" in st and "Description-en" in st:
                 translations[st["Description-md5"]] = st["Description-en"]
-    wanted = set(cfg.sections)
+    wanted, unwanted = set(cfg.sections), set(cfg.exclude_sections)
     rows = []
     for st in parse_stanzas(apt.run("apt-cache", "dumpavail").splitlines()):
         section = st.get("Section", "").split("/")[-1]  # contrib/net and non-free/net are still "net"
-        if section not in wanted:
+        if (wanted and section not in wanted) or section in unwanted or not section:
             continue
         desc = st.get("Description-en") or translations.get(st.get("Description-md5", ""))
         if desc is None:
@@ -281,9 +313,11 @@ def read_debian_descriptions(cfg: DebianDescriptionsSource, ctx: SourceContext,
         if not body:
             prov.skip("no_long_description")
             continue
+        if cfg.unwrap:
+            body = unwrap(body)
         source = re.split(r"\s", st.get("Source", st["Package"]).strip())[0]
         rows.append(Record(text=f"{synopsis}\n{body}", source="debian-descriptions", url=None, label=section,
                            group=source, meta={"package": st["Package"], "version": st.get("Version"),
-                                               "source_package": source}))
+                                               "source_package": source, "section": section}))
     prov.extra["translations"] = len(translations)
     yield from sorted(rows, key=lambda r: r.meta["package"])

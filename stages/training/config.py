@@ -19,8 +19,12 @@ class ModelConfig:
     heads: int = 2
     d_ff: int = 512
     dropout: float = 0.0
+    arch: str = "bert"
+    conv_kernel: int = 3
 
     def __post_init__(self) -> None:
+        check(self.arch in ("bert", "deberta_v2"), "arch: one of bert, deberta_v2")
+        check(self.conv_kernel >= 0, "conv_kernel: must be >= 0 (0 = no convolution; deberta_v2 only)")
         check(self.layers >= 1, "layers: must be >= 1")
         check(self.d_model >= 8 and self.heads >= 1 and self.d_model % self.heads == 0,
               "heads: d_model must be a multiple of heads")
@@ -39,7 +43,9 @@ class TrainConfig:
     compile: torch.compile the model. eval_every / checkpoint_every / log_every: in optimizer steps.
     eval_blocks: held-out blocks per evaluation. seed: initialisation, data order and masks.
     peak_tflops: the device's peak for MFU (0 = look up known GPUs; unknown devices report no MFU).
-    threads: CPU threads for torch (0 = torch's default)."""
+    threads: CPU threads for torch (0 = torch's default).
+    mlm_select: masked LM only: the share of positions selected for prediction (BERT: 0.15; Wettig et al.
+    2023, "Should You Mask 15% in Masked Language Modeling?", found higher rates better for small budgets)."""
 
     budget_tokens: int = 1_000_000
     budget_flops: float = 0.0
@@ -60,8 +66,10 @@ class TrainConfig:
     seed: int = 0
     peak_tflops: float = 0.0
     threads: int = 0
+    mlm_select: float = 0.15
 
     def __post_init__(self) -> None:
+        check(0 < self.mlm_select < 1, "mlm_select: must be in (0, 1)")
         check(self.budget_tokens > 0 or self.budget_flops > 0, "budget_tokens: must be > 0 (or set budget_flops)")
         check(self.micro_batch >= 1, "micro_batch: must be >= 1")
         check(self.grad_accum >= 1, "grad_accum: must be >= 1")

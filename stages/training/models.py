@@ -17,6 +17,18 @@ if TYPE_CHECKING:
 
 def model_config(layout: "BlockLayout", m: "ModelConfig"):
     """The transformers config for this paradigm and size."""
+    if layout.paradigm == "bert" and m.arch == "deberta_v2":
+        from transformers import DebertaV2Config
+
+        # DeBERTa-v2 as in He et al. 2021: relative positions (c2p + p2c, log buckets), no absolute position
+        # input, shared attention keys, the first layer's convolution over ``conv_kernel`` neighbours.
+        return DebertaV2Config(vocab_size=layout.vocab_size, hidden_size=m.d_model, num_hidden_layers=m.layers,
+                               num_attention_heads=m.heads, intermediate_size=m.d_ff, hidden_dropout_prob=m.dropout,
+                               attention_probs_dropout_prob=m.dropout, max_position_embeddings=max(512, layout.seq_len),
+                               pad_token_id=layout.pad_id, type_vocab_size=0, relative_attention=True,
+                               position_buckets=64, max_relative_positions=-1, pos_att_type=["p2c", "c2p"],
+                               position_biased_input=False, share_att_key=True, norm_rel_ebd="layer_norm",
+                               conv_kernel_size=m.conv_kernel)
     if layout.paradigm == "bert":
         from transformers import BertConfig
 
@@ -42,12 +54,14 @@ def model_config(layout: "BlockLayout", m: "ModelConfig"):
 def build_model(layout: "BlockLayout", m: "ModelConfig", *, seed: int):
     """A freshly initialised model (the initialisation is fixed by ``seed``)."""
     import torch
-    from transformers import BertForMaskedLM, GPT2LMHeadModel, T5ForConditionalGeneration
+    from transformers import BertForMaskedLM, DebertaV2ForMaskedLM, GPT2LMHeadModel, T5ForConditionalGeneration
 
     torch.manual_seed(seed)
     cfg = model_config(layout, m)
     cls = {"bert": BertForMaskedLM, "gpt": GPT2LMHeadModel, "t5": T5ForConditionalGeneration}[layout.paradigm]
-    if layout.paradigm != "t5":  # T5's relative attention bias has no SDPA path in transformers
+    if cfg.model_type == "deberta-v2":
+        cls = DebertaV2ForMaskedLM  # its disentangled attention has no SDPA path in transformers (eager)
+    elif layout.paradigm != "t5":  # T5's relative attention bias has no SDPA path in transformers
         cfg._attn_implementation = "sdpa"
     return _with_loss(cls(cfg), layout.paradigm)
 
@@ -76,7 +90,13 @@ def flops_per_token(model, layout: "BlockLayout", *, predicted_fraction: float =
 
     BERT trained through :func:`training_view` computes its output layer (transform + vocabulary
     projection) at ``predicted_fraction`` of the positions only (the MLM selection rate), so only that share
-    of those matmuls is counted: MFU counts the work done, not the work a dense head would do."""
+    of those matmuls is counted: MFU counts the work done, not the work a dense head would do.
+
+    DeBERTa-v2's disentangled attention adds two score matrices (content-to-position and
+    position-to-content, each a ``seq_len`` x relative-positions product) to the content-to-content one,
+    so its attention term is counted twice: scores 3 x 2sd plus the weighted sum 2sd per token and layer,
+    against 2sd + 2sd for standard attention (the relative-position projections are a few per-sequence
+    matmuls, left out)."""
     n = sum(p.numel() for p in model.parameters())
     cfg = model.config
     if layout.paradigm != "t5":
@@ -84,7 +104,8 @@ def flops_per_token(model, layout: "BlockLayout", *, predicted_fraction: float =
         d = getattr(cfg, "hidden_size", None) or cfg.n_embd
         if layout.paradigm == "bert" and predicted_fraction < 1:
             n -= (1 - predicted_fraction) * (d * d + cfg.vocab_size * d)
-        return 6 * n + 12 * layers * d * layout.seq_len
+        disentangled = 2 if getattr(cfg, "model_type", "") == "deberta-v2" else 1
+        return 6 * n + 12 * disentangled * layers * d * layout.seq_len
     enc = sum(p.numel() for name, p in model.named_parameters() if name.startswith("encoder.block"))
     rest = n - enc  # decoder blocks, the shared embedding / output matmul and final norms
     s, t, d = layout.seq_len, layout.targets_len, cfg.d_model
@@ -111,7 +132,8 @@ def training_view(model, objective_name: str):
     view's forward needs no device-to-host sync."""
     import torch
 
-    if objective_name != "masked_lm" or not (hasattr(model, "bert") and hasattr(model, "cls")):
+    body_name = next((n for n in ("bert", "deberta") if hasattr(model, n)), None)
+    if objective_name != "masked_lm" or body_name is None or not hasattr(model, "cls"):
         return model, (lambda batch: batch)
 
     class _View(torch.nn.Module):
@@ -122,7 +144,8 @@ def training_view(model, objective_name: str):
         def forward(self, input_ids, attention_mask=None, labels=None, positions=None, **kwargs):
             from types import SimpleNamespace
 
-            hidden = self.inner.bert(input_ids=input_ids, attention_mask=attention_mask, **kwargs)[0]
+            body = getattr(self.inner, body_name)
+            hidden = body(input_ids=input_ids, attention_mask=attention_mask, **kwargs)[0]
             picked = hidden.reshape(-1, hidden.size(-1)).index_select(0, positions)
             target = labels.reshape(-1).index_select(0, positions)
             logits = self.inner.cls(picked)

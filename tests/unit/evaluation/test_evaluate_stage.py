@@ -1,5 +1,5 @@
 """The evaluate stage end to end on tiny models: nine fine-tuned runs in, the metrics, the data-efficiency
-series, the report with its figures and the gate verdict out."""
+series (with the TF-IDF baseline), the report with its figures and verdict, and the gate verdict out."""
 
 from __future__ import annotations
 
@@ -16,9 +16,10 @@ from stages.tokenization.trainers import PARADIGMS
 from tests.unit.finetuning.conftest import write_params
 
 EVALUATE = {"curve": {"paradigms": ["bert"], "inits": ["pretrained", "random"], "sizes": [10, 30, 1000],
-                      "seeds": [0, 1], "min_steps": 6},
+                      "seeds": [0, 1], "min_steps": 6, "workers": 2},
             "icl": {"inits": ["pretrained", "dapt"], "shots": [0, 1], "max_examples": 6, "separator": "\nSection:",
-                    "seed": 0},
+                    "seed": 0, "orderings": 2, "content_free": ["N/A", ""]},
+            "baseline": {"enabled": True, "c_grid": [1.0, 10.0]},
             "intrinsic": {"eval_blocks": 4, "micro_batch": 4},
             "gate": {"candidates": [], "min_macro_f1_margin": -1.0, "min_accuracy_margin": -1.0}}
 
@@ -56,21 +57,35 @@ def test_stage_writes_metrics_series_report_and_gate(models, workspace):
     assert sorted(metrics["finetune"]) == sorted(f"{p}-{i}" for p in PARADIGMS for i in INITS)
     assert 0 < metrics["majority"]["test_accuracy"] < 1
 
-    # data efficiency: the sizes below the full sample, each over both seeds, then the finetune stage's run
-    for series in ("bert-pretrained", "bert-random"):
+    # data efficiency: the sizes below the full sample, each over both seeds, then the finetune stage's seeds
+    for series in ("bert-pretrained", "bert-random", "tfidf-logreg"):
         rows = [line.split("\t") for line in (out / "plots" / f"{series}.tsv").read_text().splitlines()]
         assert rows[0][:2] == ["train_examples", "macro_f1"]
-        full = metrics["finetune"][series]["train_examples"]
+        full = metrics["finetune"]["bert-pretrained"]["train_examples"]
         assert [int(r[0]) for r in rows[1:]] == [10, 30, full]           # 1000 > the sample: skipped
-        assert [int(r[-1]) for r in rows[1:]] == [2, 2, 1]
-        assert float(rows[-1][1]) == metrics["finetune"][series]["test_macro_f1"]
+        seeds = metrics["finetune"][series if series != "tfidf-logreg" else metrics["gate"]["selected"]]["seeds"]
+        assert [int(r[-1]) for r in rows[1:]] == [2, 2, seeds]
+        if series != "tfidf-logreg":
+            assert float(rows[-1][1]) == pytest.approx(metrics["finetune"][series]["test_macro_f1"], abs=1e-5)
         for r in rows[1:]:
             assert float(r[3]) <= float(r[1]) <= float(r[4])              # min <= mean <= max
     assert not (out / "plots" / "gpt-random.tsv").exists()
+    assert set(metrics["baseline"]) == {"10", "30", str(full)} and metrics["baseline"][str(full)]["test_macro_f1"] > 0.5
+
+    # seeds and gains in the table, the cost of each paradigm from its training.json
+    for name, row in metrics["finetune"].items():
+        assert row["seeds"] >= 1 and row["test_macro_f1_std"] >= 0
+    for p in PARADIGMS:
+        g, cost = metrics["gains"][p], metrics["paradigms"][p]
+        assert g["best_init"] in ("pretrained", "dapt") and {"difference", "pooled_std", "counts"} <= set(g["dapt"])
+        assert cost["parameters"] > 0 and cost["flops"] == pytest.approx(cost["flops_per_token"] * cost["tokens"])
+        assert cost["wall_seconds"] > 0 and cost["pretrain_eval_loss"] > 0
 
     # in-context learning for the GPT models asked for; intrinsic for every paradigm, stage and corpus
     assert set(metrics["icl"]) == {"gpt-pretrained", "gpt-dapt"}
     assert set(metrics["icl"]["gpt-pretrained"]) >= {"0", "1"}
+    icl = metrics["icl"]["gpt-pretrained"]
+    assert (icl["0"]["orderings"], icl["1"]["orderings"]) == (1, 2) and "macro_f1" in icl["1"]["calibrated"]
     for p in PARADIGMS:
         for stage in ("pretrain", "dapt"):
             assert set(metrics["intrinsic"][p][stage]) == {"general", "domain"}
@@ -85,6 +100,10 @@ def test_stage_writes_metrics_series_report_and_gate(models, workspace):
     for p in PARADIGMS:
         assert report.count(f"| {dict(bert='BERT', gpt='GPT', t5='T5')[p]} (") >= 3
     assert "| majority class |" in report and "Verdict: **passed**" in report
+    assert "| TF-IDF + logistic regression |" in report and "budget_flops" in report and "6N + 12" in report
+    verdict = report.split("## Verdict", 1)[1]
+    assert "fine-tunes best" in verdict and verdict.count("DAPT ") >= 3 and "TF-IDF" in verdict
+    assert f"**{gate['selected']}**" in report and "chosen on the validation split" in report
     for name in ("finetune-loss.svg", "finetune-val-f1.svg", "data-efficiency.svg"):
         assert f"(../out/figures/{name})" not in report and f"(figures/{name})" in report
         ET.fromstring((out / "figures" / name).read_text())              # well-formed SVG

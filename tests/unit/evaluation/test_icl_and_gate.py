@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from stages.evaluation.gate import ModelGateConfig, decide
-from stages.evaluation.icl import IclConfig, PromptBuilder, icl_accuracy, label_scores
+from stages.evaluation.icl import IclConfig, PromptBuilder, calibrate, icl_accuracy, label_scores
 from tests.unit.finetuning.conftest import LABELS
 
 
@@ -55,13 +55,51 @@ def test_prompts_fit_the_context_and_too_many_shots_fail(gpt):
 def test_icl_is_reproducible_and_reports_each_k(gpt):
     model, tok = gpt
     rows = [(f"the {w} by the {w}", i % 3) for i, w in enumerate(["river", "market", "castle"] * 8)]
-    cfg = IclConfig(shots=(0, 2), max_examples=9, separator="\nSection:", seed=3)
+    cfg = IclConfig(shots=(0, 2), max_examples=9, separator="\nSection:", seed=3, orderings=2)
     a = icl_accuracy(model, tok, LABELS, rows[:12], rows[12:], cfg, context=64)
     b = icl_accuracy(model, tok, LABELS, rows[:12], rows[12:], cfg, context=64)
     assert a == b and a["examples"] == 9
     for k in ("0", "2"):
-        assert 0 <= a[k]["accuracy"] <= 1 and 1 <= a[k]["predicted_labels"] <= 3
+        for r in (a[k], a[k]["calibrated"]):
+            assert 0 <= r["accuracy"] <= 1 and 1 <= r["predicted_labels"] <= 3 and r["accuracy_std"] >= 0
+    assert (a["0"]["orderings"], a["2"]["orderings"]) == (1, 2) and a["0"]["accuracy_std"] == 0
     assert a["tokens_per_example"] == {"0": 64, "2": 21}
+
+
+class WordTokenizer:
+    """One id per whitespace-separated word (enough for PromptBuilder)."""
+
+    def __init__(self) -> None:
+        self.vocab: dict[str, int] = {}
+
+    def __call__(self, text, add_special_tokens=False, verbose=False):
+        return {"input_ids": [self.vocab.setdefault(w, len(self.vocab)) for w in text.split()]}
+
+
+def test_contextual_calibration_removes_a_label_bias():
+    # a scorer with a strong prior for label 0 (log-odds 3) plus a weaker signal (1) for the query's label:
+    # uncalibrated it always says 0; the content-free inputs measure the prior and calibration removes it
+    tok = WordTokenizer()
+    cue = {"harbour": 0, "factory": 1, "museum": 2}
+    sep = tok("Section:")["input_ids"]
+
+    def score(ids):
+        end = max(i for i in range(len(ids)) if ids[i: i + len(sep)] == sep)
+        query = set(ids[max(0, end - 2): end])                   # the query's words ("the <cue>")
+        logits = np.array([3.0, 0.0, 0.0])
+        for w, label in cue.items():
+            if tok.vocab.get(w) in query:
+                logits[label] += 1.0
+        return logits - np.log(np.exp(logits).sum())
+
+    rows = [(f"the {w}", label) for w, label in cue.items()] * 4
+    cfg = IclConfig(shots=(0, 2), max_examples=0, separator="\nSection:", orderings=3)
+    r = icl_accuracy(None, tok, LABELS, rows, rows, cfg, context=64, score=score)
+    for k in ("0", "2"):
+        assert r[k]["accuracy"] == pytest.approx(1 / 3, abs=1e-4) and r[k]["predicted_labels"] == 1
+        assert r[k]["calibrated"]["accuracy"] == 1.0 and r[k]["calibrated"]["macro_f1"] == 1.0
+    p = np.array([0.7, 0.2, 0.1])
+    np.testing.assert_allclose(calibrate(p, p), [1 / 3] * 3)     # the bias itself calibrates to uniform
 
 
 def run(name, val, test_f1, test_acc=0.5):
@@ -86,3 +124,11 @@ def test_gate_fails_below_the_margins():
     assert not decide({"x": run("a", 0.3, 0.5, test_acc=0.3)}, ModelGateConfig())["passed"]  # below majority acc
     with pytest.raises(ValueError, match="no fine-tuned run named 'gpt-nope'"):
         decide(runs, ModelGateConfig(candidates=("gpt-nope",)))
+
+
+def test_gate_ignores_runs_without_a_validation_score_and_reports_seeds():
+    runs = {"a-x": run("a", float("nan"), 0.9), "b-y": run("b", 0.2, 0.5) | {"seeds": [{}, {}, {}],
+                                                                            "test_macro_f1_std": 0.01}}
+    verdict = decide(runs, ModelGateConfig())
+    assert verdict["selected"] == "b-y" and verdict["seeds"] == 3 and "mean over 3 seeds" in verdict["selected_by"]
+    assert verdict["metrics"]["test_macro_f1_std"] == 0.01

@@ -139,3 +139,73 @@ def test_task_gate_rejects_unknown_labels_and_leaks(models, tmp_path, capsys):
     rows.append(dict(leak, split="train", id="leak"))
     rc, out = run(models, tmp_path, "bert", "random", task=write_task(tmp_path / "leak.parquet", rows))
     assert rc == 1 and "split_overlap" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("paradigm", ["bert", "gpt", "t5"])
+def test_pooled_head_saves_and_reloads_the_same_scores(models, tmp_path, paradigm):
+    from stages.finetune import encode
+    from stages.finetuning.heads import HEAD_FILE, PooledClassifier, make_classifier
+
+    cfg = load_config(write_params(tmp_path / "p.yaml", epochs=2, head="pooled"), paradigm)
+    out = finetune(cfg, paradigm=paradigm, init="pretrained", model_dir=models.models[paradigm],
+                   df=read_task(models.task), log=lambda m: None)
+    clf, tok = out["classifier"], out["tokenizer"]
+    assert isinstance(clf, PooledClassifier)
+    clf.model.save_pretrained(str(tmp_path / "saved"))
+    tok.save_pretrained(str(tmp_path / "saved"))
+    assert (tmp_path / "saved" / HEAD_FILE).is_file()
+    again = make_classifier(paradigm, tmp_path / "saved", LABELS, tok, init="pretrained", seed=7, head="pooled")
+    batch = encode(tok, ["The farmer visited the castle.", "a market"], cfg, paradigm)
+    clf.model.eval()
+    again.model.eval()
+    assert torch.allclose(clf.scores(batch), again.scores(batch), atol=1e-5)
+    # padding does not change a text's score: the mean runs over real tokens only
+    alone = clf.scores(encode(tok, ["a market"], cfg, paradigm))
+    assert torch.allclose(alone[0], clf.scores(batch)[1], atol=1e-4)
+
+
+def test_pooled_random_init_differs_from_pretrained_only_in_the_body(models, tmp_path):
+    from stages.finetuning.heads import make_classifier
+
+    tok = None
+    pre = make_classifier("bert", models.models["bert"], LABELS, tok, init="pretrained", seed=3, head="pooled")
+    rnd = make_classifier("bert", models.models["bert"], LABELS, tok, init="random", seed=3, head="pooled")
+    a, b = pre.model.state_dict(), rnd.model.state_dict()
+    emb = "body.embeddings.word_embeddings.weight"
+    assert not torch.equal(a[emb], b[emb])
+    with pytest.raises(ValueError, match="head"):
+        make_classifier("bert", models.models["bert"], LABELS, tok, init="random", seed=3, head="cls")
+
+
+def test_stage_runs_every_seed_and_picks_the_rate_on_validation(models, tmp_path):
+    params = write_params(tmp_path / "params.yaml", epochs=1, seeds=[0, 1, 2], lr_grid=[0.003, 1e-7])
+    rc, out = run(models, tmp_path, "bert", "random", params=params)
+    assert rc == 0
+    m = json.loads((tmp_path / "m.json").read_text())
+    assert [s["seed"] for s in m["seeds"]] == [0, 1, 2]
+    assert [t["lr"] for t in m["lr_grid"]] == [0.003, 1e-7]
+    # a rate of 1e-7 cannot beat 0.003 on validation (it barely moves the head)
+    best = max(m["lr_grid"], key=lambda t: t["best_val_macro_f1"])
+    assert m["lr"] == best["lr"] and all(s["lr"] == m["lr"] for s in m["seeds"])
+    f1s = [s["test_macro_f1"] for s in m["seeds"]]
+    assert m["test_macro_f1"] == pytest.approx(np.mean(f1s), abs=1e-4)
+    assert m["test_macro_f1_std"] == pytest.approx(np.std(f1s, ddof=1), abs=1e-4)
+    saved = json.loads((out / "finetune.json").read_text())
+    assert saved["config"]["lr"] == m["lr"]
+    assert m["saved_seed"] == max(m["seeds"], key=lambda s: s["best_val_macro_f1"])["seed"]
+
+
+def test_seeds_in_two_worker_processes_give_the_same_runs(models, tmp_path):
+    from stages.finetune import finetune_seeds
+
+    results = []
+    for workers in (1, 2):
+        cfg = load_config(write_params(tmp_path / f"p{workers}.yaml", epochs=1, seeds=[0, 1], threads=1,
+                                       workers=workers, head="pooled"), "gpt")
+        out = finetune_seeds(cfg, paradigm="gpt", init="random", model_dir=models.models["gpt"],
+                             df=read_task(models.task), log=lambda m: None)
+        results.append(out)
+    one, two = results
+    assert one["metrics"]["seeds"] == two["metrics"]["seeds"]
+    for a, b in zip(one["classifier"].model.state_dict().values(), two["classifier"].model.state_dict().values()):
+        assert torch.allclose(a, b, atol=1e-5)

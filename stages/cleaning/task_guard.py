@@ -1,0 +1,150 @@
+"""A pre-training corpus and the labeled task it is scored on: the leakage guard and task-adaptive text.
+
+Models pre-trained on a corpus are fine-tuned and scored on the task, so the corpus must not hold the
+task's held-out examples: a model that has read a test description (or another package built from the same
+source package) during pre-training is scored on text it has seen. The guard drops, after cleaning:
+
+- documents whose ``meta`` names a package or a source package of the task's held-out splits
+  (``package`` / ``source_package``, as the Debian descriptions source writes them), and
+- documents whose text equals a held-out text after normalisation (lower case, letters and digits only,
+  single spaces): exact and near-exact copies.
+
+Task-adaptive pre-training (TAPT; Gururangan et al. 2020, "Don't Stop Pretraining", section 5) continues
+pre-training on the task's own unlabeled training texts. With ``tapt`` on, the task's *training* texts are
+appended (without labels) after the guard; they are the task's text as fine-tuning reads it, so the C4 rules
+do not rewrite them (the task's own ingest gate has checked them). Held-out texts are never appended.
+
+The gate re-checks the published corpus independently of the filter (:func:`leaks`): any document of the
+output that still matches the held-out splits fails the stage, with its id and the reason named.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from stages.config import check
+
+TAPT_SOURCE = "task-train"
+_WORD = re.compile(r"[^\W_]+")
+
+
+@dataclass(frozen=True, kw_only=True)
+class TaskConfig:
+    """guard: drop documents of the task's held-out splits (needs ``--task``). tapt: append the task's
+    training texts. holdout_splits: the splits nothing in a pre-training corpus may come from."""
+
+    guard: bool = False
+    tapt: bool = False
+    holdout_splits: tuple[str, ...] = ("validation", "test")
+
+    def __post_init__(self) -> None:
+        check(len(self.holdout_splits) >= 1, "holdout_splits: need at least one split")
+        check("train" not in self.holdout_splits, "holdout_splits: 'train' is what TAPT reads, not held out")
+
+
+def normal_text(text: str) -> str:
+    """Lower-cased words (letters and digits) joined by single spaces: copies that differ only in
+    case, punctuation, wrapping or whitespace map to the same key."""
+    return " ".join(_WORD.findall(text.lower()))
+
+
+def _meta(value: Any) -> dict:
+    try:
+        meta = json.loads(value) if isinstance(value, str) else {}
+    except ValueError:
+        return {}
+    return meta if isinstance(meta, dict) else {}
+
+
+class HeldOut:
+    """The packages, source packages and normalised texts of the task's held-out splits."""
+
+    def __init__(self, task, holdout_splits: tuple[str, ...]) -> None:
+        held = task[task["split"].isin(holdout_splits)]
+        metas = [_meta(m) for m in held["meta"]] if "meta" in held.columns else []
+        self.packages = {m["package"] for m in metas if m.get("package")}
+        self.sources = {m["source_package"] for m in metas if m.get("source_package")}
+        self.texts = {normal_text(t) for t in held["text"]}
+        self.examples = len(held)
+
+    def reason(self, text: str, meta: Any) -> str:
+        """Why a document leaks ('' when it does not)."""
+        m = _meta(meta)
+        if m.get("package") and m["package"] in self.packages:
+            return "held-out package"
+        if m.get("source_package") and m["source_package"] in self.sources:
+            return "held-out source package"
+        if normal_text(text) in self.texts:
+            return "held-out text"
+        return ""
+
+
+def read_task(path: Path):
+    import pandas as pd
+
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no task data (run ingest@task first)")
+    df = pd.read_parquet(path)
+    missing = [c for c in ("id", "text", "split") if c not in df.columns]
+    if missing:
+        raise ValueError(f"{path}: not a labeled task file (no {missing[0]!r} column)")
+    return df
+
+
+def apply(cfg: TaskConfig, parquet: Path, task_path: Path) -> dict:
+    """Rewrite the cleaned ``parquet`` in place: the guard's drops, then the TAPT texts. Returns counts
+    and the ids dropped (the caller removes them from the gate's per-document features)."""
+    import pandas as pd
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from stages.common.documents import doc_id, meta_json
+
+    task = read_task(task_path)
+    held = HeldOut(task, cfg.holdout_splits)
+    table = pq.read_table(parquet)
+    df = table.to_pandas()
+    dropped: dict[str, int] = {}
+    dropped_ids: set[str] = set()
+    if cfg.guard:
+        reasons = [held.reason(t, m) for t, m in zip(df["text"], df["meta"])]
+        for rid, why in zip(df["id"], reasons):
+            if why:
+                dropped[why] = dropped.get(why, 0) + 1
+                dropped_ids.add(rid)
+        df = df[[not r for r in reasons]]
+    added = 0
+    if cfg.tapt:
+        seen = set(df["id"])
+        rows = []
+        for t in task.loc[task["split"] == "train"].itertuples(index=False):
+            tid = doc_id(t.text)
+            if tid in seen or (cfg.guard and held.reason(t.text, None)):
+                continue  # a train text equal to a held-out one (after normalisation) stays out too
+            seen.add(tid)
+            rows.append({"id": tid, "text": t.text, "source": TAPT_SOURCE, "url": None,
+                         "meta": meta_json({"task_id": t.id, "split": "train"})})
+        added = len(rows)
+        df = pd.concat([df, pd.DataFrame(rows, columns=df.columns)], ignore_index=True)
+    out = pa.Table.from_pandas(df.reset_index(drop=True), schema=table.schema, preserve_index=False)
+    tmp = parquet.with_suffix(".guarded.parquet")
+    pq.write_table(out, tmp, compression="zstd", row_group_size=2048)
+    tmp.replace(parquet)
+    return {"task": str(task_path), "holdout_examples": held.examples, "guard": cfg.guard, "dropped": dropped,
+            "tapt_added": added, "documents_out": len(df), "dropped_ids": dropped_ids}
+
+
+def leaks(parquet: Path, task_path: Path, holdout_splits: tuple[str, ...]):
+    """The gate's table: one row per published document, indexed by id, with the reason it leaks
+    ('' for none). Computed from the output file, independently of :func:`apply`."""
+    import pandas as pd
+    import pyarrow.parquet as pq
+
+    held = HeldOut(read_task(task_path), holdout_splits)
+    df = pq.read_table(parquet, columns=["id", "text", "meta"]).to_pandas()
+    leak = [held.reason(t, m) for t, m in zip(df["text"], df["meta"])]
+    return pd.DataFrame({"leak": leak}, index=pd.Index(df["id"].to_numpy(), name="doc"))

@@ -1,0 +1,43 @@
+"""Independent jobs on a few processes, results in the order of the jobs.
+
+Every job is a pure function of its own description, so its result does not depend on which worker runs it
+or when; :func:`run_ordered` returns the results in the order of the jobs, and ``workers = 1`` runs them in
+this process. Otherwise each worker is a fresh interpreter (the ``spawn`` start method: forking a process
+that has loaded torch can deadlock its thread pools) that receives the shared ``state`` once and runs one job
+at a time on one torch thread, so ``workers`` runs share the cores instead of fighting over them (torch's
+intra-op threads do not scale on a handful of cores for small models). Used by the fine-tuning stage's seeds
+and the evaluation's data-efficiency curve."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+_STATE: dict[str, Any] = {}
+
+
+def _init_worker(fn: Callable, state: Any) -> None:
+    import torch
+
+    torch.set_num_threads(1)
+    _STATE.update(fn=fn, state=state)
+
+
+def _call(job: Any) -> Any:
+    return _STATE["fn"](_STATE["state"], job)
+
+
+def run_ordered(fn: Callable[[Any, Any], Any], state: Any, jobs: Sequence[Any], *, workers: int) -> list:
+    """``[fn(state, job) for job in jobs]``, on ``workers`` processes when > 1. ``fn`` must be a module-level
+    function and ``state``, the jobs and the results picklable; ``state`` is sent once to each worker."""
+    jobs = list(jobs)
+    if workers <= 1 or len(jobs) <= 1:
+        return [fn(state, job) for job in jobs]
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(max_workers=min(workers, len(jobs)), mp_context=multiprocessing.get_context("spawn"),
+                             initializer=_init_worker, initargs=(fn, state)) as pool:
+        return list(pool.map(_call, jobs))  # map yields in the order of the jobs, whatever finishes first
+
+

@@ -1,0 +1,147 @@
+"""Pure summaries of the evaluate stage's numbers: seed statistics of the fine-tuning records, the gains of
+pre-training and of DAPT with their noise, the pre-training cost of each paradigm, and the data-efficiency
+gains. No I/O except :func:`read_training`.
+
+Noise: a fine-tuning run is repeated over seeds (sample, head initialisation, data order), and a
+difference of two means is called *resolved* only when it exceeds twice the pooled seed standard deviation
+``sqrt((s_a^2 + s_b^2) / 2)`` (the noise of one run; with one seed per run it is 0 and the test is vacuous,
+which the report says through the seed counts). A gain *counts* when it is also at least
+``MIN_GAIN`` (3 macro-F1 points), the smallest difference the project calls worth a pre-training run."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+
+MIN_GAIN = 0.03
+PRETRAINED_INITS = ("pretrained", "dapt")
+
+
+def summarise(values: list[float]) -> dict:
+    """Mean, sample standard deviation (ddof=1; 0 for one value), range and count."""
+    a = np.asarray(values, dtype=np.float64)
+    return {"mean": round(float(a.mean()), 5), "std": round(float(a.std(ddof=1)) if len(a) > 1 else 0.0, 5),
+            "min": round(float(a.min()), 5), "max": round(float(a.max()), 5), "runs": len(a)}
+
+
+def seed_runs(record: dict) -> list[dict]:
+    """The per-seed runs of a finetune.json record; a record from before seeds (no ``metrics.seeds``) is one run."""
+    m, cfg = record["metrics"], record.get("config", {})
+    if m.get("seeds"):
+        return list(m["seeds"])
+    return [{"seed": cfg.get("seed", 0), "lr": m.get("lr", cfg.get("lr")), "best_val_macro_f1": m["best_val_macro_f1"],
+             "test_macro_f1": m["test_macro_f1"], "test_accuracy": m["test_accuracy"], "steps": m.get("steps")}]
+
+
+def run_row(record: dict) -> dict:
+    """The table row of one ``<paradigm>-<init>`` record: the means the record states, their seed standard
+    deviations (the record's, else computed from its seeds), the seed count and the chosen learning rate."""
+    m, seeds = record["metrics"], seed_runs(record)
+    row = {k: m[k] for k in ("test_accuracy", "test_macro_f1", "best_val_macro_f1", "steps", "train_examples",
+                             "stopped_early")}
+    for k in ("test_accuracy", "test_macro_f1", "best_val_macro_f1"):
+        std = m.get(f"{k}_std")
+        row[f"{k}_std"] = round(float(std), 5) if std is not None else summarise([s[k] for s in seeds])["std"]
+    row["seeds"] = len(seeds)
+    row["lr"] = m.get("lr", record.get("config", {}).get("lr"))
+    return row
+
+
+def pooled(a: float, b: float) -> float:
+    return round(math.sqrt((a * a + b * b) / 2), 5)
+
+
+def difference(table: dict, better: str, worse: str) -> dict:
+    """``better`` minus ``worse`` in mean test macro-F1, with the pooled seed std and the two verdicts."""
+    a, b = table[better], table[worse]
+    diff = round(a["test_macro_f1"] - b["test_macro_f1"], 5)
+    noise = pooled(a["test_macro_f1_std"], b["test_macro_f1_std"])
+    return {"difference": diff, "pooled_std": noise, "resolved": abs(diff) > 2 * noise,
+            "counts": diff >= MIN_GAIN and diff > 2 * noise, "seeds": min(a["seeds"], b["seeds"])}
+
+
+def best_pretrained(table: dict, paradigm: str) -> str:
+    """The better of the pretrained and DAPT initialisations, chosen on mean *validation* macro-F1 (as the
+    gate chooses), so the test split that measures the gain does not also pick the model."""
+    names = [f"{paradigm}-{i}" for i in PRETRAINED_INITS if f"{paradigm}-{i}" in table]
+    return max(names, key=lambda n: (table[n]["best_val_macro_f1"], n))
+
+
+def gains(table: dict, paradigms) -> dict:
+    """Per paradigm: pre-training (best pre-trained init minus random) and DAPT (dapt minus pretrained)."""
+    out = {}
+    for p in paradigms:
+        best = best_pretrained(table, p)
+        out[p] = {"best_init": best.split("-", 1)[1], "test_macro_f1": table[best]["test_macro_f1"],
+                  "test_macro_f1_std": table[best]["test_macro_f1_std"],
+                  "pretraining": difference(table, best, f"{p}-random"),
+                  "dapt": difference(table, f"{p}-dapt", f"{p}-pretrained")}
+    return out
+
+
+def read_training(folder: Path) -> dict | None:
+    """``metrics`` of a pre-training run's ``training.json`` (see :mod:`stages.pretrain`), or None."""
+    path = folder / "training.json"
+    if not path.is_file():
+        return None
+    return json.loads(path.read_text(encoding="utf-8")).get("metrics") or None
+
+
+def _wall(m: dict) -> tuple[float | None, bool]:
+    """Seconds of training and whether they are estimated: the record's own wall time if it has one, else
+    tokens / tokens per second (the training throughput; evaluation and checkpoint pauses excluded)."""
+    for key in ("wall_seconds", "train_seconds", "seconds"):
+        if m.get(key):
+            return float(m[key]), False
+    if m.get("tokens") and m.get("tokens_per_second"):
+        return m["tokens"] / m["tokens_per_second"], True
+    return None, True
+
+
+def paradigm_row(pre: dict | None, dapt: dict | None, finetuned: dict) -> dict:
+    """A paradigm's cost and result: parameters, pre-training tokens (general + DAPT), FLOPs per token
+    (6N + 12 * layers * d_model * seq_len, :func:`stages.training.models.flops_per_token`), total FLOPs,
+    training time, final held-out losses, and the fine-tuned test macro-F1 of its best pre-trained init."""
+    runs = [m for m in (pre, dapt) if m]
+    walls = [_wall(m) for m in runs]
+    known = [w for w, _ in walls if w is not None]
+    return {"parameters": (pre or dapt or {}).get("parameters"),
+            "pretrain_tokens": (pre or {}).get("tokens"), "dapt_tokens": (dapt or {}).get("tokens"),
+            "tokens": sum(m.get("tokens") or 0 for m in runs) or None,
+            "flops_per_token": (pre or dapt or {}).get("flops_per_token"),
+            "flops": sum((m.get("flops_per_token") or 0) * (m.get("tokens") or 0) for m in runs) or None,
+            "wall_seconds": round(sum(known), 1) if known and len(known) == len(runs) else None,
+            "wall_estimated": any(est for _, est in walls),
+            "pretrain_eval_loss": (pre or {}).get("eval_loss"), "dapt_eval_loss": (dapt or {}).get("eval_loss"),
+            "best_init": finetuned["best_init"], "test_macro_f1": finetuned["test_macro_f1"],
+            "test_macro_f1_std": finetuned["test_macro_f1_std"]}
+
+
+def curve_gains(de: dict, best_init: dict[str, str]) -> dict:
+    """Per paradigm with a random series on the curve: at each training size both series have, the mean test
+    macro-F1 of the best pre-trained init (the one chosen on validation for the table, else the one the
+    curve has) minus random's, with the pooled std of the two points."""
+    out = {}
+    for p in {name.split("-", 1)[0] for name in de if name.split("-", 1)[0] != "tfidf"}:
+        choices = [best_init.get(p)] + list(PRETRAINED_INITS)
+        init = next((i for i in choices if i and f"{p}-{i}" in de), None)
+        if init is None or f"{p}-random" not in de:
+            continue
+        rand = {pt["train_examples"]: pt["macro_f1"] for pt in de[f"{p}-random"]}
+        rows = []
+        for pt in de[f"{p}-{init}"]:
+            r = rand.get(pt["train_examples"])
+            if r is not None:
+                f = pt["macro_f1"]
+                rows.append({"train_examples": pt["train_examples"], "gain": round(f["mean"] - r["mean"], 5),
+                             "pooled_std": pooled(f["std"], r["std"])})
+        if rows:
+            out[p] = {"init": init, "points": rows}
+    return dict(sorted(out.items()))
+
+
+def point_at(points: list[dict], n: int) -> dict | None:
+    return next((pt for pt in points if pt["train_examples"] == n), None)

@@ -1,0 +1,98 @@
+"""The TF-IDF baseline (same samples as the neural runs, C chosen on validation, deterministic) and the
+curve's process pool (results in job order, the same for one worker or two)."""
+
+from __future__ import annotations
+
+import random
+
+import pandas as pd
+import pytest
+
+from stages.evaluation.baseline import BaselineConfig, fit_score, run_baseline
+from stages.common.pool import run_ordered
+from stages.finetune import FinetuneConfig, sample_train
+
+LABELS = ["river", "market", "castle"]
+WORDS = {"river": ["harbour", "bridge", "canal"], "market": ["factory", "station", "shop"],
+         "castle": ["museum", "theatre", "tower"]}
+
+
+def task(n_per_label: int = 30) -> pd.DataFrame:
+    rng = random.Random(0)
+    rows = []
+    for label, words in WORDS.items():
+        for i in range(n_per_label):
+            text = f"we saw the {rng.choice(words)} and the {rng.choice(sum(WORDS.values(), []))} on day {i}"
+            rows.append({"text": text, "label": label, "split": ("test", "validation", "train", "train", "train")[i % 5]})
+    return pd.DataFrame(rows)
+
+
+def test_baseline_learns_and_chooses_c_on_validation():
+    df = task()
+    cfg = BaselineConfig(c_grid=(0.01, 10.0))
+    points = run_baseline(df, LABELS, cfg, [(12, [0, 1]), (0, [5, 6])])
+    assert [p["train_examples"] for p in points] == [12, 54]
+    assert [r["seed"] for r in points[0]["runs"]] == [0, 1] and len(points[1]["runs"]) == 1  # whole split: once
+    whole = points[1]["runs"][0]
+    assert whole["test_macro_f1"] > 0.9 and whole["c"] in cfg.c_grid and whole["features"] > 10
+    again = run_baseline(df, LABELS, cfg, [(12, [0, 1])])[0]["runs"]
+    drop = (lambda r: {k: v for k, v in r.items() if k != "seconds"})  # deterministic, timings aside
+    assert [drop(r) for r in again] == [drop(r) for r in points[0]["runs"]]
+
+
+def test_baseline_trains_on_the_neural_runs_samples(monkeypatch):
+    df = task()
+    seen = []
+    import stages.evaluation.baseline as baseline
+
+    real = baseline.fit_score
+    monkeypatch.setattr(baseline, "fit_score", lambda train, *a, **k: seen.append(train[0]) or real(train, *a, **k))
+    run_baseline(df, LABELS, BaselineConfig(c_grid=(1.0,)), [(15, [3])])
+    expected = sample_train(df, FinetuneConfig(labels=tuple(LABELS), seed=3), 15)["text"].tolist()
+    assert seen == [expected]
+
+
+def test_validation_not_test_chooses_c():
+    # train and validation agree on the words of each label, test contradicts them: C must not follow test
+    import numpy as np
+
+    train = (["alpha river", "beta market", "gamma castle"] * 4, np.array([0, 1, 2] * 4))
+    val = (["alpha", "beta", "gamma"], np.array([0, 1, 2]))
+    test = (["alpha", "beta", "gamma"], np.array([1, 2, 0]))
+    r = fit_score(train, val, test, 3, BaselineConfig(c_grid=(1.0, 3.0)))
+    assert r["best_val_macro_f1"] == 1.0 and r["test_macro_f1"] == 0.0 and r["c"] == 1.0  # tie: smaller C
+
+
+def cheap(state, job):
+    return {"job": job, "value": state["base"] + job * job}
+
+
+@pytest.mark.parametrize("jobs", [[3, 1, 2, 0, 5], [7]])
+def test_run_ordered_is_the_same_for_one_or_two_workers(jobs):
+    one = run_ordered(cheap, {"base": 10}, jobs, workers=1)
+    two = run_ordered(cheap, {"base": 10}, jobs, workers=2)
+    assert one == two == [{"job": j, "value": 10 + j * j} for j in jobs]
+
+
+def test_curve_runs_agree_for_one_and_two_workers(models):
+    from stages.evaluate import CurveConfig, EvaluateConfig
+    from stages.evaluation.curve import data_efficiency
+    from stages.finetune import read_task
+    from tests.unit.finetuning.conftest import FINETUNE
+
+    df = read_task(models.task)
+    config = {**FINETUNE["defaults"], "epochs": 1, "eval_every": 2, "threads": 0}
+    seeds = [{"seed": s, "test_macro_f1": f, "test_accuracy": f, "best_val_macro_f1": f} for s, f in ((0, 0.5), (1, 0.7))]
+    runs = {"bert-random": {"config": config, "labels": LABELS,
+                            "metrics": {"train_examples": 72, "test_macro_f1": 0.6, "test_accuracy": 0.6, "seeds": seeds}}}
+    dirs = {"pretrain-bert": models.models["bert"]}
+    out = {}
+    for workers in (1, 2):
+        cfg = EvaluateConfig(curve=CurveConfig(paradigms=("bert",), inits=("random",), sizes=(8, 100), seeds=(0, 1),
+                                               min_steps=3, workers=workers))
+        out[workers] = data_efficiency(cfg, runs, df, dirs, log=lambda m: None)
+    assert out[1] == out[2]
+    pts = out[1]["bert-random"]
+    assert [p["train_examples"] for p in pts] == [8, 72] and [p["macro_f1"]["runs"] for p in pts] == [2, 2]
+    assert pts[1]["macro_f1"]["mean"] == pytest.approx(0.6)                # the finetune stage's seeds
+    assert pts[1]["macro_f1"]["std"] == pytest.approx(0.14142, abs=1e-4)

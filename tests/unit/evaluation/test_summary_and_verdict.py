@@ -1,0 +1,98 @@
+"""Seed statistics of the fine-tuning records (old records without seeds included), the gains against the
+pooled seed noise, the paradigm cost row, and a verdict that follows the numbers."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from stages.evaluation.summary import curve_gains, gains, paradigm_row, run_row, seed_runs
+from stages.evaluation.verdict import verdict
+from stages.finetune import INITS
+from stages.tokenization.trainers import PARADIGMS
+
+
+def record(f1s: list[float], val: float | None = None, seeds: bool = True) -> dict:
+    mean = sum(f1s) / len(f1s)
+    std = math.sqrt(sum((x - mean) ** 2 for x in f1s) / (len(f1s) - 1)) if len(f1s) > 1 else 0.0
+    m = {"test_accuracy": mean, "test_macro_f1": mean, "best_val_macro_f1": mean if val is None else val,
+         "steps": 10, "train_examples": 500, "stopped_early": False}
+    if seeds:
+        m |= {"test_macro_f1_std": std, "test_accuracy_std": std, "best_val_macro_f1_std": 0.0, "lr": 1e-3,
+              "seeds": [{"seed": i, "lr": 1e-3, "best_val_macro_f1": m["best_val_macro_f1"], "test_macro_f1": x,
+                         "test_accuracy": x, "steps": 10} for i, x in enumerate(f1s)]}
+    return {"metrics": m, "config": {"seed": 0, "lr": 5e-4}}
+
+
+def test_old_records_are_one_seed_with_no_spread():
+    old = record([0.4], seeds=False)
+    assert len(seed_runs(old)) == 1
+    row = run_row(old)
+    assert row["seeds"] == 1 and row["test_macro_f1_std"] == 0.0 and row["lr"] == 5e-4
+    new = run_row(record([0.4, 0.5, 0.6]))
+    assert new["seeds"] == 3 and new["test_macro_f1_std"] == pytest.approx(0.1) and new["lr"] == 1e-3
+
+
+def test_gains_use_the_pooled_seed_std_and_the_validation_choice():
+    table = {"bert-pretrained": run_row(record([0.60, 0.62, 0.64], val=0.5)),
+             "bert-dapt": run_row(record([0.70, 0.70, 0.70], val=0.4)),     # better on test, worse on validation
+             "bert-random": run_row(record([0.50, 0.55, 0.60]))}
+    g = gains(table, ["bert"])["bert"]
+    assert g["best_init"] == "pretrained"
+    pre = g["pretraining"]
+    assert pre["difference"] == pytest.approx(0.07)
+    assert pre["pooled_std"] == pytest.approx(math.sqrt((0.02**2 + 0.05**2) / 2), abs=1e-5)
+    assert not pre["counts"] and not pre["resolved"]                 # 0.07 >= 0.03 but not > 2 x 0.038
+    assert g["dapt"]["difference"] == pytest.approx(0.08)
+    table["bert-random"] = run_row(record([0.53, 0.55, 0.57]))        # std 0.02: pooled 0.02
+    pre = gains(table, ["bert"])["bert"]["pretraining"]
+    assert pre["counts"] and pre["resolved"]
+
+
+def test_paradigm_row_estimates_wall_time_from_throughput():
+    pre = {"parameters": 1000, "tokens": 2000, "flops_per_token": 6000.0, "tokens_per_second": 100.0, "eval_loss": 3.0}
+    dapt = {"parameters": 1000, "tokens": 500, "flops_per_token": 6000.0, "tokens_per_second": 50.0, "eval_loss": 2.5}
+    row = paradigm_row(pre, dapt, {"best_init": "dapt", "test_macro_f1": 0.5, "test_macro_f1_std": 0.01})
+    assert row["tokens"] == 2500 and row["flops"] == 6000.0 * 2500 and row["wall_seconds"] == 30.0
+    assert row["wall_estimated"] and (row["pretrain_eval_loss"], row["dapt_eval_loss"]) == (3.0, 2.5)
+    assert not paradigm_row(pre | {"wall_seconds": 7.0}, dapt | {"wall_seconds": 3.0}, row)["wall_estimated"]
+
+
+def point(n: int, mean: float, std: float = 0.01) -> dict:
+    s = {"mean": mean, "std": std, "min": mean - std, "max": mean + std, "runs": 3}
+    return {"train_examples": n, "macro_f1": s, "accuracy": s}
+
+
+def synthetic(strong: str, dapt_delta: float, small_gain: float, base_small: float) -> dict:
+    """A result where ``strong`` fine-tunes best, DAPT moves every paradigm by ``dapt_delta``, pre-training
+    gains ``small_gain`` at 100 labels (0.05 elsewhere) and the baseline scores ``base_small`` at 100 / 300."""
+    table = {}
+    for p in PARADIGMS:
+        top = 0.7 if p == strong else 0.5
+        for init, f1 in (("pretrained", top), ("dapt", top + dapt_delta), ("random", top - 0.02)):
+            table[f"{p}-{init}"] = run_row(record([f1 - 0.01, f1, f1 + 0.01], val=f1))
+    de = {f"{p}-{i}": [point(100, 0.3 + (0 if i == "random" else small_gain)),
+                       point(300, 0.4 + (0 if i == "random" else 0.05)),
+                       point(500, table[f"{p}-{i}"]["test_macro_f1"])] for p in PARADIGMS for i in INITS}
+    de["tfidf-logreg"] = [point(100, base_small), point(300, base_small), point(500, 0.6), point(2000, 0.65)]
+    g = gains(table, PARADIGMS)
+    return {"gains": g, "data_efficiency": de, "full_n": 500, "finetune": table,
+            "curve_gains": curve_gains(de, {p: v["best_init"] for p, v in g.items()})}
+
+
+def test_the_verdict_follows_the_numbers():
+    a = verdict(synthetic("gpt", dapt_delta=0.05, small_gain=0.3, base_small=0.1))
+    b = verdict(synthetic("t5", dapt_delta=-0.05, small_gain=0.01, base_small=0.9))
+    assert a != b
+    assert a[0].startswith("**GPT fine-tunes best**") and "0.750" in a[0] and "beyond twice" in a[0]
+    assert b[0].startswith("**T5 fine-tunes best**")
+    assert all(s.startswith("DAPT helped") and "+0.050" in s and "beyond" in s for s in a[1:4])
+    assert all(s.startswith("DAPT hurt") and "-0.050" in s for s in b[1:4])
+    assert any("matters most at **100 labels**" in s for s in a)      # the gain 0.3 at 100 labels
+    assert any("matters most at **300 labels**" in s for s in b)      # 0.05 at 300 beats 0.01 at 100
+    assert any(s.startswith("At 100 labels") and "above TF-IDF" in s for s in a)
+    assert any(s.startswith("At 100 labels") and "below TF-IDF" in s for s in b)
+    assert any("With all 500 labels" in s and "(gpt-dapt, test 0.750" in s for s in a)
+    assert any("whole training split (2000 labels)" in s for s in a)
+    assert any("With all 500 labels" in s and "(t5-pretrained, test 0.700" in s and "above" in s for s in b)

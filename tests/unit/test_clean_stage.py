@@ -93,8 +93,9 @@ def test_params_are_presets_over_defaults_and_typos_are_named(tmp_path):
         config_from_section({"c4": {"min_word": 5}}, "clean.x")
     with pytest.raises(ConfigError, match="clean.x.colour: unknown key"):
         config_from_section({"colour": 1}, "clean.x")
-    for corpus_name in ("general", "domain"):
-        assert load_config("params.yaml", corpus_name).cleaner.c4.min_sentences == 3
+    assert load_config("params.yaml", "general").cleaner.c4.min_sentences == 3  # C4's rule
+    domain = load_config("params.yaml", "domain")  # package descriptions: short pages
+    assert domain.cleaner.c4.min_sentences == 1 and domain.task.guard and domain.task.tapt
 
 
 def _jsonl(path, rows):

@@ -18,7 +18,7 @@ import yaml
 from tests.integration.conftest import free_port
 from tests.integration.test_ingest_pipeline import _dvc
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(1800)]  # the tiny pipeline runs in the first test
 
 PY = sys.executable
 

@@ -15,7 +15,7 @@ import pytest
 
 from tests.integration.conftest import free_port
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(1800)]  # the tiny pipeline runs in the first test
 
 PY = sys.executable
 

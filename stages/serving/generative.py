@@ -37,7 +37,7 @@ class _Base:
 
 
 class FillMask(_Base):
-    model_class = "BertForMaskedLM"
+    model_class = "AutoModelForMaskedLM"  # BertForMaskedLM or DebertaV2ForMaskedLM, by the config
 
     def fill(self, text: str, top_k: int = 5) -> list[dict]:
         """For each mask token in ``text``, its ``top_k`` replacements with probabilities."""

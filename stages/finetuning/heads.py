@@ -33,7 +33,21 @@ def _config(model_dir: Path, **kwargs):
     return AutoConfig.from_pretrained(str(model_dir), **kwargs)
 
 
-class EncoderClassifier:
+class _Classifier:
+    """What every head shares: the device it runs on and ``predict`` as the argmax of ``scores``."""
+
+    model: torch.nn.Module
+    device = "cpu"
+
+    def to(self, device: str) -> None:
+        self.model.to(device)
+        self.device = device
+
+    def predict(self, batch: dict) -> torch.Tensor:
+        return self.scores(batch).argmax(-1)
+
+
+class EncoderClassifier(_Classifier):
     """BERT and GPT: a sequence-classification model; GPT optionally with the auxiliary LM loss."""
 
     def __init__(self, paradigm: str, model_dir: Path, labels: list[str], *, init: str, seed: int,
@@ -60,11 +74,6 @@ class EncoderClassifier:
         if paradigm == "gpt":
             self.model.config.pad_token_id = self.model.config.eos_token_id
         self.paradigm, self.aux_lm_weight, self.aux_lm_fraction = paradigm, aux_lm_weight, aux_lm_fraction
-        self.device = "cpu"
-
-    def to(self, device: str) -> None:
-        self.model.to(device)
-        self.device = device
 
     def loss(self, batch: dict) -> torch.Tensor:
         aux = self.paradigm == "gpt" and self.aux_lm_weight > 0
@@ -80,11 +89,8 @@ class EncoderClassifier:
         """One logit per label, ``[batch, labels]``."""
         return self.model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits.float()
 
-    def predict(self, batch: dict) -> torch.Tensor:
-        return self.scores(batch).argmax(-1)
 
-
-class TextToTextClassifier:
+class TextToTextClassifier(_Classifier):
     """T5: the label word as the target; prediction by scoring each label string."""
 
     def __init__(self, model_dir: Path, labels: list[str], tokenizer, *, init: str, seed: int) -> None:
@@ -98,7 +104,6 @@ class TextToTextClassifier:
         self.candidates = torch.full((len(labels), width), -100, dtype=torch.long)
         for i, ids in enumerate(enc):
             self.candidates[i, : len(ids)] = torch.tensor(ids)
-        self.device = "cpu"
 
     def to(self, device: str) -> None:
         self.model.to(device)
@@ -123,9 +128,6 @@ class TextToTextClassifier:
             picked = logp.gather(-1, target.clamp(min=0).unsqueeze(-1)).squeeze(-1)
             scores[:, c] = (picked * valid).sum(-1)
         return scores
-
-    def predict(self, batch: dict) -> torch.Tensor:
-        return self.scores(batch).argmax(-1)
 
 
 HEAD_FILE = "head.safetensors"
@@ -160,7 +162,7 @@ class _Pooled(torch.nn.Module):
                   str(Path(path) / HEAD_FILE))
 
 
-class PooledClassifier:
+class PooledClassifier(_Classifier):
     """Any paradigm's (encoder) body with the pooled head; GPT optionally with the auxiliary LM loss.
     T5 uses its encoder only (``T5EncoderModel``)."""
 
@@ -193,11 +195,6 @@ class PooledClassifier:
             if unexpected or any(not k.startswith("body.") for k in missing):
                 raise ValueError(f"{head}: does not match the pooled head ({(unexpected or missing)[0]})")
         self.paradigm, self.aux_lm_weight, self.aux_lm_fraction = paradigm, aux_lm_weight, aux_lm_fraction
-        self.device = "cpu"
-
-    def to(self, device: str) -> None:
-        self.model.to(device)
-        self.device = device
 
     def loss(self, batch: dict) -> torch.Tensor:
         hidden = self.model.hidden(batch["input_ids"], batch["attention_mask"])
@@ -211,9 +208,6 @@ class PooledClassifier:
     @torch.no_grad()
     def scores(self, batch: dict) -> torch.Tensor:
         return self.model(batch["input_ids"], batch["attention_mask"]).float()
-
-    def predict(self, batch: dict) -> torch.Tensor:
-        return self.scores(batch).argmax(-1)
 
 
 def _aux_lm(hidden, batch: dict, embedding, fraction: float) -> torch.Tensor:

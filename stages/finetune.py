@@ -43,6 +43,10 @@ class FinetuneConfig:
     max_train_examples: a seeded sample of the train split (0 = all). epochs: at most this many passes;
     min_steps: more passes when a small sample would otherwise give fewer updates (the data-efficiency curve).
     micro_batch, lr, warmup_fraction, weight_decay: the recipe (the same for every initialisation).
+    length_pool: batches of similar lengths: each run of this many batches of the shuffled order is sorted
+    by length before it is cut, and the batches are shuffled (0 = off). The task's texts are 87-92 tokens on
+    average but nearly every random batch of 32 holds one that fills max_len 128, so this cuts the tokens a
+    step computes by about 30%.
     eval_every: steps between validation scores; patience: evaluations without improvement before stopping.
     max_eval_examples: validation examples scored during training (0 = all; the test split is always whole).
     aux_lm_weight: GPT-1's auxiliary LM loss weight for GPT (0 = off); aux_lm_fraction: the share of positions
@@ -61,6 +65,7 @@ class FinetuneConfig:
     epochs: int = 2
     min_steps: int = 0
     micro_batch: int = 32
+    length_pool: int = 0
     lr: float = 5e-4
     warmup_fraction: float = 0.06
     weight_decay: float = 0.01
@@ -71,6 +76,7 @@ class FinetuneConfig:
     aux_lm_fraction: float = 1.0
     t5_prefix: str = "classify: "
     head: str = "stock"
+    pooled_norm: str = "batch"
     seed: int = 0
     seeds: tuple[int, ...] = (0,)
     lr_grid: tuple[float, ...] = ()
@@ -85,9 +91,11 @@ class FinetuneConfig:
               "epochs: epochs, micro_batch, eval_every and patience must be >= 1")
         check(self.lr > 0, "lr: must be > 0")
         check(self.min_steps >= 0, "min_steps: must be >= 0")
+        check(self.length_pool >= 0, "length_pool: must be >= 0")
         check(self.aux_lm_weight >= 0, "aux_lm_weight: must be >= 0")
         check(0 < self.aux_lm_fraction <= 1, "aux_lm_fraction: must be in (0, 1]")
         check(self.head in ("stock", "pooled"), "head: one of stock, pooled")
+        check(self.pooled_norm in ("batch", "layer"), "pooled_norm: one of batch, layer")
         check(len(self.seeds) >= 1 and len(set(self.seeds)) == len(self.seeds), "seeds: one or more distinct seeds")
         check(all(lr > 0 for lr in self.lr_grid), "lr_grid: each learning rate must be > 0")
         check(self.workers >= 1, "workers: must be >= 1")
@@ -135,19 +143,45 @@ def encode(tok, texts: list[str], cfg: FinetuneConfig, paradigm: str) -> dict:
     return {"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"]}
 
 
+def token_lengths(tok, texts: list[str], cfg: FinetuneConfig, paradigm: str) -> np.ndarray:
+    """Each text's length in tokens as :func:`encode` will see it (after the prefix and truncation)."""
+    if paradigm == "t5":
+        texts = [cfg.t5_prefix + t for t in texts]
+    ids = tok(texts, truncation=True, max_length=cfg.max_len, add_special_tokens=paradigm != "gpt")["input_ids"]
+    return np.fromiter((len(x) for x in ids), dtype=np.int64, count=len(texts))
+
+
+def length_batches(order: np.ndarray, lengths: np.ndarray, batch: int, pool: int, rng) -> list[np.ndarray]:
+    """``order`` cut into batches of ``batch`` whose members have similar lengths, so padding to the longest
+    costs little: each run of ``pool`` batches of the (random) order is sorted by length before it is cut,
+    then the batches are shuffled (``pool`` 0 or 1: plain consecutive batches). Every index appears once."""
+    if pool <= 1:
+        return [order[lo: lo + batch] for lo in range(0, len(order), batch)]
+    out = []
+    for lo in range(0, len(order), batch * pool):
+        chunk = order[lo: lo + batch * pool]
+        chunk = chunk[np.argsort(lengths[chunk], kind="stable")]
+        out += [chunk[i: i + batch] for i in range(0, len(chunk), batch)]
+    return [out[i] for i in rng.permutation(len(out))]
+
+
 def predict(clf, tok, texts: list[str], cfg: FinetuneConfig, paradigm: str) -> np.ndarray:
+    """The predicted label ids of ``texts``, scored in batches of similar lengths (the same predictions as
+    in order: each text's score depends on its own tokens only), returned in the order of ``texts``."""
     import torch
 
     from stages.training.loop import to_device
 
     clf.model.eval()
-    out = []
+    order = np.argsort(token_lengths(tok, texts, cfg, paradigm), kind="stable") if texts else np.empty(0, int)
+    pred = np.empty(len(texts), dtype=np.int64)
     with torch.no_grad():
         for lo in range(0, len(texts), cfg.micro_batch * 2):
-            batch = to_device(encode(tok, texts[lo: lo + cfg.micro_batch * 2], cfg, paradigm), clf.device)
-            out.append(clf.predict(batch).cpu().numpy())
+            idx = order[lo: lo + cfg.micro_batch * 2]
+            batch = to_device(encode(tok, [texts[i] for i in idx], cfg, paradigm), clf.device)
+            pred[idx] = clf.predict(batch).cpu().numpy()
     clf.model.train()
-    return np.concatenate(out) if out else np.empty(0, dtype=np.int64)
+    return pred
 
 
 def finetune(cfg: FinetuneConfig, *, paradigm: str, init: str, model_dir: Path, df, train_examples: int | None = None,
@@ -166,7 +200,8 @@ def finetune(cfg: FinetuneConfig, *, paradigm: str, init: str, model_dir: Path, 
     label_id = {lab: i for i, lab in enumerate(cfg.labels)}
     tok = AutoTokenizer.from_pretrained(str(model_dir))
     clf = make_classifier(paradigm, model_dir, list(cfg.labels), tok, init=init, seed=cfg.seed,
-                          aux_lm_weight=cfg.aux_lm_weight, aux_lm_fraction=cfg.aux_lm_fraction, head=cfg.head)
+                          aux_lm_weight=cfg.aux_lm_weight, aux_lm_fraction=cfg.aux_lm_fraction, head=cfg.head,
+                          pooled_norm=cfg.pooled_norm)
     device = "cuda" if torch.cuda.is_available() else "cpu"  # fp32 on either: these runs are short
     clf.to(device)
     train = sample_train(df, cfg, train_examples)
@@ -184,6 +219,7 @@ def finetune(cfg: FinetuneConfig, *, paradigm: str, init: str, model_dir: Path, 
     optimizer = make_optimizer(clf.model, recipe, device)
     rng = np.random.default_rng(cfg.seed)
     texts = train["text"].tolist()
+    lengths = token_lengths(tok, texts, cfg, paradigm)
     curve, best, best_state, bad, step = [], -1.0, None, 0, 0
     running, since = 0.0, 0
     clf.model.train()
@@ -195,8 +231,7 @@ def finetune(cfg: FinetuneConfig, *, paradigm: str, init: str, model_dir: Path, 
         bar = tqdm(total=total, unit="step", dynamic_ncols=True, mininterval=1.0, desc=f"{paradigm}-{init}")
     for epoch in range(epochs):
         order = rng.permutation(len(train))
-        for lo in range(0, len(order), cfg.micro_batch):
-            idx = order[lo: lo + cfg.micro_batch]
+        for idx in length_batches(order, lengths, cfg.micro_batch, cfg.length_pool, rng):
             batch = encode(tok, [texts[i] for i in idx], cfg, paradigm)
             batch["labels"] = torch.from_numpy(y_train[idx].astype(np.int64))
             batch = to_device(batch, device)
@@ -311,7 +346,8 @@ def finetune_seeds(cfg: FinetuneConfig, *, paradigm: str, init: str, model_dir: 
         f"{metrics['best_val_macro_f1']:.3f}; saved seed {best_seed}")
     tok = AutoTokenizer.from_pretrained(str(model_dir))
     clf = make_classifier(paradigm, model_dir, list(cfg.labels), tok, init=init, seed=best_seed,
-                          aux_lm_weight=cfg.aux_lm_weight, aux_lm_fraction=cfg.aux_lm_fraction, head=cfg.head)
+                          aux_lm_weight=cfg.aux_lm_weight, aux_lm_fraction=cfg.aux_lm_fraction, head=cfg.head,
+                          pooled_norm=cfg.pooled_norm)
     clf.model.load_state_dict(runs[best_seed]["weights"])
     return {"metrics": metrics, "config": dataclasses.replace(cfg, lr=best_lr), "curve": runs[first]["curve"],
             "classifier": clf, "tokenizer": tok}

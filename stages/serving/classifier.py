@@ -31,7 +31,8 @@ class TextClassifier:
         self.labels = list(info["labels"])
         self.tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
         self.head = make_classifier(self.paradigm, model_dir, self.labels, self.tokenizer, init="pretrained", seed=0,
-                                    head=self.cfg.head)
+                                    head=self.cfg.head,
+                                    pooled_norm=self.cfg.pooled_norm)
         self.head.to(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         self.head.model.eval()
         self.batch_size = batch_size

@@ -209,3 +209,84 @@ def test_seeds_in_two_worker_processes_give_the_same_runs(models, tmp_path):
     assert one["metrics"]["seeds"] == two["metrics"]["seeds"]
     for a, b in zip(one["classifier"].model.state_dict().values(), two["classifier"].model.state_dict().values()):
         assert torch.allclose(a, b, atol=1e-5)
+
+
+class _ConstantPlusSignal(torch.nn.Module):
+    """A body whose states are one large shared vector plus a small per-example signal (a pre-trained body's
+    mean-pooled states look like this: mean cosine 0.95-0.999 between task examples)."""
+
+    def __init__(self, signal: torch.Tensor) -> None:
+        super().__init__()
+        self.signal = signal
+
+    def forward(self, input_ids, attention_mask):
+        from types import SimpleNamespace
+
+        shared = torch.linspace(5.0, 50.0, self.signal.size(1))
+        return SimpleNamespace(last_hidden_state=(shared + self.signal[input_ids[:, 0]]).unsqueeze(1).repeat(
+            1, input_ids.size(1), 1))
+
+
+@pytest.mark.parametrize("norm", ["batch", "layer"])
+def test_pooled_norm_batch_removes_the_shared_direction_layer_keeps_it(norm):
+    from stages.finetuning.heads import _Pooled
+
+    torch.manual_seed(0)
+    signal = 0.01 * torch.randn(8, 16)
+    head = _Pooled(_ConstantPlusSignal(signal), 16, 3, norm=norm)
+    ids, mask = torch.arange(8).unsqueeze(1).repeat(1, 4), torch.ones(8, 4, dtype=torch.long)
+    pooled = head.body(ids, mask).last_hidden_state.mean(1)
+    normed = head.norm(pooled)
+    spread = normed.std(0).mean().item()  # how far apart the examples are after the norm, per feature
+    if norm == "batch":
+        assert spread == pytest.approx(1.0, abs=0.1)  # standardised over the examples: what differs is kept
+        assert torch.allclose(normed.mean(0), torch.zeros(16), atol=1e-3)
+    else:
+        assert spread < 0.01  # per example: the shared vector dominates, the examples look alike
+
+
+def test_pooled_batch_norm_trains_on_a_batch_of_one_and_rejects_unknown_norms():
+    from stages.finetuning.heads import _Pooled
+
+    head = _Pooled(_ConstantPlusSignal(torch.randn(4, 8)), 8, 2, norm="batch")
+    head.train()
+    logits = head(torch.zeros(1, 3, dtype=torch.long), torch.ones(1, 3, dtype=torch.long))
+    assert logits.shape == (1, 2) and torch.isfinite(logits).all()  # running statistics, not a crash
+    with pytest.raises(ValueError, match="pooled_norm"):
+        _Pooled(_ConstantPlusSignal(torch.randn(4, 8)), 8, 2, norm="group")
+
+
+def test_length_batches_cover_every_example_once_with_similar_lengths():
+    from stages.finetune import length_batches
+
+    rng = np.random.default_rng(0)
+    lengths = rng.integers(5, 128, size=1000)
+    order = rng.permutation(1000)
+    plain = length_batches(order, lengths, 32, 0, np.random.default_rng(1))
+    assert np.array_equal(np.concatenate(plain), order) and len(plain) == 32
+    pooled = length_batches(order, lengths, 32, 10, np.random.default_rng(1))
+    assert len(pooled) == len(plain) and sorted(np.concatenate(pooled).tolist()) == list(range(1000))
+    padded = lambda batches: sum(len(b) * lengths[b].max() for b in batches)  # noqa: E731
+    assert padded(pooled) < 0.75 * padded(plain)  # far less padding
+    # each pool of 10 batches holds the same examples as that stretch of the shuffled order
+    assert sorted(np.concatenate(pooled).tolist()) == sorted(order.tolist())
+    again = length_batches(order, lengths, 32, 10, np.random.default_rng(1))
+    assert all(np.array_equal(a, b) for a, b in zip(pooled, again))  # seeded: the same batches
+
+
+@pytest.mark.parametrize("paradigm", ["bert", "t5"])
+def test_predict_in_length_order_returns_the_texts_own_predictions(models, tmp_path, paradigm):
+    from stages.finetune import encode, predict
+    from stages.finetuning.heads import make_classifier
+
+    cfg = load_config(write_params(tmp_path / "p.yaml", head="pooled"), paradigm)
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(models.models[paradigm]))
+    clf = make_classifier(paradigm, models.models[paradigm], LABELS, tok, init="random", seed=0, head="pooled")
+    texts = ["a", "the farmer visited the castle by the river at dawn and stayed", "market", "the castle",
+             "a river runs through the old market town where farmers sell grain"] * 3
+    got = predict(clf, tok, texts, cfg, paradigm)
+    clf.model.eval()
+    one_by_one = [int(clf.predict(encode(tok, [t], cfg, paradigm))[0]) for t in texts]
+    assert got.tolist() == one_by_one

@@ -82,7 +82,11 @@ def render(record: dict, bento: dict | None = None) -> str:
     for corpus, info in record.get("sources", {}).items():
         lines.append(f"  {corpus} ({info.get('stage')})")
         for src in info.get("sources", []):
-            lines.append(f"    {src.get('kind')}: {src.get('description') or src.get('package') or ''}")
+            lines.append(f"    {src.get('kind')}: {src.get('description') or ''}")
+            lines.append(f"      licence: {src.get('licence') or 'NOT RECORDED (check the source before use)'}")
+            for pkg in src.get("packages") or []:
+                if isinstance(pkg, dict) and pkg.get("name"):
+                    lines.append(f"      package {pkg['name']}@{pkg.get('version', '?')}  {pkg.get('integrity', '')}")
             for f in src.get("files") or []:
                 lines.append(f"      {f.get('path')}  sha256 {f.get('sha256')}  {_fmt(f.get('bytes', 0))} bytes")
     model_path = set(Lock(stages=record["stages"]).upstream([model["stage"]]))

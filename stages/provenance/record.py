@@ -143,6 +143,10 @@ def gate_summary(report: dict) -> dict:
     return report  # the model gate is small and is kept whole
 
 
+# what the lineage keeps of each raw source of an ingest manifest: its licence terms travel with the model
+SOURCE_KEYS = ("kind", "description", "licence", "packages", "records", "files")
+
+
 def sources(root: Path, stage_names: list[str], lock: Lock) -> dict:
     """Raw inputs per corpus from the manifests of the ingest stages upstream."""
     out = {}
@@ -155,8 +159,7 @@ def sources(root: Path, stage_names: list[str], lock: Lock) -> dict:
                 continue
             out[manifest.get("corpus", name.split("@", 1)[1])] = {
                 "stage": name, "counts": manifest.get("counts", {}), "outputs": manifest.get("outputs", {}),
-                "sources": [{k: s.get(k) for k in ("kind", "description", "package", "files") if k in s}
-                            for s in manifest.get("sources", [])]}
+                "sources": [{k: s.get(k) for k in SOURCE_KEYS if k in s} for s in manifest.get("sources", [])]}
     return out
 
 

@@ -52,6 +52,12 @@ def test_record_holds_the_chain_and_verifies_against_its_workspace(tmp_path):
     text = render(rec, {"tag": "lm:v1"})
     for part in ("1. Raw sources", "ab" * 32, "finetune@m1", "model gate: PASSED, selected m1", "Bento lm:v1"):
         assert part in text
+    # every source's licence travels with the model and is printed, a missing one is flagged
+    task_src = rec["sources"]["task"]["sources"]
+    assert task_src[0]["licence"] == "each package's own licence" and task_src[0]["records"] == 2
+    assert task_src[0]["packages"][0]["name"] == "corpus-x"
+    assert "licence: each package's own licence" in text and "package corpus-x@1.2.3  sha512-xyz" in text
+    assert "licence: NOT RECORDED" in text
     assert "finetune@m2   (compared by the evaluation, not upstream of this model)" in text
 
 

@@ -37,7 +37,10 @@ def make_workspace(root: Path, *, gate_passed: bool = True) -> Path:
     write(root / "data/ingested/task/manifest.json", json.dumps({
         "corpus": "task", "counts": {"documents": 2},
         "sources": [{"kind": "debian_descriptions", "description": "package descriptions",
-                     "files": [{"path": ".cache/Packages.lz4", "sha256": "ab" * 32, "bytes": 123}]}]}))
+                     "licence": "each package's own licence", "records": 2,
+                     "packages": [{"name": "corpus-x", "version": "1.2.3", "integrity": "sha512-xyz"}],
+                     "files": [{"path": ".cache/Packages.lz4", "sha256": "ab" * 32, "bytes": 123}]},
+                    {"kind": "npm_brown", "description": "no licence given"}]}))
     write(root / "reports/quality/ingest-task.json", json.dumps({
         "gate": "ingest-task", "success": True, "summary": {"checks": 3, "failed": 0}, "failed": [], "stats": {},
         "checks": [{"name": "x", "success": True}]}))

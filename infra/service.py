@@ -1,6 +1,6 @@
 """The BentoML service of a packaged model (``python -m stages.package`` builds it into a Bento).
 
-Thin by design (DESIGN.md, style 10): artefacts load in ``__init__``, the APIs are typed with limits, and
+Thin by design: artefacts load in ``__init__``, the APIs are typed with limits, and
 pre/post-processing is imported from ``stages.serving``. ``bento_config.json`` (written beside this file in
 the build context by the package stage) names the models in the Bento, the request limits and the batching
 settings, so the APIs and the OpenAPI spec list only what this Bento can answer:

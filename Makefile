@@ -12,7 +12,7 @@ export BENTOML_DO_NOT_TRACK      := True
 export PREFECT_SERVER_ANALYTICS_ENABLED := false
 export HF_HUB_DISABLE_TELEMETRY  := 1
 
-.PHONY: run test test-unit test-integration ui repro clean-venv
+.PHONY: run test test-unit test-integration ui clean-venv
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)

@@ -24,15 +24,14 @@ import csv
 import io
 import json
 import sys
-import tempfile
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from stages.cleaning.pipeline import CleanerConfig, CleanResult, clean_corpus
+from stages.cleaning.pipeline import CleanerConfig, CleanResult, EmptyInput, clean_corpus
 from stages.cleaning.task_guard import TaskConfig
-from stages.common.atomic import atomic_dir, write_bytes_atomic, write_json_atomic
+from stages.common.atomic import atomic_dir, refuse_overlap, work_dir, write_bytes_atomic, write_json_atomic
 from stages.config import ConfigError, build, check, deep_merge, load_params, section
 
 
@@ -188,10 +187,18 @@ def clean(cfg: CleanConfig, *, input_path: Path, output_dir: Path, report_path: 
     if task_path is not None and not task_path.is_file():
         raise FileNotFoundError(f"{task_path}: no task data (run ingest@task first)")
     drops: Counter = Counter()
-    with atomic_dir(output_dir) as tmp, tempfile.TemporaryDirectory(prefix="clean-", dir=tmp.parent) as work:
-        result = clean_corpus(read_records(input_path, drops), cfg.cleaner, work=Path(work),
-                              out_parquet=tmp / "documents.parquet", words=words, log=log,
-                              name=f"clean@{output_dir.name}")
+    refuse_overlap({"output": output_dir, "report": report_path},
+                   {"input": input_path, "task": task_path, "cache-dir": cache_dir})
+    with atomic_dir(output_dir) as tmp, work_dir(output_dir) as work:
+        try:
+            result = clean_corpus(read_records(input_path, drops), cfg.cleaner, work=Path(work),
+                                  out_parquet=tmp / "documents.parquet", words=words, log=log,
+                                  name=f"clean@{output_dir.name}")
+        except EmptyInput as exc:
+            skipped = Counter(drops) + Counter(exc.args[0])
+            why = ", ".join(f"{v} {k}" for k, v in sorted(skipped.items())) or "the input holds no record"
+            raise ValueError(f"{input_path}: no document to clean: no record has a text string ({why}); "
+                             "expected JSON lines or Parquet rows with a 'text' field") from None
         result.input_drops.update(drops)
         result.docs_in += sum(drops.values())
         result.word_lists = lists
@@ -247,6 +254,8 @@ def main(argv: Iterable[str] | None = None) -> int:
 
             cfg = dataclasses.replace(cfg, cleaner=dataclasses.replace(cfg.cleaner, workers=args.workers))
         report = args.report or args.output.parent / f"{args.output.name}.gate.json"
+        refuse_overlap({"metrics": args.metrics, "plot": args.plot},
+                       {"input": args.input, "task": args.task, "params": args.params})
         result = clean(cfg, input_path=args.input, output_dir=args.output, report_path=report,
                        cache_dir=args.cache_dir, task_path=args.task, log=lambda m: print(m, file=sys.stderr))
     except (ConfigError, SourceError, GateFailed, FileNotFoundError, ValueError) as exc:

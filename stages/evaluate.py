@@ -40,6 +40,7 @@ from pathlib import Path
 
 
 from stages.common.atomic import write_bytes_atomic, write_json_atomic
+from stages.common.cli import overlap_error
 from stages.config import ConfigError, build, check, load_params, section
 from stages.evaluation.baseline import BaselineConfig
 from stages.evaluation.curve import baseline, data_efficiency, source
@@ -251,6 +252,10 @@ def main(argv: Iterable[str] | None = None) -> int:
     ap.add_argument("--figures", type=Path, required=True)
     ap.add_argument("--gate", type=Path, required=True, help="the model quality gate's verdict (JSON)")
     args = ap.parse_args(list(argv) if argv is not None else None)
+    if (overlap := overlap_error(args, ["metrics", "plots", "report", "figures", "gate"],
+                                 ["params", "task", "finetuned", "pretrained", "dapt", "tokens"])):
+        print(f"error: {overlap}", file=sys.stderr)
+        return 1
     from stages.common.atomic import atomic_dir
     from stages.evaluation.report import figures, markdown
     from stages.finetune import read_task

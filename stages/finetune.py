@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from stages.common.atomic import atomic_dir, write_bytes_atomic, write_json_atomic
+from stages.common.cli import overlap_error
 from stages.config import ConfigError, build, check, deep_merge, load_params, section
 from stages.tokenization.trainers import PARADIGMS
 
@@ -375,6 +376,9 @@ def main(argv: Iterable[str] | None = None) -> int:
     ap.add_argument("--report", type=Path, help="task gate report (default: OUTPUT.gate.json beside OUTPUT)")
     ap.add_argument("--no-progress", action="store_true")
     args = ap.parse_args(list(argv) if argv is not None else None)
+    if (overlap := overlap_error(args, ["output", "metrics", "plot", "report"], ["params", "task", "model"])):
+        print(f"error: {overlap}", file=sys.stderr)
+        return 1
     from stages.quality.gate import GateFailed
 
     try:

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from stages.common.atomic import atomic_dir, write_json_atomic
+from stages.common.cli import overlap_error
 from stages.common.documents import LABELED_COLUMNS, Record, arrow_schema, doc_id, is_json_text, meta_json
 from stages.config import ConfigError, build, check, load_params, section
 from stages.sources import Provenance, SourceConfig, SourceContext, SourceError, read_source
@@ -328,6 +329,9 @@ def main(argv: Iterable[str] | None = None) -> int:
     ap.add_argument("--report", type=Path, required=True, help="gate report JSON")
     ap.add_argument("--metrics", type=Path, required=True, help="metrics JSON (DVC metrics)")
     args = ap.parse_args(list(argv) if argv is not None else None)
+    if (overlap := overlap_error(args, ["output", "report", "metrics"], ["params", "cache-dir"])):
+        print(f"error: {overlap}", file=sys.stderr)
+        return 1
     from stages.quality.gate import GateFailed
 
     try:

@@ -32,6 +32,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from stages.common.atomic import write_json_atomic
+from stages.common.cli import overlap_error
 from stages.config import ConfigError, build, check, load_params, section
 from stages.tokenization.trainers import PARADIGMS
 
@@ -320,6 +321,10 @@ def main(argv: Iterable[str] | None = None) -> int:
     ap.add_argument("--metrics", type=Path, help="what was packaged (JSON)")
     ap.add_argument("--root", type=Path, default=Path("."), help="the workspace holding dvc.lock")
     args = ap.parse_args(list(argv) if argv is not None else None)
+    if (overlap := overlap_error(args, ["metrics"],
+                                 ["params", "gate", "finetuned", "pretrained", "dapt", "service"])):
+        print(f"error: {overlap}", file=sys.stderr)
+        return 1
     os.environ.setdefault("BENTOML_DO_NOT_TRACK", "True")
     from stages.provenance.record import LineageError
 

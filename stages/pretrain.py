@@ -31,6 +31,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from stages.common.atomic import atomic_dir, write_bytes_atomic, write_json_atomic
+from stages.common.cli import overlap_error
 from stages.config import ConfigError, build, deep_merge, load_params, section
 from stages.tokenization.trainers import PARADIGMS
 from stages.training.config import PretrainConfig, TrainConfig
@@ -167,6 +168,10 @@ def main(argv: Iterable[str] | None = None) -> int:
     ap.add_argument("--no-progress", action="store_true")
     argv = list(argv) if argv is not None else sys.argv[1:]
     args = ap.parse_args(argv)
+    if (overlap := overlap_error(args, ["output", "checkpoints", "metrics", "plot"],
+                                 ["params", "tokens", "tokenizer", "init"])):
+        print(f"error: {overlap}", file=sys.stderr)
+        return 1
     from stages.training.checkpoint import CheckpointError
     from stages.training.launch import relaunch
     from stages.training.loop import TrainingDiverged

@@ -1,4 +1,4 @@
-"""Profiles: small, named diffs over params.yaml (DESIGN.md: presets are diffs, not copies).
+"""Profiles: small, named diffs over params.yaml (presets are diffs, not copies).
 
 ``profiles/<name>.yaml`` maps dotted params keys to values. ``python -m stages.profile gpu`` validates the
 keys against params.yaml (and the typed configs) and prints ``-S key=value`` arguments for

@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from stages.common.atomic import atomic_dir, write_json_atomic
-from stages.common.cli import named_path
+from stages.common.cli import named_path, overlap_error
 from stages.config import ConfigError, build, load_params, section
 from stages.sources.base import sha256_file
 from stages.tokenization.corpus import texts_of
@@ -180,6 +180,9 @@ def main(argv: Iterable[str] | None = None) -> int:
     ap.add_argument("--output", type=Path, required=True, help="tokenizer folder (replaced atomically)")
     ap.add_argument("--metrics", type=Path, help="metrics JSON for DVC")
     args = ap.parse_args(list(argv) if argv is not None else None)
+    if (overlap := overlap_error(args, ["output", "metrics"], ["params", "train", "eval"])):
+        print(f"error: {overlap}", file=sys.stderr)
+        return 1
     try:
         cfg, split = load_config(args.params, args.paradigm)
         metrics = train_tokenizer(cfg, split, paradigm=args.paradigm, train_path=args.train,

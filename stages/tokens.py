@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from stages.common.atomic import atomic_dir, write_json_atomic
-from stages.common.cli import named_path
+from stages.common.cli import named_path, overlap_error
 from stages.common.shards import open_shards
 from stages.config import ConfigError, build, check, deep_merge, load_params, section
 from stages.quality.tokens_suite import TokensGateConfig
@@ -217,6 +217,9 @@ def main(argv: Iterable[str] | None = None) -> int:
     ap.add_argument("--report", type=Path, help="gate report JSON (default: OUTPUT.gate.json beside OUTPUT)")
     ap.add_argument("--metrics", type=Path, help="metrics JSON for DVC")
     args = ap.parse_args(list(argv) if argv is not None else None)
+    if (overlap := overlap_error(args, ["output", "report", "metrics"], ["params", "tokenizer", "corpus"])):
+        print(f"error: {overlap}", file=sys.stderr)
+        return 1
     from stages.quality.gate import GateFailed
 
     try:

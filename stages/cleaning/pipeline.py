@@ -302,6 +302,10 @@ def _merger(into: dict[str, FilterStats], rejects: dict[str, list], cap: int) ->
     return consume
 
 
+class EmptyInput(ValueError):
+    """No record of the input has a text string; ``args[0]`` counts the skipped records by reason."""
+
+
 def clean_corpus(records: Iterator[dict[str, Any]], cfg: CleanerConfig, *, work: Path, out_parquet: Path,
                  words: list[str], log: Callable[[str], None] = print, name: str = "clean") -> CleanResult:
     """Clean ``records`` (dicts with text, optional id, url, source, meta, timestamp) into ``out_parquet``.
@@ -317,6 +321,8 @@ def clean_corpus(records: Iterator[dict[str, Any]], cfg: CleanerConfig, *, work:
     work.mkdir(parents=True, exist_ok=True)
     input_drops: Counter = Counter()
     shards, rows, n_in, chars_in, bytes_in = write_input_shards(records, work, cfg.shard_docs, input_drops)
+    if not rows:
+        raise EmptyInput(input_drops)
     lengths = [r[4] for r in rows]
     rows = [r[:4] for r in rows]
     filters: dict[str, FilterStats] = {}

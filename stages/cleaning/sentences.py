@@ -23,7 +23,7 @@ from __future__ import annotations
 import threading
 from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:  # the import is lazy at run time (DESIGN.md style rule 8)
+if TYPE_CHECKING:  # the import is lazy at run time: importing the stage stays cheap
     from punkt import PunktSentenceTokenizer
 
 #: The model C4 used: NLTK's English Punkt (``english.pickle``, later ``punkt_tab/english``).

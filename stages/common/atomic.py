@@ -1,7 +1,7 @@
 """Atomic outputs: a stage writes into a temporary sibling and renames it into place.
 
 A killed or failed stage therefore leaves either the previous complete output or nothing, never a
-half-written folder (DESIGN.md, "Contracts between stages").
+half-written folder (README.md, "The data contract").
 """
 
 from __future__ import annotations
@@ -35,10 +35,37 @@ def atomic_dir(target: str | Path) -> Iterator[Path]:
             shutil.rmtree(tmp, ignore_errors=True)
 
 
+def work_dir(target: str | Path) -> tempfile.TemporaryDirectory:
+    """A scratch folder beside ``target`` (``.<name>.work-XXXX``), removed on exit; one left by a killed run
+    is removed by the next :func:`atomic_dir` of the same target (:func:`sweep_stale`)."""
+    target = Path(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    return tempfile.TemporaryDirectory(prefix=f".{target.name}.work-", dir=target.parent)
+
+
+def refuse_overlap(outputs: dict[str, Any], inputs: dict[str, Any]) -> None:
+    """Raise ``ValueError`` when an output path is, contains or lies inside an input path (names are the
+    command-line options, for the message). An output folder is replaced whole, so an output that holds an
+    input would delete it, and one inside an input would change what the stage reads."""
+    for oname, out in outputs.items():
+        if out is None:
+            continue
+        o = Path(out).resolve()
+        for iname, given in inputs.items():
+            if given is None:
+                continue
+            i = Path(given).resolve()
+            how = ("is" if o == i else "contains" if o in i.parents else "lies inside" if i in o.parents else "")
+            if how:
+                raise ValueError(f"--{oname} {out}: {how} the input --{iname} {given}; outputs are replaced "
+                                 "whole, so nothing you pass in may be, hold or contain one. Choose another "
+                                 f"--{oname}.")
+
+
 def sweep_stale(target: Path) -> None:
-    """Remove temporary and set-aside siblings of ``target`` left by a run that was killed (SIGKILL skips
-    cleanup). One writer per output is assumed, as DVC runs a stage once at a time."""
-    for pattern in (f".{target.name}.tmp-*", f".{target.name}.old-*"):
+    """Remove temporary, set-aside and scratch siblings of ``target`` left by a run that was killed (SIGKILL
+    skips cleanup). One writer per output is assumed, as DVC runs a stage once at a time."""
+    for pattern in (f".{target.name}.tmp-*", f".{target.name}.old-*", f".{target.name}.work-*"):
         for p in target.parent.glob(pattern):
             if p.is_dir() and not p.is_symlink():
                 shutil.rmtree(p, ignore_errors=True)

@@ -1,4 +1,4 @@
-"""Standard gate suites for the data contracts in DESIGN.md ("Contracts between stages").
+"""Standard gate suites for the data contracts between stages (README.md, "The data contract").
 
 Each builder takes the caller's DataFrame and returns `(tables, expectations)` ready for
 `gate.validate` / `gate.enforce`:

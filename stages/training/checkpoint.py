@@ -1,6 +1,8 @@
 """Checkpoints without pickles: the model with ``save_pretrained`` (safetensors), the optimizer's tensors in
 ``optimizer.safetensors`` and everything else (step, tokens seen, history, the run's fingerprint) in JSON.
-Written atomically, so a kill during a save leaves the previous checkpoint."""
+Written atomically, so a kill during a save leaves the previous checkpoint. ``state.json`` holds the SHA-256
+of every other file of the checkpoint, and a resume checks them before it loads anything: a flipped byte is
+an error naming the file, not a silently different run."""
 
 from __future__ import annotations
 
@@ -24,7 +26,37 @@ def save(folder: Path, model, optimizer, state: dict) -> None:
         model.save_pretrained(str(tmp / "model"))
         save_file(tensors, str(tmp / "optimizer.safetensors"))
         write_json_atomic(tmp / "optimizer.json", {"param_groups": sd["param_groups"]})
-        write_json_atomic(tmp / "state.json", state)
+        write_json_atomic(tmp / "state.json", {**state, "files": digests(tmp)})
+
+
+def digests(folder: Path) -> dict[str, str]:
+    """SHA-256 of every file of a checkpoint folder but ``state.json``, by path relative to it."""
+    import hashlib
+
+    def sha256(path: Path) -> str:
+        h = hashlib.sha256()
+        with path.open("rb") as fh:
+            for chunk in iter(lambda: fh.read(1 << 20), b""):
+                h.update(chunk)
+        return h.hexdigest()
+
+    return {p.relative_to(folder).as_posix(): sha256(p) for p in sorted(folder.rglob("*"))
+            if p.is_file() and p.name != "state.json"}
+
+
+def verify(folder: Path, state: dict) -> None:
+    """Raise :class:`CheckpointError` naming the first file whose content is not what ``state.json`` records
+    (or that is missing, or a checkpoint without digests)."""
+    recorded = state.get("files")
+    if not isinstance(recorded, dict) or not recorded:
+        raise CheckpointError(f"{folder / 'state.json'}: records no file digests (an older or hand-made "
+                              f"checkpoint); delete {folder} to start over")
+    actual = digests(folder)
+    for rel, sha in sorted(recorded.items()):
+        if actual.get(rel) != sha:
+            what = "is missing" if rel not in actual else f"has SHA-256 {actual[rel][:16]}..., recorded {sha[:16]}..."
+            raise CheckpointError(f"{folder / rel}: {what}: the checkpoint was changed after it was written; "
+                                  f"delete {folder} to start over")
 
 
 def read_state(folder: Path) -> dict | None:
@@ -39,9 +71,12 @@ def read_state(folder: Path) -> dict | None:
 
 
 def load(folder: Path, model, optimizer) -> None:
-    """Load weights and optimizer state saved by ``save`` into ``model`` and ``optimizer``."""
+    """Load weights and optimizer state saved by ``save`` into ``model`` and ``optimizer``, after checking every
+    file against the digests in ``state.json``."""
     from safetensors import SafetensorError
     from safetensors.torch import load_file
+
+    verify(folder, read_state(folder) or {})
 
     weights = folder / "model" / "model.safetensors"
     try:

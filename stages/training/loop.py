@@ -155,8 +155,12 @@ def train(model, objective, train_blocks: np.ndarray, eval_blocks: np.ndarray | 
     if checkpoint_dir is not None:
         state = ckpt.read_state(checkpoint_dir)
         if state and state.get("fingerprint") == fingerprint:
+            step = state.get("step")
+            if not isinstance(step, int) or not 0 < step < total:  # a checkpoint is only saved before the end
+                raise ckpt.CheckpointError(f"{checkpoint_dir / 'state.json'}: step {step!r} is not within this "
+                                           f"run's 1..{total - 1}; delete {checkpoint_dir} to start over")
             ckpt.load(checkpoint_dir, model, optimizer)
-            start_step = int(state["step"])
+            start_step = step
             result.history, result.evals = state["history"], state["evals"]
             result.resumed_from = start_step
             log(f"[train] resuming from the checkpoint at step {start_step} of {total} ({checkpoint_dir})")

@@ -164,3 +164,48 @@ def test_outputs_are_readable_and_leftovers_of_killed_runs_are_swept(tmp_path):
     assert oct(out.stat().st_mode & 0o777) == "0o755"
     assert oct((out / "stats.json").stat().st_mode & 0o777) == "0o644"
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []
+
+
+@pytest.mark.parametrize("where", ["input_folder", "input_parent", "input_file"])
+def test_an_output_that_would_hold_or_sit_in_the_input_is_refused_and_the_input_kept(tmp_path, capsys, where):
+    folder = tmp_path / "corpus"
+    folder.mkdir()
+    inp = _jsonl(folder / "docs.jsonl", [{"text": english_page(i)} for i in range(6)])
+    before = inp.read_bytes()
+    out = {"input_folder": folder, "input_parent": tmp_path, "input_file": inp}[where]
+    assert run(tmp_path, inp, out, "--workers", "1") == 1
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.startswith("error: --output ") and "the input --input" in err
+    assert inp.read_bytes() == before  # nothing the user passed in is touched
+    assert sorted(p.name for p in folder.iterdir()) == ["docs.jsonl"]
+
+
+def test_an_output_beside_the_input_file_is_fine(tmp_path):
+    folder = tmp_path / "corpus"
+    folder.mkdir()
+    inp = _jsonl(folder / "docs.jsonl", [{"text": english_page(i)} for i in range(6)])
+    assert run(tmp_path, inp, folder / "cleaned", "--workers", "1") == 0
+    assert (folder / "cleaned" / "documents.parquet").is_file() and inp.is_file()
+
+
+def test_a_killed_runs_scratch_folder_is_removed_by_the_next_run(tmp_path):
+    out = tmp_path / "out"
+    scratch = tmp_path / ".out.work-killed"
+    (scratch / "phase1").mkdir(parents=True)
+    assert run(tmp_path, _jsonl(tmp_path / "in.jsonl", [{"text": english_page(i)} for i in range(6)]), out,
+               "--workers", "1") == 0
+    assert not scratch.exists()
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith((".", "clean-"))) == []
+
+
+@pytest.mark.parametrize("content, why", [(b"", "the input holds no record"),
+                                          (bytes(range(256)) * 12, "invalid_json"),
+                                          (b'{"text": 5}\n{"text": null}\n', "2 invalid_text")])
+def test_input_without_any_text_is_a_one_line_error_naming_the_file(tmp_path, capsys, content, why):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_bytes(content)
+    assert run(tmp_path, bad, tmp_path / "out", "--workers", "1") == 1
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.startswith(f"error: {bad}: no document to clean") and why in err
+    assert not (tmp_path / "out").exists()
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []

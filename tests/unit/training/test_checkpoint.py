@@ -63,7 +63,9 @@ def test_round_trip_restores_weights_and_adamw_state_exactly(tmp_path, paradigm)
     folder = tmp_path / "ck"
     state = {"fingerprint": "abc", "step": 3, "history": [{"step": 3, "loss": 1.5}], "evals": []}
     ckpt.save(folder, model, optimizer, state)
-    assert ckpt.read_state(folder) == state
+    saved_state = ckpt.read_state(folder)
+    assert {k: v for k, v in saved_state.items() if k != "files"} == state
+    assert {"model/model.safetensors", "optimizer.safetensors", "optimizer.json"} <= set(saved_state["files"])
     assert (folder / "model" / "model.safetensors").is_file() and (folder / "optimizer.safetensors").is_file()
     assert not list(folder.rglob("*.bin")) and not list(folder.rglob("*.pt"))      # no pickles
 
@@ -151,3 +153,29 @@ def test_failed_save_keeps_the_previous_checkpoint(tmp_path, saved, monkeypatch)
     assert after == before
     assert json.loads((folder / "state.json").read_text())["step"] == 3
     assert [p.name for p in folder.parent.iterdir() if p.name.startswith(".")] == []   # no temporary left
+
+
+@pytest.mark.parametrize("name", ["optimizer.safetensors", "model/model.safetensors", "optimizer.json"])
+def test_a_flipped_byte_is_a_checkpoint_error_naming_the_file(tmp_path, saved, name):
+    folder = tmp_path / "ck"
+    shutil.copytree(saved, folder)
+    path = folder / name
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0x01  # still a well-formed file: only the digest can tell
+    path.write_bytes(bytes(data))
+    model = build_model(LAYOUTS["gpt"], SIZE, seed=0)
+    with pytest.raises(CheckpointError, match="changed after it was written") as err:
+        ckpt.load(folder, model, make_optimizer(model, TRAIN, "cpu"))
+    assert str(path) in str(err.value)
+
+
+def test_a_checkpoint_without_digests_is_refused(tmp_path, saved):
+    folder = tmp_path / "ck"
+    shutil.copytree(saved, folder)
+    state = json.loads((folder / "state.json").read_text())
+    assert "model/model.safetensors" in state["files"] and "optimizer.safetensors" in state["files"]
+    del state["files"]
+    (folder / "state.json").write_text(json.dumps(state))
+    model = build_model(LAYOUTS["gpt"], SIZE, seed=0)
+    with pytest.raises(CheckpointError, match="records no file digests"):
+        ckpt.load(folder, model, make_optimizer(model, TRAIN, "cpu"))

@@ -3,6 +3,8 @@ uninterrupted run ends; a NaN loss stops the run keeping the last good checkpoin
 
 from __future__ import annotations
 
+import json
+
 import math
 
 import pytest
@@ -90,6 +92,23 @@ def test_changed_params_do_not_resume_another_runs_checkpoint(datasets, tmp_path
     assert main(datasets.args("gpt", tmp_path / "out", params, checkpoints=ck, metrics=tmp_path / "m.json")) == 0
     assert "holds another run" in capsys.readouterr().err
     assert read_json(tmp_path / "m.json")["resumed_from"] == 0
+
+
+def test_a_checkpoint_claiming_a_step_beyond_the_run_is_refused(datasets, tmp_path, monkeypatch, capsys):
+    params = write_params(tmp_path / "params.yaml")
+    ck = tmp_path / "ck"
+    with monkeypatch.context() as m:
+        kill_after_first_checkpoint(m)
+        with pytest.raises(KeyboardInterrupt):
+            main(datasets.args("gpt", tmp_path / "out", params, checkpoints=ck))
+    state = read_json(ck / "state.json")
+    state["step"] = 100000
+    (ck / "state.json").write_text(json.dumps(state))
+    capsys.readouterr()
+    assert main(datasets.args("gpt", tmp_path / "out", params, checkpoints=ck)) == 1
+    err = capsys.readouterr().err
+    assert "step 100000 is not within this run's" in err and str(ck / "state.json") in err
+    assert not (tmp_path / "out").exists()  # nothing published as finished
 
 
 def poison_after(monkeypatch, good_forwards: int):

@@ -1,0 +1,53 @@
+"""Every stage refuses an output that is, holds or lies inside one of its inputs, before touching anything."""
+
+from __future__ import annotations
+
+import importlib
+
+import pytest
+
+from stages.common.atomic import refuse_overlap
+
+
+def test_refuse_overlap_names_both_options_and_how(tmp_path):
+    data = tmp_path / "data"
+    with pytest.raises(ValueError, match=r"--output .*: is the input --model"):
+        refuse_overlap({"output": data}, {"model": data})
+    with pytest.raises(ValueError, match="contains the input --input"):
+        refuse_overlap({"output": tmp_path}, {"input": data / "docs.jsonl"})
+    with pytest.raises(ValueError, match="lies inside the input --tokens"):
+        refuse_overlap({"output": data / "tokens" / "out"}, {"tokens": data / "tokens"})
+    with pytest.raises(ValueError, match="is the input"):  # the same place by another spelling
+        refuse_overlap({"output": tmp_path / "a" / ".." / "data"}, {"model": data})
+    refuse_overlap({"output": data / "cleaned", "metrics": None}, {"input": data / "docs.jsonl", "task": None})
+
+
+CASES = {
+    "tokenizer": lambda d: ["--paradigm", "bert", "--train", str(d / "c" / "documents.parquet"), "--output", str(d / "c")],
+    "tokens": lambda d: ["--paradigm", "gpt", "--tokenizer", str(d / "tok"), "--corpus", f"general={d / 'c.parquet'}",
+                         "--output", str(d / "tok" / "blocks")],
+    "pretrain": lambda d: ["--paradigm", "gpt", "--tokens", str(d / "tokens"), "--tokenizer", str(d / "tok"),
+                           "--init", str(d / "model"), "--output", str(d / "model")],
+    "finetune": lambda d: ["--paradigm", "bert", "--init", "pretrained", "--task", str(d / "task.parquet"),
+                           "--model", str(d / "model"), "--output", str(d / "model")],
+    "evaluate": lambda d: ["--task", str(d / "task.parquet"), "--finetuned", str(d / "ft"), "--pretrained",
+                           str(d / "pre"), "--dapt", str(d / "dapt"), "--tokens", str(d / "tokens"), "--metrics",
+                           str(d / "m.json"), "--plots", str(d / "plots"), "--report", str(d / "ft" / "r.md"),
+                           "--figures", str(d / "fig"), "--gate", str(d / "gate.json")],
+    "package": lambda d: ["--finetuned", str(d / "ft"), "--metrics", str(d / "ft" / "package.json")],
+    "ingest": lambda d: ["--corpus", "task", "--cache-dir", str(d / "cache"), "--output", str(d),
+                         "--report", str(d / "r.json"), "--metrics", str(d / "m.json")],
+}
+
+
+@pytest.mark.parametrize("stage", sorted(CASES))
+def test_each_stage_cli_refuses_an_overlapping_output_and_leaves_the_input(tmp_path, capsys, stage):
+    for folder in ("c", "tok", "model", "ft", "cache"):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "keep.txt").write_text("mine")
+    main = importlib.import_module(f"stages.{stage}").main
+    assert main(CASES[stage](tmp_path)) == 1
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.startswith("error: --") and " the input --" in err
+    for folder in ("c", "tok", "model", "ft", "cache"):
+        assert (tmp_path / folder / "keep.txt").read_text() == "mine"

@@ -1,0 +1,80 @@
+"""dvc.yaml's code dependencies cannot drift from the imports: each stage's dependencies cover every module
+under stages/ that its command can import (lazy imports inside functions included), so a change to any of
+them makes ``dvc repro`` run the stage again."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def module_file(name: str) -> Path | None:
+    base = ROOT / Path(*name.split("."))
+    for candidate in (base.with_suffix(".py"), base / "__init__.py"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def imports_of(path: Path) -> set[str]:
+    """Every ``stages.*`` module a file imports anywhere in it (``from stages.a import b`` counts ``stages.a``
+    and, when it is a module, ``stages.a.b``)."""
+    out: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            out |= {a.name for a in node.names if a.name.startswith("stages")}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("stages") and not node.level:
+            out.add(node.module)
+            out |= {f"{node.module}.{a.name}" for a in node.names if module_file(f"{node.module}.{a.name}")}
+    return out
+
+
+def closure(module: str) -> set[Path]:
+    seen: set[str] = set()
+    todo = [module]
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        parts = name.split(".")  # a package's __init__ runs on import of anything under it
+        todo += [".".join(parts[:i]) for i in range(2, len(parts))]
+        path = module_file(name)
+        if path is not None:
+            todo += sorted(imports_of(path) - seen)
+    return {p.relative_to(ROOT) for p in map(module_file, seen) if p is not None}
+
+
+def stages() -> dict[str, tuple[str, list[str]]]:
+    spec = yaml.safe_load((ROOT / "dvc.yaml").read_text())
+    out = {}
+    for name, stage in spec["stages"].items():
+        body = stage.get("do", stage)
+        module = re.search(r"python -m (stages\.\w+)", body["cmd"]).group(1)
+        deps = [d if isinstance(d, str) else next(iter(d)) for d in body.get("deps", [])]
+        out[name] = (module, [d.replace("${item}", "x") for d in deps])
+    return out
+
+
+def test_every_stage_depends_on_all_the_code_it_can_import():
+    missing = {}
+    for name, (module, deps) in stages().items():
+        covered = [Path(d) for d in deps]
+        gaps = sorted(str(f) for f in closure(module)
+                      if f.name != "__init__.py" or f.parent != Path("stages")
+                      if not any(f == d or d in f.parents for d in covered))
+        if gaps:
+            missing[name] = gaps
+    assert not missing, "dvc.yaml misses code its stages import: " + "; ".join(
+        f"{k}: {', '.join(v)}" for k, v in missing.items())
+
+
+def test_the_closure_follows_lazy_imports():
+    files = closure("stages.finetune")
+    assert Path("stages/finetuning/heads.py") in files  # imported inside a function
+    assert Path("stages/training/loop.py") in files

@@ -143,7 +143,7 @@ class _Pooled(torch.nn.Module):
     each example over its features. A pre-trained body's mean-pooled states share one dominant direction
     (mean cosine 0.95-0.999 between task examples here, against 0.27-0.82 for a random body): a LayerNorm keeps
     that common part, so the head sees the examples as almost equal and learns slowly, while a BatchNorm
-    removes it and keeps what tells them apart (benchmarks/README.md, "Pre-training that transfers")."""
+    removes it and keeps what tells them apart (benchmarks/README.md, "Fine-tuning a pre-trained body")."""
 
     def __init__(self, body, d_model: int, n_labels: int, norm: str = "batch") -> None:
         super().__init__()

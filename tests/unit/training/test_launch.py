@@ -61,6 +61,6 @@ def test_a_bad_launcher_is_the_stages_error_line(clean_env, capsys, tmp_path):
 
     clean_env.setenv(launch.PROCESSES, "2")
     clean_env.setenv(launch.LAUNCHER, "mpirun")
-    assert main(["--paradigm", "gpt", "--tokens", str(tmp_path), "--tokenizer", str(tmp_path),
+    assert main(["--paradigm", "gpt", "--tokens", str(tmp_path / "tokens"), "--tokenizer", str(tmp_path / "tok"),
                  "--output", str(tmp_path / "out")]) == 1
     assert capsys.readouterr().err.strip().splitlines()[-1].startswith("error: LMPIPE_TRAIN_LAUNCHER='mpirun'")

@@ -252,9 +252,8 @@ def main(argv: Iterable[str] | None = None) -> int:
     ap.add_argument("--figures", type=Path, required=True)
     ap.add_argument("--gate", type=Path, required=True, help="the model quality gate's verdict (JSON)")
     args = ap.parse_args(list(argv) if argv is not None else None)
-    if (overlap := overlap_error(args, ["metrics", "plots", "report", "figures", "gate"],
-                                 ["params", "task", "finetuned", "pretrained", "dapt", "tokens"])):
-        print(f"error: {overlap}", file=sys.stderr)
+    if overlap_error(args, ["metrics", "plots", "report", "figures", "gate"],
+                     ["params", "task", "finetuned", "pretrained", "dapt", "tokens"]):
         return 1
     from stages.common.atomic import atomic_dir
     from stages.evaluation.report import figures, markdown

@@ -376,8 +376,7 @@ def main(argv: Iterable[str] | None = None) -> int:
     ap.add_argument("--report", type=Path, help="task gate report (default: OUTPUT.gate.json beside OUTPUT)")
     ap.add_argument("--no-progress", action="store_true")
     args = ap.parse_args(list(argv) if argv is not None else None)
-    if (overlap := overlap_error(args, ["output", "metrics", "plot", "report"], ["params", "task", "model"])):
-        print(f"error: {overlap}", file=sys.stderr)
+    if overlap_error(args, ["output", "metrics", "plot", "report"], ["params", "task", "model"]):
         return 1
     from stages.quality.gate import GateFailed
 

@@ -329,8 +329,7 @@ def main(argv: Iterable[str] | None = None) -> int:
     ap.add_argument("--report", type=Path, required=True, help="gate report JSON")
     ap.add_argument("--metrics", type=Path, required=True, help="metrics JSON (DVC metrics)")
     args = ap.parse_args(list(argv) if argv is not None else None)
-    if (overlap := overlap_error(args, ["output", "report", "metrics"], ["params", "cache-dir"])):
-        print(f"error: {overlap}", file=sys.stderr)
+    if overlap_error(args, ["output", "report", "metrics"], ["params", "cache-dir"]):
         return 1
     from stages.quality.gate import GateFailed
 

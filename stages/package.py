@@ -321,9 +321,8 @@ def main(argv: Iterable[str] | None = None) -> int:
     ap.add_argument("--metrics", type=Path, help="what was packaged (JSON)")
     ap.add_argument("--root", type=Path, default=Path("."), help="the workspace holding dvc.lock")
     args = ap.parse_args(list(argv) if argv is not None else None)
-    if (overlap := overlap_error(args, ["metrics"],
-                                 ["params", "gate", "finetuned", "pretrained", "dapt", "service"])):
-        print(f"error: {overlap}", file=sys.stderr)
+    if overlap_error(args, ["metrics"],
+                     ["params", "gate", "finetuned", "pretrained", "dapt", "service"]):
         return 1
     os.environ.setdefault("BENTOML_DO_NOT_TRACK", "True")
     from stages.provenance.record import LineageError

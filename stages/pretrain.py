@@ -168,9 +168,8 @@ def main(argv: Iterable[str] | None = None) -> int:
     ap.add_argument("--no-progress", action="store_true")
     argv = list(argv) if argv is not None else sys.argv[1:]
     args = ap.parse_args(argv)
-    if (overlap := overlap_error(args, ["output", "checkpoints", "metrics", "plot"],
-                                 ["params", "tokens", "tokenizer", "init"])):
-        print(f"error: {overlap}", file=sys.stderr)
+    if overlap_error(args, ["output", "checkpoints", "metrics", "plot"],
+                     ["params", "tokens", "tokenizer", "init"]):
         return 1
     from stages.training.checkpoint import CheckpointError
     from stages.training.launch import relaunch

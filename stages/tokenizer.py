@@ -180,8 +180,7 @@ def main(argv: Iterable[str] | None = None) -> int:
     ap.add_argument("--output", type=Path, required=True, help="tokenizer folder (replaced atomically)")
     ap.add_argument("--metrics", type=Path, help="metrics JSON for DVC")
     args = ap.parse_args(list(argv) if argv is not None else None)
-    if (overlap := overlap_error(args, ["output", "metrics"], ["params", "train", "eval"])):
-        print(f"error: {overlap}", file=sys.stderr)
+    if overlap_error(args, ["output", "metrics"], ["params", "train", "eval"]):
         return 1
     try:
         cfg, split = load_config(args.params, args.paradigm)

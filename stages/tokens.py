@@ -217,8 +217,7 @@ def main(argv: Iterable[str] | None = None) -> int:
     ap.add_argument("--report", type=Path, help="gate report JSON (default: OUTPUT.gate.json beside OUTPUT)")
     ap.add_argument("--metrics", type=Path, help="metrics JSON for DVC")
     args = ap.parse_args(list(argv) if argv is not None else None)
-    if (overlap := overlap_error(args, ["output", "report", "metrics"], ["params", "tokenizer", "corpus"])):
-        print(f"error: {overlap}", file=sys.stderr)
+    if overlap_error(args, ["output", "report", "metrics"], ["params", "tokenizer", "corpus"]):
         return 1
     from stages.quality.gate import GateFailed
 

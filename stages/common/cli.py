@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 
@@ -14,10 +15,10 @@ def named_path(value: str) -> tuple[str, Path]:
     return name, Path(path)
 
 
-def overlap_error(args: argparse.Namespace, outputs: list[str], inputs: list[str]) -> str | None:
-    """The message for the first output option whose path is, contains or lies inside an input option's
-    path (see :func:`stages.common.atomic.refuse_overlap`), or None. Options may hold a path, a list of
-    paths or of ``NAME=PATH`` pairs, or None."""
+def overlap_error(args: argparse.Namespace, outputs: list[str], inputs: list[str]) -> bool:
+    """True, after printing ``error: ...`` to stderr, when an output option's path is, contains or lies inside
+    an input option's path (see :func:`stages.common.atomic.refuse_overlap`); a stage's ``main`` then returns
+    1 before touching anything. Options may hold a path, a list of paths or of ``NAME=PATH`` pairs, or None."""
     from stages.common.atomic import refuse_overlap
 
     def paths(names: list[str]) -> dict[str, Path]:
@@ -33,5 +34,6 @@ def overlap_error(args: argparse.Namespace, outputs: list[str], inputs: list[str
     try:
         refuse_overlap(paths(outputs), paths(inputs))
     except ValueError as exc:
-        return str(exc)
-    return None
+        print(f"error: {exc}", file=sys.stderr)
+        return True
+    return False

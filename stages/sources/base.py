@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import hashlib
 import os
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from stages.common.hashing import sha256_file  # noqa: F401 (re-exported: the sources' checksum)
 
 
 class SourceError(RuntimeError):
@@ -21,13 +22,6 @@ def offline() -> bool:
     """True when the user asked for no network use at all (``LMPIPE_OFFLINE=1``): cache misses fail fast."""
     return os.environ.get(OFFLINE_ENV, "").strip().lower() in {"1", "true", "yes"}
 
-
-def sha256_file(path: str | Path, chunk: int = 1 << 20) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while block := fh.read(chunk):
-            h.update(block)
-    return h.hexdigest()
 
 
 @dataclass

@@ -31,16 +31,9 @@ def save(folder: Path, model, optimizer, state: dict) -> None:
 
 def digests(folder: Path) -> dict[str, str]:
     """SHA-256 of every file of a checkpoint folder but ``state.json``, by path relative to it."""
-    import hashlib
+    from stages.common.hashing import sha256_file
 
-    def sha256(path: Path) -> str:
-        h = hashlib.sha256()
-        with path.open("rb") as fh:
-            for chunk in iter(lambda: fh.read(1 << 20), b""):
-                h.update(chunk)
-        return h.hexdigest()
-
-    return {p.relative_to(folder).as_posix(): sha256(p) for p in sorted(folder.rglob("*"))
+    return {p.relative_to(folder).as_posix(): sha256_file(p) for p in sorted(folder.rglob("*"))
             if p.is_file() and p.name != "state.json"}
 
 

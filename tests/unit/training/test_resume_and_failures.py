@@ -80,13 +80,19 @@ def test_killed_run_resumes_and_matches_the_uninterrupted_run(datasets, tmp_path
     assert_same_weights(weights(out), weights(full_out))
 
 
-def test_changed_params_do_not_resume_another_runs_checkpoint(datasets, tmp_path, monkeypatch, capsys):
+def killed_after_first_checkpoint(datasets, tmp_path, monkeypatch):
+    """A GPT run into ``tmp_path / "ck"`` killed right after its first checkpoint: (params, checkpoint folder)."""
     params = write_params(tmp_path / "params.yaml")
     ck = tmp_path / "ck"
     with monkeypatch.context() as m:
         kill_after_first_checkpoint(m)
         with pytest.raises(KeyboardInterrupt):
             main(datasets.args("gpt", tmp_path / "out", params, checkpoints=ck))
+    return params, ck
+
+
+def test_changed_params_do_not_resume_another_runs_checkpoint(datasets, tmp_path, monkeypatch, capsys):
+    params, ck = killed_after_first_checkpoint(datasets, tmp_path, monkeypatch)
     write_params(tmp_path / "params.yaml", lr=0.002)
     capsys.readouterr()
     assert main(datasets.args("gpt", tmp_path / "out", params, checkpoints=ck, metrics=tmp_path / "m.json")) == 0
@@ -95,12 +101,7 @@ def test_changed_params_do_not_resume_another_runs_checkpoint(datasets, tmp_path
 
 
 def test_a_checkpoint_claiming_a_step_beyond_the_run_is_refused(datasets, tmp_path, monkeypatch, capsys):
-    params = write_params(tmp_path / "params.yaml")
-    ck = tmp_path / "ck"
-    with monkeypatch.context() as m:
-        kill_after_first_checkpoint(m)
-        with pytest.raises(KeyboardInterrupt):
-            main(datasets.args("gpt", tmp_path / "out", params, checkpoints=ck))
+    params, ck = killed_after_first_checkpoint(datasets, tmp_path, monkeypatch)
     state = read_json(ck / "state.json")
     state["step"] = 100000
     (ck / "state.json").write_text(json.dumps(state))

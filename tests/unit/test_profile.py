@@ -35,3 +35,22 @@ def test_cli_prints_dvc_set_arguments(capsys):
     out = capsys.readouterr().out.strip()
     assert out.startswith("-S clean.defaults.workers=0 -S tokens.defaults.seq_len=512")
     assert "-S pretrain.defaults.model.d_model=512" in out
+
+
+def test_tiny_profile_keeps_every_paradigm_small(tmp_path):
+    """A paradigm's own value in params.yaml wins over `defaults`: a profile that shrinks only the defaults
+    leaves that paradigm at full size (the tiny run once spent minutes on GPT's 3 M-token DAPT)."""
+    import yaml
+
+    from stages.finetune import load_config as finetune_config
+    from stages.pretrain import load_config as pretrain_config
+
+    path = tmp_path / "params.yaml"
+    path.write_text(yaml.safe_dump(apply(load_params("params.yaml"), load_profile("tiny"))))
+    for paradigm in ("bert", "gpt", "t5"):
+        for stage in ("pretrain", "dapt"):
+            train = pretrain_config(path, stage, paradigm).train
+            assert train.budget_tokens <= 40_000, (stage, paradigm, train.budget_tokens)
+            assert not train.budget_flops, (stage, paradigm)
+        ft = finetune_config(path, paradigm)
+        assert 0 < ft.max_train_examples <= 300 and ft.epochs == 1 and tuple(ft.seeds) == (0,) and not ft.lr_grid, paradigm

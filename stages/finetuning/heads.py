@@ -136,6 +136,9 @@ HEAD_FILE = "head.safetensors"
 POOLED_NORMS = ("batch", "layer")
 
 
+POOL_FROM = ("encoder", "decoder", "both")
+
+
 class _Pooled(torch.nn.Module):
     """body -> masked mean over positions -> BatchNorm (or LayerNorm) -> linear.
 
@@ -143,22 +146,44 @@ class _Pooled(torch.nn.Module):
     each example over its features. A pre-trained body's mean-pooled states share one dominant direction
     (mean cosine 0.95-0.999 between task examples here, against 0.27-0.82 for a random body): a LayerNorm keeps
     that common part, so the head sees the examples as almost equal and learns slowly, while a BatchNorm
-    removes it and keeps what tells them apart (benchmarks/README.md, "Fine-tuning a pre-trained body")."""
+    removes it and keeps what tells them apart (benchmarks/README.md, "Fine-tuning a pre-trained body").
 
-    def __init__(self, body, d_model: int, n_labels: int, norm: str = "batch") -> None:
+    ``pool_from`` (T5 only): ``encoder`` pools the encoder's states (the body is a ``T5EncoderModel``);
+    ``decoder`` feeds the text to the encoder and, after the start token, to the decoder too, and pools the decoder's
+    states, as BART classifies (Lewis et al. 2020, section 3.1), so the cross-attention and the decoder that
+    span corruption trained take part; ``both`` concatenates the two means (the body is a ``T5Model``)."""
+
+    def __init__(self, body, d_model: int, n_labels: int, norm: str = "batch", pool_from: str = "encoder") -> None:
         super().__init__()
         if norm not in POOLED_NORMS:
             raise ValueError(f"pooled_norm: {norm!r} is not one of {', '.join(POOLED_NORMS)}")
-        self.body = body
-        self.norm = torch.nn.BatchNorm1d(d_model) if norm == "batch" else torch.nn.LayerNorm(d_model)
-        self.out = torch.nn.Linear(d_model, n_labels)
+        if pool_from not in POOL_FROM:
+            raise ValueError(f"pool_from: {pool_from!r} is not one of {', '.join(POOL_FROM)}")
+        self.body, self.pool_from = body, pool_from
+        width = 2 * d_model if pool_from == "both" else d_model
+        self.norm = torch.nn.BatchNorm1d(width) if norm == "batch" else torch.nn.LayerNorm(width)
+        self.out = torch.nn.Linear(width, n_labels)
 
     def hidden(self, input_ids, attention_mask):
+        """The states the loss may reuse (GPT's auxiliary LM): the body's last hidden states."""
         return self.body(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
 
-    def logits(self, hidden, attention_mask):
-        m = attention_mask.unsqueeze(-1).to(hidden.dtype)
-        pooled = (hidden * m).sum(1) / m.sum(1).clamp(min=1)
+    def pool(self, input_ids, attention_mask):
+        """(pooled features ``[batch, width]``, the body's last hidden states)."""
+        if self.pool_from == "encoder":
+            hidden = self.hidden(input_ids, attention_mask)
+            return _masked_mean(hidden, attention_mask), hidden
+        start = torch.full_like(input_ids[:, :1], self.body.config.decoder_start_token_id)
+        dec_ids = torch.cat([start, input_ids], 1)  # the start token, then the whole text
+        dec_mask = torch.cat([torch.ones_like(attention_mask[:, :1]), attention_mask], 1)
+        out = self.body(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=dec_ids,
+                        decoder_attention_mask=dec_mask)
+        pooled = _masked_mean(out.last_hidden_state, dec_mask)
+        if self.pool_from == "both":
+            pooled = torch.cat([_masked_mean(out.encoder_last_hidden_state, attention_mask), pooled], -1)
+        return pooled, out.last_hidden_state
+
+    def head(self, pooled):
         norm = self.norm
         if isinstance(norm, torch.nn.BatchNorm1d) and self.training and pooled.size(0) == 1:
             # one example has no batch statistics: use the running ones (a last batch of one)
@@ -167,7 +192,7 @@ class _Pooled(torch.nn.Module):
         return self.out(norm(pooled))
 
     def forward(self, input_ids, attention_mask):
-        return self.logits(self.hidden(input_ids, attention_mask), attention_mask)
+        return self.head(self.pool(input_ids, attention_mask)[0])
 
     def save_pretrained(self, path: str) -> None:
         """The body as a stock model (``AutoModel`` loads it), the head beside it in safetensors."""
@@ -178,16 +203,24 @@ class _Pooled(torch.nn.Module):
                   str(Path(path) / HEAD_FILE))
 
 
+def _masked_mean(hidden, attention_mask):
+    m = attention_mask.unsqueeze(-1).to(hidden.dtype)
+    return (hidden * m).sum(1) / m.sum(1).clamp(min=1)
+
+
 class PooledClassifier(_Classifier):
-    """Any paradigm's (encoder) body with the pooled head; GPT optionally with the auxiliary LM loss.
-    T5 uses its encoder only (``T5EncoderModel``)."""
+    """Any paradigm's body with the pooled head; GPT optionally with the auxiliary LM loss. T5 pools its
+    encoder (``T5EncoderModel``) or, with ``pool_from`` decoder / both, runs the whole ``T5Model``."""
 
     def __init__(self, paradigm: str, model_dir: Path, labels: list[str], *, init: str, seed: int,
-                 aux_lm_weight: float = 0.0, aux_lm_fraction: float = 1.0, norm: str = "batch") -> None:
-        from transformers import AutoConfig, AutoModel, T5EncoderModel
+                 aux_lm_weight: float = 0.0, aux_lm_fraction: float = 1.0, norm: str = "batch",
+                 pool_from: str = "encoder") -> None:
+        from transformers import AutoConfig, AutoModel, T5EncoderModel, T5Model
 
         torch.manual_seed(seed)  # the head (and, for random init, everything) starts from this seed
-        cls = T5EncoderModel if paradigm == "t5" else AutoModel
+        if paradigm != "t5":
+            pool_from = "encoder"  # one stack: its states are what there is to pool
+        cls = AutoModel if paradigm != "t5" else T5EncoderModel if pool_from == "encoder" else T5Model
         if init == "random":
             body = cls.from_config(AutoConfig.from_pretrained(str(model_dir))) if cls is AutoModel else \
                 cls(AutoConfig.from_pretrained(str(model_dir)))
@@ -202,7 +235,7 @@ class PooledClassifier(_Classifier):
                 logging.set_verbosity(verbosity)
         cfg = body.config
         d_model = getattr(cfg, "hidden_size", None) or getattr(cfg, "n_embd", None) or cfg.d_model
-        self.model = _Pooled(body, d_model, len(labels), norm)
+        self.model = _Pooled(body, d_model, len(labels), norm, pool_from)
         head = Path(model_dir) / HEAD_FILE
         if init != "random" and head.is_file():  # a fine-tuned folder: its trained head
             from safetensors.torch import load_file
@@ -213,9 +246,8 @@ class PooledClassifier(_Classifier):
         self.paradigm, self.aux_lm_weight, self.aux_lm_fraction = paradigm, aux_lm_weight, aux_lm_fraction
 
     def loss(self, batch: dict) -> torch.Tensor:
-        hidden = self.model.hidden(batch["input_ids"], batch["attention_mask"])
-        loss = torch.nn.functional.cross_entropy(self.model.logits(hidden, batch["attention_mask"]).float(),
-                                                 batch["labels"])
+        pooled, hidden = self.model.pool(batch["input_ids"], batch["attention_mask"])
+        loss = torch.nn.functional.cross_entropy(self.model.head(pooled).float(), batch["labels"])
         if self.paradigm == "gpt" and self.aux_lm_weight > 0:
             loss = loss + self.aux_lm_weight * _aux_lm(hidden, batch, self.model.body.wte.weight,
                                                        self.aux_lm_fraction)
@@ -245,14 +277,14 @@ HEADS = ("stock", "pooled")
 
 def make_classifier(paradigm: str, model_dir: Path, labels: list[str], tokenizer, *, init: str, seed: int,
                     aux_lm_weight: float = 0.0, aux_lm_fraction: float = 1.0, head: str = "stock",
-                    pooled_norm: str = "batch"):
+                    pooled_norm: str = "batch", pool_from: str = "encoder"):
     """``head``: ``stock`` ([CLS] for BERT, last token for GPT, text to text for T5) or ``pooled`` (with
-    ``pooled_norm``: ``batch`` or ``layer``)."""
+    ``pooled_norm``: ``batch`` or ``layer``; for T5 ``pool_from``: ``encoder``, ``decoder`` or ``both``)."""
     if head not in HEADS:
         raise ValueError(f"head: {head!r} is not one of {', '.join(HEADS)}")
     if head == "pooled":
         return PooledClassifier(paradigm, model_dir, labels, init=init, seed=seed, aux_lm_weight=aux_lm_weight,
-                                aux_lm_fraction=aux_lm_fraction, norm=pooled_norm)
+                                aux_lm_fraction=aux_lm_fraction, norm=pooled_norm, pool_from=pool_from)
     if paradigm == "t5":
         return TextToTextClassifier(model_dir, labels, tokenizer, init=init, seed=seed)
     return EncoderClassifier(paradigm, model_dir, labels, init=init, seed=seed, aux_lm_weight=aux_lm_weight,

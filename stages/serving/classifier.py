@@ -18,7 +18,7 @@ class TextClassifier:
         from transformers import AutoTokenizer
 
         from stages.config import build
-        from stages.finetune import FinetuneConfig
+        from stages.finetune import FinetuneConfig, head_options
         from stages.finetuning.heads import make_classifier
 
         model_dir = Path(model_dir)
@@ -31,8 +31,7 @@ class TextClassifier:
         self.labels = list(info["labels"])
         self.tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
         self.head = make_classifier(self.paradigm, model_dir, self.labels, self.tokenizer, init="pretrained", seed=0,
-                                    head=self.cfg.head,
-                                    pooled_norm=self.cfg.pooled_norm)
+                                    **head_options(self.cfg))
         self.head.to(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         self.head.model.eval()
         self.batch_size = batch_size

@@ -164,6 +164,53 @@ def test_pooled_head_saves_and_reloads_the_same_scores(models, tmp_path, paradig
     assert torch.allclose(alone[0], clf.scores(batch)[1], atol=1e-4)
 
 
+@pytest.mark.parametrize("pool_from", ["decoder", "both"])
+def test_t5_pooled_from_the_decoder_saves_reloads_and_ignores_padding(models, tmp_path, pool_from):
+    from transformers import T5Model
+
+    from stages.finetune import encode
+    from stages.finetuning.heads import make_classifier
+
+    cfg = load_config(write_params(tmp_path / "p.yaml", epochs=1, head="pooled", pool_from=pool_from), "t5")
+    out = finetune(cfg, paradigm="t5", init="pretrained", model_dir=models.models["t5"],
+                   df=read_task(models.task), log=lambda m: None)
+    clf, tok = out["classifier"], out["tokenizer"]
+    assert isinstance(clf.model.body, T5Model)  # encoder and decoder both run
+    assert clf.model.out.in_features == (2 if pool_from == "both" else 1) * clf.model.body.config.d_model
+    clf.model.save_pretrained(str(tmp_path / "saved"))
+    again = make_classifier("t5", tmp_path / "saved", LABELS, tok, init="pretrained", seed=7, head="pooled",
+                            pool_from=pool_from)
+    clf.model.eval()
+    again.model.eval()
+    texts = ["The farmer visited the castle by the old river.", "a market"]
+    batch = encode(tok, texts, cfg, "t5")
+    assert torch.allclose(clf.scores(batch), again.scores(batch), atol=1e-5)
+    alone = clf.scores(encode(tok, texts[1:], cfg, "t5"))
+    assert torch.allclose(alone[0], clf.scores(batch)[1], atol=1e-4)  # padding does not leak into the mean
+    # the decoder's states are what is pooled: changing the decoder's weights changes the scores
+    with torch.no_grad():
+        clf.model.body.decoder.final_layer_norm.weight.mul_(2.0)
+    assert not torch.allclose(clf.scores(batch), again.scores(batch), atol=1e-3)
+
+
+def test_head_lr_mult_gives_the_pooled_head_its_own_rate(models):
+    from stages.finetune import _scale_head_lr
+    from stages.finetuning.heads import make_classifier
+    from stages.training.config import TrainConfig
+    from stages.training.loop import make_optimizer
+
+    clf = make_classifier("bert", models.models["bert"], LABELS, None, init="pretrained", seed=0, head="pooled")
+    opt = make_optimizer(clf.model, TrainConfig(lr=1e-3, weight_decay=0.01, budget_tokens=1), "cpu")
+    before = {id(p): g["weight_decay"] for g in opt.param_groups for p in g["params"]}
+    _scale_head_lr(opt, clf.model, 10.0)
+    mult = {id(p): g["lr_mult"] for g in opt.param_groups for p in g["params"]}
+    names = dict(clf.model.named_parameters())
+    assert len(mult) == len(names)  # every parameter once
+    for name, p in names.items():
+        assert mult[id(p)] == (1.0 if name.startswith("body.") else 10.0), name
+    assert {id(p): g["weight_decay"] for g in opt.param_groups for p in g["params"]} == before
+
+
 def test_pooled_random_init_differs_from_pretrained_only_in_the_body(models, tmp_path):
     from stages.finetuning.heads import make_classifier
 

@@ -2,7 +2,7 @@
 
     python -m flows.pipeline                      # everything, like `dvc repro`
     python -m flows.pipeline --target evaluate    # what evaluate needs
-    python -m flows.pipeline --profile tiny       # apply profiles/tiny.yaml to params.yaml first
+    python -m flows.pipeline --profile tiny       # with profiles/tiny.yaml applied to params.yaml for the run
     python -m flows.pipeline --dask tcp://scheduler:8786      # cleaning and tokenization shards on Dask
     python -m flows.pipeline --train-processes 8             # pre-training and DAPT in 8 processes (torchrun)
 
@@ -25,6 +25,7 @@ import argparse
 import os
 import subprocess
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 
 from prefect import flow, get_run_logger, task
@@ -125,6 +126,20 @@ def apply_profile(root: Path, name: str) -> dict:
     return profile
 
 
+@contextmanager
+def profile_applied(root: Path, name: str):
+    """``params.yaml`` with the profile's keys set while the block runs, and exactly as it was afterwards
+    (also when a stage fails): a flow run with a profile leaves the user's workspace on its own params."""
+    path = root / "params.yaml"
+    original = path.read_bytes()
+    try:
+        yield apply_profile(root, name)
+    finally:
+        tmp = path.with_name(f".{path.name}.restore")
+        tmp.write_bytes(original)
+        os.replace(tmp, path)
+
+
 # One stage at a time: each stage already uses the machine's cores (cleaning workers, tokenizer threads,
 # torch), and every `dvc repro` rewrites the workspace's dvc.lock, which DVC does not promise to merge across
 # processes. The graph still decides the order, and a failure still stops only what depends on it.
@@ -132,18 +147,26 @@ def apply_profile(root: Path, name: str) -> dict:
 def pipeline(target: str | None = None, profile: str | None = None, root: str = ".", dask: str | None = None,
              train_processes: int = 1, launcher: str = "torchrun", launch_args: str = "") -> dict:
     """Run ``target`` (a stage, a ``foreach`` group such as ``clean``, or everything when empty) and what it
-    needs, one task per stage; ``profile`` applies ``profiles/<profile>.yaml`` to params.yaml first.
+    needs, one task per stage; ``profile`` applies ``profiles/<profile>.yaml`` to params.yaml for the run
+    (restored afterwards).
     ``dask``: a Dask scheduler address (or ``local[:N]``) for the cleaning and tokenization shards;
     ``train_processes``, ``launcher`` (torchrun | accelerate), ``launch_args``: pre-training and DAPT in that
     many processes per machine (``launch_args`` e.g. ``--nnodes 2 --node_rank 0 --rdzv_endpoint head:29500``)."""
-    from flows.artifacts import publish_run
-    from flows.graph import closure, read_pipeline
-
     base = Path(root).resolve()
     logger = get_run_logger()
     if profile:
-        applied = apply_profile(base, profile)
-        logger.info(f"profile {profile}: {len(applied)} params set in params.yaml")
+        with profile_applied(base, profile) as applied:
+            logger.info(f"profile {profile}: {len(applied)} params set in params.yaml for this run "
+                        "(restored afterwards)")
+            return _run(base, target, dask, train_processes, launcher, launch_args, logger)
+    return _run(base, target, dask, train_processes, launcher, launch_args, logger)
+
+
+def _run(base: Path, target: str | None, dask, train_processes: int, launcher: str, launch_args: str,
+         logger) -> dict:
+    from flows.artifacts import publish_run
+    from flows.graph import closure, read_pipeline
+
     graph, outs = read_pipeline(base)
     order = closure(graph, [target] if target else None)
     futures = {}
@@ -170,7 +193,7 @@ def pipeline(target: str | None = None, profile: str | None = None, root: str = 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m flows.pipeline", description="Run the pipeline as a Prefect flow.")
     ap.add_argument("--target", help="a stage or foreach group (default: every stage)")
-    ap.add_argument("--profile", help="a profile under profiles/ to apply to params.yaml first")
+    ap.add_argument("--profile", help="a profile under profiles/ applied to params.yaml for this run (restored after)")
     ap.add_argument("--root", default=".")
     ap.add_argument("--dask", help="Dask scheduler address (tcp://host:8786) or local[:N] for cleaning and tokenization")
     ap.add_argument("--train-processes", type=int, default=1, help="processes per machine for pre-training and DAPT")

@@ -54,8 +54,7 @@ class FinetuneConfig:
     it is estimated on each step (1 = all). t5_prefix: T5's task prefix.
     head: ``stock`` ([CLS] / last token / text to text) or ``pooled`` (masked mean, a norm, linear; see
     stages.finetuning.heads); pooled_norm: ``batch`` or ``layer``; pool_from (T5): ``encoder``, ``decoder``
-    (the text through encoder and decoder, the decoder's states pooled) or ``both``. head_lr_mult: the pooled
-    head's learning rate over the body's (a new head on a pre-trained body starts far from where it must go).
+    (the text through encoder and decoder, the decoder's states pooled) or ``both``.
     seed: head initialisation, sample and order of one run.
     seeds: the stage's runs (mean and std are reported; the best on validation is saved).
     lr_grid: learning rates tried with the first seed; the best on validation is used for every seed
@@ -82,7 +81,6 @@ class FinetuneConfig:
     head: str = "stock"
     pooled_norm: str = "batch"
     pool_from: str = "encoder"
-    head_lr_mult: float = 1.0
     seed: int = 0
     seeds: tuple[int, ...] = (0,)
     lr_grid: tuple[float, ...] = ()
@@ -102,7 +100,6 @@ class FinetuneConfig:
         check(0 < self.aux_lm_fraction <= 1, "aux_lm_fraction: must be in (0, 1]")
         check(self.head in ("stock", "pooled"), "head: one of stock, pooled")
         check(self.pooled_norm in ("batch", "layer"), "pooled_norm: one of batch, layer")
-        check(self.head_lr_mult > 0, "head_lr_mult: must be > 0")
         check(self.pool_from in ("encoder", "decoder", "both"), "pool_from: one of encoder, decoder, both")
         check(len(self.seeds) >= 1 and len(set(self.seeds)) == len(self.seeds), "seeds: one or more distinct seeds")
         check(all(lr > 0 for lr in self.lr_grid), "lr_grid: each learning rate must be > 0")
@@ -230,8 +227,6 @@ def finetune(cfg: FinetuneConfig, *, paradigm: str, init: str, model_dir: Path, 
     recipe = TrainConfig(lr=cfg.lr, warmup_fraction=cfg.warmup_fraction, weight_decay=cfg.weight_decay,
                          min_lr_ratio=0.0, budget_tokens=1)
     optimizer = make_optimizer(clf.model, recipe, device)
-    if cfg.head_lr_mult != 1 and cfg.head == "pooled":
-        _scale_head_lr(optimizer, clf.model, cfg.head_lr_mult)
     rng = np.random.default_rng(cfg.seed)
     texts = train["text"].tolist()
     lengths = token_lengths(tok, texts, cfg, paradigm)
@@ -251,7 +246,7 @@ def finetune(cfg: FinetuneConfig, *, paradigm: str, init: str, model_dir: Path, 
             batch["labels"] = torch.from_numpy(y_train[idx].astype(np.int64))
             batch = to_device(batch, device)
             for group in optimizer.param_groups:
-                group["lr"] = lr_at(step, total, recipe) * group.get("lr_mult", 1.0)
+                group["lr"] = lr_at(step, total, recipe)
             loss = clf.loss(batch)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(clf.model.parameters(), 1.0)
@@ -294,22 +289,6 @@ def finetune(cfg: FinetuneConfig, *, paradigm: str, init: str, model_dir: Path, 
         f"{result['test_accuracy']:.3f}, macro-F1 {result['test_macro_f1']:.3f} (majority "
         f"{result['majority_test_accuracy']:.3f})")
     return {"metrics": result, "curve": curve, "classifier": clf, "tokenizer": tok}
-
-
-def _scale_head_lr(optimizer, model, mult: float) -> None:
-    """Split each of the optimizer's groups into body and head (the pooled head's norm and output layer:
-    every parameter outside ``body.``), the head's learning rate ``mult`` times the body's."""
-    head = {id(p) for name, p in model.named_parameters() if not name.startswith("body.")}
-    groups = []
-    for group in optimizer.param_groups:
-        for is_head in (False, True):
-            params = [p for p in group["params"] if (id(p) in head) == is_head]
-            if params:
-                groups.append({**{k: v for k, v in group.items() if k != "params"}, "params": params,
-                               "lr_mult": mult if is_head else 1.0})
-    optimizer.param_groups.clear()
-    for group in groups:
-        optimizer.add_param_group(group)
 
 
 def _mean_std(values: list[float]) -> tuple[float, float]:

@@ -193,24 +193,6 @@ def test_t5_pooled_from_the_decoder_saves_reloads_and_ignores_padding(models, tm
     assert not torch.allclose(clf.scores(batch), again.scores(batch), atol=1e-3)
 
 
-def test_head_lr_mult_gives_the_pooled_head_its_own_rate(models):
-    from stages.finetune import _scale_head_lr
-    from stages.finetuning.heads import make_classifier
-    from stages.training.config import TrainConfig
-    from stages.training.loop import make_optimizer
-
-    clf = make_classifier("bert", models.models["bert"], LABELS, None, init="pretrained", seed=0, head="pooled")
-    opt = make_optimizer(clf.model, TrainConfig(lr=1e-3, weight_decay=0.01, budget_tokens=1), "cpu")
-    before = {id(p): g["weight_decay"] for g in opt.param_groups for p in g["params"]}
-    _scale_head_lr(opt, clf.model, 10.0)
-    mult = {id(p): g["lr_mult"] for g in opt.param_groups for p in g["params"]}
-    names = dict(clf.model.named_parameters())
-    assert len(mult) == len(names)  # every parameter once
-    for name, p in names.items():
-        assert mult[id(p)] == (1.0 if name.startswith("body.") else 10.0), name
-    assert {id(p): g["weight_decay"] for g in opt.param_groups for p in g["params"]} == before
-
-
 def test_pooled_random_init_differs_from_pretrained_only_in_the_body(models, tmp_path):
     from stages.finetuning.heads import make_classifier
 

@@ -133,6 +133,24 @@ def test_a_profile_is_applied_to_params_keeping_comments(tmp_path):
 
 
 
+def test_a_profile_holds_for_the_run_only_and_params_come_back_byte_for_byte(prefect_harness, project):
+    from flows.pipeline import pipeline, profile_applied
+
+    original = "split:\n  heldout_fraction: 0.05   # held out\n  salt: ''\n"
+    (project / "params.yaml").write_text(original)
+    (project / "profiles").mkdir()
+    (project / "profiles" / "small.yaml").write_text("split.heldout_fraction: 0.1\n")
+    with pytest.raises(RuntimeError, match="a stage broke"):
+        with profile_applied(project, "small"):
+            assert "heldout_fraction: 0.1" in (project / "params.yaml").read_text()
+            raise RuntimeError("a stage broke")
+    assert (project / "params.yaml").read_text() == original  # restored after a failure too
+    out = pipeline(root=str(project), profile="small")
+    assert out["ran"] == ["make@a", "make@b", "join"]
+    assert (project / "params.yaml").read_text() == original
+    assert not list(project.glob(".params.yaml.*"))
+
+
 def test_scale_out_reaches_only_the_stages_it_is_for():
     from prefect.settings import PREFECT_API_URL, temporary_settings
 

@@ -13,6 +13,10 @@ settings, so the APIs and the OpenAPI spec list only what this Bento can answer:
 
 ``LMPIPE_ADAPTIVE_BATCHING=0`` in the environment of ``bentoml serve`` turns batching off (the benchmark
 compares both).
+
+Safe by default: the server binds 127.0.0.1 (``bentoml serve --host 0.0.0.0`` or ``BENTOML_HOST`` exposes
+it, e.g. inside a container), and ``lineage`` reports whether the packaging workspace had uncommitted
+changes and how many, but not their paths (``LMPIPE_LINEAGE_PATHS=1`` adds them).
 """
 
 from __future__ import annotations
@@ -37,6 +41,17 @@ Texts = Annotated[list[Text], Field(min_length=1, max_length=LIMITS["max_texts"]
 NewTokens = Annotated[int, Field(ge=1, le=LIMITS["max_new_tokens"])]
 
 
+def public_git(git: dict) -> dict:
+    """The lineage's git entry as ``/lineage`` shows it: the workspace's changed paths only when
+    ``LMPIPE_LINEAGE_PATHS=1`` (the count always)."""
+    if os.environ.get("LMPIPE_LINEAGE_PATHS") == "1":
+        return git
+    shown = {k: v for k, v in git.items() if k != "dirty_paths"}
+    if "dirty_paths" in git:
+        shown.setdefault("dirty_count", len(git["dirty_paths"]))
+    return shown
+
+
 class Prediction(BaseModel):
     label: str
     scores: dict[str, float]
@@ -52,7 +67,7 @@ class MaskFill(BaseModel):
     candidates: list[Candidate]
 
 
-@bentoml.service(name=CONFIG["name"], traffic={"timeout": LIMITS["timeout_s"]})
+@bentoml.service(name=CONFIG["name"], traffic={"timeout": LIMITS["timeout_s"]}, http={"host": "127.0.0.1"})
 class LMPipeline:
     classifier_model = bentoml.models.BentoModel(CONFIG["classifier"])
     if "bert" in GENERATIVE:
@@ -73,7 +88,7 @@ class LMPipeline:
         lineage = json.loads((Path(self.classifier_model.path) / "lineage.json").read_text(encoding="utf-8"))
         self.summary = {"model": str(self.classifier_model.tag), "name": lineage["model"]["name"],
                         "paradigm": lineage["model"]["paradigm"], "init": lineage["model"]["init"],
-                        "labels": lineage["model"]["labels"], "git": lineage["git"],
+                        "labels": lineage["model"]["labels"], "git": public_git(lineage["git"]),
                         "model_gate": lineage.get("model_gate"),
                         "generative": {k: str(v) for k, v in GENERATIVE.items()}}
 

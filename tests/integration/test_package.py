@@ -134,8 +134,9 @@ def served(project, exported, tmp_path_factory):
     assert proc.returncode == 0, proc.stderr[-2000:]
     port = free_port()
     log = open(elsewhere / "serve.log", "wb")  # a file, not a pipe nobody reads: the server logs every request
-    server = subprocess.Popen([bentoml_cli, "serve", "lm-pipeline:latest", "--port", str(port), "--host",
-                               "127.0.0.1"], cwd=elsewhere, env=_env(store), stdout=log, stderr=subprocess.STDOUT)
+    # no --host: the service's own default (loopback) is what a user who copies the README gets
+    server = subprocess.Popen([bentoml_cli, "serve", "lm-pipeline:latest", "--port", str(port)], cwd=elsewhere,
+                              env=_env(store), stdout=log, stderr=subprocess.STDOUT)
     import bentoml
 
     from flows.ui import stop
@@ -166,6 +167,26 @@ def test_every_endpoint_answers_over_http(served):
     assert isinstance(client.generate(prompt="The kernel", max_new_tokens=5), str)
     assert isinstance(client.text2text(text="The kernel <extra_id_0> the device.", max_new_tokens=5), str)
     assert client.lineage()["model_gate"]["passed"] is True
+
+
+def test_the_server_binds_loopback_only_and_hides_workspace_paths(served):
+    import socket
+    from urllib.parse import urlparse
+
+    client, _, _ = served
+    git = client.lineage()["git"]
+    assert "commit" in git and "dirty_paths" not in git
+    port = urlparse(str(client.url)).port
+    try:
+        others = {a[4][0] for a in socket.getaddrinfo(socket.gethostname(), None, socket.AF_INET)}
+    except socket.gaierror:
+        others = set()
+    others = {a for a in others if not a.startswith("127.")}
+    if not others:
+        pytest.skip("this machine has no non-loopback IPv4 address to try")
+    for addr in others:
+        with pytest.raises(OSError):  # refused: nothing listens there
+            socket.create_connection((addr, port), timeout=5).close()
 
 
 @pytest.mark.parametrize("route,payload", [

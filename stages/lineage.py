@@ -13,6 +13,14 @@ Bento (``lineage.json`` in the classifier model), so this works wherever the Ben
 current one holding a ``dvc.lock``), every upstream
 stage's ``dvc.lock`` entry and every file they read or wrote. Each mismatch is printed with the file it
 concerns; the exit status is 1 when there is any (2 when the target cannot be read).
+
+What the record cannot vouch for: itself and the Bento's other files (``bento.yaml``, ``bento_config.json``,
+requirements, ``model.yaml``). Someone who can rewrite the Bento can rewrite a weight file and
+``lineage.json`` together, and without a workspace the two agree. ``--pin SHA256`` closes that: the
+exported archive's digest, taken from where the publisher cannot rewrite it along with the Bento (the
+package stage writes it to ``reports/metrics/package.json``, kept in git; a registry's own record), binds
+every byte. Without a pin, ``--verify`` lists the files it could not bind. Byte-code under ``src/`` is
+always a mismatch: packaging ships none.
 """
 
 from __future__ import annotations
@@ -38,6 +46,8 @@ def main(argv: Iterable[str] | None = None) -> int:
     ap.add_argument("--verify", action="store_true", help="recompute hashes; exit 1 on any mismatch")
     ap.add_argument("--workspace", type=Path, help="the project folder to verify against (default: the nearest "
                                                    "folder at or above the current one holding dvc.lock)")
+    ap.add_argument("--pin", metavar="SHA256", help="with --verify and an exported .bento: the archive's SHA-256 "
+                                                    "from a place its publisher cannot rewrite (binds every file)")
     ap.add_argument("--json", action="store_true", help="print the record (and the verdict) as JSON")
     args = ap.parse_args(list(argv) if argv is not None else None)
     from stages.provenance.chain import render
@@ -51,12 +61,17 @@ def main(argv: Iterable[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     verdict, workspace = None, None
+    if args.pin and not (args.verify and target.bento.get("sha256")):
+        print(f"error: --pin checks an exported .bento file with --verify; {args.target} is "
+              f"{'not one' if args.verify else 'given without --verify'}", file=sys.stderr)
+        return 2
     if args.verify:
         workspace = args.workspace or find_workspace(Path.cwd())
         if args.workspace is not None and not (workspace / "dvc.lock").is_file():
             print(f"error: {workspace}: no dvc.lock in this workspace", file=sys.stderr)
             return 2
-        verdict = verify(target.record, packaged=target.packaged, workspace=workspace, src=target.src)
+        verdict = verify(target.record, packaged=target.packaged, workspace=workspace, src=target.src,
+                         all_files=target.all_files, bento=target.bento, pin=args.pin)
         verdict.notes.insert(0, f"workspace: {workspace.resolve()}" if workspace else
                              "workspace: none (no dvc.lock here or above; only the packaged files and the record's "
                              "own consistency were checked)")

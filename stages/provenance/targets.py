@@ -24,6 +24,7 @@ class Target:
     bento: dict = field(default_factory=dict)  # tag, file, sha256, model_tag
     packaged: list[dict] = field(default_factory=list)  # see verify.verify_packaged
     src: dict[str, str] | None = None  # the Bento's src/ files: {relpath: md5}
+    all_files: list[str] | None = None  # every file of the Bento, as the exported archive lays it out
 
 
 def _yaml(text: str) -> dict:
@@ -45,12 +46,14 @@ def from_bento_file(path: Path) -> Target:
     models: dict[str, dict[str, str]] = {}
     texts: dict[str, str] = {}
     src: dict[str, str] = {}
+    all_files: list[str] = []
     try:
         with tarfile.open(path, "r:*") as tar:
             for member in tar:
                 if not member.isfile():
                     continue
                 name = member.name.lstrip("./")
+                all_files.append(name)
                 parts = name.split("/")
                 if name == "bento.yaml" or (parts[0] == "models" and parts[-1] in ("model.yaml", "lineage.json")):
                     texts[name] = tar.extractfile(member).read().decode("utf-8")
@@ -77,7 +80,7 @@ def from_bento_file(path: Path) -> Target:
         raise LineageError(f"{path}: no packaged model in it carries lineage.json")
     bento = {"tag": f"{bento_yaml.get('name')}:{bento_yaml.get('version')}", "file": str(path),
              "sha256": sha256_file(path), "model_tag": model_tag}
-    return Target(record=record, bento=bento, packaged=packaged, src=src)
+    return Target(record=record, bento=bento, packaged=packaged, src=src, all_files=sorted(all_files))
 
 
 def _model_folder_item(tag: str, folder: Path) -> dict:
@@ -127,6 +130,7 @@ def from_bento_folder(folder: Path, tag: str | None = None) -> Target:
     tags = [m["tag"] for s in info.get("services", []) for m in s.get("models", [])]
     tags += [m["tag"] for m in info.get("models", []) if isinstance(m, dict)]
     packaged, record, model_tag = [], None, None
+    all_files = [rel for rel in _every_file(folder) if not rel.startswith("models/")]
     for t in sorted(set(tags)):
         name, version = t.split(":")
         inside = folder / "models" / name / version
@@ -138,6 +142,7 @@ def from_bento_folder(folder: Path, tag: str | None = None) -> Target:
             except Exception as exc:  # NotFound: the Bento was copied without its models
                 raise LineageError(f"{folder}: its model {t} is not in the model store ({exc})") from exc
         packaged.append(_model_folder_item(t, path))
+        all_files += [f"models/{name}/{version}/{rel}" for rel in _every_file(path)]
         if (path / "lineage.json").is_file():
             record = json.loads((path / "lineage.json").read_text(encoding="utf-8"))
             model_tag = t
@@ -145,7 +150,13 @@ def from_bento_folder(folder: Path, tag: str | None = None) -> Target:
         raise LineageError(f"{folder}: no packaged model in this Bento carries lineage.json")
     src = folder_manifest(folder / "src") if (folder / "src").is_dir() else None
     return Target(record=record, bento={"tag": tag or f"{info.get('name')}:{info.get('version')}",
-                                        "model_tag": model_tag}, packaged=packaged, src=src)
+                                        "model_tag": model_tag}, packaged=packaged, src=src,
+                  all_files=sorted(all_files))
+
+
+def _every_file(folder: Path) -> list[str]:
+    """Every file under ``folder``, byte-code caches included (unlike ``walk_files``): what a server would load."""
+    return sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file())
 
 
 REQUIRED = {"model": ("name", "stage", "path", "files", "md5"), "stages": (), "files": (), "git": (), "metrics": (),

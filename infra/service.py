@@ -14,6 +14,10 @@ settings, so the APIs and the OpenAPI spec list only what this Bento can answer:
 ``LMPIPE_ADAPTIVE_BATCHING=0`` in the environment of ``bentoml serve`` turns batching off (the benchmark
 compares both).
 
+Requests are guarded before parsing (``stages.serving.guard``): a body over what the limits allow gets 413,
+a multipart body without a boundary 400, and with ``LMPIPE_API_TOKEN`` (or ``LMPIPE_API_TOKEN_FILE``) set,
+a request without ``Authorization: Bearer <token>`` 401 (health probes excepted).
+
 Safe by default: the server binds 127.0.0.1 (``bentoml serve --host 0.0.0.0`` or ``BENTOML_HOST`` exposes
 it, e.g. inside a container), and ``lineage`` reports whether the packaging workspace had uncommitted
 changes and how many, but not their paths (``LMPIPE_LINEAGE_PATHS=1`` adds them).
@@ -23,12 +27,13 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 from typing import Annotated
 
 import bentoml
 from bentoml.exceptions import InvalidArgument
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, BeforeValidator, Field
 
 CONFIG = json.loads((Path(__file__).parent / "bento_config.json").read_text(encoding="utf-8"))
 LIMITS = CONFIG["limits"]
@@ -37,8 +42,22 @@ BATCHABLE = BATCHING["enabled"] and os.environ.get("LMPIPE_ADAPTIVE_BATCHING", "
 GENERATIVE = CONFIG.get("generative", {})
 
 Text = Annotated[str, Field(min_length=1, max_length=LIMITS["max_chars"])]
+MASK = "[MASK]"  # the BERT tokenizer's mask token (stages.tokenization.trainers)
+MaskedText = Annotated[str, Field(min_length=1, max_length=LIMITS["max_chars"], pattern=re.escape(MASK),
+                                  description=f"a text with one or more {MASK} tokens to fill")]
 Texts = Annotated[list[Text], Field(min_length=1, max_length=LIMITS["max_texts"])]
-NewTokens = Annotated[int, Field(ge=1, le=LIMITS["max_new_tokens"])]
+
+
+def _not_a_bool(value):
+    """JSON ``true`` / ``false`` is not a number (pydantic would read it as 1 / 0)."""
+    if isinstance(value, bool):
+        raise ValueError("expected an integer, not true/false")
+    return value
+
+
+Int = Annotated[int, BeforeValidator(_not_a_bool)]
+Float = Annotated[float, BeforeValidator(_not_a_bool)]
+NewTokens = Annotated[Int, Field(ge=1, le=LIMITS["max_new_tokens"])]
 
 
 def public_git(git: dict) -> dict:
@@ -55,6 +74,9 @@ def public_git(git: dict) -> dict:
 class Prediction(BaseModel):
     label: str
     scores: dict[str, float]
+    tokens: int = Field(description="tokens of the text the model read (after truncation)")
+    truncated: bool = Field(description="the text was longer than the model's max_len tokens and was cut; "
+                                        "only its first `tokens` tokens were classified")
 
 
 class Candidate(BaseModel):
@@ -95,7 +117,8 @@ class LMPipeline:
     @bentoml.api(batchable=BATCHABLE, max_batch_size=BATCHING["max_batch_size"],
                  max_latency_ms=BATCHING["max_latency_ms"])
     def classify(self, texts: Texts) -> list[Prediction]:
-        """Label each text; ``scores`` are probabilities over all labels."""
+        """Label each text; ``scores`` are probabilities over all labels. A text longer than the model was
+        fine-tuned on (``max_len`` tokens) is cut to that length, as in training, and says so (``truncated``)."""
         return [Prediction(**p) for p in self.classifier.classify(texts)]
 
     @bentoml.api
@@ -107,7 +130,7 @@ class LMPipeline:
     if "bert" in GENERATIVE:
 
         @bentoml.api
-        def fill_mask(self, text: Text, top_k: Annotated[int, Field(ge=1, le=LIMITS["max_top_k"])] = 5
+        def fill_mask(self, text: MaskedText, top_k: Annotated[Int, Field(ge=1, le=LIMITS["max_top_k"])] = 5
                       ) -> list[MaskFill]:
             """The pre-trained BERT's guesses for each [MASK] in ``text``."""
             try:
@@ -119,7 +142,8 @@ class LMPipeline:
 
         @bentoml.api
         def generate(self, prompt: Text, max_new_tokens: NewTokens = 32,
-                     temperature: Annotated[float, Field(ge=0, le=2)] = 0.0, seed: int = 0) -> str:
+                     temperature: Annotated[Float, Field(ge=0, le=2)] = 0.0,
+                     seed: Annotated[Int, Field(ge=0, le=2**32 - 1)] = 0) -> str:
             """The pre-trained GPT's continuation of ``prompt`` (greedy at temperatures below 0.01)."""
             try:
                 return self.generator.generate(prompt, max_new_tokens, temperature, seed)
@@ -135,3 +159,12 @@ class LMPipeline:
                 return self.text2texter.generate(text, max_new_tokens)
             except ValueError as exc:
                 raise InvalidArgument(str(exc)) from exc
+
+
+# Bodies over what a valid request can need (413), multipart bodies without a boundary (400) and, when the
+# operator set a token (LMPIPE_API_TOKEN / LMPIPE_API_TOKEN_FILE), requests without it (401) are refused before
+# any parsing (stages.serving.guard).
+from stages.serving.guard import RequestGuard, api_token, body_limit, install_log_filter  # noqa: E402
+
+LMPipeline.add_asgi_middleware(RequestGuard, max_bytes=body_limit(LIMITS), token=api_token())
+install_log_filter()  # a rejected request is one log line, without its content

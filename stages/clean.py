@@ -90,7 +90,8 @@ def load_config(params_path: Path, corpus: str) -> CleanConfig:
 # ------------------------------------------------------------------------------------------------ input
 def read_records(path: Path, drops) -> Iterator[dict[str, Any]]:
     """Documents from a Parquet or JSONL(.gz/.zst) file, or a folder of them (sorted). Undecodable or
-    non-object lines are counted in ``drops`` and skipped: cleaning never crashes on junk input."""
+    non-object lines are counted in ``drops`` and skipped: cleaning never crashes on junk input. A line with
+    invalid UTF-8 is kept, each bad byte sequence replaced by U+FFFD, and counted under ``REPAIRED_UTF8``."""
     if not path.exists():
         raise FileNotFoundError(f"{path}: no such file or folder")
     files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
@@ -112,14 +113,17 @@ def read_records(path: Path, drops) -> Iterator[dict[str, Any]]:
 
 
 def _parquet(path: Path) -> Iterator[dict[str, Any]]:
-    import pyarrow.parquet as pq
+    from stages.common.documents import open_parquet
 
-    pf = pq.ParquetFile(path)
+    pf = open_parquet(path)
     if "text" not in pf.schema_arrow.names:
         raise ValueError(f"{path}: no 'text' column (columns: {', '.join(pf.schema_arrow.names)})")
     cols = [c for c in ("id", "text", "source", "url", "meta", "timestamp") if c in pf.schema_arrow.names]
     for batch in pf.iter_batches(batch_size=2048, columns=cols):
         yield from batch.to_pylist()
+
+
+REPAIRED_UTF8 = "invalid_utf8_replaced"  # a count in ``drops`` of records kept, not dropped
 
 
 def _jsonl(path: Path, drops) -> Iterator[dict[str, Any]]:
@@ -130,7 +134,12 @@ def _jsonl(path: Path, drops) -> Iterator[dict[str, Any]]:
             if not raw.strip():
                 continue
             try:
-                obj = json.loads(raw.decode("utf-8", "replace"))
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError:  # kept, with U+FFFD for each bad byte sequence, and counted
+                line = raw.decode("utf-8", "replace")
+                drops[REPAIRED_UTF8] += 1
+            try:
+                obj = json.loads(line)
             except json.JSONDecodeError:
                 drops["invalid_json"] += 1
                 continue
@@ -195,10 +204,14 @@ def clean(cfg: CleanConfig, *, input_path: Path, output_dir: Path, report_path: 
                                   out_parquet=tmp / "documents.parquet", words=words, log=log,
                                   name=f"clean@{output_dir.name}")
         except EmptyInput as exc:
-            skipped = Counter(drops) + Counter(exc.args[0])
+            skipped = Counter({k: v for k, v in drops.items() if k != REPAIRED_UTF8}) + Counter(exc.args[0])
             why = ", ".join(f"{v} {k}" for k, v in sorted(skipped.items())) or "the input holds no record"
             raise ValueError(f"{input_path}: no document to clean: no record has a text string ({why}); "
                              "expected JSON lines or Parquet rows with a 'text' field") from None
+        result.input_repaired[REPAIRED_UTF8] = drops.pop(REPAIRED_UTF8, 0)
+        if result.input_repaired[REPAIRED_UTF8]:
+            log(f"[clean] {input_path}: {result.input_repaired[REPAIRED_UTF8]} records had invalid UTF-8; each bad "
+                "byte sequence became U+FFFD (stats.json: input_repaired)")
         result.input_drops.update(drops)
         result.docs_in += sum(drops.values())
         result.word_lists = lists
@@ -269,4 +282,6 @@ def main(argv: Iterable[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from stages.common.cli import entry
+
+    sys.exit(entry(main))

@@ -184,3 +184,13 @@ def check(condition: bool, message: str) -> None:
     """
     if not condition:
         raise ValueError(message)
+
+
+MAX_SEED = 2**32 - 1
+
+
+def check_seed(name: str, value) -> None:
+    """A seed is a whole number in [0, 2**32 - 1] (what numpy, torch and Python's random all take); anything
+    else is a ValueError naming the field."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_SEED:
+        raise ValueError(f"{name}: a seed must be a whole number from 0 to {MAX_SEED}, got {value!r}")

@@ -40,8 +40,8 @@ from pathlib import Path
 
 
 from stages.common.atomic import write_bytes_atomic, write_json_atomic
-from stages.common.cli import overlap_error
-from stages.config import ConfigError, build, check, load_params, section
+from stages.common.cli import entry, overlap_error
+from stages.config import ConfigError, build, check, check_seed, load_params, section
 from stages.evaluation.baseline import BaselineConfig
 from stages.evaluation.curve import baseline, data_efficiency, source
 from stages.evaluation.gate import ModelGateConfig
@@ -69,6 +69,8 @@ class CurveConfig:
         check(all(i in INITS for i in self.inits), f"inits: each one of {', '.join(INITS)}")
         check(all(n >= 1 for n in self.sizes), "sizes: each >= 1")
         check(len(self.seeds) >= 1, "seeds: need at least one")
+        for s in self.seeds:
+            check_seed("seeds", s)
         check(self.workers >= 1, "workers: must be >= 1")
 
 
@@ -283,4 +285,4 @@ def main(argv: Iterable[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(entry(main))

@@ -25,8 +25,8 @@ from pathlib import Path
 import numpy as np
 
 from stages.common.atomic import atomic_dir, write_bytes_atomic, write_json_atomic
-from stages.common.cli import overlap_error
-from stages.config import ConfigError, build, check, deep_merge, load_params, section
+from stages.common.cli import entry, overlap_error
+from stages.config import ConfigError, build, check, check_seed, deep_merge, load_params, section
 from stages.tokenization.trainers import PARADIGMS
 
 INITS = ("pretrained", "dapt", "random")
@@ -102,6 +102,9 @@ class FinetuneConfig:
         check(self.pooled_norm in ("batch", "layer"), "pooled_norm: one of batch, layer")
         check(self.pool_from in ("encoder", "decoder", "both"), "pool_from: one of encoder, decoder, both")
         check(len(self.seeds) >= 1 and len(set(self.seeds)) == len(self.seeds), "seeds: one or more distinct seeds")
+        check_seed("seed", self.seed)
+        for s in self.seeds:
+            check_seed("seeds", s)
         check(all(lr > 0 for lr in self.lr_grid), "lr_grid: each learning rate must be > 0")
         check(self.workers >= 1, "workers: must be >= 1")
 
@@ -119,12 +122,11 @@ def load_config(params_path: Path, paradigm: str) -> FinetuneConfig:
 
 
 def read_task(path: Path):
-    import pandas as pd
+    from stages.common.documents import read_parquet_columns
 
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no task data (run ingest@task first)")
-    df = pd.read_parquet(path, columns=["id", "text", "label", "split"])
-    return df
+    return read_parquet_columns(path, ["id", "text", "label", "split"])
 
 
 def gate_task(df, cfg: FinetuneConfig, report: Path) -> None:
@@ -415,4 +417,4 @@ def main(argv: Iterable[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(entry(main))

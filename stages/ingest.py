@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from stages.common.atomic import atomic_dir, write_json_atomic
-from stages.common.cli import overlap_error
+from stages.common.cli import entry, overlap_error
 from stages.common.documents import LABELED_COLUMNS, Record, arrow_schema, doc_id, is_json_text, meta_json
 from stages.config import ConfigError, build, check, load_params, section
 from stages.sources import Provenance, SourceConfig, SourceContext, SourceError, read_source
@@ -348,4 +348,4 @@ def main(argv: Iterable[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(entry(main))

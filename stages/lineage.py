@@ -98,4 +98,6 @@ def main(argv: Iterable[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from stages.common.cli import entry
+
+    sys.exit(entry(main))

@@ -32,7 +32,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from stages.common.atomic import write_json_atomic
-from stages.common.cli import overlap_error
+from stages.common.cli import entry, overlap_error
 from stages.config import ConfigError, build, check, load_params, section
 from stages.tokenization.trainers import PARADIGMS
 
@@ -341,4 +341,4 @@ def main(argv: Iterable[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(entry(main))

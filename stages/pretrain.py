@@ -31,7 +31,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from stages.common.atomic import atomic_dir, write_bytes_atomic, write_json_atomic
-from stages.common.cli import overlap_error
+from stages.common.cli import entry, overlap_error
 from stages.config import ConfigError, build, deep_merge, load_params, section
 from stages.tokenization.trainers import PARADIGMS
 from stages.training.config import PretrainConfig, TrainConfig
@@ -204,4 +204,4 @@ def main(argv: Iterable[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(entry(main))

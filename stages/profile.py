@@ -114,4 +114,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from stages.common.cli import entry
+
+    sys.exit(entry(main))

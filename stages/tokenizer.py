@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from stages.common.atomic import atomic_dir, write_json_atomic
-from stages.common.cli import named_path, overlap_error
+from stages.common.cli import entry, named_path, overlap_error
 from stages.config import ConfigError, build, load_params, section
 from stages.sources.base import sha256_file
 from stages.tokenization.corpus import texts_of
@@ -196,4 +196,4 @@ def main(argv: Iterable[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(entry(main))

@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from stages.common.atomic import atomic_dir, write_json_atomic
-from stages.common.cli import named_path, overlap_error
+from stages.common.cli import entry, named_path, overlap_error
 from stages.common.shards import open_shards
 from stages.config import ConfigError, build, check, deep_merge, load_params, section
 from stages.quality.tokens_suite import TokensGateConfig
@@ -236,4 +236,4 @@ def main(argv: Iterable[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(entry(main))

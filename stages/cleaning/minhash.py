@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from stages.config import check
+from stages.config import check, check_seed
 
 _MERSENNE = np.uint64((1 << 61) - 1)
 _WORD = re.compile(r"\w+")
@@ -36,6 +36,7 @@ class MinHashConfig:
 
     def __post_init__(self) -> None:
         check(self.ngram >= 1, "ngram: must be >= 1")
+        check_seed("seed", self.seed)
         check(self.bands >= 1 and self.num_perm % self.bands == 0, "num_perm: must be a multiple of bands")
 
 

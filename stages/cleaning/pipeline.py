@@ -88,6 +88,7 @@ class CleanResult:
     gate_features: Any = None  # per-document features for the gate (pandas), computed by the workers
     duplicate_lines: int | None = None  # output lines that repeat another output line (independent count)
     task: dict[str, Any] | None = None  # the task guard's drops and the TAPT texts added (stages.cleaning.task_guard)
+    input_repaired: Counter = field(default_factory=Counter)  # records kept after a repair (invalid UTF-8)
 
     def stats_json(self) -> dict[str, Any]:
         """Counts only (no wall-clock time), so the same input and params give identical bytes."""
@@ -98,6 +99,7 @@ class CleanResult:
             "characters_in": self.chars_in,
             "characters_out": self.chars_out,
             "input_dropped": dict(sorted(self.input_drops.items())),
+            "input_repaired": dict(sorted(self.input_repaired.items())),
             "filter_order": list(self.filters),
             "word_lists": self.word_lists,
             "filters": {name: {k: v for k, v in st.to_json().items() if k != "seconds"}

@@ -84,11 +84,11 @@ class HeldOut:
 
 
 def read_task(path: Path):
-    import pandas as pd
+    from stages.common.documents import open_parquet
 
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no task data (run ingest@task first)")
-    df = pd.read_parquet(path)
+    df = open_parquet(path).read().to_pandas()
     missing = [c for c in ("id", "text", "split") if c not in df.columns]
     if missing:
         raise ValueError(f"{path}: not a labeled task file (no {missing[0]!r} column)")

@@ -73,12 +73,41 @@ def sweep_stale(target: Path) -> None:
                 p.unlink(missing_ok=True)
 
 
+def exchange(a: Path, b: Path) -> bool:
+    """Swap two existing paths in one atomic step (Linux ``renameat2`` with ``RENAME_EXCHANGE``). False
+    where the system or the filesystem cannot; any other failure raises ``OSError`` naming ``a``."""
+    import sys
+
+    if not sys.platform.startswith("linux"):
+        return False
+    import ctypes
+    import errno
+
+    fn = getattr(ctypes.CDLL(None, use_errno=True), "renameat2", None)
+    if fn is None:  # a libc older than glibc 2.28
+        return False
+    at_fdcwd, rename_exchange = -100, 2
+    if fn(at_fdcwd, os.fsencode(str(a)), at_fdcwd, os.fsencode(str(b)), rename_exchange) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.ENOSYS, errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP):
+        return False
+    raise OSError(err, os.strerror(err), str(a))
+
+
 def replace_dir(src: Path, target: Path) -> None:
     """Move folder ``src`` to ``target``, replacing any existing ``target``.
 
-    POSIX cannot rename over a non-empty folder, so the old one is first renamed aside; the window in which
-    ``target`` is missing is two renames long and never exposes partial content.
+    Where the system can, the two are swapped in one atomic step and the old content (now at ``src``) is
+    removed, so ``target`` always exists. Elsewhere POSIX cannot rename over a non-empty folder: the old one
+    is renamed aside first, and for the two renames ``target`` is missing (never partial).
     """
+    if (target.exists() or target.is_symlink()) and exchange(src, target):
+        if src.is_dir() and not src.is_symlink():
+            shutil.rmtree(src, ignore_errors=True)
+        else:
+            src.unlink(missing_ok=True)
+        return
     old = None
     if target.exists() or target.is_symlink():
         old = target.parent / f".{target.name}.old-{os.getpid()}"

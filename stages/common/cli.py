@@ -1,9 +1,12 @@
-"""Small argument types shared by the stages' command lines."""
+"""What the stages' command lines share: argument types, the input/output overlap check and the entry point
+that turns an error into one line."""
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 
@@ -37,3 +40,37 @@ def overlap_error(args: argparse.Namespace, outputs: list[str], inputs: list[str
         print(f"error: {exc}", file=sys.stderr)
         return True
     return False
+
+
+def describe(exc: BaseException) -> str:
+    """One line for an error a user can act on: an OS error as ``<what>: <path>`` (the file it names), any
+    other as its type and message."""
+    if isinstance(exc, OSError) and exc.filename is not None:
+        what = (exc.strerror or type(exc).__name__).lower()
+        paths = f"{exc.filename}" + (f" -> {exc.filename2}" if exc.filename2 is not None else "")
+        return f"{what}: {paths}"
+    message = str(exc)
+    if isinstance(exc, (ValueError, FileNotFoundError, OSError)) and message:
+        return message
+    return f"{type(exc).__name__}: {message}" if message else type(exc).__name__
+
+
+def entry(main: Callable[[], int]) -> int:
+    """Run a stage's ``main`` as its ``__main__`` does: an error ends it with ``error: ...`` on stderr (the file,
+    line or field it names) and exit status 1, without a traceback unless ``--debug`` is on the command line or
+    ``LMPIPE_DEBUG=1`` is set; Ctrl-C exits with 130."""
+    debug = os.environ.get("LMPIPE_DEBUG", "") not in ("", "0")
+    if "--debug" in sys.argv[1:]:
+        sys.argv.remove("--debug")
+        debug = True
+    try:
+        return main()
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:  # noqa: BLE001: every error becomes one line, the traceback on request
+        if debug:
+            raise
+        print(f"error: {describe(exc)}", file=sys.stderr)
+        print("(run with --debug or LMPIPE_DEBUG=1 for the traceback)", file=sys.stderr)
+        return 1

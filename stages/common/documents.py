@@ -71,3 +71,27 @@ def arrow_schema(labeled: bool):
     if labeled:
         fields += [pa.field("label", pa.string(), nullable=False), pa.field("split", pa.string(), nullable=False)]
     return pa.schema(fields)
+
+
+def open_parquet(path):
+    """``pyarrow.parquet.ParquetFile(path)``; a file that is not Parquet, or is cut short, raises ValueError
+    naming it (pyarrow's own message does not). A missing or unreadable file raises the usual OSError."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        return pq.ParquetFile(path)
+    except (FileNotFoundError, PermissionError, IsADirectoryError):
+        raise
+    except (pa.ArrowException, OSError) as exc:
+        raise ValueError(f"{path}: not a readable Parquet file ({exc})") from None
+
+
+def read_parquet_columns(path, columns: list[str]):
+    """The named columns of a Parquet file as a pandas DataFrame; a file that is not Parquet, or lacks one of
+    the columns, raises ValueError naming the file (and the column)."""
+    pf = open_parquet(path)
+    missing = [c for c in columns if c not in pf.schema_arrow.names]
+    if missing:
+        raise ValueError(f"{path}: no column {missing[0]!r} (columns: {', '.join(pf.schema_arrow.names)})")
+    return pf.read(columns=columns).to_pandas()

@@ -42,8 +42,9 @@ class IclConfig:
     content_free: tuple[str, ...] = ("N/A", "", "[MASK]")
 
     def __post_init__(self) -> None:
-        from stages.config import check
+        from stages.config import check, check_seed
 
+        check_seed("seed", self.seed)
         check(len(self.shots) >= 1 and all(k >= 0 for k in self.shots), "shots: need one or more k >= 0")
         check(self.max_examples >= 0, "max_examples: must be >= 0")
         check(bool(self.separator), "separator: must not be empty")

@@ -1,8 +1,8 @@
 """Classify texts with a fine-tuned model folder (``data/models/finetune/<name>``, or its packaged copy).
 
 Pre-processing is the fine-tuning stage's own (``stages.finetune.encode``: T5's prefix, truncation to the
-trained ``max_len``) and scoring is the classifier head's (``scores``), so the service answers exactly what
-the evaluation measured. Per-label scores are a softmax over the head's logits (BERT, GPT) or over the
+trained ``max_len``, reported per text as ``tokens`` / ``truncated``) and scoring is the classifier head's
+(``scores``), so the service answers exactly what the evaluation measured. Per-label scores are a softmax over the head's logits (BERT, GPT) or over the
 log-likelihood of each label word (T5), so they sum to 1 over the labels.
 """
 
@@ -51,8 +51,23 @@ class TextClassifier:
                 out.append(torch.softmax(self.head.scores(batch), -1).cpu())
         return torch.cat(out) if out else torch.empty(0, len(self.labels))
 
+    def lengths(self, texts: list[str]) -> list[int]:
+        """Each text's length in tokens as the model would see it without truncation (prefix and special
+        tokens included)."""
+        if not texts:
+            return []
+        if self.paradigm == "t5":
+            texts = [self.cfg.t5_prefix + t for t in texts]
+        ids = self.tokenizer(list(texts), add_special_tokens=self.paradigm != "gpt", verbose=False)["input_ids"]
+        return [len(x) for x in ids]
+
     def classify(self, texts: list[str]) -> list[dict]:
-        """For each text: ``{"label": best label, "scores": {label: probability}}``."""
-        probs = self.scores(list(texts)).tolist()
+        """For each text: ``{"label": best label, "scores": {label: probability}, "tokens": tokens read,
+        "truncated": whether the text was cut to the trained max_len}``."""
+        texts = list(texts)
+        probs = self.scores(texts).tolist()
+        full = self.lengths(texts)
         return [{"label": self.labels[max(range(len(row)), key=row.__getitem__)],
-                 "scores": {lab: round(p, 6) for lab, p in zip(self.labels, row)}} for row in probs]
+                 "scores": {lab: round(p, 6) for lab, p in zip(self.labels, row)},
+                 "tokens": min(n, self.cfg.max_len), "truncated": n > self.cfg.max_len}
+                for row, n in zip(probs, full)]

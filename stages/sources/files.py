@@ -180,6 +180,14 @@ def _read_jsonl(cfg: FilesSource, path: Path, name: str, prov: Provenance) -> It
         raise
 
 
+def printable(text: str, limit: int = 160) -> str:
+    """``text`` safe to print in an error: characters outside printable ASCII as ``\\xNN`` / ``\\uNNNN``
+    escapes (no terminal control sequences, no raw binary from a corrupt file), cut to ``limit`` characters."""
+    out = "".join(c if " " <= c <= "~" else (f"\\x{ord(c):02x}" if ord(c) < 256 else f"\\u{ord(c):04x}")
+                  for c in text[: limit * 4])
+    return out if len(out) <= limit else out[:limit] + "..."
+
+
 def _read_parquet(cfg: FilesSource, path: Path, name: str, prov: Provenance) -> Iterator[Record]:
     import pyarrow.parquet as pq
 
@@ -250,6 +258,7 @@ def _read_wet(cfg: FilesSource, path: Path, name: str, prov: Provenance) -> Iter
     except SourceError:
         raise
     except Exception as exc:  # warcio raises ArchiveLoadFailed and friends on corrupt input
-        raise SourceError(f"{path}: not a readable WARC/WET file ({type(exc).__name__}: {exc})") from None
+        raise SourceError(f"{path}: not a readable WARC/WET file ({type(exc).__name__}: {printable(str(exc))})"
+                          ) from None
     if n == 0:  # warcio reads arbitrary bytes leniently as records of other types; WET means conversion
         raise SourceError(f"{path}: not a readable WARC/WET file (no 'conversion' records in it)")

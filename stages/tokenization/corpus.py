@@ -12,11 +12,11 @@ SPLITS = ("train", "heldout")
 
 def read_batches(path: Path, *, batch_docs: int) -> Iterator[tuple[list[str], list[str]]]:
     """(ids, texts) in batches from a documents Parquet file (the contract's ``id`` and ``text`` columns)."""
-    import pyarrow.parquet as pq
+    from stages.common.documents import open_parquet
 
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such file (expected a documents Parquet file)")
-    pf = pq.ParquetFile(path)
+    pf = open_parquet(path)
     missing = [c for c in ("id", "text") if c not in pf.schema_arrow.names]
     if missing:
         raise ValueError(f"{path}: missing column {missing[0]!r} (columns: {', '.join(pf.schema_arrow.names)})")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from stages.config import check
+from stages.config import check, check_seed
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -70,6 +70,7 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         check(0 < self.mlm_select < 1, "mlm_select: must be in (0, 1)")
+        check_seed("seed", self.seed)
         check(self.budget_tokens > 0 or self.budget_flops > 0, "budget_tokens: must be > 0 (or set budget_flops)")
         check(self.micro_batch >= 1, "micro_batch: must be >= 1")
         check(self.grad_accum >= 1, "grad_accum: must be >= 1")

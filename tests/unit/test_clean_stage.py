@@ -209,3 +209,29 @@ def test_input_without_any_text_is_a_one_line_error_naming_the_file(tmp_path, ca
     assert err.startswith(f"error: {bad}: no document to clean") and why in err
     assert not (tmp_path / "out").exists()
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []
+
+
+def test_invalid_utf8_is_kept_replaced_and_counted(tmp_path, capsys):
+    inp = tmp_path / "in.jsonl"
+    lines = [json.dumps({"text": english_page(i)}).encode() for i in range(6)]
+    lines[2] = lines[2].replace(b"The ", b"The \xff\xfe ", 1)  # two bytes that are not UTF-8, in a JSON string
+    assert b"\xff" in lines[2]
+    inp.write_bytes(b"\n".join(lines) + b"\n")
+    out = tmp_path / "out"
+    assert run(tmp_path, inp, out, "--workers", "1") == 0
+    stats = json.loads((out / "stats.json").read_text())
+    assert stats["input_repaired"] == {"invalid_utf8_replaced": 1}
+    assert stats["input_dropped"] == {}
+    assert "1 records had invalid UTF-8" in capsys.readouterr().err
+    texts = pd.read_parquet(out / "documents.parquet")["text"]
+    assert texts.str.contains("\ufffd").sum() == 1
+
+
+def test_a_corrupt_parquet_input_is_a_one_line_error_naming_it(tmp_path, capsys):
+    bad = tmp_path / "docs.parquet"
+    pd.DataFrame({"text": [english_page(i) for i in range(6)]}).to_parquet(bad)
+    bad.write_bytes(bad.read_bytes()[:-40])  # the footer cut off, as by an interrupted copy
+    assert run(tmp_path, bad, tmp_path / "out", "--workers", "1") == 1
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.startswith(f"error: {bad}: not a readable Parquet file")
+    assert not (tmp_path / "out").exists()

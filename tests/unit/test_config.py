@@ -106,3 +106,27 @@ def test_ingest_source_kinds_are_a_tagged_union():
         build(CorpusConfig, {"sources": []}, "ingest.x")
     with pytest.raises(ConfigError, match=r"ingest.x.sources\[0\].name: set exactly one of name"):
         build(CorpusConfig, {"sources": [{"kind": "hf"}]}, "ingest.x")
+
+
+@pytest.mark.parametrize("seed", [-1, 2**32, 2**64])
+@pytest.mark.parametrize("where", ["pretrain.gpt.train", "finetune.bert", "evaluate"])
+def test_an_out_of_range_seed_names_its_key(tmp_path, where, seed):
+    import yaml
+
+    from stages.evaluate import load_config as evaluate_config
+    from stages.finetune import load_config as finetune_config
+    from stages.training.config import TrainConfig
+
+    with pytest.raises(ConfigError) as err:
+        if where == "pretrain.gpt.train":
+            build(TrainConfig, {"seed": seed}, where)
+        else:
+            params = yaml.safe_load(open("params.yaml"))
+            if where == "evaluate":
+                params["evaluate"]["curve"]["seeds"] = [0, seed]
+            else:
+                params["finetune"]["bert"] = {"seeds": [seed]}
+            (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
+            (evaluate_config if where == "evaluate" else lambda p: finetune_config(p, "bert"))(tmp_path / "params.yaml")
+    assert "seed" in str(err.value) and f"from 0 to {2**32 - 1}, got {seed}" in str(err.value)
+    assert str(err.value).startswith(where)

@@ -41,3 +41,37 @@ def test_json_is_stable_and_atomic(tmp_path):
     assert path.read_bytes() == first
     assert json.loads(first) == {"a": "é", "b": 1}
     assert [p.name for p in path.parent.iterdir()] == ["metrics.json"]
+
+
+@pytest.mark.parametrize("swap", [True, False])
+def test_replace_dir_never_leaves_the_target_missing_where_it_can_swap(tmp_path, monkeypatch, swap):
+    from stages.common import atomic
+
+    target, new = tmp_path / "out", tmp_path / ".out.work-1"
+    (target / "sub").mkdir(parents=True)
+    (target / "sub" / "old.txt").write_text("old")
+    new.mkdir()
+    (new / "new.txt").write_text("new")
+    if not swap:
+        monkeypatch.setattr(atomic, "exchange", lambda a, b: False)  # a system without renameat2
+    else:
+        (tmp_path / "probe-a").mkdir()
+        (tmp_path / "probe-b" / "x").mkdir(parents=True)
+        if not atomic.exchange(tmp_path / "probe-a", tmp_path / "probe-b"):
+            pytest.skip("this system cannot swap two paths atomically")
+        assert (tmp_path / "probe-a" / "x").is_dir()  # swapped
+    real_replace = atomic.os.replace
+    seen = []
+
+    def watching(a, b):  # the target must exist at every rename, if the system can swap
+        seen.append(target.exists())
+        real_replace(a, b)
+
+    monkeypatch.setattr(atomic.os, "replace", watching)
+    atomic.replace_dir(new, target)
+    assert sorted(p.name for p in target.iterdir()) == ["new.txt"]
+    assert not new.exists() and not list(tmp_path.glob(".out.old-*"))
+    if swap:
+        assert seen == []  # one atomic swap, no rename window
+    else:
+        assert seen == [True, False]  # the fallback: renamed aside, then the new one in

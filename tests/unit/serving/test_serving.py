@@ -31,6 +31,9 @@ def test_classifier_reproduces_the_stage_test_accuracy(models, tmp_path, paradig
     accuracy = sum(p["label"] == y for p, y in zip(preds, test["label"])) / len(test)
     assert accuracy == pytest.approx(metrics["test_accuracy"], abs=1e-4)
     assert clf.classify([]) == []
+    cut, whole = clf.classify(["network " * (clf.cfg.max_len * 2), "a font"])
+    assert cut["truncated"] and cut["tokens"] == clf.cfg.max_len  # read as in training, and said so
+    assert not whole["truncated"] and 0 < whole["tokens"] < clf.cfg.max_len
 
 
 def test_classifier_needs_a_finetuned_folder(models):

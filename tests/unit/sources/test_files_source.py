@@ -137,6 +137,18 @@ def test_common_crawl_wet(tmp_path):
         _read(junk)
 
 
+def test_a_binary_wet_file_is_not_echoed_into_the_error(tmp_path):
+    junk = tmp_path / "binary.warc.wet.gz"
+    junk.write_bytes(gzip.compress(b"caf\xc3\xa9 \x1b[2J\xff\xfe " + bytes(range(160, 256)) * 40 + b"\njunk\n"))
+    with pytest.raises(SourceError) as err:
+        _read(junk)
+    message = str(err.value)
+    assert message.startswith(f"{junk}: not a readable WARC/WET file")
+    detail = message[len(str(junk)):]
+    assert all(" " <= c <= "~" for c in detail), detail  # no terminal escapes, no raw bytes
+    assert "caf\\xc3\\xa9" in detail and len(detail) < 300
+
+
 def test_unpaired_surrogate_is_invalid_text(tmp_path):
     path = tmp_path / "s.jsonl"
     path.write_text('{"text": "ok"}\n{"text": "bad \\ud800 char"}\n')

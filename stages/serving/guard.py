@@ -1,0 +1,230 @@
+"""An ASGI middleware in front of the service's APIs: requests that cannot be valid, or that lack the
+operator's token, are refused before any parsing, with a JSON error and a 4xx status.
+
+- with a token set (:func:`api_token`: ``LMPIPE_API_TOKEN``, or a file named by ``LMPIPE_API_TOKEN_FILE``),
+  every request but the health probes (``/livez``, ``/readyz``, ``/healthz``) needs
+  ``Authorization: Bearer <token>``: 401 otherwise (compared in constant time);
+- a body over ``max_bytes`` (by its ``Content-Length``, or counted as it streams in): 413;
+- a ``Content-Length`` that is not a number: 400;
+- a ``multipart/*`` body without a ``boundary`` (the multipart parser would fail with a 500): 400;
+- a client error is logged as one line without the request's content (:class:`ClientErrorLogFilter`);
+- the OpenAPI spec (``/docs.json``) marks request bodies with required fields as required
+  (:func:`openapi_fixed`);
+- every 4xx JSON answer is rewritten to the error shape the service's OpenAPI spec declares,
+  ``{"error": str, "detail": str}`` (:func:`client_error_body`).
+
+The default limit follows from the request limits: the largest valid ``classify`` body is ``max_texts``
+texts of ``max_chars`` characters, each at most 4 bytes in UTF-8 and 6 when JSON escapes it, plus room for
+the JSON around them (:func:`body_limit`).
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import logging
+import os
+from pathlib import Path
+
+PROBES = frozenset({"/livez", "/readyz", "/healthz"})  # orchestrators' health checks: never behind the token
+MIN_TOKEN_CHARS = 16
+
+
+def api_token(env=os.environ) -> str | None:
+    """The bearer token the service requires, or None (no auth: the server binds 127.0.0.1 by default).
+    ``LMPIPE_API_TOKEN`` holds it, or ``LMPIPE_API_TOKEN_FILE`` names a file holding it (a mounted secret);
+    surrounding whitespace is ignored. A token under 16 characters is refused (ValueError)."""
+    token, source = env.get("LMPIPE_API_TOKEN"), "LMPIPE_API_TOKEN"
+    if env.get("LMPIPE_API_TOKEN_FILE"):
+        path = Path(env["LMPIPE_API_TOKEN_FILE"])
+        try:
+            token, source = path.read_text(encoding="utf-8"), str(path)
+        except OSError as exc:
+            raise ValueError(f"LMPIPE_API_TOKEN_FILE: cannot read {path} ({exc.strerror})") from None
+    if token is None or not token.strip():
+        return None
+    token = token.strip()
+    if len(token) < MIN_TOKEN_CHARS:
+        raise ValueError(f"{source}: the API token must be at least {MIN_TOKEN_CHARS} characters "
+                         "(e.g. python -c 'import secrets; print(secrets.token_urlsafe(32))')")
+    return token
+
+
+def body_limit(limits: dict) -> int:
+    """Bytes a valid request can need: every text at its longest, JSON-escaped (6 bytes a character at most),
+    and 64 KiB for the rest."""
+    return int(limits["max_texts"]) * int(limits["max_chars"]) * 6 + 65536
+
+
+class _TooLarge(Exception):
+    pass
+
+
+async def _reject(send, status: int, message: str, headers: tuple = ()) -> None:
+    body = json.dumps({"error": message}).encode("utf-8")
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+                            *headers]})
+    await send({"type": "http.response.body", "body": body})
+
+
+def client_error_body(raw: bytes) -> bytes:
+    """A 4xx JSON body in the shape the OpenAPI spec declares for errors, ``{"error": str, "detail": str}``.
+    BentoML answers a validation error with ``detail`` as a list of pydantic errors and an ``InvalidArgument``
+    as a one-element list; both become the declared shape (each pydantic error as ``field: message``)."""
+    try:
+        data = json.loads(raw)
+    except ValueError:
+        return json.dumps({"error": raw.decode("utf-8", "replace")[:500]}).encode("utf-8")
+    if isinstance(data, list) and len(data) == 1:
+        data = data[0]
+    if not isinstance(data, dict) or not isinstance(data.get("error"), str):
+        return json.dumps({"error": "bad request", "detail": json.dumps(data)[:2000]}).encode("utf-8")
+    out = {"error": data["error"]}
+    detail = data.get("detail")
+    if isinstance(detail, list):
+        detail = "; ".join(f"{'.'.join(str(p) for p in d.get('loc', [])) or 'body'}: {d.get('msg', '')}"
+                           if isinstance(d, dict) else str(d) for d in detail)
+    if detail is not None:
+        out["detail"] = detail if isinstance(detail, str) else json.dumps(detail)
+    return json.dumps(out).encode("utf-8")
+
+
+def openapi_fixed(raw: bytes) -> bytes:
+    """The OpenAPI spec as BentoML writes it, with each request body that has required fields marked
+    ``required`` (BentoML leaves it optional, though a request without a body is refused with 400)."""
+    spec = json.loads(raw)
+    for ops in spec.get("paths", {}).values():
+        for op in ops.values():
+            body = op.get("requestBody") if isinstance(op, dict) else None
+            if isinstance(body, dict) and any(m.get("schema", {}).get("required")
+                                               for m in body.get("content", {}).values()):
+                body["required"] = True
+    return json.dumps(spec).encode("utf-8")
+
+
+def _rewrite_json(send, when, transform):
+    """An ASGI ``send`` that holds a JSON response whose status satisfies ``when`` until its body is whole, and
+    sends ``transform(body)`` instead (with its own Content-Length); every other message passes through."""
+    held: dict | None = None
+    chunks: list[bytes] = []
+
+    async def rewriting(message):
+        nonlocal held
+        if message.get("type") == "http.response.start":
+            kind = dict(message.get("headers", [])).get(b"content-type", b"")
+            if when(message.get("status", 200)) and kind.startswith(b"application/json"):
+                held = message
+                return
+        elif message.get("type") == "http.response.body" and held is not None:
+            chunks.append(message.get("body", b""))
+            if message.get("more_body"):
+                return
+            body = transform(b"".join(chunks))
+            headers = [(k, v) for k, v in held.get("headers", []) if k.lower() != b"content-length"]
+            start, held = {**held, "headers": headers + [(b"content-length", str(len(body)).encode())]}, None
+            await send(start)
+            return await send({"type": "http.response.body", "body": body})
+        await send(message)
+
+    return rewriting
+
+
+def client_error_summary(exc: BaseException) -> str | None:
+    """One line for a request the client got wrong (a validation error, or a BentoML error with a 4xx code),
+    naming the fields at fault but never their values; None for anything else (a server error)."""
+    from pydantic import ValidationError
+
+    if isinstance(exc, ValidationError):
+        where = sorted({".".join(str(p) for p in e["loc"]) or "body" for e in exc.errors(include_input=False)})
+        kinds = sorted({e["type"] for e in exc.errors(include_input=False)})
+        return f"{exc.error_count()} validation error(s) at {', '.join(where)} ({', '.join(kinds)})"
+    code = getattr(getattr(exc, "error_code", None), "value", None)
+    if isinstance(code, int) and 400 <= code < 500:
+        return f"{type(exc).__name__} ({code}): {exc}"
+    return None
+
+
+class ClientErrorLogFilter(logging.Filter):
+    """BentoML logs every rejected request as an ERROR with a traceback, and pydantic's message in it quotes
+    the request's input (``input_value=...``): a user's text in the server's logs, and a client's mistake
+    reported as a server fault. For client errors (:func:`client_error_summary`) this keeps one INFO line
+    with the path and the fields at fault; server errors keep their traceback."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if exc is None or not str(record.msg).startswith("Exception on"):
+            return True
+        summary = client_error_summary(exc)
+        if summary is not None:
+            record.msg, record.args = "Rejected %s [%s]: %s", (*(record.args or ()), summary)
+            record.exc_info, record.exc_text = None, None
+            record.levelno, record.levelname = logging.INFO, "INFO"
+        return True
+
+
+BENTOML_REQUEST_LOGGER = "bentoml._internal.server.http_app"  # where bentoml logs "Exception on <path>"
+
+
+def install_log_filter() -> None:
+    logger = logging.getLogger(BENTOML_REQUEST_LOGGER)
+    if not any(isinstance(f, ClientErrorLogFilter) for f in logger.filters):
+        logger.addFilter(ClientErrorLogFilter())
+
+
+class RequestGuard:
+    """ASGI middleware (``Service.add_asgi_middleware(RequestGuard, max_bytes=..., token=...)``)."""
+
+    def __init__(self, app, max_bytes: int, token: str | None = None) -> None:
+        self.app, self.max_bytes = app, max_bytes
+        self.expected = f"Bearer {token}".encode("utf-8") if token else None
+
+    async def __call__(self, scope, receive, send):
+        if scope.get("type") != "http":
+            return await self.app(scope, receive, send)
+        headers = {k.lower(): v for k, v in scope.get("headers", [])}
+        if self.expected is not None and scope.get("path") not in PROBES:
+            if not hmac.compare_digest(headers.get(b"authorization", b""), self.expected):
+                return await _reject(send, 401, "missing or wrong bearer token (Authorization: Bearer <token>)",
+                                     ((b"www-authenticate", b'Bearer realm="lmpipe"'),))
+        if scope.get("method") == "GET" and scope.get("path") == "/docs.json":
+            return await self.app(scope, receive, _rewrite_json(send, lambda status: status == 200, openapi_fixed))
+        if scope.get("method") not in ("POST", "PUT", "PATCH"):
+            return await self.app(scope, receive, send)
+        ctype = headers.get(b"content-type", b"").decode("latin-1").lower()
+        if ctype.startswith("multipart/") and "boundary=" not in ctype:
+            return await _reject(send, 400, "multipart body without a boundary in its Content-Type; the APIs take "
+                                            "JSON (content-type: application/json)")
+        length = headers.get(b"content-length")
+        if length is not None:
+            try:
+                n = int(length)
+            except ValueError:
+                return await _reject(send, 400, "Content-Length is not a number")
+            if n > self.max_bytes:
+                return await _reject(send, 413, f"request body of {n} bytes is over the limit of {self.max_bytes}")
+        seen, started = 0, False
+
+        async def counted_receive():
+            nonlocal seen
+            message = await receive()
+            if message.get("type") == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self.max_bytes:
+                    raise _TooLarge
+            return message
+
+        rewriting = _rewrite_json(send, lambda status: 400 <= status < 500, client_error_body)
+
+        async def tracked_send(message):
+            nonlocal started
+            if message.get("type") == "http.response.start":
+                started = True
+            await rewriting(message)
+
+        try:
+            await self.app(scope, counted_receive, tracked_send)
+        except _TooLarge:
+            if started:
+                raise
+            await _reject(send, 413, f"request body over the limit of {self.max_bytes} bytes")

@@ -1,0 +1,210 @@
+"""The request guard in front of the service: oversized and unparseable bodies get a 4xx before any parsing, and
+with a token set, requests without it get 401."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+
+from stages.serving.guard import RequestGuard, api_token, body_limit
+
+
+async def _echo(scope, receive, send):
+    """An app that reads the whole body and answers with its length."""
+    size = 0
+    while True:
+        message = await receive()
+        size += len(message.get("body", b""))
+        if not message.get("more_body"):
+            break
+    await send({"type": "http.response.start", "status": 200, "headers": []})
+    await send({"type": "http.response.body", "body": str(size).encode()})
+
+
+def _call(app, *, method="POST", path="/classify", headers=(), chunks=(b"",)):
+    sent, queue = [], list(chunks)
+
+    async def receive():
+        body = queue.pop(0) if queue else b""
+        return {"type": "http.request", "body": body, "more_body": bool(queue)}
+
+    async def send(message):
+        sent.append(message)
+
+    scope = {"type": "http", "method": method, "path": path, "headers": [(k.encode(), v.encode()) for k, v in headers]}
+    asyncio.run(app(scope, receive, send))
+    status = next(m["status"] for m in sent if m["type"] == "http.response.start")
+    body = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
+    return status, body
+
+
+def test_a_body_within_the_limit_reaches_the_app():
+    app = RequestGuard(_echo, max_bytes=10)
+    assert _call(app, headers=[("content-type", "application/json"), ("content-length", "4")],
+                 chunks=[b"{}{}"]) == (200, b"4")
+    assert _call(app, method="GET") == (200, b"0")
+
+
+def test_oversized_bodies_get_413_by_length_or_as_they_stream():
+    app = RequestGuard(_echo, max_bytes=10)
+    status, body = _call(app, headers=[("content-length", "11")], chunks=[b"x" * 11])
+    assert status == 413 and "11 bytes is over the limit of 10" in json.loads(body)["error"]
+    status, body = _call(app, headers=[("transfer-encoding", "chunked")], chunks=[b"x" * 6, b"x" * 6])
+    assert status == 413 and "over the limit of 10" in json.loads(body)["error"]
+
+
+def test_multipart_without_boundary_and_a_bad_length_get_400():
+    app = RequestGuard(_echo, max_bytes=10)
+    status, body = _call(app, headers=[("content-type", "multipart/form-data")])
+    assert status == 400 and "boundary" in json.loads(body)["error"]
+    assert _call(app, headers=[("content-type", "multipart/form-data; boundary=x")])[0] == 200
+    status, body = _call(app, headers=[("content-length", "ten")])
+    assert status == 400 and "Content-Length" in json.loads(body)["error"]
+
+
+def test_the_default_limit_admits_the_largest_valid_request():
+    limits = {"max_texts": 64, "max_chars": 4000}
+    largest = json.dumps({"texts": ["\u2603" * 4000] * 64}).encode()  # JSON-escaped: 6 bytes a character
+    assert len(largest) <= body_limit(limits)
+
+
+def test_with_a_token_every_request_but_the_probes_needs_it():
+    token = "s3cret-token-of-24-chars"
+    app = RequestGuard(_echo, max_bytes=10, token=token)
+    for path in ("/classify", "/docs.json", "/lineage", "/metrics"):
+        status, body = _call(app, path=path)
+        assert status == 401 and "bearer token" in json.loads(body)["error"]
+        assert _call(app, path=path, headers=[("authorization", "Bearer wrong-token-of-24-chars")])[0] == 401
+        assert _call(app, path=path, headers=[("authorization", f"Basic {token}")])[0] == 401
+        assert _call(app, path=path, headers=[("authorization", f"Bearer {token}")])[0] == 200
+    for probe in ("/livez", "/readyz", "/healthz"):
+        assert _call(app, method="GET", path=probe)[0] == 200
+    assert _call(RequestGuard(_echo, max_bytes=10), path="/classify")[0] == 200  # no token: no auth
+
+
+def test_the_token_comes_from_the_environment_or_a_file_and_must_be_long(tmp_path):
+    assert api_token({}) is None and api_token({"LMPIPE_API_TOKEN": "  "}) is None
+    assert api_token({"LMPIPE_API_TOKEN": " abcdefghijklmnopq\n"}) == "abcdefghijklmnopq"
+    secret = tmp_path / "token"
+    secret.write_text("from-a-mounted-secret-file\n")
+    assert api_token({"LMPIPE_API_TOKEN_FILE": str(secret)}) == "from-a-mounted-secret-file"
+    with pytest.raises(ValueError, match="at least 16 characters"):
+        api_token({"LMPIPE_API_TOKEN": "short"})
+    with pytest.raises(ValueError, match=f"cannot read {tmp_path / 'missing'}"):
+        api_token({"LMPIPE_API_TOKEN_FILE": str(tmp_path / "missing")})
+
+
+def _answering(status: int, body: bytes, chunked: bool = False):
+    async def app(scope, receive, send):
+        await send({"type": "http.response.start", "status": status,
+                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+        if chunked:
+            await send({"type": "http.response.body", "body": body[:5], "more_body": True})
+            await send({"type": "http.response.body", "body": body[5:]})
+        else:
+            await send({"type": "http.response.body", "body": body})
+    return app
+
+
+@pytest.mark.parametrize("raw, expected", [
+    # bentoml's validation error: detail is a list of pydantic errors
+    (b'{"error": "1 validation error for Input", "detail": [{"type": "too_short", "loc": ["texts"], '
+     b'"msg": "List should have at least 1 item"}]}',
+     {"error": "1 validation error for Input", "detail": "texts: List should have at least 1 item"}),
+    # bentoml's InvalidArgument: a one-element list
+    (b'[{"error": "the text has no [MASK] token to fill"}]', {"error": "the text has no [MASK] token to fill"}),
+    (b'{"error": "fine as it is"}', {"error": "fine as it is"}),
+])
+def test_client_errors_take_the_shape_the_openapi_spec_declares(raw, expected):
+    for chunked in (False, True):
+        sent = []
+
+        async def send(message):
+            sent.append(message)
+
+        async def receive():
+            return {"type": "http.request", "body": b"{}", "more_body": False}
+
+        scope = {"type": "http", "method": "POST", "path": "/classify", "headers": []}
+        asyncio.run(RequestGuard(_answering(400, raw, chunked), max_bytes=100)(scope, receive, send))
+        start, body = sent[0], b"".join(m.get("body", b"") for m in sent[1:])
+        assert start["status"] == 400 and json.loads(body) == expected
+        assert dict(start["headers"])[b"content-length"] == str(len(body)).encode()
+
+
+def test_a_success_passes_through_untouched():
+    raw = b'[{"label": "net"}]'
+    sent = []
+
+    async def send(message):
+        sent.append(message)
+
+    async def receive():
+        return {"type": "http.request", "body": b"{}", "more_body": False}
+
+    scope = {"type": "http", "method": "POST", "path": "/classify", "headers": []}
+    asyncio.run(RequestGuard(_answering(200, raw), max_bytes=100)(scope, receive, send))
+    assert sent[1]["body"] == raw
+
+
+def test_a_rejected_request_is_logged_in_one_line_without_its_content(caplog):
+    import logging
+
+    from pydantic import BaseModel, Field, ValidationError
+
+    from stages.serving.guard import BENTOML_REQUEST_LOGGER, install_log_filter
+
+    class Input(BaseModel):
+        texts: list[str]
+        top_k: int = Field(ge=1)
+
+    secret = "private-1234"
+    try:
+        Input.model_validate_json(json.dumps({"texts": ["ok"], "top_k": secret}))
+    except ValidationError as exc:
+        error = exc
+    assert secret in str(error)  # pydantic quotes the input: what the filter keeps out of the logs
+    install_log_filter()
+    logger = logging.getLogger(BENTOML_REQUEST_LOGGER)
+    with caplog.at_level(logging.INFO, logger=BENTOML_REQUEST_LOGGER):
+        try:
+            raise error
+        except ValidationError:
+            logger.error("Exception on %s [%s]", "/classify", "POST", exc_info=True)
+        try:
+            raise RuntimeError("a real server fault")
+        except RuntimeError:
+            logger.error("Exception on %s [%s]", "/classify", "POST", exc_info=True)
+    client, server = caplog.records[-2:]
+    assert client.levelname == "INFO" and client.exc_info is None
+    assert client.getMessage() == "Rejected /classify [POST]: 1 validation error(s) at top_k (int_parsing)"
+    assert secret not in caplog.text
+    assert server.levelname == "ERROR" and server.exc_info is not None  # a server fault keeps its traceback
+
+
+def test_the_openapi_spec_marks_bodies_with_required_fields_required():
+    from stages.serving.guard import openapi_fixed
+
+    spec = {"paths": {
+        "/classify": {"post": {"requestBody": {"content": {"application/json": {"schema": {
+            "type": "object", "required": ["texts"], "properties": {"texts": {"type": "array"}}}}}}}},
+        "/lineage": {"post": {"requestBody": {"content": {"application/json": {"schema": {
+            "type": "object", "properties": {}}}}}}},
+        "/readyz": {"get": {"responses": {"200": {"description": "ok"}}}}}}
+    sent = []
+
+    async def send(message):
+        sent.append(message)
+
+    async def receive():
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    scope = {"type": "http", "method": "GET", "path": "/docs.json", "headers": []}
+    asyncio.run(RequestGuard(_answering(200, json.dumps(spec).encode()), max_bytes=100)(scope, receive, send))
+    fixed = json.loads(sent[1]["body"])
+    assert fixed["paths"]["/classify"]["post"]["requestBody"]["required"] is True
+    assert "required" not in fixed["paths"]["/lineage"]["post"]["requestBody"]  # nothing required: optional
+    assert fixed["paths"]["/readyz"] == spec["paths"]["/readyz"]
+    assert openapi_fixed(json.dumps(spec).encode()) == sent[1]["body"]

@@ -75,6 +75,15 @@ def plot_tsv(history: list[dict], evals: list[dict]) -> str:
     return buf.getvalue()
 
 
+def objective_options(train, paradigm: str) -> dict:
+    """The objective's settings from the train config: BERT's selection rate, T5's objective."""
+    if train.objective and paradigm != "t5":
+        raise ValueError(f"objective: {train.objective!r} is for T5; {paradigm} trains with its own objective")
+    if paradigm == "bert":
+        return {"select": train.mlm_select}
+    return {"objective": train.objective} if train.objective else {}
+
+
 def run(cfg, *, paradigm: str, stage: str, tokens_dir: Path, corpus: str, tokenizer_dir: Path, init: Path | None,
         output_dir: Path, checkpoint_dir: Path | None, log=print,
         progress: bool = True) -> tuple[dict, str] | None:
@@ -110,8 +119,9 @@ def run(cfg, *, paradigm: str, stage: str, tokens_dir: Path, corpus: str, tokeni
             raise ValueError(f"{init}: vocabulary {model.config.vocab_size} != the tokenizer's {layout.vocab_size}")
     else:
         model = build_model(layout, cfg.model, seed=cfg.train.seed)
-    objective = for_paradigm(layout, **({"select": cfg.train.mlm_select} if layout.paradigm == "bert" else {}))
-    fpt = flops_per_token(model, layout, predicted_fraction=getattr(objective, "select", 1.0))
+    objective = for_paradigm(layout, **objective_options(cfg.train, paradigm))
+    fpt = flops_per_token(model, layout, predicted_fraction=getattr(objective, "select", 1.0),
+                          targets_len=getattr(objective, "targets_len", None))
     run_id = fingerprint(stage, paradigm, corpus, asdict(cfg), dist.world, manifest["corpora"][corpus],
                          manifest["tokenizer"]["sha256"], _file_sha(init / "model.safetensors") if init else None)
     result = train(model, objective, train_blocks, eval_blocks, cfg.train, flops_per_token=fpt,

@@ -25,7 +25,15 @@ def for_paradigm(layout: "BlockLayout", **kwargs):
 
         return CausalLM(layout)
     if layout.paradigm == "t5":
-        from stages.objectives.span_corruption import SpanCorruption
+        objective = kwargs.get("objective", "span_corruption")
+        if objective == "span_corruption":
+            from stages.objectives.span_corruption import SpanCorruption
 
-        return SpanCorruption(layout)
+            return SpanCorruption(layout)
+        from stages.objectives import denoisers
+
+        kinds = {"prefix_lm": denoisers.PrefixLM, "ul2": denoisers.UL2, "reconstruct": denoisers.Reconstruct}
+        if objective not in kinds:
+            raise ValueError(f"objective: one of span_corruption, {', '.join(kinds)}; got {objective!r}")
+        return kinds[objective](layout)
     raise ValueError(f"paradigm: expected bert, gpt or t5, got {layout.paradigm!r}")

@@ -7,6 +7,8 @@ from typing import Literal
 
 from stages.config import check, check_seed
 
+T5_OBJECTIVES = ("", "span_corruption", "ul2", "prefix_lm", "reconstruct")
+
 
 @dataclass(frozen=True, kw_only=True)
 class ModelConfig:
@@ -21,9 +23,11 @@ class ModelConfig:
     dropout: float = 0.0
     arch: str = "bert"
     conv_kernel: int = 3
+    local_bias: float = 0.0
 
     def __post_init__(self) -> None:
         check(self.arch in ("bert", "deberta_v2"), "arch: one of bert, deberta_v2")
+        check(self.local_bias >= 0, "local_bias: must be >= 0 (0 = T5's own initialisation)")
         check(self.conv_kernel >= 0, "conv_kernel: must be >= 0 (0 = no convolution; deberta_v2 only)")
         check(self.layers >= 1, "layers: must be >= 1")
         check(self.d_model >= 8 and self.heads >= 1 and self.d_model % self.heads == 0,
@@ -45,7 +49,13 @@ class TrainConfig:
     peak_tflops: the device's peak for MFU (0 = look up known GPUs; unknown devices report no MFU).
     threads: CPU threads for torch (0 = torch's default).
     mlm_select: masked LM only: the share of positions selected for prediction (BERT: 0.15; Wettig et al.
-    2023, "Should You Mask 15% in Masked Language Modeling?", found higher rates better for small budgets)."""
+    2023, "Should You Mask 15% in Masked Language Modeling?", found higher rates better for small budgets).
+    objective: T5 only: ``span_corruption`` (T5's own), ``ul2`` (span corruption and a prefix LM, half and
+    half, per block), ``prefix_lm`` or ``reconstruct`` (the T5 paper's BERT-style denoising);
+    ``stages.objectives.denoisers`` says what each does. "" = the paradigm's own objective.
+    scale_lr_by_rms: each tensor's step is ``lr`` times its root mean square (nanoT5's AdamWScale, Adafactor's
+    relative steps), for T5, whose initialisation assumes such an optimizer: ``lr`` is then about 10x what
+    plain AdamW takes (nanoT5: 2e-2)."""
 
     budget_tokens: int = 1_000_000
     budget_flops: float = 0.0
@@ -67,9 +77,12 @@ class TrainConfig:
     peak_tflops: float = 0.0
     threads: int = 0
     mlm_select: float = 0.15
+    objective: str = ""
+    scale_lr_by_rms: bool = False
 
     def __post_init__(self) -> None:
         check(0 < self.mlm_select < 1, "mlm_select: must be in (0, 1)")
+        check(self.objective in T5_OBJECTIVES, f"objective: one of {', '.join(o or repr(o) for o in T5_OBJECTIVES)}")
         check_seed("seed", self.seed)
         check(self.budget_tokens > 0 or self.budget_flops > 0, "budget_tokens: must be > 0 (or set budget_flops)")
         check(self.micro_batch >= 1, "micro_batch: must be >= 1")

@@ -71,10 +71,31 @@ def make_optimizer(model, cfg: TrainConfig, device: str):
 
     decay = [p for p in model.parameters() if p.requires_grad and p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.requires_grad and p.dim() < 2]
-    groups = [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    if cfg.scale_lr_by_rms:  # one group per tensor, so each can take its own step size (set_lr)
+        groups = [{"params": [p], "weight_decay": cfg.weight_decay if p.dim() >= 2 else 0.0, "rms_scaled": True}
+                  for p in model.parameters() if p.requires_grad]
+    else:
+        groups = [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
     # Fused AdamW: one kernel for all parameters, on GPUs and (torch >= 2.4) on CPUs, where it measured
     # about 3x faster per optimizer step than the default here.
     return torch.optim.AdamW(groups, lr=cfg.lr, betas=tuple(cfg.betas), fused=True)
+
+
+def set_lr(optimizer, lr: float) -> None:
+    """Set this step's learning rate. A group made with ``scale_lr_by_rms`` takes ``lr`` times its tensor's
+    root mean square (at least 1e-3), as nanoT5's AdamWScale (Nawrot 2023) and Adafactor's relative step
+    size do: T5's initialisation gives the shared embedding an RMS of 1 and the other weights about
+    d_model ** -0.5, so under plain AdamW the embedding moves 10x slower relative to its size, and a small
+    T5 stays on the unigram plateau (benchmarks/README.md, "T5: an objective that transfers")."""
+    import torch
+
+    for group in optimizer.param_groups:
+        if group.get("rms_scaled"):
+            with torch.no_grad():
+                rms = group["params"][0].float().pow(2).mean().sqrt().item()
+            group["lr"] = lr * max(1e-3, rms)
+        else:
+            group["lr"] = lr
 
 
 def use_bf16(cfg: TrainConfig, device: str) -> bool:
@@ -186,8 +207,7 @@ def train(model, objective, train_blocks: np.ndarray, eval_blocks: np.ndarray | 
     train_seconds, tokens_run = 0.0, 0
     for step in range(start_step, total):
         lr = lr_at(step, total, cfg)
-        for group in optimizer.param_groups:
-            group["lr"] = lr
+        set_lr(optimizer, lr)
         micro = sampler.micro_batches(step)
         for a, (ids, epochs) in enumerate(micro):
             batch = to_device(prepare(make_batch(objective, train_blocks, ids,

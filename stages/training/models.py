@@ -56,14 +56,44 @@ def build_model(layout: "BlockLayout", m: "ModelConfig", *, seed: int):
     import torch
     from transformers import BertForMaskedLM, DebertaV2ForMaskedLM, GPT2LMHeadModel, T5ForConditionalGeneration
 
+    if m.local_bias and layout.paradigm != "t5":
+        raise ValueError(f"model.local_bias: for T5's relative position biases; {layout.paradigm} has none")
     torch.manual_seed(seed)
     cfg = model_config(layout, m)
     cls = {"bert": BertForMaskedLM, "gpt": GPT2LMHeadModel, "t5": T5ForConditionalGeneration}[layout.paradigm]
     if cfg.model_type == "deberta-v2":
         cls = DebertaV2ForMaskedLM  # its disentangled attention has no SDPA path in transformers (eager)
-    elif layout.paradigm != "t5":  # T5's relative attention bias has no SDPA path in transformers
+    elif layout.paradigm != "t5":  # T5 takes SDPA by itself in transformers 5 (its position bias as the mask)
         cfg._attn_implementation = "sdpa"
-    return _with_loss(cls(cfg), layout.paradigm)
+    model = cls(cfg)
+    if layout.paradigm == "t5" and m.local_bias:
+        local_position_bias(model, m.local_bias)
+    return _with_loss(model, layout.paradigm)
+
+
+def local_position_bias(model, slope: float) -> None:
+    """Start T5's relative position biases as a linear penalty on distance, ALiBi's form (Press et al. 2022):
+    bucket b of head h of n gets ``-slope * 2**(-8h/n) * d(b)``, d(b) the smallest distance in the bucket
+    (ALiBi's geometric slopes, scaled so the first head's is ``slope``): the first head attends to its
+    neighbours from the first step, the last one nearly everywhere, and the biases are learned from there. With T5's own init (small random biases, no absolute positions) attention
+    starts uniform, a position learns nothing of its neighbours until the biases have been learned, and span
+    corruption sits on the unigram plateau (benchmarks/README.md, "T5: an objective that transfers").
+    The model stays a stock ``T5ForConditionalGeneration``: only initial values change."""
+    import torch
+
+    for stack, bidirectional in ((model.encoder, True), (model.decoder, False)):
+        attn = stack.block[0].layer[0].SelfAttention
+        cfg = model.config
+        d = torch.arange(-cfg.relative_attention_max_distance, cfg.relative_attention_max_distance + 1)
+        buckets = attn._relative_position_bucket(d, bidirectional=bidirectional,
+                                                 num_buckets=cfg.relative_attention_num_buckets,
+                                                 max_distance=cfg.relative_attention_max_distance)
+        dist = torch.full((cfg.relative_attention_num_buckets,), float(cfg.relative_attention_max_distance))
+        for bucket, distance in zip(buckets.tolist(), d.abs().tolist()):
+            dist[bucket] = min(dist[bucket].item(), float(distance))
+        slopes = slope * 2.0 ** (-8.0 * torch.arange(cfg.num_heads, dtype=torch.float32) / cfg.num_heads)
+        with torch.no_grad():
+            attn.relative_attention_bias.weight.copy_(-dist[:, None] * slopes[None, :])
 
 
 def _with_loss(model, paradigm: str):
@@ -80,13 +110,15 @@ def load_model(path, paradigm: str):
     return _with_loss(cls.from_pretrained(str(path)), paradigm)
 
 
-def flops_per_token(model, layout: "BlockLayout", *, predicted_fraction: float = 1.0) -> float:
+def flops_per_token(model, layout: "BlockLayout", *, predicted_fraction: float = 1.0,
+                    targets_len: int | None = None) -> float:
     """Training FLOPs per input token: 6N + 12 * layers * d_model * seq_len (Kaplan et al. 2020; PaLM
     appendix B; nanoGPT's MFU), N counting every parameter (the tied embedding is the output matmul).
 
     T5 runs its encoder on ``seq_len`` tokens but its decoder and output layer on only ``targets_len``, so
     its decoder-side terms are scaled by ``targets_len / seq_len``, and its attention term counts the
-    encoder's self-attention plus the decoder's self- and cross-attention over their lengths.
+    encoder's self-attention plus the decoder's self- and cross-attention over their lengths. ``targets_len``
+    is the decoder width the objective uses (default: the layout's, span corruption's).
 
     BERT trained through :func:`training_view` computes its output layer (transform + vocabulary
     projection) at ``predicted_fraction`` of the positions only (the MLM selection rate), so only that share
@@ -108,7 +140,7 @@ def flops_per_token(model, layout: "BlockLayout", *, predicted_fraction: float =
         return 6 * n + 12 * disentangled * layers * d * layout.seq_len
     enc = sum(p.numel() for name, p in model.named_parameters() if name.startswith("encoder.block"))
     rest = n - enc  # decoder blocks, the shared embedding / output matmul and final norms
-    s, t, d = layout.seq_len, layout.targets_len, cfg.d_model
+    s, t, d = layout.seq_len, targets_len or layout.targets_len, cfg.d_model
     ratio = t / s
     attention = 12 * d * (cfg.num_layers * s + cfg.num_decoder_layers * ratio * (t + s))
     return 6 * enc + 6 * rest * ratio + attention

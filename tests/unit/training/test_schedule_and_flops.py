@@ -86,3 +86,29 @@ def test_flops_per_token_grows_with_seq_len_and_model_size(layout):
         n = sum(p.numel() for p in small.parameters())
         assert f == 6 * n + 12 * SMALL.layers * SMALL.d_model * layout.seq_len
         assert flops_per_token(small, longer) - f == 12 * SMALL.layers * SMALL.d_model * (128 - 32)
+
+
+def test_rms_scaled_steps_follow_each_tensors_size():
+    """scale_lr_by_rms (nanoT5's AdamWScale): each tensor's rate is lr x its RMS (at least 1e-3), read anew at
+    every step; without it every group takes lr itself. Decay stays off for biases and norms."""
+    import torch
+
+    from stages.training.loop import make_optimizer, set_lr
+
+    model = torch.nn.Sequential(torch.nn.Embedding(50, 8), torch.nn.Linear(8, 8))
+    with torch.no_grad():
+        model[0].weight.fill_(2.0)
+        model[1].weight.fill_(0.5)
+        model[1].bias.zero_()
+    opt = make_optimizer(model, TrainConfig(lr=0.01, scale_lr_by_rms=True), "cpu")
+    set_lr(opt, 0.01)
+    lrs = [g["lr"] for g in opt.param_groups]
+    assert lrs == pytest.approx([0.02, 0.005, 1e-5])  # RMS 2, 0.5 and 0 (floored at 1e-3)
+    assert [g["weight_decay"] for g in opt.param_groups] == [0.01, 0.01, 0.0]
+    with torch.no_grad():
+        model[0].weight.fill_(1.0)
+    set_lr(opt, 0.01)
+    assert opt.param_groups[0]["lr"] == pytest.approx(0.01)
+    plain = make_optimizer(model, TrainConfig(lr=0.01), "cpu")
+    set_lr(plain, 0.003)
+    assert [g["lr"] for g in plain.param_groups] == [0.003, 0.003]

@@ -1,0 +1,115 @@
+"""Encoder-decoder objectives beside T5's span corruption, for the T5 paradigm (``pretrain.t5.train.objective``).
+
+- ``prefix_lm``: the block is cut at a random point; the encoder reads the prefix, the decoder predicts the
+  rest (Raffel et al. 2020, section 3.3.1; UL2's S-denoiser, Tay et al. 2022).
+- ``ul2``: each block is, at random, span-corrupted as T5 does (UL2's R-denoiser: density 0.15, mean span 3)
+  or cut as a prefix LM (S-denoiser), half and half. Span corruption gives the decoder 29 targets per 128
+  input tokens; the prefix LM gives it 15-64, each one a next-token prediction it can learn from the text
+  it has already produced, so the decoder leaves the unigram plateau at once (as a causal LM does) and the
+  encoder is pulled along through cross-attention (benchmarks/README.md, "T5: an objective that transfers").
+- ``reconstruct``: the T5 paper's "BERT-style" objective (section 3.3.1, Table 4): 15% of the tokens are
+  corrupted (90% to a mask token, here ``<extra_id_0>``, 10% to a random token) and the decoder writes out
+  the whole original block.
+
+Every block gives an encoder input of ``seq_len`` and labels of one fixed width (padding is -100 in the
+labels and 0 in the attention mask), so blocks of different kinds share a batch.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from stages.objectives.span_corruption import corrupt
+
+# Decoder width of the prefix LM and of the mixture: the continuation is 15-63 tokens + </s>.
+PREFIX_TARGETS = 64
+
+
+def _pad(ids: np.ndarray, width: int, fill: int) -> np.ndarray:
+    out = np.full(width, fill, dtype=np.int64)
+    out[: len(ids)] = ids
+    return out
+
+
+def prefix_split(block: np.ndarray, *, seq_len: int, targets: int, eos_id: int, rng: np.random.Generator):
+    """(encoder input, target) of one raw block cut at a uniform point: the prefix keeps at least
+    ``len(block) - targets + 1`` tokens (so the continuation and its ``</s>`` fit in ``targets``) and at most
+    ``seq_len - 1`` (so the prefix and its ``</s>`` fit in ``seq_len``)."""
+    lo = max(1, len(block) - targets + 1)
+    hi = min(seq_len - 1, len(block) - 1)
+    cut = int(rng.integers(lo, hi + 1))
+    return (np.concatenate((block[:cut], [eos_id])), np.concatenate((block[cut:], [eos_id])))
+
+
+class _Denoiser:
+    """Shared batching: pad each block's (input, target) to the fixed widths and stack."""
+
+    def __init__(self, layout, targets: int) -> None:
+        self.layout = layout
+        self.targets_len = targets
+
+    def pair(self, block: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+        raise NotImplementedError
+
+    def __call__(self, rows: np.ndarray, rng: np.random.Generator) -> dict:
+        import torch
+
+        lay = self.layout
+        pairs = [self.pair(np.asarray(r, dtype=np.int64), rng) for r in rows]
+        inputs = np.stack([_pad(p[0], lay.seq_len, lay.pad_id) for p in pairs])
+        labels = np.stack([_pad(p[1], self.targets_len, -100) for p in pairs])
+        mask = np.stack([_pad(np.ones(len(p[0]), dtype=np.int64), lay.seq_len, 0) for p in pairs])
+        return {"input_ids": torch.from_numpy(inputs), "attention_mask": torch.from_numpy(mask),
+                "labels": torch.from_numpy(labels)}
+
+    def input_tokens(self, rows: int) -> int:
+        return rows * self.layout.seq_len
+
+
+class PrefixLM(_Denoiser):
+    name = "prefix_lm"
+
+    def __init__(self, layout) -> None:
+        super().__init__(layout, PREFIX_TARGETS)
+
+    def pair(self, block, rng):
+        lay = self.layout
+        return prefix_split(block, seq_len=lay.seq_len, targets=self.targets_len, eos_id=lay.eos_id, rng=rng)
+
+
+class UL2(_Denoiser):
+    """Half span corruption (R), half prefix LM (S), drawn per block from the block's own generator."""
+
+    name = "ul2"
+
+    def __init__(self, layout, prefix_share: float = 0.5) -> None:
+        super().__init__(layout, max(PREFIX_TARGETS, layout.targets_len))
+        self.prefix_share = prefix_share
+
+    def pair(self, block, rng):
+        lay = self.layout
+        if rng.random() < self.prefix_share:
+            return prefix_split(block, seq_len=lay.seq_len, targets=PREFIX_TARGETS, eos_id=lay.eos_id, rng=rng)
+        return corrupt(block, sentinel_top=lay.sentinel_top, eos_id=lay.eos_id, noise_density=lay.noise_density,
+                       mean_span=lay.mean_span, rng=rng)
+
+
+class Reconstruct(_Denoiser):
+    """T5's "BERT-style" objective: i.i.d. corruption of ``noise_density`` of the tokens, full target."""
+
+    name = "reconstruct"
+
+    def __init__(self, layout) -> None:
+        super().__init__(layout, layout.seq_len)
+
+    def pair(self, block, rng):
+        lay = self.layout
+        text = block[: lay.seq_len - 1]
+        picked = rng.random(len(text)) < lay.noise_density
+        roll = rng.random(len(text))
+        noisy = text.copy()
+        noisy[picked & (roll < 0.9)] = lay.sentinel_top
+        swap = picked & (roll >= 0.9)
+        # random replacements from the ordinary vocabulary (below the sentinels; pad, </s>, unk are 0-2)
+        noisy[swap] = rng.integers(3, lay.sentinel_top - lay.sentinels + 1, int(swap.sum()))
+        return np.concatenate((noisy, [lay.eos_id])), np.concatenate((text, [lay.eos_id]))

@@ -1,0 +1,106 @@
+"""The T5 paradigm's other encoder-decoder objectives: the prefix LM (Raffel et al. 2020, 3.3.1; UL2's
+S-denoiser), the UL2-style mixture with span corruption, and the T5 paper's "BERT-style" reconstruction."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from stages.objectives import for_paradigm
+from stages.objectives.denoisers import PREFIX_TARGETS, UL2, PrefixLM, Reconstruct, prefix_split
+from stages.objectives.span_corruption import SpanCorruption
+from stages.tokenization.layout import BlockLayout
+
+TOP, EOS, PAD = 8191, 1, 0
+T5 = BlockLayout(paradigm="t5", seq_len=128, block_len=141, vocab_size=8192, pad_id=PAD, unk_id=2, eos_id=EOS,
+                 sentinel_top=TOP, sentinels=100, targets_len=29, noise_density=0.15, mean_span=3.0)
+
+
+def blocks(n: int, seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).integers(3, TOP - 100, size=(n, T5.block_len))
+
+
+def test_prefix_split_keeps_every_token_in_order_and_cuts_uniformly():
+    rng = np.random.default_rng(0)
+    block = np.arange(10, 10 + T5.block_len)
+    cuts = []
+    for _ in range(3000):
+        inp, tgt = prefix_split(block, seq_len=128, targets=PREFIX_TARGETS, eos_id=EOS, rng=rng)
+        assert inp[-1] == EOS and tgt[-1] == EOS
+        assert np.array_equal(np.concatenate((inp[:-1], tgt[:-1])), block)  # nothing lost, nothing repeated
+        assert len(inp) <= 128 and len(tgt) <= PREFIX_TARGETS
+        cuts.append(len(inp) - 1)
+    lo, hi = T5.block_len - PREFIX_TARGETS + 1, 127
+    assert min(cuts) == lo and max(cuts) == hi  # every allowed cut is reachable
+    counts = np.bincount(np.asarray(cuts) - lo)
+    expected = 3000 / (hi - lo + 1)
+    assert counts.min() > expected * 0.5 and counts.max() < expected * 1.6  # roughly uniform
+
+
+def test_prefix_lm_batch_is_padded_with_ignored_labels_and_a_zero_mask():
+    out = PrefixLM(T5)(blocks(8), np.random.default_rng(1))
+    assert out["input_ids"].shape == (8, 128) and out["labels"].shape == (8, PREFIX_TARGETS)
+    for row in range(8):
+        n_in = int(out["attention_mask"][row].sum())
+        assert out["attention_mask"][row, :n_in].all() and not out["attention_mask"][row, n_in:].any()
+        assert (out["input_ids"][row, n_in:] == PAD).all() and out["input_ids"][row, n_in - 1] == EOS
+        n_tg = int((out["labels"][row] != -100).sum())
+        assert (out["labels"][row, n_tg:] == -100).all() and out["labels"][row, n_tg - 1] == EOS
+        assert (n_in - 1) + (n_tg - 1) == T5.block_len
+
+
+def test_ul2_mixes_span_corruption_and_prefix_lm_about_half_and_half():
+    rows = blocks(400)
+    out = UL2(T5)(rows, np.random.default_rng(2))
+    targets = (out["labels"] != -100).sum(1).numpy()
+    inputs = out["attention_mask"].sum(1).numpy()
+    span = (inputs == 128) & (targets == T5.targets_len)  # span corruption fills the encoder exactly
+    assert 0.4 < span.mean() < 0.6
+    # a span-corrupted row is exactly what SpanCorruption makes (sentinels counting down from the top)
+    labels = out["labels"][span][0]
+    assert labels[0] == TOP and (labels[:T5.targets_len] != -100).all()
+    assert out["labels"].shape[1] == max(PREFIX_TARGETS, T5.targets_len)
+
+
+def test_reconstruct_corrupts_about_15_percent_and_targets_the_whole_block():
+    rows = blocks(200)
+    out = Reconstruct(T5)(rows, np.random.default_rng(3))
+    text = rows[:, :127]
+    assert np.array_equal(out["labels"][:, :127].numpy(), text) and (out["labels"][:, 127] == EOS).all()
+    changed = out["input_ids"][:, :127].numpy() != text
+    masked = out["input_ids"][:, :127].numpy() == TOP
+    assert 0.13 < changed.mean() < 0.16  # 15% picked; a random swap can hit the same id (rarely)
+    assert 0.85 < masked.sum() / changed.sum() < 0.95  # 90% of the picked ones become the mask sentinel
+    swapped = out["input_ids"][:, :127].numpy()[changed & ~masked]
+    assert (swapped >= 3).all() and (swapped <= TOP - 100).all()  # random ids never special or sentinels
+
+
+@pytest.mark.parametrize("name,cls", [("span_corruption", SpanCorruption), ("prefix_lm", PrefixLM), ("ul2", UL2),
+                                      ("reconstruct", Reconstruct)])
+def test_for_paradigm_picks_the_t5_objective(name, cls):
+    assert isinstance(for_paradigm(T5, objective=name), cls)
+
+
+def test_an_unknown_t5_objective_is_named():
+    with pytest.raises(ValueError, match="objective: .*'mlm'"):
+        for_paradigm(T5, objective="mlm")
+
+
+def test_the_same_generator_gives_the_same_batch():
+    rows = blocks(16)
+    a = UL2(T5)(rows, np.random.default_rng(5))
+    b = UL2(T5)(rows, np.random.default_rng(5))
+    assert all(np.array_equal(a[k].numpy(), b[k].numpy()) for k in a)
+
+
+def test_the_train_config_chooses_t5s_objective_and_no_other_paradigms():
+    from stages.pretrain import objective_options
+    from stages.training.config import TrainConfig
+
+    assert objective_options(TrainConfig(objective="ul2"), "t5") == {"objective": "ul2"}
+    assert objective_options(TrainConfig(), "t5") == {}
+    assert objective_options(TrainConfig(mlm_select=0.3), "bert") == {"select": 0.3}
+    with pytest.raises(ValueError, match="objective: 'ul2' is for T5"):
+        objective_options(TrainConfig(objective="ul2"), "gpt")
+    with pytest.raises(ValueError, match="objective: one of"):
+        TrainConfig(objective="electra")

@@ -86,16 +86,19 @@ def set_lr(optimizer, lr: float) -> None:
     root mean square (at least 1e-3), as nanoT5's AdamWScale (Nawrot 2023) and Adafactor's relative step
     size do: T5's initialisation gives the shared embedding an RMS of 1 and the other weights about
     d_model ** -0.5, so under plain AdamW the embedding moves 10x slower relative to its size, and a small
-    T5 stays on the unigram plateau (benchmarks/README.md, "T5: an objective that transfers")."""
+    T5 stays on the unigram plateau (benchmarks/README.md, "T5: an objective that transfers"). The RMS is
+    read at every step, as nanoT5 does, in one transfer (on a GPU the one host sync per step this option costs)."""
     import torch
 
+    scaled = [g for g in optimizer.param_groups if g.get("rms_scaled")]
     for group in optimizer.param_groups:
-        if group.get("rms_scaled"):
-            with torch.no_grad():
-                rms = group["params"][0].float().pow(2).mean().sqrt().item()
-            group["lr"] = lr * max(1e-3, rms)
-        else:
+        if not group.get("rms_scaled"):
             group["lr"] = lr
+    if scaled:  # one host transfer for all tensors (on a GPU, one sync per step)
+        with torch.no_grad():
+            rms = torch.stack([g["params"][0].detach().float().pow(2).mean().sqrt() for g in scaled]).tolist()
+        for group, r in zip(scaled, rms):
+            group["lr"] = lr * max(1e-3, r)
 
 
 def use_bf16(cfg: TrainConfig, device: str) -> bool:

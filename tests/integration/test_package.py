@@ -169,8 +169,8 @@ def test_every_endpoint_answers_over_http(served):
         assert p["label"] in labels and set(p["scores"]) == set(labels)
         assert abs(sum(p["scores"].values()) - 1) < 1e-3
         assert p["truncated"] is False and p["tokens"] > 0
-    long = client.classify(texts=["network " * 3000])[0]  # within max_chars, far over the trained max_len
-    assert long["truncated"] is True and long["tokens"] < 3000
+    long = client.classify(texts=["network " * 450])[0]  # 3,600 characters: within max_chars (4,000), far over max_len
+    assert long["truncated"] is True and long["tokens"] < 450
     filled = client.fill_mask(text="the kernel [MASK] the device", top_k=3)
     assert len(filled) == 1 and len(filled[0]["candidates"]) == 3
     assert isinstance(client.generate(prompt="The kernel", max_new_tokens=5), str)
@@ -255,7 +255,7 @@ def test_schemathesis_finds_no_5xx_and_no_answer_off_the_openapi_schema(served):
 def test_a_rejected_request_leaves_one_log_line_without_its_content(served):
     client, elsewhere, _ = served
     canary = "canary-7d1f-private-text"
-    for payload in ({"texts": [canary], "extra": {"nested": canary}}, {"texts": canary}):
+    for payload in ({"texts": [canary, ""]}, {"texts": canary}):  # an empty text; a string for the list
         assert client.request("POST", "/classify", json=payload).status_code == 400
     assert client.request("POST", "/fill_mask", json={"text": canary}).status_code == 400
     assert client.request("POST", "/generate", json={"prompt": canary, "seed": True}).status_code == 400

@@ -75,9 +75,10 @@ def local_position_bias(model, slope: float) -> None:
     """Start T5's relative position biases as a linear penalty on distance, ALiBi's form (Press et al. 2022):
     bucket b of head h of n gets ``-slope * 2**(-8h/n) * d(b)``, d(b) the smallest distance in the bucket
     (ALiBi's geometric slopes, scaled so the first head's is ``slope``): the first head attends to its
-    neighbours from the first step, the last one nearly everywhere, and the biases are learned from there. With T5's own init (small random biases, no absolute positions) attention
-    starts uniform, a position learns nothing of its neighbours until the biases have been learned, and span
-    corruption sits on the unigram plateau (benchmarks/README.md, "T5: an objective that transfers").
+    neighbours from the first step, the last one nearly everywhere, and the biases are learned from there.
+    With T5's own init (small random biases, no absolute positions) attention starts uniform and a position
+    learns nothing of its neighbours until the biases have been learned (benchmarks/README.md, "T5: an
+    objective that transfers").
     The model stays a stock ``T5ForConditionalGeneration``: only initial values change."""
     import torch
 

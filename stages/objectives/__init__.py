@@ -14,6 +14,10 @@ if TYPE_CHECKING:
     from stages.tokenization.layout import BlockLayout
 
 
+# T5's objectives (train.objective): its own span corruption and the alternatives in stages.objectives.denoisers.
+T5_OBJECTIVES = ("span_corruption", "ul2", "prefix_lm", "reconstruct")
+
+
 def for_paradigm(layout: "BlockLayout", **kwargs):
     """The objective of ``layout.paradigm`` (keyword arguments: that objective's settings)."""
     if layout.paradigm == "bert":
@@ -26,14 +30,14 @@ def for_paradigm(layout: "BlockLayout", **kwargs):
         return CausalLM(layout)
     if layout.paradigm == "t5":
         objective = kwargs.get("objective", "span_corruption")
+        if objective not in T5_OBJECTIVES:
+            raise ValueError(f"objective: one of {', '.join(T5_OBJECTIVES)}; got {objective!r}")
         if objective == "span_corruption":
             from stages.objectives.span_corruption import SpanCorruption
 
             return SpanCorruption(layout)
         from stages.objectives import denoisers
 
-        kinds = {"prefix_lm": denoisers.PrefixLM, "ul2": denoisers.UL2, "reconstruct": denoisers.Reconstruct}
-        if objective not in kinds:
-            raise ValueError(f"objective: one of span_corruption, {', '.join(kinds)}; got {objective!r}")
-        return kinds[objective](layout)
+        return {"prefix_lm": denoisers.PrefixLM, "ul2": denoisers.UL2, "reconstruct": denoisers.Reconstruct}[
+            objective](layout)
     raise ValueError(f"paradigm: expected bert, gpt or t5, got {layout.paradigm!r}")

@@ -6,8 +6,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from stages.config import check, check_seed
-
-T5_OBJECTIVES = ("", "span_corruption", "ul2", "prefix_lm", "reconstruct")
+from stages.objectives import T5_OBJECTIVES
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -82,7 +81,7 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         check(0 < self.mlm_select < 1, "mlm_select: must be in (0, 1)")
-        check(self.objective in T5_OBJECTIVES, f"objective: one of {', '.join(o or repr(o) for o in T5_OBJECTIVES)}")
+        check(self.objective in ("", *T5_OBJECTIVES), f"objective: one of '', {', '.join(T5_OBJECTIVES)}")
         check_seed("seed", self.seed)
         check(self.budget_tokens > 0 or self.budget_flops > 0, "budget_tokens: must be > 0 (or set budget_flops)")
         check(self.micro_batch >= 1, "micro_batch: must be >= 1")

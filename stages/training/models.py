@@ -82,9 +82,9 @@ def local_position_bias(model, slope: float) -> None:
     The model stays a stock ``T5ForConditionalGeneration``: only initial values change."""
     import torch
 
+    cfg = model.config
     for stack, bidirectional in ((model.encoder, True), (model.decoder, False)):
         attn = stack.block[0].layer[0].SelfAttention
-        cfg = model.config
         d = torch.arange(-cfg.relative_attention_max_distance, cfg.relative_attention_max_distance + 1)
         buckets = attn._relative_position_bucket(d, bidirectional=bidirectional,
                                                  num_buckets=cfg.relative_attention_num_buckets,

@@ -23,7 +23,8 @@ async def _echo(scope, receive, send):
     await send({"type": "http.response.body", "body": str(size).encode()})
 
 
-def _call(app, *, method="POST", path="/classify", headers=(), chunks=(b"",)):
+def _exchange(app, *, method="POST", path="/classify", headers=(), chunks=(b"",)) -> list[dict]:
+    """Every ASGI message ``app`` sends for one request whose body arrives in ``chunks``."""
     sent, queue = [], list(chunks)
 
     async def receive():
@@ -35,6 +36,11 @@ def _call(app, *, method="POST", path="/classify", headers=(), chunks=(b"",)):
 
     scope = {"type": "http", "method": method, "path": path, "headers": [(k.encode(), v.encode()) for k, v in headers]}
     asyncio.run(app(scope, receive, send))
+    return sent
+
+
+def _call(app, **request):
+    sent = _exchange(app, **request)
     status = next(m["status"] for m in sent if m["type"] == "http.response.start")
     body = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
     return status, body
@@ -119,16 +125,7 @@ def _answering(status: int, body: bytes, chunked: bool = False):
 ])
 def test_client_errors_take_the_shape_the_openapi_spec_declares(raw, expected):
     for chunked in (False, True):
-        sent = []
-
-        async def send(message):
-            sent.append(message)
-
-        async def receive():
-            return {"type": "http.request", "body": b"{}", "more_body": False}
-
-        scope = {"type": "http", "method": "POST", "path": "/classify", "headers": []}
-        asyncio.run(RequestGuard(_answering(400, raw, chunked), max_bytes=100)(scope, receive, send))
+        sent = _exchange(RequestGuard(_answering(400, raw, chunked), max_bytes=100), chunks=[b"{}"])
         start, body = sent[0], b"".join(m.get("body", b"") for m in sent[1:])
         assert start["status"] == 400 and json.loads(body) == expected
         assert dict(start["headers"])[b"content-length"] == str(len(body)).encode()
@@ -136,16 +133,7 @@ def test_client_errors_take_the_shape_the_openapi_spec_declares(raw, expected):
 
 def test_a_success_passes_through_untouched():
     raw = b'[{"label": "net"}]'
-    sent = []
-
-    async def send(message):
-        sent.append(message)
-
-    async def receive():
-        return {"type": "http.request", "body": b"{}", "more_body": False}
-
-    scope = {"type": "http", "method": "POST", "path": "/classify", "headers": []}
-    asyncio.run(RequestGuard(_answering(200, raw), max_bytes=100)(scope, receive, send))
+    sent = _exchange(RequestGuard(_answering(200, raw), max_bytes=100), chunks=[b"{}"])
     assert sent[1]["body"] == raw
 
 

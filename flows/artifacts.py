@@ -62,28 +62,74 @@ def publish_stage(stage: str, outs: list[str], root: Path) -> int:
     return made
 
 
+REPORTS_URL = "LMPIPE_REPORTS_URL"  # where the project folder's reports/ and dist/ are served (``make ui`` sets it)
+
+
+def embed_figures(markdown: str, base: Path) -> str:
+    """The report with its figures inline: each ``![alt](relative.svg|png)`` becomes a data URI, so the UI shows
+    the figure (a relative path would resolve against the UI's own address). Missing files are left as they are."""
+    import base64
+
+    kinds = {".svg": "image/svg+xml", ".png": "image/png"}
+
+    def inline(match: re.Match) -> str:
+        alt, target = match.group(1), match.group(2)
+        path = base / target
+        if "://" in target or path.suffix.lower() not in kinds or not path.is_file():
+            return match.group(0)
+        data = base64.b64encode(path.read_bytes()).decode("ascii")
+        return f"![{alt}](data:{kinds[path.suffix.lower()]};base64,{data})"
+
+    return re.sub(r"!\[([^\]]*)\]\(([^)\s]+)\)", inline, markdown)
+
+
+def file_link(root: Path, path: Path) -> str | None:
+    """An address a browser opens for ``path`` (under ``root``): on the reports server when ``LMPIPE_REPORTS_URL``
+    is set, else none (browsers do not open ``file://`` links from a web page)."""
+    import os
+
+    base = os.environ.get(REPORTS_URL, "").rstrip("/")
+    if not base:
+        return None
+    rel = path.resolve().relative_to(root.resolve()).as_posix()
+    return f"{base}/{rel}" + ("/" if path.is_dir() else "")
+
+
 def publish_run(root: Path) -> int:
-    """The evaluation report and links to it and to the exported Bento, when the run produced them."""
+    """The evaluation report (figures inline) and where the run's files are: links when they are served
+    (``LMPIPE_REPORTS_URL``, or a Bento exported to a URL), else their paths on the machine that ran it."""
     from prefect.artifacts import create_link_artifact, create_markdown_artifact
 
     made = 0
+    files: list[tuple[str, Path]] = []
     report = root / "reports/evaluation.md"
     if report.is_file():
-        create_markdown_artifact(markdown=report.read_text(encoding="utf-8"), key="evaluation-report",
-                                 description="reports/evaluation.md")
-        create_link_artifact(link=report.resolve().as_uri(), link_text="reports/evaluation.md",
-                             key="link-evaluation-report")
-        made += 2
+        create_markdown_artifact(markdown=embed_figures(report.read_text(encoding="utf-8"), report.parent),
+                                 key="evaluation-report", description="reports/evaluation.md")
+        made += 1
+        files.append(("evaluation report", report))
     quality = root / "reports/quality"
     if quality.is_dir():
-        create_link_artifact(link=quality.resolve().as_uri(), link_text="gate results (reports/quality)",
-                             key="link-gate-results")
-        made += 1
+        files.append(("gate results", quality))
+    links = {"evaluation report": "link-evaluation-report", "gate results": "link-gate-results"}
     package = root / "reports/metrics/package.json"
-    if package.is_file():
-        exported = json.loads(package.read_text(encoding="utf-8")).get("exported")
-        if exported:
-            link = exported if "://" in exported else Path(exported).resolve().as_uri()
-            create_link_artifact(link=link, link_text=Path(exported).name, key="link-bento")
+    exported = json.loads(package.read_text(encoding="utf-8")).get("exported") if package.is_file() else None
+    if exported and "://" in exported and not exported.startswith("file://"):
+        create_link_artifact(link=exported, link_text=exported.rsplit("/", 1)[-1], key="link-bento")
+        made += 1
+    elif exported:
+        files.append(("Bento", (root / exported) if not Path(exported).is_absolute() else Path(exported)))
+        links["Bento"] = "link-bento"
+    rows = []
+    for name, path in files:
+        url = file_link(root, path) if path.resolve().is_relative_to(root.resolve()) else None
+        if url:
+            create_link_artifact(link=url, link_text=path.name, key=links[name])
             made += 1
+        rows.append(f"| {name} | `{path.resolve()}` |" + (f" [open]({url}) |" if url else " |"))
+    if rows:
+        create_markdown_artifact(markdown="\n".join(["### Files of this run", "", "| what | path | |", "|---|---|---|",
+                                                      *rows]), key="run-files",
+                                 description="where the run's report, gate results and Bento are")
+        made += 1
     return made

@@ -29,6 +29,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--train-processes", type=int, default=1, help="default processes for pre-training and DAPT")
     ap.add_argument("--launcher", choices=("torchrun", "accelerate"), default="torchrun")
     ap.add_argument("--launch-args", default="", help="default extra launcher arguments")
+    ap.add_argument("--stage-timeout-hours", type=float, default=None,
+                    help="how long any one stage may run (default: per kind of stage, flows.pipeline.STAGE_TIMEOUT_H)")
     args = ap.parse_args(argv)
     from pathlib import Path
 
@@ -37,7 +39,8 @@ def main(argv: list[str] | None = None) -> int:
     pipeline.serve(name=DEPLOYMENT, cron=args.cron, tags=["lm-pipeline"],
                    parameters={"profile": args.profile, "target": args.target, "root": str(Path(args.root).resolve()),
                                "dask": args.dask, "train_processes": args.train_processes, "launcher": args.launcher,
-                               "launch_args": args.launch_args},
+                               "launch_args": args.launch_args, "stage_timeout_hours": args.stage_timeout_hours},
+                   limit=1, global_limit=1,  # one run at a time (the flow also locks the workspace)
                    description="The lm-pipeline stages as tasks (dvc repro per stage), on a schedule.")
     return 0
 

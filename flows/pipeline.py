@@ -68,41 +68,143 @@ def stage_env(stage: str, *, dask: str | None = None, train_processes: int = 1, 
     return env
 
 
-def run_dvc(stage: str, root: Path, extra_env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    """``dvc repro --single-item STAGE`` in ``root``, with ``extra_env`` on top of this process's environment."""
-    env = {**os.environ, **(extra_env or {}),
+# DVC's advice after each stage ("git add dvc.lock", "dvc push", auto staging): about half of a stage's lines,
+# and not about the stage. Dropped from the task logs.
+DVC_HINTS = ("To track the changes with git, run:", "git add ", "To enable auto staging, run:",
+             "dvc config core.autostage true", "Use `dvc push` to send your updates to remote storage.")
+
+# Hours a stage may run before its process group is stopped (the flow's ``stage_timeout_hours`` overrides all):
+# generous for the default profile on 2 CPU cores (minutes each), there to end a hung stage, not a slow one.
+STAGE_TIMEOUT_H = {"ingest": 2, "clean": 24, "tokenizer": 6, "tokens": 12, "pretrain": 168, "dapt": 168,
+                   "finetune": 48, "evaluate": 48, "package": 2}
+
+
+def stage_timeout_s(stage: str, hours: float | None = None) -> float:
+    """Seconds ``stage`` may run: ``hours`` when given, else its kind's entry in ``STAGE_TIMEOUT_H``."""
+    if hours is not None and hours <= 0:
+        raise ValueError(f"stage_timeout_hours: must be > 0, got {hours}")
+    return 3600.0 * (hours if hours is not None else STAGE_TIMEOUT_H.get(stage.split("@", 1)[0], 24))
+
+
+class StageRun:
+    """The outcome of one ``dvc repro --single-item``: exit code, whether it timed out, the last lines."""
+
+    def __init__(self, returncode: int, lines: list[str], timed_out: bool = False) -> None:
+        self.returncode, self.lines, self.timed_out = returncode, lines, timed_out
+
+
+
+def split_output(buffer: str) -> tuple[list[tuple[str, bool]], str]:
+    """Complete segments of ``buffer`` as ``(text, is_progress)`` and the incomplete rest. A segment ended by a
+    carriage return is a progress update that the next one overwrites (tqdm); one ended by a newline is a line."""
+    out, start = [], 0
+    for i, ch in enumerate(buffer):
+        if ch in "\r\n":
+            out.append((buffer[start:i], ch == "\r"))
+            start = i + 1
+    return out, buffer[start:]
+
+
+def run_dvc(stage: str, root: Path, extra_env: dict[str, str] | None = None, *, on_line=None,
+            timeout_s: float | None = None, progress_every_s: float = 30.0, keep: int = 400) -> StageRun:
+    """``dvc repro --single-item STAGE`` in ``root``, with ``extra_env`` on top of this process's environment.
+
+    Its output (stdout and stderr together) goes to ``on_line`` line by line while it runs, without DVC's git
+    hints; a progress bar's updates at most every ``progress_every_s`` seconds (and its final state). Past
+    ``timeout_s`` the stage's whole process group is stopped (SIGTERM, then SIGKILL) and the run is marked
+    timed out. Returns the exit code and the last ``keep`` lines."""
+    import codecs
+    import collections
+    import queue
+    import signal
+    import threading
+    import time
+
+    env = {**os.environ, **(extra_env or {}), "PYTHONUNBUFFERED": "1",
            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
-    return subprocess.run([*dvc_command(), "repro", "--single-item", stage], cwd=root, env=env,
-                          capture_output=True, text=True)
+    proc = subprocess.Popen([*dvc_command(), "repro", "--single-item", stage], cwd=root, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                            start_new_session=True)
+    chunks: queue.Queue = queue.Queue()
+
+    def read() -> None:
+        while chunk := os.read(proc.stdout.fileno(), 65536):
+            chunks.put(chunk)
+        chunks.put(None)
+
+    threading.Thread(target=read, daemon=True).start()
+    tail: collections.deque = collections.deque(maxlen=keep)
+    emit = on_line or (lambda line: None)
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    rest, last_progress = "", 0.0
+    deadline = time.monotonic() + timeout_s if timeout_s else None
+    timed_out, done = False, False
+    while not done:
+        wait = None if deadline is None else max(0.0, deadline - time.monotonic())
+        try:
+            chunk = chunks.get(timeout=wait)
+        except queue.Empty:
+            timed_out = True
+            _stop_group(proc, signal)
+            break
+        if chunk is None:
+            done, text = True, decoder.decode(b"", final=True) + "\n"
+        else:
+            text = decoder.decode(chunk)
+        segments, rest = split_output(rest + text)
+        for segment, is_progress in segments:
+            line = segment.rstrip()
+            if not line.strip():
+                continue
+            if is_progress:  # a bar's last state ends with a newline: it comes as a line
+                if time.monotonic() - last_progress >= progress_every_s:
+                    emit(line)
+                    last_progress = time.monotonic()
+                continue
+            if line.strip().startswith(DVC_HINTS):
+                continue
+            tail.append(line)
+            emit(line)
+    returncode = proc.wait()
+    return StageRun(returncode, list(tail), timed_out)
 
 
-def error_line(proc: subprocess.CompletedProcess) -> str:
+def _stop_group(proc: subprocess.Popen, signal) -> None:
+    """SIGTERM to the stage's process group (dvc, the stage, its workers), SIGKILL after 30 s."""
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def error_line(lines: list[str]) -> str:
     """The stage's own ``error: ...`` line (a failed gate names its checks there), else the last lines."""
-    lines = (proc.stderr or "").splitlines() + (proc.stdout or "").splitlines()
     errors = [line for line in lines if line.startswith("error:")]
     return errors[-1] if errors else " | ".join(line for line in lines[-5:] if line.strip()) or "no output"
 
 
 @task(task_run_name="{stage}")
-def run_stage(stage: str, root: str, outs: list[str], env: dict[str, str] | None = None) -> dict:
-    """One stage through DVC; its artifacts published when it succeeds."""
+def run_stage(stage: str, root: str, outs: list[str], env: dict[str, str] | None = None,
+              timeout_hours: float | None = None) -> dict:
+    """One stage through DVC, its output streamed to the task's log; its artifacts published when it succeeds."""
     from flows.artifacts import publish_stage
 
     logger = get_run_logger()
     for key in sorted(k for k in (env or {}) if k.startswith("LMPIPE_")):
         logger.info(f"{key}={env[key]}")
-    proc = run_dvc(stage, Path(root), env)
-    for line in (proc.stdout or "").splitlines():
-        if line.strip():
-            logger.info(line)
-    for line in (proc.stderr or "").splitlines():  # the stages' own log lines: "[clean] ...", "[launch] ..."
-        if proc.returncode == 0 and line.startswith("["):
-            logger.info(line)
+    limit = stage_timeout_s(stage, timeout_hours)
+    proc = run_dvc(stage, Path(root), env, on_line=logger.info, timeout_s=limit)
+    if proc.timed_out:
+        message = f"{stage}: timed out after {limit / 3600:g} h (stopped; stage_timeout_hours raises the limit)"
+        logger.error(message)
+        raise StageFailed(message)
     if proc.returncode != 0:
-        for line in (proc.stderr or "").splitlines()[-40:]:
-            logger.error(line)
-        raise StageFailed(f"{stage}: {error_line(proc)}")
-    skipped = "didn't change, skipping" in (proc.stdout or "") or "is cached" in (proc.stdout or "")
+        logger.error(error_line(proc.lines))
+        raise StageFailed(f"{stage}: {error_line(proc.lines)}")
+    skipped = any("didn't change, skipping" in line or "is cached" in line for line in proc.lines)
     artifacts = publish_stage(stage, outs, Path(root))
     return {"stage": stage, "skipped": skipped, "artifacts": artifacts}
 
@@ -126,6 +228,34 @@ def apply_profile(root: Path, name: str) -> dict:
     return profile
 
 
+LOCK = ".dvc/tmp/lm-pipeline-flow.lock"
+
+
+@contextmanager
+def workspace_lock(root: Path):
+    """Hold ``root/LOCK`` (an exclusive ``flock``) for a flow run: two runs on one workspace would rewrite each
+    other's params, outputs and dvc.lock. The lock dies with its process, so a killed run leaves none behind."""
+    import fcntl
+    import json
+    import socket
+
+    path = root / LOCK
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 4096, 0).decode("utf-8", "replace").strip() or "unknown"
+            raise StageFailed(f"another pipeline run is using {root} (lock {path}, held by {holder}); "
+                              "wait for it to finish") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, json.dumps({"pid": os.getpid(), "host": socket.gethostname()}).encode(), 0)
+        yield path
+    finally:
+        os.close(fd)  # releases the lock
+
+
 @contextmanager
 def profile_applied(root: Path, name: str):
     """``params.yaml`` with the profile's keys set while the block runs, and exactly as it was afterwards
@@ -145,25 +275,31 @@ def profile_applied(root: Path, name: str):
 # processes. The graph still decides the order, and a failure still stops only what depends on it.
 @flow(name="lm-pipeline", log_prints=True, task_runner=ThreadPoolTaskRunner(max_workers=1))
 def pipeline(target: str | None = None, profile: str | None = None, root: str = ".", dask: str | None = None,
-             train_processes: int = 1, launcher: str = "torchrun", launch_args: str = "") -> dict:
+             train_processes: int = 1, launcher: str = "torchrun", launch_args: str = "",
+             stage_timeout_hours: float | None = None) -> dict:
     """Run ``target`` (a stage, a ``foreach`` group such as ``clean``, or everything when empty) and what it
     needs, one task per stage; ``profile`` applies ``profiles/<profile>.yaml`` to params.yaml for the run
     (restored afterwards).
     ``dask``: a Dask scheduler address (or ``local[:N]``) for the cleaning and tokenization shards;
     ``train_processes``, ``launcher`` (torchrun | accelerate), ``launch_args``: pre-training and DAPT in that
-    many processes per machine (``launch_args`` e.g. ``--nnodes 2 --node_rank 0 --rdzv_endpoint head:29500``)."""
+    many processes per machine (``launch_args`` e.g. ``--nnodes 2 --node_rank 0 --rdzv_endpoint head:29500``).
+    ``stage_timeout_hours``: how long any one stage may run (default: ``STAGE_TIMEOUT_H`` per kind of stage).
+    One run at a time per workspace: a second one fails at once, naming the lock and who holds it."""
     base = Path(root).resolve()
     logger = get_run_logger()
-    if profile:
-        with profile_applied(base, profile) as applied:
-            logger.info(f"profile {profile}: {len(applied)} params set in params.yaml for this run "
-                        "(restored afterwards)")
-            return _run(base, target, dask, train_processes, launcher, launch_args, logger)
-    return _run(base, target, dask, train_processes, launcher, launch_args, logger)
+    if stage_timeout_hours is not None:
+        stage_timeout_s("any", stage_timeout_hours)  # a bad value fails before anything runs
+    with workspace_lock(base):
+        if profile:
+            with profile_applied(base, profile) as applied:
+                logger.info(f"profile {profile}: {len(applied)} params set in params.yaml for this run "
+                            "(restored afterwards)")
+                return _run(base, target, dask, train_processes, launcher, launch_args, stage_timeout_hours, logger)
+        return _run(base, target, dask, train_processes, launcher, launch_args, stage_timeout_hours, logger)
 
 
 def _run(base: Path, target: str | None, dask, train_processes: int, launcher: str, launch_args: str,
-         logger) -> dict:
+         timeout_hours: float | None, logger) -> dict:
     from flows.artifacts import publish_run
     from flows.graph import closure, read_pipeline
 
@@ -176,7 +312,7 @@ def _run(base: Path, target: str | None, dask, train_processes: int, launcher: s
         env = stage_env(stage, dask=dask, train_processes=train_processes, launcher=launcher,
                         launch_args=launch_args)
         futures[stage] = run_stage.with_options(**options).submit(
-            stage, str(base), outs.get(stage, []), env, wait_for=[futures[d] for d in graph[stage] if d in futures])
+            stage, str(base), outs.get(stage, []), env, timeout_hours, wait_for=[futures[d] for d in graph[stage] if d in futures])
     wait(list(futures.values()))
     states = {stage: f.state for stage, f in futures.items()}
     failed = [s for s, st in states.items() if st.is_failed()]
@@ -200,10 +336,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--launcher", choices=("torchrun", "accelerate"), default="torchrun")
     ap.add_argument("--launch-args", default="", help='extra launcher arguments, e.g. "--nnodes 2 --node_rank 0 '
                                                         '--rdzv_endpoint head:29500"')
+    ap.add_argument("--stage-timeout-hours", type=float, default=None,
+                    help="how long any one stage may run (default: per kind of stage, STAGE_TIMEOUT_H)")
     args = ap.parse_args(argv)
     try:
         pipeline(target=args.target, profile=args.profile, root=args.root, dask=args.dask,
-                 train_processes=args.train_processes, launcher=args.launcher, launch_args=args.launch_args)
+                 train_processes=args.train_processes, launcher=args.launcher, launch_args=args.launch_args,
+                 stage_timeout_hours=args.stage_timeout_hours)
     except (StageFailed, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

@@ -1,5 +1,6 @@
-"""A local Prefect server (its embedded SQLite under the project's ``.prefect/``) and the served deployment:
-what ``make ui`` runs. Open the printed address for the UI; Ctrl-C stops both.
+"""A local Prefect server (its embedded SQLite under the project's ``.prefect/``), the served deployment and a
+file server for ``reports/`` and ``dist/`` (``flows.files``: the artifacts' links open there): what ``make ui``
+runs. Open the printed address for the UI; Ctrl-C stops them all.
 
     python -m flows.ui [--port 4200] [--cron "0 3 * * *"] [--profile tiny] [--target package]
                        [--dask tcp://scheduler:8786] [--train-processes 8]
@@ -13,6 +14,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+from flows.artifacts import REPORTS_URL
 
 
 def server_env(home: Path, port: int) -> dict:
@@ -61,18 +64,25 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--target")
     ap.add_argument("--dask")
     ap.add_argument("--train-processes", type=int)
+    ap.add_argument("--files-port", type=int, help="the reports file server's port (default: --port + 1)")
     args = ap.parse_args(argv)
     home = args.home.resolve()
     server = start_server(home, args.port)
-    print(f"Prefect UI: http://127.0.0.1:{args.port}  (PREFECT_HOME {home}); Ctrl-C stops", flush=True)
+    files_port = args.files_port or args.port + 1
+    files = subprocess.Popen([sys.executable, "-m", "flows.files", "--root", ".", "--port", str(files_port)],
+                             stdout=subprocess.DEVNULL)
+    env = {**server_env(home, args.port), REPORTS_URL: f"http://127.0.0.1:{files_port}"}
+    print(f"Prefect UI: http://127.0.0.1:{args.port}  (PREFECT_HOME {home}); reports and Bentos: "
+          f"http://127.0.0.1:{files_port}/reports/; Ctrl-C stops", flush=True)
     serve_args = ["--cron", args.cron] + (["--profile", args.profile] if args.profile else []) + (
         ["--target", args.target] if args.target else []) + (["--dask", args.dask] if args.dask else []) + (
         ["--train-processes", str(args.train_processes)] if args.train_processes else [])
     try:
-        return subprocess.call([sys.executable, "-m", "flows.deploy", *serve_args], env=server_env(home, args.port))
+        return subprocess.call([sys.executable, "-m", "flows.deploy", *serve_args], env=env)
     except KeyboardInterrupt:
         return 0
     finally:
+        stop(files)
         stop(server)
 
 

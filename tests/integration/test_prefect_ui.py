@@ -1,6 +1,7 @@
-"""End to end: a real Prefect server on localhost, the served deployment run once on the tiny profile, then
-the UI opened in headless Chromium: the flow run shows as Completed with its artifacts. The screenshot is
-written to the project copy's reports/ui/flow-run.png."""
+"""End to end: a real Prefect server on localhost and the reports file server (as `make ui` starts them), the
+served deployment run once on the tiny profile, then the UI opened in headless Chromium: the flow run shows as
+Completed with its artifacts, the evaluation artifact shows its figure, a stage task shows the lines it logged
+while it ran, and the artifact links open. Screenshots go to the project copy's reports/ui/."""
 
 from __future__ import annotations
 
@@ -31,8 +32,11 @@ def served(tiny_project, tmp_path_factory):
     home = tmp_path_factory.mktemp("prefect-home")
     port = free_port()
     server = start_server(home, port)
+    files_port = free_port()  # the reports file server, as `make ui` starts it
+    files = subprocess.Popen([PY, "-m", "flows.files", "--root", str(tiny_project), "--port", str(files_port)],
+                             cwd=tiny_project, stdout=subprocess.DEVNULL)
     env = {**server_env(home, port), "BENTOML_HOME": str(tiny_project / ".bentoml"), "BENTOML_DO_NOT_TRACK": "True",
-           "GX_ANALYTICS_ENABLED": "false"}
+           "GX_ANALYTICS_ENABLED": "false", "LMPIPE_REPORTS_URL": f"http://127.0.0.1:{files_port}"}
     log = open(home / "deploy.log", "wb")
     deploy = subprocess.Popen([PY, "-m", "flows.deploy", "--root", str(tiny_project), "--profile", "tiny"],
                               cwd=tiny_project, env=env, stdout=log, stderr=subprocess.STDOUT)
@@ -40,6 +44,7 @@ def served(tiny_project, tmp_path_factory):
         yield {"port": port, "env": env, "home": home}
     finally:
         stop(deploy)
+        stop(files)
         stop(server)
 
 
@@ -82,6 +87,12 @@ def test_a_run_completes_and_the_ui_shows_it_with_its_artifacts(served, tiny_pro
     assert {"gate-clean-general", "metrics-package", "evaluation-report", "link-bento"} <= keys
     gate = _api(port, "POST", "/artifacts/latest/filter", {"artifacts": {"key": {"any_": ["gate-model-gate"]}}})
     assert gate and json.loads(gate[0]["data"])
+    import httpx
+
+    for key in ("link-bento", "link-evaluation-report"):  # the links open (served over HTTP, not file://)
+        link = _api(port, "POST", "/artifacts/latest/filter", {"artifacts": {"key": {"any_": [key]}}})[0]["data"]
+        url = link[link.rindex("(") + 1: -1]
+        assert url.startswith("http://127.0.0.1:") and httpx.get(url, timeout=30).status_code == 200, link
 
     chromium = _chromium()
     if chromium is None:
@@ -98,5 +109,34 @@ def test_a_run_completes_and_the_ui_shows_it_with_its_artifacts(served, tiny_pro
     artifacts = subprocess.run([*common, "--dump-dom", f"http://127.0.0.1:{port}/artifacts"], capture_output=True,
                                text=True, timeout=120).stdout
     assert "gate-clean-general" in artifacts and "evaluation-report" in artifacts
+
+    # The evaluation report shows its figures (inlined: a relative path would 404 against the UI).
+    report = _api(port, "POST", "/artifacts/filter", {"artifacts": {"key": {"any_": ["evaluation-report"]},
+                                                                    "flow_run_id": {"any_": [run["id"]]}}})[0]
+    page = subprocess.run([*common, "--dump-dom", f"http://127.0.0.1:{port}/artifacts/artifact/{report['id']}"],
+                          capture_output=True, text=True, timeout=120).stdout
+    assert '<img src="data:image/svg+xml;base64,' in page
+    subprocess.run([*common, f"--screenshot={shot.with_name('evaluation-artifact.png')}",
+                    f"http://127.0.0.1:{port}/artifacts/artifact/{report['id']}"], capture_output=True, timeout=120)
+    assert shot.with_name("evaluation-artifact.png").stat().st_size > 20_000
+
+    # Each stage's lines reached its task's log while it ran, without DVC's git hints.
+    tasks = {t["name"]: t for t in _api(port, "POST", "/task_runs/filter",
+                                        {"flow_runs": {"id": {"any_": [run["id"]]}}})}
+    pretrain = tasks["pretrain@gpt"]
+    logs = _api(port, "POST", "/logs/filter", {"logs": {"task_run_id": {"any_": [pretrain["id"]]}},
+                                               "sort": "TIMESTAMP_ASC", "limit": 200})
+    lines = [entry["message"] for entry in logs]
+    assert any(line.startswith("[pretrain]") for line in lines), lines[:20]
+    assert not any(line.strip().startswith(("git add", "To track the changes")) for line in lines)
+    first = next(e["timestamp"] for e in logs if e["message"].startswith("Running stage"))
+    from datetime import datetime
+    seconds = (datetime.fromisoformat(pretrain["end_time"]) - datetime.fromisoformat(first)).total_seconds()
+    assert seconds > 1.0, f"the stage's first line was logged {seconds:.1f} s before it ended: not streamed"
+    task_page = f"http://127.0.0.1:{port}/runs/task-run/{pretrain['id']}"
+    dom = subprocess.run([*common, "--dump-dom", task_page], capture_output=True, text=True, timeout=120).stdout
+    assert "Running stage" in dom and "Waiting for logs" not in dom
+    subprocess.run([*common, f"--screenshot={shot.with_name('task-logs.png')}", task_page], capture_output=True,
+                   timeout=120)
     if os.environ.get("LMPIPE_UI_SCREENSHOT"):  # where to keep a copy (the committed reports/ui/flow-run.png)
         shutil.copy2(shot, os.environ["LMPIPE_UI_SCREENSHOT"])

@@ -4,6 +4,7 @@ stage failing its task with the stage's message and stopping what depends on it,
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -167,3 +168,83 @@ def test_scale_out_reaches_only_the_stages_it_is_for():
         assert "LMPIPE_TRAIN_PROCESSES" not in stage_env("finetune@bert-random", train_processes=4)
         with pytest.raises(ValueError, match="LMPIPE_TRAIN_LAUNCHER='mpi'"):
             stage_env("pretrain@gpt", train_processes=2, launcher="mpi")
+
+
+def test_output_splits_into_lines_and_progress_updates():
+    from flows.pipeline import split_output
+
+    segments, rest = split_output("Running stage 'x':\n\r 10%|#\r 50%|#####\r100%|##########\nlast line\npart")
+    assert segments == [("Running stage 'x':", False), ("", True), (" 10%|#", True), (" 50%|#####", True),
+                        ("100%|##########", False), ("last line", False)]
+    assert rest == "part"
+
+
+SLOW = """import sys, time
+print("[slow] first line", flush=True)
+for i in range(5):
+    sys.stderr.write(f"\\r{i * 25}%|bar"); sys.stderr.flush(); time.sleep(0.3)
+sys.stderr.write("\\r100%|bar\\n")
+time.sleep(float(sys.argv[1]))
+print("[slow] done", flush=True)
+open("out.txt", "w").write("done")
+"""
+
+
+def _slow_project(tmp_path: Path, seconds: float) -> Path:
+    (tmp_path / "slow.py").write_text(SLOW)
+    (tmp_path / "dvc.yaml").write_text(f"stages:\n  slow:\n    cmd: {sys.executable} slow.py {seconds}\n"
+                                       f"    deps: [slow.py]\n    outs: [out.txt]\n")
+    subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)  # with git, DVC adds its git hints
+    subprocess.run([str(Path(sys.executable).parent / "dvc"), "init", "-q"], cwd=tmp_path, check=True)
+    return tmp_path
+
+
+def test_a_stage_streams_its_output_while_it_runs_without_dvc_hints(tmp_path):
+    import time
+
+    from flows.pipeline import run_dvc
+
+    seen: list[tuple[float, str]] = []
+    start = time.monotonic()
+    run = run_dvc("slow", _slow_project(tmp_path, 3.0), on_line=lambda line: seen.append((time.monotonic(), line)),
+                  progress_every_s=0.5)
+    end = time.monotonic()
+    lines = [line for _, line in seen]
+    assert run.returncode == 0 and not run.timed_out
+    first = next(t for t, line in seen if line == "[slow] first line")
+    assert end - first > 2.5, "the first line arrived only when the stage ended"
+    assert "[slow] done" in lines and lines.index("[slow] first line") < lines.index("[slow] done")
+    progress = [line for line in lines if "|bar" in line]
+    assert progress[-1] == "100%|bar" and 2 <= len(progress) <= 4  # throttled updates, then the final state
+    assert start < first < end and run.lines[-1] == lines[-1]
+    assert "Updating lock file 'dvc.lock'" in lines  # DVC's own lines stay, its git and push hints do not
+    assert not any(line.strip().startswith(("git add", "To track the changes", "To enable auto staging",
+                                            "dvc config", "Use `dvc push`")) for line in lines)
+
+
+def test_a_stage_past_its_timeout_is_stopped_with_its_processes(tmp_path):
+    import time
+
+    from flows.pipeline import run_dvc, stage_timeout_s
+
+    start = time.monotonic()
+    run = run_dvc("slow", _slow_project(tmp_path, 120.0), timeout_s=4.0)
+    assert run.timed_out and time.monotonic() - start < 40
+    assert "[slow] first line" in run.lines and "[slow] done" not in run.lines
+    out = subprocess.run(["pgrep", "-f", f"{tmp_path}/slow.py|slow.py 120"], capture_output=True, text=True)
+    assert out.stdout.strip() == "", "the stage's process outlived the timeout"
+    assert stage_timeout_s("pretrain@gpt") == 168 * 3600 and stage_timeout_s("evaluate", 0.5) == 1800
+    with pytest.raises(ValueError, match="stage_timeout_hours: must be > 0"):
+        stage_timeout_s("evaluate", 0)
+
+
+def test_a_second_run_on_the_same_workspace_is_refused(prefect_harness, project):
+    from flows.pipeline import LOCK, StageFailed, pipeline, workspace_lock
+
+    with workspace_lock(project):
+        with pytest.raises(StageFailed, match=rf"another pipeline run is using {project} .*{LOCK}.*\"pid\": "
+                                              rf"{os.getpid()}"):
+            pipeline(root=str(project))
+        assert not (project / "data").exists()  # nothing ran
+    out = pipeline(root=str(project))  # released: the next run goes ahead
+    assert out["ran"] == ["make@a", "make@b", "join"]

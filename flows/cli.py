@@ -1,0 +1,110 @@
+"""``lm-pipeline``: the project's console command, one entry point over the commands the README documents.
+
+    lm-pipeline run [--profile gpu]      # the whole pipeline: dvc repro (a profile: dvc exp run -S ...)
+    lm-pipeline flow [--target evaluate] # the same as a Prefect flow (flows.pipeline)
+    lm-pipeline ui [--port 4200]         # local Prefect server + scheduled deployment + reports server
+    lm-pipeline serve [lm-pipeline:latest] [bentoml serve options]
+    lm-pipeline lineage BENTO [--verify] # the audit
+    lm-pipeline clean --input docs.jsonl --output out/   # C4 cleaning of anyone's JSONL / Parquet
+    lm-pipeline ingest|tokenizer|tokens|pretrain|finetune|evaluate|package ...   # one stage, as dvc.yaml runs it
+
+Each subcommand is the module's own command line (``python -m stages.clean ...`` and ``lm-pipeline clean ...``
+take the same arguments and give the same exit codes); ``lm-pipeline SUBCOMMAND --help`` shows them.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+MODULES = {  # subcommand -> module whose main(argv) it runs
+    "flow": "flows.pipeline", "ui": "flows.ui", "deploy": "flows.deploy", "files": "flows.files",
+    "ingest": "stages.ingest", "clean": "stages.clean", "tokenizer": "stages.tokenizer", "tokens": "stages.tokens",
+    "pretrain": "stages.pretrain", "finetune": "stages.finetune", "evaluate": "stages.evaluate",
+    "package": "stages.package", "lineage": "stages.lineage", "profile": "stages.profile",
+}
+HELP = {
+    "run": "the whole pipeline with dvc repro (--profile NAME: dvc exp run with profiles/NAME.yaml)",
+    "serve": "bentoml serve a packaged pipeline (default lm-pipeline:latest) with bentoml's own options",
+    "flow": "the pipeline as a Prefect flow", "ui": "local Prefect UI, scheduled deployment, reports server",
+    "deploy": "only the scheduled deployment", "files": "the reports file server",
+    "lineage": "print or --verify what made a packaged model", "profile": "a profile's dvc exp run arguments",
+    "clean": "C4 cleaning (a stage, or anyone's JSONL / Parquet)",
+}
+
+
+def _tool(name: str) -> str:
+    """A console script of this environment (dvc, bentoml), else the one on PATH."""
+    beside = Path(sys.executable).parent / name
+    return str(beside) if beside.exists() else (shutil.which(name) or name)
+
+
+def run(argv: list[str]) -> int:
+    import argparse
+    import shlex
+
+    ap = argparse.ArgumentParser(prog="lm-pipeline run", description=HELP["run"])
+    ap.add_argument("--profile", help="a profile under profiles/ (e.g. gpu), applied as a DVC experiment")
+    args = ap.parse_args(argv)
+    if not Path(".dvc").is_dir():
+        print("error: not a DVC project: run from the repository root", file=sys.stderr)
+        return 1
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    if not args.profile:
+        return subprocess.call([_tool("dvc"), "repro"], env=env)
+    from stages.config import ConfigError, load_params
+    from stages.profile import apply, load_profile, set_args, validate
+
+    try:
+        profile = load_profile(args.profile)
+        validate(apply(load_params("params.yaml"), profile, f"profiles/{args.profile}.yaml"))
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    command = [_tool("dvc"), "exp", "run", *set_args(profile)]
+    print("+ " + " ".join(shlex.quote(c) for c in command), file=sys.stderr, flush=True)
+    return subprocess.call(command, env=env)
+
+
+def serve(argv: list[str]) -> int:
+    target = argv[0] if argv and not argv[0].startswith("-") else "lm-pipeline:latest"
+    rest = argv[1:] if argv and not argv[0].startswith("-") else argv
+    return subprocess.call([_tool("bentoml"), "serve", target, *rest])
+
+
+def usage() -> str:
+    names = ["run", "serve", *MODULES]
+    width = max(map(len, names))
+    lines = [f"  {n:<{width}}  {HELP.get(n, 'the ' + n + ' stage')}" for n in names]
+    return "usage: lm-pipeline SUBCOMMAND [ARGS ...]\n\nsubcommands:\n" + "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if not argv or argv[0] in ("-h", "--help", "help"):
+        print(usage())
+        return 0 if argv else 2
+    command, rest = argv[0], argv[1:]
+    if command == "run":
+        return run(rest)
+    if command == "serve":
+        return serve(rest)
+    if command not in MODULES:
+        print(f"error: no subcommand {command!r}\n\n{usage()}", file=sys.stderr)
+        return 2
+    import importlib
+
+    module = importlib.import_module(MODULES[command])
+    sys.argv = [f"lm-pipeline {command}", *rest]  # what argparse names in its usage lines
+    if MODULES[command].startswith("stages."):
+        from stages.common.cli import entry
+
+        return entry(lambda: module.main(sys.argv[1:]))  # after entry() has taken --debug out
+    return module.main(rest)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

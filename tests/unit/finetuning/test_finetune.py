@@ -122,11 +122,42 @@ def test_sampled_auxiliary_lm_loss_is_unbiased(models, tmp_path):
     assert abs(draws.mean() - exact) < 4 * draws.std() / np.sqrt(len(draws))
 
 
-def test_early_stopping_keeps_the_best_model(models, tmp_path):
+def test_early_stopping_stops_after_patience_evaluations_without_gain(models, tmp_path):
     cfg = load_config(write_params(tmp_path / "p.yaml", lr=1e-9, patience=1, epochs=5), "bert")
     out = finetune(cfg, paradigm="bert", init="pretrained", model_dir=models.models["bert"],
                    df=read_task(models.task), log=lambda m: None)
     assert out["metrics"]["stopped_early"] is True and len(out["curve"]) == 2
+
+
+def test_the_returned_model_is_the_best_on_validation_not_the_last(models, tmp_path, monkeypatch):
+    import stages.finetune as ft
+    import stages.finetuning.metrics as metrics
+
+    # Validation scores scripted to peak at the second evaluation; the weights each prediction saw are recorded.
+    script = iter([0.2, 0.9, 0.5, 0.4, 0.3, 0.2, 0.1, 0.1, 0.1, 0.1])
+    seen, real_predict, real_scores = [], ft.predict, metrics.scores
+
+    def recording_predict(clf, *args, **kwargs):
+        seen.append({k: v.detach().clone() for k, v in clf.model.state_dict().items()})
+        return real_predict(clf, *args, **kwargs)
+
+    def scripted_scores(gold, pred, num_labels):
+        out = real_scores(gold, pred, num_labels)
+        return dict(out, macro_f1=next(script)) if len(seen) <= 6 else out  # the 7th prediction is the test's
+
+    monkeypatch.setattr(ft, "predict", recording_predict)
+    monkeypatch.setattr(metrics, "scores", scripted_scores)
+    cfg = load_config(write_params(tmp_path / "p.yaml", lr=0.003, patience=100, epochs=2, eval_every=3), "bert")
+    out = finetune(cfg, paradigm="bert", init="random", model_dir=models.models["bert"],
+                   df=read_task(models.task), log=lambda m: None)
+    assert [row["val_macro_f1"] for row in out["curve"]] == [0.2, 0.9, 0.5, 0.4, 0.3, 0.2]  # 18 steps, every 3
+    assert out["metrics"]["best_val_macro_f1"] == 0.9 and len(seen) == 7
+    changed = [k for k in seen[1] if not torch.equal(seen[1][k], seen[5][k])]
+    assert changed, "precondition: training moved the weights after the best evaluation"
+    for name, value in seen[6].items():  # the model scored on test (and returned) is the one of evaluation 2
+        assert torch.equal(value, seen[1][name]), name
+    final = out["classifier"].model.state_dict()
+    assert all(torch.equal(final[k], seen[1][k]) for k in final)
 
 
 def test_task_gate_rejects_unknown_labels_and_leaks(models, tmp_path, capsys):

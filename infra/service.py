@@ -2,8 +2,10 @@
 
 Thin by design: artefacts load in ``__init__``, the APIs are typed with limits, and
 pre/post-processing is imported from ``stages.serving``. ``bento_config.json`` (written beside this file in
-the build context by the package stage) names the models in the Bento, the request limits and the batching
-settings, so the APIs and the OpenAPI spec list only what this Bento can answer:
+the build context by the package stage) names the models in the Bento, the request limits, the batching
+settings and the resources a replica needs (``package.resources``: the service config's ``resources``, which
+``bento.yaml`` records for deployment tooling), so the APIs and the OpenAPI spec list only what this Bento can
+answer:
 
 - ``classify`` (always): ``{"texts": [str, ...]}`` -> for each text its label and per-label scores; batchable,
   so concurrent requests are merged into one forward pass (adaptive batching);
@@ -40,6 +42,7 @@ LIMITS = CONFIG["limits"]
 BATCHING = CONFIG["batching"]
 BATCHABLE = BATCHING["enabled"] and os.environ.get("LMPIPE_ADAPTIVE_BATCHING", "1") != "0"
 GENERATIVE = CONFIG.get("generative", {})
+RESOURCES = CONFIG.get("resources") or {}  # a config written before resources were declared has none
 
 Text = Annotated[str, Field(min_length=1, max_length=LIMITS["max_chars"])]
 MASK = "[MASK]"  # the BERT tokenizer's mask token (stages.tokenization.trainers)
@@ -89,7 +92,8 @@ class MaskFill(BaseModel):
     candidates: list[Candidate]
 
 
-@bentoml.service(name=CONFIG["name"], traffic={"timeout": LIMITS["timeout_s"]}, http={"host": "127.0.0.1"})
+@bentoml.service(name=CONFIG["name"], traffic={"timeout": LIMITS["timeout_s"]}, http={"host": "127.0.0.1"},
+                  **({"resources": RESOURCES} if RESOURCES else {}))
 class LMPipeline:
     classifier_model = bentoml.models.BentoModel(CONFIG["classifier"])
     if "bert" in GENERATIVE:

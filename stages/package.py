@@ -11,10 +11,13 @@
 3. Saves the selected fine-tuned model (its ``save_pretrained`` folder, byte for byte, plus ``lineage.json``)
    and, as ``package.generative`` chooses, the pre-trained models into the BentoML model store with
    ``bentoml.models.create``; labels and metadata carry the commit, the upstream stages' ``dvc.lock`` hashes,
-   the params, the gates' results and the evaluation metrics.
+   the params, the gates' results and the evaluation metrics. Each model folder gets a ``README.md`` model
+   card rendered from the lineage record (``stages.provenance.card``).
 4. Builds a Bento from ``infra/service.py`` with the ``stages`` package inside (the service imports its
-   pre/post-processing from there) and exports it to ``package.registry`` (a folder or any fsspec URL) as
-   ``<name>-<version>.bento``.
+   pre/post-processing from there), its README the Bento's card, its image declared (this interpreter's
+   Python version, the distribution, system packages, pinned Python packages) and its resources in the
+   service config (``package.resources``), and exports it to ``package.registry`` (a folder or any fsspec
+   URL) as ``<name>-<version>.bento``.
 
 The BentoML store is ``$BENTOML_HOME`` (default ``~/bentoml``).
 """
@@ -69,11 +72,34 @@ class BatchingConfig:
 
 
 @dataclass(frozen=True, kw_only=True)
+class ResourcesConfig:
+    """What one replica of the service asks of the machine that runs it (BentoML's service ``resources``,
+    read by BentoCloud and by deployment tooling; ``bentoml serve`` runs whatever it is given). ``cpu``: cores
+    (a 64-text batch of the largest classifier takes about 0.4 s on 2); ``memory``: Kubernetes-style
+    quantity (``Mi``/``Gi``); torch with one of the pipeline's models loaded peaks near 0.4 GiB, and the
+    four models of a full Bento are a few MB each."""
+
+    cpu: float = 2.0
+    memory: str = "2Gi"
+
+    def __post_init__(self) -> None:
+        import re
+
+        check(self.cpu > 0, "resources.cpu: must be > 0 (cores)")
+        check(re.fullmatch(r"[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti)", self.memory) is not None,
+              f"resources.memory: {self.memory!r} is not a quantity such as 512Mi or 2Gi")
+
+    def as_service(self) -> dict[str, str]:
+        """As ``@bentoml.service(resources=...)`` takes it."""
+        return {"cpu": f"{self.cpu:g}", "memory": self.memory}
+
+
+@dataclass(frozen=True, kw_only=True)
 class PackageConfig:
     """name: the Bento's name (models are ``<name>-classifier``, ``<name>-bert`` ...). generative: the
     pre-trained models to ship beside the classifier (fill_mask / generate / text2text); generative_from:
     ``pretrained`` or ``dapt`` weights for them. registry: where the ``.bento`` is exported (folder or fsspec
-    URL such as ``s3://bucket/bentos``)."""
+    URL such as ``s3://bucket/bentos``). resources: what the service declares it needs."""
 
     name: str = "lm-pipeline"
     generative: tuple[str, ...] = ("bert", "gpt", "t5")
@@ -81,6 +107,7 @@ class PackageConfig:
     registry: str = "dist"
     limits: LimitsConfig = field(default_factory=LimitsConfig)
     batching: BatchingConfig = field(default_factory=BatchingConfig)
+    resources: ResourcesConfig = field(default_factory=ResourcesConfig)
 
     def __post_init__(self) -> None:
         import re
@@ -125,7 +152,8 @@ def model_metadata(record: dict) -> tuple[dict[str, str], dict]:
               "model_gate": "passed" if gate.get("passed") else "failed"}
     stages = {name: {kind: {e["path"]: e.get("md5") for e in entry.get(kind, [])} for kind in ("deps", "outs")}
               for name, entry in record["stages"].items()}
-    metadata = _plain({"git": git, "model": {k: model[k] for k in ("name", "paradigm", "init", "labels", "md5")},
+    metadata = _plain({"git": git, "model": {k: model.get(k) for k in ("name", "paradigm", "init", "labels",
+                                                                        "parameters", "md5")},
                 "dvc_lock": stages, "params": record["params"], "gates": record["gates"],
                 "model_gate": gate, "evaluation": record["metrics"].get("reports/metrics/evaluation.json"),
                 "lineage_file": "lineage.json"})
@@ -144,14 +172,24 @@ def _plain(value):
 
 def save_models(record: dict, cfg: PackageConfig, *, root: Path, model_dir: Path, generative_dirs: dict[str, Path],
                 made: list[str]) -> dict:
-    """Copy the classifier and the chosen pre-trained models into the model store; returns their tags and
-    appends ``"model <tag>"`` to ``made`` for each."""
+    """Copy the classifier and the chosen pre-trained models into the model store, each with its model card
+    (``README.md``, rendered from ``record``); returns their tags and appends ``"model <tag>"`` to ``made`` for
+    each."""
     import bentoml
 
+    from stages.provenance.card import CARD_FILE, classifier_card, generative_card
+
+    for folder in (model_dir, *generative_dirs.values()):
+        if (root / folder / CARD_FILE).exists():  # the card would replace a file the record vouches for
+            raise FileExistsError(f"{folder}/{CARD_FILE}: the model folder has its own {CARD_FILE}, where "
+                                  "packaging writes the model card")
+    # the cards are rendered from the record as lineage.json stores it (keys sorted), as a verifier reads it
+    stored = json.loads(json.dumps(record, sort_keys=True, default=str))
     labels, metadata = model_metadata(record)
     with bentoml.models.create(f"{cfg.name}-classifier", labels=labels, metadata=metadata) as m:
         _copy_files(root / model_dir, Path(m.path))
         write_json_atomic(Path(m.path) / "lineage.json", record)
+        (Path(m.path) / CARD_FILE).write_bytes(classifier_card(stored).encode("utf-8"))
     made.append(f"model {m.tag}")
     tags = {"classifier": str(m.tag), "generative": {}}
     for paradigm, folder in generative_dirs.items():
@@ -165,6 +203,7 @@ def save_models(record: dict, cfg: PackageConfig, *, root: Path, model_dir: Path
                                            "weights": cfg.generative_from, "git_commit": labels["git_commit"]},
                                    metadata=meta) as g:
             _copy_files(root / folder, Path(g.path))
+            (Path(g.path) / CARD_FILE).write_bytes(generative_card(stored, rel).encode("utf-8"))
         made.append(f"model {g.tag}")
         tags["generative"][paradigm] = str(g.tag)
     return tags
@@ -193,16 +232,36 @@ def _copy_files(src: Path, dst: Path) -> None:
 
 def python_packages() -> list[str]:
     """The serving dependencies pinned to the versions that built the Bento (``bentoml containerize``
-    installs these; torch's CPU or CUDA build is the image builder's choice, see README)."""
+    installs these). A local build label (torch's ``+cpu`` / ``+cu128``) is dropped: no default index carries
+    it, and which torch build the image gets (CPU or CUDA) is the image builder's choice (docs/deploying.md)."""
     from importlib.metadata import PackageNotFoundError, version
 
     pins = []
     for name in ("torch", "transformers", "tokenizers", "safetensors", "numpy", "pydantic", "pyyaml"):
         try:
-            pins.append(f"{name}=={version(name)}")
+            pins.append(f"{name}=={version(name).split('+', 1)[0]}")
         except PackageNotFoundError:
             pass
     return pins
+
+
+# The image's base distribution (BentoML's python:<version>-slim for "debian") and the system packages the
+# service needs on it: none, since every dependency above is a manylinux wheel with its native libraries inside.
+DISTRO = "debian"
+SYSTEM_PACKAGES: tuple[str, ...] = ()
+
+
+def python_version() -> str:
+    """The running interpreter's ``major.minor``: the Bento is built, and its pins resolved, with it."""
+    return f"{sys.version_info.major}.{sys.version_info.minor}"
+
+
+def image_options() -> dict:
+    """The Bento's image, as ``bentoml.bentos.build`` takes it: the ``docker`` and ``python`` build options,
+    which BentoML 1.4 turns into the ``image`` of ``bento.yaml`` and the Dockerfile."""
+    return {"docker": {"distro": DISTRO, "python_version": python_version(),
+                       "system_packages": list(SYSTEM_PACKAGES)},
+            "python": {"packages": python_packages(), "lock_packages": False}}
 
 
 def served_code(stages_dir: Path, service: Path) -> dict[str, str]:
@@ -215,18 +274,30 @@ def served_code(stages_dir: Path, service: Path) -> dict[str, str]:
     return code
 
 
-def build_bento(cfg: PackageConfig, tags: dict, *, service: Path, stages_dir: Path, record: dict):
-    """Build the Bento in a temporary build context: the service, its config and the ``stages`` package."""
+def build_bento(cfg: PackageConfig, tags: dict, *, service: Path, stages_dir: Path, record: dict,
+                sources: dict[str, str] | None = None):
+    """Build the Bento in a temporary build context: the service, its config and the ``stages`` package; its
+    README is the Bento's card (``stages.provenance.card.bento_card``). ``sources``: each generative model's
+    folder as the record names it."""
     import bentoml
 
-    from stages.provenance.chain import render
+    from stages.provenance.card import bento_card
 
+    image = image_options()
+    resources = cfg.resources.as_service()
+    served = {"name": cfg.name, "classifier": tags["classifier"],
+              "generative": {p: {"tag": t, "source": (sources or {}).get(p)} for p, t in tags["generative"].items()},
+              "image": {"python_version": image["docker"]["python_version"], "distro": image["docker"]["distro"],
+                        "system_packages": image["docker"]["system_packages"],
+                        "python_packages": image["python"]["packages"],
+                        "extra_index_url": image["python"].get("extra_index_url")},
+              "resources": resources}
     with tempfile.TemporaryDirectory(prefix="bento-ctx-") as tmp:
         ctx = Path(tmp)
         shutil.copy2(service, ctx / "service.py")
         shutil.copytree(stages_dir, ctx / "stages", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
         config = {"name": cfg.name, "classifier": tags["classifier"], "generative": tags["generative"],
-                  "limits": asdict(cfg.limits), "batching": asdict(cfg.batching)}
+                  "limits": asdict(cfg.limits), "batching": asdict(cfg.batching), "resources": resources}
         (ctx / "bento_config.json").write_text(json.dumps(config, indent=2, sort_keys=True), encoding="utf-8")
         git = record["git"]
         return bentoml.bentos.build(
@@ -234,9 +305,7 @@ def build_bento(cfg: PackageConfig, tags: dict, *, service: Path, stages_dir: Pa
             include=["service.py", "bento_config.json", "stages/**/*.py"],
             labels={"pipeline": "lm-pipeline", "selected": record["model"]["name"],
                     "git_commit": str(git.get("commit")), "git_dirty": str(git.get("dirty"))},
-            description="# lm-pipeline\n\nServes the fine-tuned model the quality gate passed.\n\n```\n"
-                        + render(record) + "\n```\n",
-            python={"packages": python_packages(), "lock_packages": False},
+            description=bento_card(record, served), docker=image["docker"], python=image["python"],
         )
 
 
@@ -294,7 +363,8 @@ def package(cfg: PackageConfig, *, root: Path, gate_path: Path, finetuned: Path,
     try:
         tags = save_models(record, cfg, root=root, model_dir=model_dir, generative_dirs=generative_dirs, made=made)
         log(f"[package] models: {tags['classifier']}" + "".join(f", {t}" for t in tags["generative"].values()))
-        bento = build_bento(cfg, tags, service=service, stages_dir=Path(__file__).parent, record=record)
+        bento = build_bento(cfg, tags, service=service, stages_dir=Path(__file__).parent, record=record,
+                            sources={p: folder.as_posix() for p, folder in generative_dirs.items()})
         made.append(f"bento {bento.tag}")
         log(f"[package] bento: {bento.tag}")
         target = export(bento, registry)

@@ -2,7 +2,8 @@
 
 The record is a JSON document (``lineage.json`` inside the packaged model, so it travels with the Bento):
 
-- ``model``: the fine-tuned model's name, paradigm, initialisation, labels and the MD5 of each of its files;
+- ``model``: the fine-tuned model's name, paradigm, initialisation, labels, parameter count (read from its
+  safetensors headers) and the MD5 of each of its files;
 - ``git``: the commit, whether the tree was dirty and which paths were;
 - ``stages``: the ``dvc.lock`` entry (command, deps, params, outs and their hashes) of every stage upstream of
   the model and of the evaluation that gated it;
@@ -128,6 +129,36 @@ def hash_entries(root: Path, entries: list[tuple[str, str, dict]]) -> dict[str, 
     return files
 
 
+# Tensors a state dict holds that are statistics, not parameters (BatchNorm's, in the pooled head).
+BUFFER_SUFFIXES = (".running_mean", ".running_var", ".num_batches_tracked")
+
+
+def count_parameters(folder: Path) -> int | None:
+    """The parameters of a model folder: the sizes of the tensors in its ``*.safetensors`` files (BatchNorm
+    statistics aside), read from their headers, no weights loaded. None when the folder has none, holds other
+    weight formats too, or a header is not readable, so a record never states a partial count."""
+    import math
+
+    folder = Path(folder)
+    files = sorted(folder.rglob("*.safetensors"))
+    others = [p for pattern in ("*.bin", "*.pt", "*.pth", "*.ckpt", "*.h5", "*.msgpack") for p in folder.rglob(pattern)]
+    if not files or others:
+        return None
+    total = 0
+    for path in files:
+        try:
+            with open(path, "rb") as f:
+                size = int.from_bytes(f.read(8), "little")
+                if not 0 < size <= min(path.stat().st_size - 8, 100 << 20):
+                    return None
+                header = json.loads(f.read(size))
+            total += sum(math.prod(t["shape"]) for name, t in header.items()
+                         if name != "__metadata__" and not name.endswith(BUFFER_SUFFIXES))
+        except (OSError, ValueError, TypeError, KeyError, AttributeError):
+            return None
+    return total
+
+
 def _read_json(path: Path) -> dict | None:
     try:
         return json.loads(path.read_text(encoding="utf-8"))
@@ -197,6 +228,7 @@ def collect(root: Path, *, model_name: str, model_dir: Path, gate_report: Path,
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "model": {"name": model_name, "path": model_rel, "paradigm": info.get("metrics", {}).get("paradigm"),
                   "init": info.get("init"), "labels": info.get("labels"), "stage": finetune_stage,
+                  "parameters": count_parameters(root / model_rel),
                   "files": files[model_rel]["files"], "md5": files[model_rel]["md5"]},
         "git": git_state(root),
         "stages": {name: lock.stages[name] for name in names},

@@ -6,11 +6,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from stages.provenance.card import CARD_FILE, expected_card
 from stages.provenance.hashing import dir_md5, path_hashes
 from stages.provenance.record import LineageError, Lock, git_state
 
-# Files BentoML or packaging add to the model folder beside the fine-tuned model's own files.
-PACKAGING_FILES = frozenset({"lineage.json", "model.yaml"})
+# Files BentoML or packaging add to the model folder beside the fine-tuned model's own files (the model card,
+# README.md, is checked on its own: it must be the card the record renders).
+PACKAGING_FILES = frozenset({"lineage.json", "model.yaml", CARD_FILE})
 
 
 @dataclass
@@ -57,6 +59,22 @@ def verify_packaged(record: dict, packaged: list[dict], verdict: Verdict) -> Non
             expected = source
         verdict.checked += len(expected)
         verdict.mismatches += diff_manifests(f"{item['name']} (packaged)", expected, files)
+        verify_card(record, item, verdict)
+
+
+def verify_card(record: dict, item: dict, verdict: Verdict) -> None:
+    """A packaged model's card (``README.md``, where it has one: models packaged before cards have none) is
+    the one its lineage record renders, so it states nothing the record does not."""
+    import hashlib
+
+    if CARD_FILE not in item["files"]:
+        return
+    verdict.checked += 1
+    card = expected_card(record, item)
+    if card is None or hashlib.md5(card.encode("utf-8")).hexdigest() != item["files"][CARD_FILE]:
+        verdict.mismatches.append(f"{item['name']} (packaged)/{CARD_FILE}: not the model card its lineage record "
+                                  "renders (edited after packaging, or rendered by another version of "
+                                  "stages.provenance.card)")
 
 
 def verify_src(record: dict, src: dict[str, str], verdict: Verdict) -> None:
@@ -76,11 +94,13 @@ def verify_coverage(record: dict, packaged: list[dict], all_files: list[str], ve
     """What of the Bento the record vouches for. Byte-code under ``src/`` is a mismatch: packaging ships
     none, and Python would run a ``.pyc`` in place of the checked source. Every other file the record does
     not cover (``bento.yaml``, ``bento_config.json``, requirements, ``model.yaml``, and ``lineage.json``,
-    which vouches for itself) is listed in a note: only ``--pin`` binds those."""
+    which vouches for itself) is listed in a note: only ``--pin`` binds those. A model card is covered: it is
+    compared with the card the record renders."""
     covered = {f"src/{rel}" for rel in record.get("served_code") or {}}
     for item in packaged:
         name, _, version = item["name"].partition(":")
-        covered |= {f"models/{name}/{version}/{rel}" for rel in item["files"] if rel not in PACKAGING_FILES}
+        covered |= {f"models/{name}/{version}/{rel}" for rel in item["files"]
+                    if rel not in PACKAGING_FILES or rel == CARD_FILE}  # the card is checked against the record
     verdict.checked += 1
     bytecode = [rel for rel in all_files
                 if rel.startswith("src/") and (rel.endswith((".pyc", ".pyo")) or "/__pycache__/" in rel)]

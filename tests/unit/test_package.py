@@ -58,3 +58,88 @@ def test_labels_and_metadata_carry_the_audit_summary(tmp_path):
     assert metadata["params"]["evaluate"]["gate"]["min_macro_f1_margin"] == 0.05
     assert metadata["evaluation"] == {"finetune": {"m1": {"test_macro_f1": 0.9}}}
     json.dumps(metadata)  # BentoML stores it as YAML: plain data only
+
+
+def test_resources_are_validated_and_declared_as_bentoml_takes_them():
+    from stages.package import ResourcesConfig
+
+    assert build(PackageConfig, {}, "package").resources.as_service() == {"cpu": "2", "memory": "2Gi"}
+    assert build(ResourcesConfig, {"cpu": 0.5, "memory": "512Mi"}, "r").as_service() == {"cpu": "0.5",
+                                                                                          "memory": "512Mi"}
+    with pytest.raises(ConfigError, match="resources.memory: '2GB' is not a quantity"):
+        build(PackageConfig, {"resources": {"memory": "2GB"}}, "package")
+    with pytest.raises(ConfigError, match="resources.cpu: must be > 0"):
+        build(PackageConfig, {"resources": {"cpu": 0}}, "package")
+
+
+def test_the_image_declares_this_python_and_installable_pins():
+    import sys
+    from importlib.metadata import version
+
+    from stages.package import SYSTEM_PACKAGES, image_options
+
+    image = image_options()
+    assert image["docker"] == {"distro": "debian", "python_version": f"{sys.version_info[0]}.{sys.version_info[1]}",
+                               "system_packages": list(SYSTEM_PACKAGES)}
+    pins = image["python"]["packages"]
+    assert f"torch=={version('torch').split('+')[0]}" in pins and not image["python"]["lock_packages"]
+    assert f"transformers=={version('transformers')}" in pins
+    assert not any("+" in pin for pin in pins)  # a local build label (torch 2.13.0+cpu) is on no default index
+
+
+def test_a_package_run_writes_model_cards_and_declares_the_image_and_resources(tmp_path):
+    """The stage on the tiny workspace (fake weights; the classifier and a pre-trained BERT) into an empty store,
+    in a child process (BentoML reads BENTOML_HOME once): the Bento's bento.yaml and READMEs, and the lineage
+    check of the export, which compares each model's card with the one its record renders."""
+    import os
+    import subprocess
+    import sys
+
+    import yaml
+
+    from stages.package import python_version
+    from stages.provenance.card import classifier_card, generative_card
+    from tests.unit.provenance.workspace import entry, write
+
+    repo = Path(__file__).resolve().parents[2]
+    root = make_workspace(tmp_path / "ws")
+    write(root / "data/models/pretrain/bert/config.json", "{}")
+    write(root / "reports/metrics/pretrain-bert.json", json.dumps({"parameters": 4321, "tokens": 98765}))
+    lock = yaml.safe_load((root / "dvc.lock").read_text())
+    lock["stages"]["pretrain@bert"] = {"cmd": "python -m stages.pretrain", "deps": entry(root, ["stages/ingest.py"]),
+                                       "outs": entry(root, ["data/models/pretrain/bert",
+                                                            "reports/metrics/pretrain-bert.json"])}
+    lock["stages"]["evaluate"]["deps"] += entry(root, ["data/models/pretrain"])
+    (root / "dvc.lock").write_text(yaml.safe_dump(lock, sort_keys=False))
+    (root / "params.yaml").write_text(yaml.safe_dump({"package": {
+        "generative": ["bert"], "registry": str(tmp_path / "dist"), "resources": {"cpu": 1.5, "memory": "3Gi"}}}))
+    env = {**os.environ, "BENTOML_HOME": str(tmp_path / "store"), "BENTOML_DO_NOT_TRACK": "True",
+           "PYTHONPATH": str(repo)}
+    proc = subprocess.run([sys.executable, "-m", "stages.package", "--service", str(repo / "infra/service.py"),
+                           "--metrics", str(tmp_path / "package.json")], cwd=root, env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    made = json.loads((tmp_path / "package.json").read_text())
+    name, version = made["bento"].split(":")
+    bento = tmp_path / "store/bentos" / name / version
+    info = yaml.safe_load((bento / "bento.yaml").read_text())
+    assert info["image"]["python_version"] == python_version()
+    assert info["image"]["base_image"] == f"python:{python_version()}-slim"
+    assert "torch==" in info["image"]["python_requirements"]
+    assert info["services"][0]["config"]["resources"] == {"cpu": "1.5", "memory": "3Gi"}
+    readme = (bento / "README.md").read_text()
+    for part in ("# lm-pipeline: m1, gated and traced", f"| python | {python_version()} |",
+                 "| resources | cpu 1.5, memory 3Gi |", "| test macro-F1 | 0.900 |", "Verdict: **PASSED**",
+                 "1. Raw sources"):
+        assert part in readme, part
+    model_name, model_version = made["models"]["classifier"].split(":")
+    model = tmp_path / "store/models" / model_name / model_version
+    record = json.loads((model / "lineage.json").read_text())
+    assert (model / "README.md").read_text() == classifier_card(record)
+    bert_name, bert_version = made["models"]["generative"]["bert"].split(":")
+    bert_card = (tmp_path / "store/models" / bert_name / bert_version / "README.md").read_text()
+    assert bert_card == generative_card(record, "data/models/pretrain/bert")
+    assert "| parameters | 4,321 |" in bert_card and "| training tokens | 98,765 |" in bert_card
+    check = subprocess.run([sys.executable, "-m", "stages.lineage", made["exported"], "--verify", "--workspace",
+                            str(root)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert check.returncode == 0 and "verify: OK" in check.stdout, check.stdout[-3000:] + check.stderr[-2000:]

@@ -1,0 +1,467 @@
+"""Model cards (``README.md``) rendered from a lineage record, so a card cannot say anything its record does not.
+
+Pure: a record (``stages.provenance.record.collect``, as ``lineage.json`` holds it) in, markdown out. Every
+figure on a card is a value of the record; where the record lacks one the card says ``unknown`` rather than
+guess. Three cards:
+
+- ``classifier_card(record)``: the fine-tuned model the model gate selected (data and licences, objectives,
+  size, training tokens, test scores with their seed spread and the majority baseline, the gate's verdict,
+  intended use and limits);
+- ``generative_card(record, source)``: a pre-trained (or DAPT) model shipped beside it, ``source`` being its
+  folder as ``dvc.lock`` names it (``data/models/pretrain/bert``);
+- ``bento_card(record, served)``: the Bento's README: what it serves and on what runtime, the classifier's
+  card, a summary of each generative model and the whole lineage chain.
+
+``stages.provenance.verify`` renders the model cards again from the packaged record and names any that differ.
+"""
+
+from __future__ import annotations
+
+from stages.provenance.chain import render as render_chain
+from stages.provenance.record import Lock
+
+UNKNOWN = "unknown (not in the lineage record)"
+CARD_FILE = "README.md"
+
+# What each paradigm's pre-training predicts when its train config names no other objective
+# (stages.objectives.for_paradigm; ``train.objective`` is T5's only choice).
+OWN_OBJECTIVE = {"bert": "masked language modelling", "gpt": "causal (next-token) language modelling",
+                 "t5": "span corruption"}
+T5_OBJECTIVES = {"span_corruption": "span corruption", "ul2": "UL2 mixture (span corruption and prefix LM)",
+                 "prefix_lm": "prefix language modelling", "reconstruct": "BERT-style corruption, whole block rebuilt"}
+ENDPOINT = {"bert": "fill_mask", "gpt": "generate", "t5": "text2text"}
+
+
+# --------------------------------------------------------------------------------------------- formatting
+def _count(value) -> str:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return UNKNOWN
+    return f"{int(value):,}"
+
+
+def _score(value, std=None, seeds=None) -> str:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return UNKNOWN
+    text = f"{value:.3f}"
+    if isinstance(std, (int, float)) and not isinstance(std, bool):
+        text += f" ± {std:.3f}"
+        text += f" (mean ± std over {seeds} seeds)" if seeds else " (mean ± std over the seeds)"
+    return text
+
+
+def _cell(text: str) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def _table(rows: list[tuple[str, str]], head: tuple[str, str] = ("", "")) -> list[str]:
+    return [f"| {head[0]} | {head[1]} |", "|---|---|"] + [f"| {_cell(k)} | {_cell(v)} |" for k, v in rows]
+
+
+# --------------------------------------------------------------------------------------------- the record
+def _stages(record: dict) -> dict:
+    return record.get("stages") or {}
+
+
+def _kind(stage: str) -> str:
+    return stage.split("@", 1)[0]
+
+
+def _upstream(record: dict, stage: str | None) -> list[str]:
+    """``stage`` and every stage of the record it depends on (producers first); [] when it is not there."""
+    if not stage or stage not in _stages(record):
+        return []
+    return Lock(stages=_stages(record)).upstream([stage])
+
+
+def _producer(record: dict, path: str) -> str | None:
+    """The stage whose outputs include ``path``."""
+    for name, entry in _stages(record).items():
+        if any(o.get("path") == path for o in entry.get("outs", [])):
+            return name
+    return None
+
+
+def _stage_metrics(record: dict, stage: str) -> dict:
+    """The metrics file a stage wrote (``reports/metrics/*.json``), as the record holds it; {} if none."""
+    for out in _stages(record).get(stage, {}).get("outs", []):
+        path = out.get("path", "")
+        if path.startswith("reports/metrics/") and path.endswith(".json"):
+            return (record.get("metrics") or {}).get(path) or {}
+    return {}
+
+
+def _evaluation(record: dict) -> dict:
+    return (record.get("metrics") or {}).get("reports/metrics/evaluation.json") or {}
+
+
+def _stage_setting(record: dict, stage: str, *keys: str):
+    """A setting of ``stage`` from its ``dvc.lock`` params: ``<kind>.<name>`` over ``<kind>.defaults`` (as the
+    stages merge them); None when neither names it."""
+    params: dict = {}
+    for values in (_stages(record).get(stage, {}).get("params") or {}).values():
+        params.update(values or {})
+    kind, _, name = stage.partition("@")
+    for section in (f"{kind}.{name}", f"{kind}.defaults"):
+        value = params.get(section)
+        for key in keys:
+            value = value.get(key) if isinstance(value, dict) else None
+        if value is not None:
+            return value
+    return None
+
+
+def _training_stages(record: dict, stage: str | None) -> list[str]:
+    """The pre-training and DAPT stages upstream of ``stage`` (itself included), in training order."""
+    return [s for s in _upstream(record, stage) if _kind(s) in ("pretrain", "dapt")]
+
+
+def _objective(record: dict, stage: str) -> str:
+    paradigm = stage.partition("@")[2]
+    if paradigm == "t5":
+        name = _stage_setting(record, stage, "train", "objective")
+        if name:
+            return T5_OBJECTIVES.get(name, name)
+        return f"{OWN_OBJECTIVE['t5']} (T5's own; the params name no other)"
+    if paradigm not in OWN_OBJECTIVE:
+        return UNKNOWN
+    text = OWN_OBJECTIVE[paradigm]
+    select = _stage_setting(record, stage, "train", "mlm_select")
+    if paradigm == "bert" and isinstance(select, (int, float)):
+        text += f", {select:.0%} of the positions selected for prediction"
+    return text
+
+
+def _architecture(record: dict, stage: str | None) -> str:
+    if not stage:
+        return UNKNOWN
+    model = {}
+    for key in ("arch", "layers", "d_model", "heads", "d_ff"):
+        value = _stage_setting(record, stage, "model", key)
+        if value is not None:
+            model[key] = value
+    if not model:
+        return UNKNOWN
+    parts = [str(model["arch"])] if "arch" in model else []
+    parts += [f"{model[k]} {label}" for k, label in (("layers", "layers"), ("d_model", "d_model"),
+                                                      ("heads", "heads"), ("d_ff", "d_ff")) if k in model]
+    return ", ".join(parts) + f" (params of {stage})"
+
+
+def _tokens_rows(record: dict, stages: list[str]) -> tuple[list[str], object]:
+    """One table row per training stage (corpus, objective, tokens) and the total (None if any is unknown)."""
+    rows, total = ["| stage | corpus | objective | tokens |", "|---|---|---|---|"], 0
+    for s in stages:
+        m = _stage_metrics(record, s)
+        tokens = m.get("tokens")
+        if isinstance(tokens, (int, float)) and not isinstance(tokens, bool) and total is not None:
+            total += int(tokens)
+        else:
+            total = None
+        rows.append(f"| {s} | {_cell(m.get('corpus') or UNKNOWN)} | {_cell(_objective(record, s))} | "
+                    f"{_count(tokens)} |")
+    return rows, total
+
+
+def _corpora_lines(record: dict, stages: list[str]) -> list[str]:
+    """The raw sources of every corpus ingested upstream, with their licence terms."""
+    lines = []
+    for corpus, info in sorted((record.get("sources") or {}).items()):  # lineage.json sorts keys: so does the card
+        if info.get("stage") not in stages:
+            continue
+        docs = (info.get("counts") or {}).get("documents")
+        lines.append(f"- **{corpus}** ({info.get('stage')}; {_count(docs)} documents after ingest)")
+        for src in info.get("sources") or []:
+            lines.append(f"  - {src.get('kind') or UNKNOWN}: {src.get('description') or UNKNOWN}")
+            licence = src.get("licence") or "unknown (not recorded for this source: check its terms before any use)"
+            lines.append(f"    - licence: {licence}")
+            if src.get("records") is not None:
+                lines.append(f"    - records: {_count(src.get('records'))}")
+    return lines or [f"- {UNKNOWN}"]
+
+
+def _task_corpora(record: dict, stage: str | None) -> list[dict]:
+    """The corpora the fine-tuning stage reads directly (its labelled task data)."""
+    deps = {d.get("path") for d in _stages(record).get(stage or "", {}).get("deps", [])}
+    direct = {_producer(record, p) for p in deps}
+    return [info for info in (record.get("sources") or {}).values() if info.get("stage") in direct]
+
+
+def _task_name(record: dict, stage: str | None) -> str | None:
+    kinds = {s.get("kind") for info in _task_corpora(record, stage) for s in info.get("sources") or []}
+    return "Debian package section classification" if "debian_descriptions" in kinds else None
+
+
+def _gate_lines(record: dict, name: str | None = None) -> list[str]:
+    gate = record.get("model_gate")
+    if not isinstance(gate, dict) or "passed" not in gate:
+        return [f"Verdict: {UNKNOWN}."]
+    verdict = "PASSED" if gate.get("passed") else "FAILED"
+    lines = [f"Verdict: **{verdict}**; selected `{gate.get('selected') or 'none'}` by "
+             f"{gate.get('selected_by') or UNKNOWN} (`{record.get('model_gate_path') or 'model gate'}`)."]
+    if name is not None and gate.get("selected") not in (None, name):
+        lines.append(f"Note: the gate selected `{gate.get('selected')}`, not this model (`{name}`).")
+    checks = gate.get("checks") or []
+    if checks:
+        lines += ["", "| check | value | minimum | result |", "|---|---|---|---|"]
+        for c in checks:
+            lines.append(f"| {_cell(c.get('check') or UNKNOWN)} | {_score(c.get('value'))} | "
+                         f"{_score(c.get('minimum'))} | {'passed' if c.get('passed') else 'FAILED'} |")
+    return lines
+
+
+def _provenance_lines(record: dict, whose: str = "this model's") -> list[str]:
+    git = record.get("git") or {}
+    dirty = git.get("dirty")
+    state = (f", uncommitted changes in {git.get('dirty_count', len(git.get('dirty_paths') or []))} paths"
+             if dirty else ", clean tree" if dirty is False else "")
+    return [f"Generated by the package stage from {whose} lineage record (`lineage.json`, schema "
+            f"{record.get('schema', UNKNOWN)}, made {record.get('created') or UNKNOWN}; code at git "
+            f"{git.get('commit') or UNKNOWN}{state}). Every figure below is a value of that record; "
+            "`unknown` marks one the record does not hold. `python -m stages.lineage <Bento or model> --verify` "
+            "checks the record, and this card, against the packaged files."]
+
+
+# --------------------------------------------------------------------------------------------- classifier
+def _classifier_scores(record: dict) -> dict:
+    """The selected model's test figures: its fine-tuning metrics, then the evaluation's summary of it, then the
+    model gate's (each fills only what the one before lacks)."""
+    model = record.get("model") or {}
+    name = model.get("name")
+    evaluation = _evaluation(record)
+    gate = record.get("model_gate") if isinstance(record.get("model_gate"), dict) else {}
+    merged: dict = {}
+    sources = [_stage_metrics(record, model.get("stage") or ""), (evaluation.get("finetune") or {}).get(name) or {},
+               {f"majority_{k}": v for k, v in (evaluation.get("majority") or {}).items()},
+               (gate.get("metrics") or {}) if gate.get("selected") == name else {}]
+    for source in sources:
+        for key, value in source.items():
+            if value is not None:
+                merged.setdefault(key, value)
+    seeds = merged.get("seeds")
+    merged["seed_count"] = len(seeds) if isinstance(seeds, list) else seeds if isinstance(seeds, int) else None
+    if isinstance(seeds, list):
+        saved = next((s for s in seeds if isinstance(s, dict) and s.get("seed") == merged.get("saved_seed")), None)
+        merged["saved"] = saved
+    return merged
+
+
+def _classifier_sections(record: dict) -> list[tuple[str, list[str]]]:
+    model = record.get("model") or {}
+    stage = model.get("stage")
+    paradigm, init = model.get("paradigm"), model.get("init")
+    labels = model.get("labels") or []
+    upstream = _upstream(record, stage)
+    training = _training_stages(record, stage)
+    scores = _classifier_scores(record)
+    task = _task_name(record, stage)
+    max_len = _stage_setting(record, stage, "max_len") if stage else None
+    head = _stage_setting(record, stage, "head") if stage else None
+    backbone = training[0] if training else None  # the config a random-init model was built from, too
+    if init == "random":  # the pre-trained folder gave the architecture only, none of the weights
+        training = []
+    token_rows, total = _tokens_rows(record, training)
+
+    about = [
+        ("task", f"{task}: a package description in, one of its {len(labels)} sections out" if task and labels
+         else f"text classification into {len(labels)} labels" if labels else UNKNOWN),
+        ("labels", ", ".join(map(str, labels)) if labels else UNKNOWN),
+        ("paradigm", str(paradigm) if paradigm else UNKNOWN),
+        ("initialisation", str(init) if init else UNKNOWN),
+        ("architecture", _architecture(record, backbone)),
+        ("parameters", _count(model.get("parameters"))),
+        ("fine-tuning objective", f"classification into the {len(labels)} labels (head `{head}`)" if labels and head
+         else f"classification into the {len(labels)} labels" if labels else UNKNOWN),
+        ("pre-training tokens", "none (random initialisation: no pre-trained weights)" if init == "random"
+         else _count(total) if training else UNKNOWN),
+        ("fine-tuning examples", _count(scores.get("train_examples"))),
+        ("files", f"{len(model.get('files') or {})}, md5 {model.get('md5') or UNKNOWN}"),
+    ]
+    training_lines = []
+    if training:
+        training_lines += ["Pre-training (tokens seen, per stage):", "", *token_rows, "",
+                           f"Total: {_count(total)} tokens."]
+    elif init == "random":
+        training_lines.append("No pre-training: the weights were initialised at random, then fine-tuned.")
+    else:
+        training_lines.append(f"Pre-training: {UNKNOWN}.")
+    training_lines += ["", f"Fine-tuning ({stage or UNKNOWN}): {_count(scores.get('train_examples'))} training "
+                       f"examples, {_count(scores.get('steps'))} steps per seed, learning rate "
+                       f"{scores.get('lr', UNKNOWN)}, {_count(scores.get('seed_count'))} seeds."]
+
+    saved, seeds = scores.get("saved"), scores.get("seed_count")
+    evaluation = _table([
+        ("test macro-F1", _score(scores.get("test_macro_f1"), scores.get("test_macro_f1_std"), seeds)),
+        ("test accuracy", _score(scores.get("test_accuracy"), scores.get("test_accuracy_std"), seeds)),
+        ("majority-class baseline, test macro-F1", _score(scores.get("majority_test_macro_f1"))),
+        ("majority-class baseline, test accuracy", _score(scores.get("majority_test_accuracy"))),
+        ("best validation macro-F1", _score(scores.get("best_val_macro_f1"), scores.get("best_val_macro_f1_std"),
+                                            seeds)),
+        ("test examples", _count(scores.get("test_examples"))),
+        ("these weights (seed)", f"seed {saved.get('seed')}: test macro-F1 {_score(saved.get('test_macro_f1'))}, "
+                                 f"accuracy {_score(saved.get('test_accuracy'))}" if saved else UNKNOWN),
+    ], ("metric", "value"))
+
+    use = [f"- Labelling {'Debian package descriptions with their archive section' if task else 'texts'} among "
+           f"the {len(labels) or UNKNOWN} labels above, as the pipeline's demonstration of a gated, traceable model.",
+           "- Comparing paradigms and initialisations with the rest of the pipeline's evaluation."]
+    limits = [
+        f"- A tiny model ({_count(model.get('parameters'))} parameters"
+        + (f", {_count(total)} pre-training tokens" if training else "") + ") from a pipeline built to train on "
+        "CPU: far below general-purpose language models in knowledge and robustness.",
+        "- A closed label set: every input gets one of the labels, also text that is not "
+        + ("a package description" if task else "like the training data") + "; its scores are not a "
+        "confidence for such input.",
+        f"- Texts longer than {_count(max_len) if max_len else UNKNOWN} tokens are cut to that length (the "
+        "response says `truncated`).",
+        f"- Evaluated only on the held-out test split of its task data ({_count(scores.get('test_examples'))} "
+        "examples). Any other use (other text, other labels, other languages, decisions about people) needs its "
+        "own evaluation first.",
+        "- The training data's terms (above) come with the model: read each source's before any use beyond "
+        "research.",
+    ]
+    return [
+        ("Model", _table(about, ("field", "value"))),
+        ("Training data", ["Raw sources of every corpus upstream of this model, as ingested, with their licence "
+                           "terms:", "", *_corpora_lines(record, upstream)]),
+        ("Training", training_lines),
+        ("Evaluation", ["Test-split scores of this fine-tuning run, mean ± std over its seeds, with the "
+                        "majority-class baseline:", "", *evaluation]),
+        ("Model gate", _gate_lines(record, model.get("name"))),
+        ("Intended use", use),
+        ("Limits", limits),
+    ]
+
+
+def _render(title: str, intro: list[str], sections: list[tuple[str, list[str]]], level: int = 2) -> str:
+    lines = [f"{'#' * (level - 1)} {title}", "", *intro]
+    for heading, body in sections:
+        lines += ["", f"{'#' * level} {heading}", "", *body]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def classifier_card(record: dict) -> str:
+    """The card of the fine-tuned model a lineage record describes."""
+    model = record.get("model") or {}
+    return _render(f"Model card: {model.get('name') or UNKNOWN} (lm-pipeline classifier)",
+                   _provenance_lines(record), _classifier_sections(record))
+
+
+# --------------------------------------------------------------------------------------------- generative
+def _generative_facts(record: dict, source: str) -> dict:
+    stage = _producer(record, source)
+    kind, _, paradigm = (stage or "").partition("@")
+    metrics = _stage_metrics(record, stage) if stage else {}
+    training = _training_stages(record, stage)
+    _, total = _tokens_rows(record, training)
+    intrinsic = (((_evaluation(record).get("intrinsic") or {}).get(paradigm) or {}).get(kind) or {})
+    return {"stage": stage, "kind": kind, "paradigm": paradigm or None, "metrics": metrics, "training": training,
+            "total": total if training else None, "intrinsic": intrinsic}
+
+
+def _generative_sections(record: dict, source: str) -> list[tuple[str, list[str]]]:
+    f = _generative_facts(record, source)
+    stage, paradigm, metrics = f["stage"], f["paradigm"], f["metrics"]
+    token_rows, _ = _tokens_rows(record, f["training"])
+    about = _table([
+        ("source", f"`{source}`, written by {stage or UNKNOWN}"),
+        ("paradigm", paradigm or UNKNOWN),
+        ("weights", {"pretrain": "pre-trained", "dapt": "pre-trained, then domain-adapted (DAPT)"}.get(
+            f["kind"], UNKNOWN) + (f" (corpus: {metrics['corpus']})" if metrics.get("corpus") else "")),
+        ("architecture", _architecture(record, f["training"][0] if f["training"] else None)),
+        ("parameters", _count(metrics.get("parameters"))),
+        ("objective", _objective(record, stage) if stage else UNKNOWN),
+        ("training tokens", _count(f["total"])),
+        ("served by", f"the Bento's `{ENDPOINT[paradigm]}` endpoint" if paradigm in ENDPOINT else UNKNOWN),
+    ], ("field", "value"))
+    held_out = [("final training loss", _score(metrics.get("train_loss"))),
+                ("held-out loss", _score(metrics.get("eval_loss"))),
+                ("held-out accuracy (predicted tokens)", _score(metrics.get("eval_accuracy")))]
+    for corpus, values in sorted(f["intrinsic"].items()):
+        if isinstance(values, dict):
+            held_out.append((f"evaluation on held-out {corpus} blocks",
+                             ", ".join(f"{k} {_score(v)}" for k, v in sorted(values.items())
+                                       if k != "blocks") or UNKNOWN))
+    gate = record.get("model_gate") if isinstance(record.get("model_gate"), dict) else {}
+    gate_line = (f"Not judged by the model gate, which chooses among fine-tuned classifiers; this model ships "
+                 f"beside the classifier `{(record.get('model') or {}).get('name') or UNKNOWN}`, whose verdict was "
+                 f"**{'PASSED' if gate.get('passed') else 'FAILED' if 'passed' in gate else UNKNOWN}**.")
+    limits = [
+        f"- A tiny language model ({_count(metrics.get('parameters'))} parameters, {_count(f['total'])} training "
+        "tokens, trained on a CPU-scale budget): not instruction-tuned, not fine-tuned; do not expect fluent text.",
+        "- Pre-trained only: it predicts tokens like its training corpora; it answers no questions and states no "
+        "facts. Do not show its output to anyone as information.",
+        "- Evaluated only by its held-out loss; any other use needs its own evaluation first.",
+        "- The training data's terms (above) come with the model: read each source's before any use beyond "
+        "research.",
+    ]
+    return [
+        ("Model", about),
+        ("Training data", ["Raw sources of every corpus upstream of this model, with their licence terms:", "",
+                           *_corpora_lines(record, _upstream(record, stage))]),
+        ("Training", [*token_rows] if f["training"] else [f"{UNKNOWN}."]),
+        ("Evaluation", _table(held_out, ("metric", "value"))),
+        ("Model gate", [gate_line]),
+        ("Intended use", ["- Trying the pipeline's pre-trained model through its endpoint; comparing paradigms."]),
+        ("Limits", limits),
+    ]
+
+
+def generative_card(record: dict, source: str) -> str:
+    """The card of the pre-trained model from ``source`` (a folder the record holds) shipped beside the
+    classifier."""
+    f = _generative_facts(record, source)
+    whose = f"the classifier `{(record.get('model') or {}).get('name') or UNKNOWN}`'s"  # it travels with that model
+    return _render(f"Model card: {f['paradigm'] or UNKNOWN} from {source} (lm-pipeline, pre-trained)",
+                   _provenance_lines(record, whose), _generative_sections(record, source))
+
+
+# --------------------------------------------------------------------------------------------- Bento
+def bento_card(record: dict, served: dict) -> str:
+    """The Bento's README. ``served``: what the package stage put in it, ``{"name", "classifier": tag,
+    "generative": {paradigm: {"tag", "source"}}, "image": {"python_version", "distro", "system_packages",
+    "python_packages", "extra_index_url"}, "resources": {...}}``."""
+    model = record.get("model") or {}
+    generative = served.get("generative") or {}
+    image = served.get("image") or {}
+    resources = served.get("resources") or {}
+    endpoints = [("classify", f"the classifier `{served.get('classifier') or UNKNOWN}`")]
+    endpoints += [(ENDPOINT.get(p, p), f"the pre-trained {p} `{g.get('tag') or UNKNOWN}`")
+                  for p, g in sorted(generative.items())]
+    endpoints.append(("lineage", "which model this is, its commit and the model gate's verdict"))
+    runtime = _table([
+        ("python", str(image.get("python_version") or UNKNOWN)),
+        ("base distribution", str(image.get("distro") or UNKNOWN)),
+        ("system packages", ", ".join(image.get("system_packages") or [])
+         or "none beyond the base image's (every Python dependency is a wheel)"),
+        ("python packages", ", ".join(image.get("python_packages") or []) or UNKNOWN),
+        ("extra package index", ", ".join(image.get("extra_index_url") or []) or "none"),
+        ("resources", ", ".join(f"{k} {v}" for k, v in resources.items()) or UNKNOWN),
+    ], ("declared", "value"))
+    sections = [("Endpoints", _table(endpoints, ("endpoint", "model"))),
+                ("Runtime", ["As declared in the Bento (`bento.yaml`: `image`, and the service's `resources`):", "",
+                             *runtime])]
+    sections += [(f"Classifier: {heading}", body) for heading, body in _classifier_sections(record)]
+    for paradigm, g in sorted(generative.items()):
+        f = _generative_facts(record, g.get("source") or "")
+        sections.append((f"Pre-trained {paradigm} ({g.get('tag') or UNKNOWN})", [
+            f"From `{g.get('source') or UNKNOWN}` ({f['stage'] or UNKNOWN}): {_count(f['metrics'].get('parameters'))} "
+            f"parameters, {_count(f['total'])} training tokens, objective "
+            f"{_objective(record, f['stage']) if f['stage'] else UNKNOWN}, held-out loss "
+            f"{_score(f['metrics'].get('eval_loss'))}. Not judged by the model gate; its own card is the model's "
+            f"`{CARD_FILE}`."]))
+    sections.append(("Lineage", ["The chain from raw sources to this Bento (`python -m stages.lineage` prints it "
+                                 "and `--verify` checks it):", "", "```", render_chain(record), "```"]))
+    intro = [*_provenance_lines(record, "the served classifier's"), "",
+             "Endpoints and Runtime are what the package stage declared when it built this Bento; every other "
+             "section comes from the record."]
+    return _render(f"{served.get('name') or 'lm-pipeline'}: {model.get('name') or UNKNOWN}, gated and traced",
+                   intro, sections)
+
+
+def expected_card(record: dict, item: dict) -> str | None:
+    """The card a packaged model (``verify.verify_packaged``'s item) should carry; None for one without a card."""
+    if item.get("role") == "classifier":
+        return classifier_card(record)
+    if item.get("source"):
+        return generative_card(record, item["source"])
+    return None

@@ -17,7 +17,8 @@ answer:
 compares both).
 
 Requests are guarded before parsing (``stages.serving.guard``): a body over what the limits allow gets 413,
-a multipart body without a boundary 400, and with ``LMPIPE_API_TOKEN`` (or ``LMPIPE_API_TOKEN_FILE``) set,
+a multipart body without a boundary 400, any other body that is not JSON 415 (every API takes JSON), and with
+``LMPIPE_API_TOKEN`` (or ``LMPIPE_API_TOKEN_FILE``) set,
 a request without ``Authorization: Bearer <token>`` 401 (health probes excepted).
 
 Safe by default: the server binds 127.0.0.1 (``bentoml serve --host 0.0.0.0`` or ``BENTOML_HOST`` exposes
@@ -165,7 +166,8 @@ class LMPipeline:
                 raise InvalidArgument(str(exc)) from exc
 
 
-# Bodies over what a valid request can need (413), multipart bodies without a boundary (400) and, when the
+# Bodies over what a valid request can need (413), multipart bodies without a boundary (400), bodies of any
+# other type than JSON (415: BentoML's multipart reader never sees them) and, when the
 # operator set a token (LMPIPE_API_TOKEN / LMPIPE_API_TOKEN_FILE), requests without it (401) are refused before
 # any parsing (stages.serving.guard).
 from stages.serving.guard import RequestGuard, api_token, body_limit, install_log_filter  # noqa: E402

@@ -11,16 +11,21 @@ Bento (``lineage.json`` in the classifier model), so this works wherever the Ben
 ``--verify`` recomputes hashes: the record's own consistency and the packaged models' files against it
 (anywhere), and, where there is a workspace (``--workspace``, default: the nearest folder at or above the
 current one holding a ``dvc.lock``), every upstream
-stage's ``dvc.lock`` entry and every file they read or wrote. Each mismatch is printed with the file it
-concerns; the exit status is 1 when there is any (2 when the target cannot be read).
+stage's ``dvc.lock`` entry and every file they read or wrote. For a Bento (an exported file, a Bento folder
+or a tag in the store) it also checks every file, models included, against the Bento's manifest
+(``provenance/manifest.json``, the SHA-256 of each file, written by the package stage): a file that
+differs, is missing or is not listed is a mismatch, as is byte-code or a native extension under ``src/``.
+Each mismatch is printed with the file it concerns; the exit status is 1 when there is any (2 when the
+target cannot be read).
 
-What the record cannot vouch for: itself and the Bento's other files (``bento.yaml``, ``bento_config.json``,
-requirements, ``model.yaml``). Someone who can rewrite the Bento can rewrite a weight file and
-``lineage.json`` together, and without a workspace the two agree. ``--pin SHA256`` closes that: the
-exported archive's digest, taken from where the publisher cannot rewrite it along with the Bento (the
-package stage writes it to ``reports/metrics/package.json``, kept in git; a registry's own record), binds
-every byte. Without a pin, ``--verify`` lists the files it could not bind. Byte-code under ``src/`` is
-always a mismatch: packaging ships none.
+The threat model: someone who can rewrite the Bento can rewrite a weight file, ``lineage.json`` and the
+manifest together, and without a workspace they agree. What binds them is outside the Bento: ``--pin
+SHA256``, the manifest's digest (or the exported archive's) taken from where the publisher cannot rewrite
+it (the package stage writes both to ``reports/metrics/package.json``, kept in git; a registry's own
+record), or ``--public-key PEM``, the operator's ed25519 key whose private half signed the manifest at
+packaging (``LMPIPE_SIGNING_KEY``). Without either, ``--verify`` lists every file it could not bind, says
+that the result proves consistency, not origin, and exits 0 when the Bento agrees with itself (as it always
+has: docs/auditing.md).
 """
 
 from __future__ import annotations
@@ -40,14 +45,45 @@ def find_workspace(start: Path) -> Path | None:
     return None
 
 
+def report(verdict, with_workspace: bool) -> str:
+    """The verdict as text: notes, what binds the Bento, every file nothing binds, the result line and each
+    mismatch."""
+    lines = [f"checked: {what}" for what in verdict.verified]
+    lines += [f"note: {note}" for note in verdict.notes]
+    lines += [f"bound: {how}" for how in verdict.bound_by]
+    if verdict.unverified:
+        lines.append(f"unverified: {len(verdict.unverified)} file(s) of the Bento that neither the lineage record "
+                     "covers nor a pinned or signed manifest binds (each agrees with the Bento's own manifest where "
+                     "it has one, which vouches only for itself):")
+        lines += [f"  UNVERIFIED {rel}" for rel in verdict.unverified]
+    scope = "" if with_workspace else ", packaged files only"
+    if not verdict.ok:
+        lines.append(f"verify: {len(verdict.mismatches)} mismatch(es) in {verdict.checked} checks")
+        lines += [f"  MISMATCH {m}" for m in verdict.mismatches]
+    elif verdict.pinned or verdict.unverified is None:
+        bound = "; every file of the Bento bound" if verdict.pinned else ""
+        lines.append(f"verify: OK ({verdict.checked} checks{scope}{bound})")
+    else:
+        lines.append(f"verify: OK, UNPINNED ({verdict.checked} checks{scope}): the Bento agrees with itself; this "
+                     "proves consistency, not origin (someone who can rewrite the Bento can rewrite all it holds "
+                     "together). Exit status 0, as documented for an audit without --pin or --public-key; pin the "
+                     "manifest_sha256 of reports/metrics/package.json to prove origin")
+    return "\n".join(lines)
+
+
 def main(argv: Iterable[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m stages.lineage", description=__doc__.split("\n\n")[0])
     ap.add_argument("target", help="an exported .bento file, a Bento or model tag, a Bento or model folder")
     ap.add_argument("--verify", action="store_true", help="recompute hashes; exit 1 on any mismatch")
     ap.add_argument("--workspace", type=Path, help="the project folder to verify against (default: the nearest "
                                                    "folder at or above the current one holding dvc.lock)")
-    ap.add_argument("--pin", metavar="SHA256", help="with --verify and an exported .bento: the archive's SHA-256 "
-                                                    "from a place its publisher cannot rewrite (binds every file)")
+    ap.add_argument("--pin", metavar="SHA256", help="with --verify and a Bento (exported file, folder or tag): the "
+                                                    "SHA-256 of its manifest (package.json manifest_sha256) or of the "
+                                                    "exported archive (sha256), from a place its publisher cannot "
+                                                    "rewrite; binds every file")
+    ap.add_argument("--public-key", metavar="PEM", type=Path,
+                    help="with --verify and a Bento: the ed25519 public key whose private key signed the manifest "
+                         "at packaging (LMPIPE_SIGNING_KEY); binds every file")
     ap.add_argument("--json", action="store_true", help="print the record (and the verdict) as JSON")
     args = ap.parse_args(list(argv) if argv is not None else None)
     from stages.provenance.chain import render
@@ -61,20 +97,33 @@ def main(argv: Iterable[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     verdict, workspace = None, None
-    if args.pin and not (args.verify and target.bento.get("sha256")):
-        print(f"error: --pin checks an exported .bento file with --verify; {args.target} is "
-              f"{'not one' if args.verify else 'given without --verify'}", file=sys.stderr)
+    binding = [flag for flag, value in (("--pin", args.pin), ("--public-key", args.public_key)) if value]
+    if binding and not (args.verify and target.files is not None):
+        print(f"error: {' and '.join(binding)} check a Bento (an exported .bento, a Bento folder or a Bento tag) "
+              f"with --verify; {args.target} is {'not one' if args.verify else 'given without --verify'}",
+              file=sys.stderr)
         return 2
+    public_key = None
+    if args.public_key is not None:
+        from stages.provenance.manifest import load_public_key
+
+        try:
+            public_key = load_public_key(args.public_key)
+        except LineageError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
     if args.verify:
         workspace = args.workspace or find_workspace(Path.cwd())
         if args.workspace is not None and not (workspace / "dvc.lock").is_file():
             print(f"error: {workspace}: no dvc.lock in this workspace", file=sys.stderr)
             return 2
         verdict = verify(target.record, packaged=target.packaged, workspace=workspace, src=target.src,
-                         all_files=target.all_files, bento=target.bento, pin=args.pin)
+                         all_files=target.all_files, bento=target.bento, pin=args.pin, files=target.files,
+                         manifest=target.manifest, signature=target.signature, public_key=public_key,
+                         irregular=target.irregular)
         verdict.notes.insert(0, f"workspace: {workspace.resolve()}" if workspace else
-                             "workspace: none (no dvc.lock here or above; only the packaged files and the record's "
-                             "own consistency were checked)")
+                             "workspace: none (no dvc.lock here or above; only the Bento's own files and the record's "
+                             "own consistency were checked, not the data and code upstream)")
     if args.json:
         out = {"bento": target.bento, "record": target.record}
         if verdict is not None:
@@ -85,15 +134,7 @@ def main(argv: Iterable[str] | None = None) -> int:
         print(render(target.record, target.bento))
         if verdict is not None:
             print()
-            for note in verdict.notes:
-                print(f"note: {note}")
-            if verdict.ok:
-                scope = "" if workspace is not None else ", packaged files only"
-                print(f"verify: OK ({verdict.checked} checks{scope})")
-            else:
-                print(f"verify: {len(verdict.mismatches)} mismatch(es) in {verdict.checked} checks")
-                for m in verdict.mismatches:
-                    print(f"  MISMATCH {m}")
+            print(report(verdict, workspace is not None))
     return 0 if verdict is None or verdict.ok else 1
 
 

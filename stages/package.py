@@ -17,7 +17,13 @@
    pre/post-processing from there), its README the Bento's card, its image declared (this interpreter's
    Python version, the distribution, system packages, pinned Python packages) and its resources in the
    service config (``package.resources``), and exports it to ``package.registry`` (a folder or any fsspec
-   URL) as ``<name>-<version>.bento``.
+   URL) as ``<name>-<version>.bento``. Before exporting, the Bento gets its manifest
+   (``stages.provenance.manifest``: the SHA-256 of every file of the Bento, models included), signed with the
+   operator's ed25519 key when ``LMPIPE_SIGNING_KEY`` names one (a PEM private key); the metrics record the
+   manifest's SHA-256 (``manifest_sha256``), the signing key's fingerprint and the exported archive's SHA-256
+   and size (read back through fsspec for a remote registry), so an auditor can pin them from git
+   (``python -m stages.lineage BENTO --verify --pin ...``). A registry URL's user-info (``user:secret@``) is
+   never written or logged.
 
 The BentoML store is ``$BENTOML_HOME`` (default ``~/bentoml``).
 """
@@ -309,8 +315,70 @@ def build_bento(cfg: PackageConfig, tags: dict, *, service: Path, stages_dir: Pa
         )
 
 
+def redact_url(url: str) -> str:
+    """``url`` without the user-info part of its authority (``s3://user:secret@host/bucket`` ->
+    ``s3://host/bucket``): scheme, host, port, path and query are kept; anything that is not a URL is returned
+    as it is."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    if "://" not in url:
+        return url
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return redact_text(url)
+    if "@" not in parts.netloc:
+        return url
+    return urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
+
+
+def redact_text(text: str) -> str:
+    """Every URL's user-info in free text (an error message that quotes the registry) dropped."""
+    import re
+
+    return re.sub(r"(\b[A-Za-z][A-Za-z0-9+.-]*://)[^/@\s]*@", r"\1", text)
+
+
+def archive_digest(target: str) -> tuple[int, str]:
+    """(bytes, SHA-256) of the exported archive, read back from where it was written: a local path, or any
+    fsspec URL (what the registry holds, not a local copy)."""
+    from stages.provenance.manifest import sha256_path, sha256_stream
+
+    if "://" not in target:
+        return Path(target).stat().st_size, sha256_path(Path(target))
+    import fsspec
+
+    fs, path = fsspec.url_to_fs(target)
+    with fs.open(path, "rb") as f:
+        digest = sha256_stream(f)
+    return int(fs.size(path)), digest
+
+
+def signing_key(env=os.environ):
+    """The operator's ed25519 private key (``LMPIPE_SIGNING_KEY``: a PEM file), or None: read before anything
+    is made, so a bad key packages nothing."""
+    from stages.provenance.manifest import SIGNING_KEY_ENV, load_private_key
+
+    path = env.get(SIGNING_KEY_ENV)
+    return load_private_key(path) if path else None
+
+
+def seal(bento, private_key=None) -> dict:
+    """Write the Bento's manifest (and its signature) into the built Bento; what the metrics record of it."""
+    import bentoml
+    import yaml
+
+    from stages.provenance.manifest import model_tags, write_manifest
+
+    folder = Path(bento.path)
+    info = yaml.safe_load((folder / "bento.yaml").read_text(encoding="utf-8")) or {}
+    models = {tag: Path(bentoml.models.get(tag).path) for tag in model_tags(info)}
+    return write_manifest(folder, str(bento.tag), models, private_key)
+
+
 def export(bento, registry: str) -> str:
-    """Export to ``registry`` as ``<name>-<version>.bento``; a local file appears whole or not at all."""
+    """Export to ``registry`` as ``<name>-<version>.bento``; a local file appears whole or not at all. Returns
+    the file's path, or its URL (as ``registry`` gave it, user-info included: redact before showing it)."""
     import bentoml
 
     name = f"{bento.tag.name}-{bento.tag.version}.bento"
@@ -319,7 +387,9 @@ def export(bento, registry: str) -> str:
 
         fs, root = fsspec.url_to_fs(registry)
         fs.makedirs(root, exist_ok=True)  # a no-op on object stores; BentoML does not create the folder
-        return bentoml.bentos.export_bento(bento.tag, registry.rstrip("/") + "/" + name)
+        url = registry.rstrip("/") + "/" + name
+        bentoml.bentos.export_bento(bento.tag, url)
+        return url
     folder = Path(registry).resolve()  # BentoML's fsspec export reads a relative path from the filesystem root
     folder.mkdir(parents=True, exist_ok=True)
     tmp = folder / f".tmp-{name}"  # same extension: BentoML's format (an xz tarball) follows it
@@ -334,11 +404,7 @@ def export(bento, registry: str) -> str:
 def package(cfg: PackageConfig, *, root: Path, gate_path: Path, finetuned: Path, pretrained: Path, dapt: Path,
             service: Path, log=print) -> dict:
     """Gate, record, save, build, export; returns what was made (the stage's metrics)."""
-    import bentoml
-
-    from stages.provenance.hashing import md5_file
     from stages.provenance.record import LineageError, collect
-    from stages.sources.base import sha256_file
 
     def rel(p: Path) -> Path:  # the record names paths as dvc.lock does: relative to the workspace
         return Path(os.path.relpath(p if p.is_absolute() else root / p, root))
@@ -357,6 +423,7 @@ def package(cfg: PackageConfig, *, root: Path, gate_path: Path, finetuned: Path,
         if folder.as_posix() not in record["files"]:
             raise LineageError(f"{folder}: not upstream of the evaluation in dvc.lock, so it cannot be shipped "
                                "with its lineage")
+    private_key = signing_key()
     registry = cfg.registry if "://" in cfg.registry or Path(cfg.registry).is_absolute() else str(
         root / cfg.registry)
     made: list[str] = []  # what this run put in the store, removed again if a later step fails
@@ -367,17 +434,30 @@ def package(cfg: PackageConfig, *, root: Path, gate_path: Path, finetuned: Path,
                             sources={p: folder.as_posix() for p, folder in generative_dirs.items()})
         made.append(f"bento {bento.tag}")
         log(f"[package] bento: {bento.tag}")
+        sealed = seal(bento, private_key)
+        log(f"[package] manifest: {sealed['manifest_files']} files, sha256 {sealed['manifest_sha256']}"
+            + (f", signed by the key sha256 {sealed['signature']['public_key_sha256']}" if sealed["signature"] else
+               " (unsigned: no LMPIPE_SIGNING_KEY)"))
         target = export(bento, registry)
+        size, digest = archive_digest(target)
     except BaseException:
         _remove(made)
         raise
-    log(f"[package] exported: {target}")
-    local = Path(target) if "://" not in target else None
-    return {"bento": str(bento.tag), "models": tags, "exported": target, "selected": selected,
+    shown = redact_url(target)
+    log(f"[package] exported: {shown} (sha256 {digest})")
+    return {"bento": str(bento.tag), "models": tags, "exported": shown, "selected": selected,
             "model_gate_passed": True, "git_commit": record["git"]["commit"], "git_dirty": record["git"]["dirty"],
-            "model_md5": record["model"]["md5"],
-            "lineage_md5": md5_file(Path(bentoml.models.get(tags["classifier"]).path) / "lineage.json"),
-            "bytes": local.stat().st_size if local else None, "sha256": sha256_file(local) if local else None}
+            "model_md5": record["model"]["md5"], "lineage_md5": lineage_md5(tags["classifier"]),
+            "bytes": size, "sha256": digest, **sealed}
+
+
+def lineage_md5(model_tag: str) -> str:
+    """MD5 of the ``lineage.json`` packaged with the classifier ``model_tag``."""
+    import bentoml
+
+    from stages.provenance.hashing import md5_file
+
+    return md5_file(Path(bentoml.models.get(model_tag).path) / "lineage.json")
 
 
 def main(argv: Iterable[str] | None = None) -> int:
@@ -403,8 +483,12 @@ def main(argv: Iterable[str] | None = None) -> int:
                          pretrained=args.pretrained, dapt=args.dapt, service=args.service,
                          log=lambda m: print(m, file=sys.stderr))
     except (ConfigError, PackageRefused, LineageError, OSError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {redact_text(str(exc))}", file=sys.stderr)
         return 1
+    except Exception as exc:  # an exporter's error may quote the registry URL, credentials and all
+        if redact_text(str(exc)) != str(exc):
+            raise RuntimeError(f"{type(exc).__name__}: {redact_text(str(exc))}") from None
+        raise
     if args.metrics:
         write_json_atomic(args.metrics, result)
     return 0

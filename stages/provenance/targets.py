@@ -3,7 +3,9 @@
 folder holding ``lineage.json``.
 
 Each gives the lineage record, a description of the Bento, and the MD5 of every file of every packaged
-model (so ``--verify`` checks the weights that would be served, not a copy in the workspace).
+model (so ``--verify`` checks the weights that would be served, not a copy in the workspace). A Bento (file,
+folder or tag) also gives the SHA-256 of each of its files, as the exported archive lays them out, and its
+manifest and signature (``stages.provenance.manifest``), so every byte can be checked.
 """
 
 from __future__ import annotations
@@ -14,7 +16,9 @@ import tarfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from stages.provenance.hashing import CHUNK, folder_manifest
+from stages.provenance.hashing import CHUNK, folder_manifest, md5_file
+from stages.provenance.manifest import (MANIFEST_FILE, SIGNATURE_FILE, bento_layout, folder_files, model_tags,
+                                        sha256_path)
 from stages.provenance.record import LineageError
 
 
@@ -25,6 +29,10 @@ class Target:
     packaged: list[dict] = field(default_factory=list)  # see verify.verify_packaged
     src: dict[str, str] | None = None  # the Bento's src/ files: {relpath: md5}
     all_files: list[str] | None = None  # every file of the Bento, as the exported archive lays it out
+    files: dict[str, str] | None = None  # the same files' SHA-256: {relpath: sha256}
+    irregular: list[str] = field(default_factory=list)  # members that are not regular files (links, devices)
+    manifest: bytes | None = None  # provenance/manifest.json, as the Bento holds it
+    signature: bytes | None = None  # provenance/manifest.json.sig
 
 
 def _yaml(text: str) -> dict:
@@ -39,48 +47,69 @@ def _packaged_item(name: str, files: dict[str, str], model_yaml: dict) -> dict:
     return {"name": name, "role": role, "source": meta.get("source"), "files": files}
 
 
+def _member_name(name: str) -> str:
+    """An archive member's path inside the Bento (``./bento.yaml`` -> ``bento.yaml``; a leading dot of a file
+    name is kept)."""
+    while name.startswith("./"):
+        name = name[2:]
+    return name.lstrip("/")
+
+
 def from_bento_file(path: Path) -> Target:
     """An exported ``.bento`` (or .tar.gz) read in place."""
-    from stages.sources.base import sha256_file
-
     models: dict[str, dict[str, str]] = {}
     texts: dict[str, str] = {}
     src: dict[str, str] = {}
-    all_files: list[str] = []
+    files: dict[str, str] = {}
+    irregular: list[str] = []
+    seal: dict[str, bytes] = {}
     try:
         with tarfile.open(path, "r:*") as tar:
             for member in tar:
-                if not member.isfile():
+                name = _member_name(member.name)
+                if member.isdir():
                     continue
-                name = member.name.lstrip("./")
-                all_files.append(name)
+                if not member.isfile():
+                    irregular.append(name)
+                    continue
                 parts = name.split("/")
-                if name == "bento.yaml" or (parts[0] == "models" and parts[-1] in ("model.yaml", "lineage.json")):
-                    texts[name] = tar.extractfile(member).read().decode("utf-8")
-                if (parts[0] == "models" and len(parts) >= 4) or (parts[0] == "src" and len(parts) >= 2):
-                    h = hashlib.md5()
-                    f = tar.extractfile(member)
-                    while chunk := f.read(CHUNK):
-                        h.update(chunk)
-                    if parts[0] == "src":
-                        src["/".join(parts[1:])] = h.hexdigest()
-                    else:
-                        models.setdefault(f"{parts[1]}:{parts[2]}", {})["/".join(parts[3:])] = h.hexdigest()
+                data = tar.extractfile(member)
+                md5, sha = hashlib.md5(), hashlib.sha256()
+                small = name in (MANIFEST_FILE, SIGNATURE_FILE, "bento.yaml") or (
+                    parts[0] == "models" and parts[-1] in ("model.yaml", "lineage.json"))
+                kept = []
+                while chunk := data.read(CHUNK):
+                    md5.update(chunk)
+                    sha.update(chunk)
+                    if small:
+                        kept.append(chunk)
+                if name in files:
+                    irregular.append(f"{name} (a second member of the same name)")
+                files[name] = sha.hexdigest()
+                if name in (MANIFEST_FILE, SIGNATURE_FILE):
+                    seal[name] = b"".join(kept)
+                elif small:
+                    texts[name] = b"".join(kept).decode("utf-8")
+                if parts[0] == "src" and len(parts) >= 2:
+                    src["/".join(parts[1:])] = md5.hexdigest()
+                elif parts[0] == "models" and len(parts) >= 4:
+                    models.setdefault(f"{parts[1]}:{parts[2]}", {})["/".join(parts[3:])] = md5.hexdigest()
     except (tarfile.TarError, OSError) as exc:
         raise LineageError(f"{path}: not a readable .bento archive ({exc})") from exc
     bento_yaml = _yaml(texts.get("bento.yaml", ""))
     packaged, record = [], None
-    for tag, files in sorted(models.items()):
+    for tag, model_files in sorted(models.items()):
         name, version = tag.split(":")
-        packaged.append(_packaged_item(tag, files, _yaml(texts.get(f"models/{name}/{version}/model.yaml", ""))))
+        packaged.append(_packaged_item(tag, model_files, _yaml(texts.get(f"models/{name}/{version}/model.yaml", ""))))
         if f"models/{name}/{version}/lineage.json" in texts:
             record = json.loads(texts[f"models/{name}/{version}/lineage.json"])
             model_tag = tag
     if record is None:
         raise LineageError(f"{path}: no packaged model in it carries lineage.json")
     bento = {"tag": f"{bento_yaml.get('name')}:{bento_yaml.get('version')}", "file": str(path),
-             "sha256": sha256_file(path), "model_tag": model_tag}
-    return Target(record=record, bento=bento, packaged=packaged, src=src, all_files=sorted(all_files))
+             "sha256": sha256_path(path), "model_tag": model_tag}
+    return Target(record=record, bento=bento, packaged=packaged, src=src, all_files=sorted(files), files=files,
+                  irregular=sorted(irregular), manifest=seal.get(MANIFEST_FILE), signature=seal.get(SIGNATURE_FILE))
 
 
 def _model_folder_item(tag: str, folder: Path) -> dict:
@@ -127,11 +156,9 @@ def from_bento_folder(folder: Path, tag: str | None = None) -> Target:
     import bentoml
 
     info = _yaml((folder / "bento.yaml").read_text(encoding="utf-8"))
-    tags = [m["tag"] for s in info.get("services", []) for m in s.get("models", [])]
-    tags += [m["tag"] for m in info.get("models", []) if isinstance(m, dict)]
     packaged, record, model_tag = [], None, None
-    all_files = [rel for rel in _every_file(folder) if not rel.startswith("models/")]
-    for t in sorted(set(tags)):
+    paths: dict[str, Path] = {}
+    for t in model_tags(info):
         name, version = t.split(":")
         inside = folder / "models" / name / version
         if inside.is_dir():
@@ -141,22 +168,24 @@ def from_bento_folder(folder: Path, tag: str | None = None) -> Target:
                 path = Path(bentoml.models.get(t).path)
             except Exception as exc:  # NotFound: the Bento was copied without its models
                 raise LineageError(f"{folder}: its model {t} is not in the model store ({exc})") from exc
+        paths[t] = path
         packaged.append(_model_folder_item(t, path))
-        all_files += [f"models/{name}/{version}/{rel}" for rel in _every_file(path)]
         if (path / "lineage.json").is_file():
             record = json.loads((path / "lineage.json").read_text(encoding="utf-8"))
             model_tag = t
     if record is None:
         raise LineageError(f"{folder}: no packaged model in this Bento carries lineage.json")
-    src = folder_manifest(folder / "src") if (folder / "src").is_dir() else None
+    layout, irregular = bento_layout(folder, paths)
+    files = {rel: sha256_path(p) for rel, p in layout.items()}
+    src = None  # byte-code caches too (folder_manifest skips them): a server would run them
+    if (folder / "src").is_dir():
+        src = {rel: md5_file(p) for rel, p in folder_files(folder / "src")[0].items()}
+    seal = {name: (folder / name).read_bytes() for name in (MANIFEST_FILE, SIGNATURE_FILE)
+            if (folder / name).is_file()}
     return Target(record=record, bento={"tag": tag or f"{info.get('name')}:{info.get('version')}",
-                                        "model_tag": model_tag}, packaged=packaged, src=src,
-                  all_files=sorted(all_files))
-
-
-def _every_file(folder: Path) -> list[str]:
-    """Every file under ``folder``, byte-code caches included (unlike ``walk_files``): what a server would load."""
-    return sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file())
+                                        "folder": str(folder), "model_tag": model_tag}, packaged=packaged,
+                  src=src, all_files=sorted(files), files=files, irregular=irregular,
+                  manifest=seal.get(MANIFEST_FILE), signature=seal.get(SIGNATURE_FILE))
 
 
 REQUIRED = {"model": ("name", "stage", "path", "files", "md5"), "stages": (), "files": (), "git": (), "metrics": (),

@@ -1,5 +1,6 @@
 """Verify a lineage record: against the packaged model's own files (anywhere) and against a workspace
-(its ``dvc.lock`` and the files on disk), naming every mismatch."""
+(its ``dvc.lock`` and the files on disk), and every file of a Bento against its manifest
+(``stages.provenance.manifest``), bound by a pinned digest or a signature; naming every mismatch."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ from pathlib import Path
 
 from stages.provenance.card import CARD_FILE, expected_card
 from stages.provenance.hashing import dir_md5, path_hashes
+from stages.provenance.manifest import (MANIFEST_FILE, SEAL_FILES, SIGNATURE_FILE, ManifestError, key_fingerprint,
+                                        parse_manifest, sha256_bytes, signature_valid)
 from stages.provenance.record import LineageError, Lock, git_state
 
 # Files BentoML or packaging add to the model folder beside the fine-tuned model's own files (the model card,
@@ -20,13 +23,22 @@ class Verdict:
     checked: int = 0
     mismatches: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    verified: list[str] = field(default_factory=list)  # what was checked, one line each
+    bound_by: list[str] = field(default_factory=list)  # what binds every file of the Bento (a pin, a signature)
+    unverified: list[str] | None = None  # the Bento's files nothing outside the Bento vouches for (None: no Bento)
 
     @property
     def ok(self) -> bool:
         return not self.mismatches
 
+    @property
+    def pinned(self) -> bool:
+        return bool(self.bound_by)
+
     def as_dict(self) -> dict:
-        return {"ok": self.ok, "checked": self.checked, "mismatches": self.mismatches, "notes": self.notes}
+        return {"ok": self.ok, "checked": self.checked, "mismatches": self.mismatches, "notes": self.notes,
+                "verified": self.verified, "pinned": self.pinned, "bound_by": self.bound_by,
+                "unverified": self.unverified}
 
 
 def diff_manifests(path: str, recorded: dict[str, str], current: dict[str, str]) -> list[str]:
@@ -59,6 +71,9 @@ def verify_packaged(record: dict, packaged: list[dict], verdict: Verdict) -> Non
             expected = source
         verdict.checked += len(expected)
         verdict.mismatches += diff_manifests(f"{item['name']} (packaged)", expected, files)
+        verdict.verified.append(f"{item['name']}: its {len(files)} files against the record's hashes"
+                                + (" and its model card against the card the record renders"
+                                   if CARD_FILE in item["files"] else ""))
         verify_card(record, item, verdict)
 
 
@@ -88,31 +103,128 @@ def verify_src(record: dict, src: dict[str, str], verdict: Verdict) -> None:
     current = {rel: md5 for rel, md5 in src.items() if rel.endswith(".py")}
     verdict.checked += len(recorded)
     verdict.mismatches += diff_manifests("Bento src", recorded, current)
+    verdict.verified.append(f"the Bento's code: {len(current)} Python files under src/ against the "
+                            f"{len(recorded)} recorded at packaging")
 
 
-def verify_coverage(record: dict, packaged: list[dict], all_files: list[str], verdict: Verdict) -> None:
-    """What of the Bento the record vouches for. Byte-code under ``src/`` is a mismatch: packaging ships
-    none, and Python would run a ``.pyc`` in place of the checked source. Every other file the record does
-    not cover (``bento.yaml``, ``bento_config.json``, requirements, ``model.yaml``, and ``lineage.json``,
-    which vouches for itself) is listed in a note: only ``--pin`` binds those. A model card is covered: it is
-    compared with the card the record renders."""
+# Files under src/ that Python would run in place of, or beside, the checked source: packaging ships none.
+CODE_SUFFIXES = (".pyc", ".pyo", ".so", ".pyd", ".dylib")
+
+
+def executable_extras(all_files: list[str]) -> list[str]:
+    """Byte-code and native extension modules under ``src/`` (``classifier.cpython-311-x86_64-linux-gnu.so``
+    is imported before ``classifier.py``)."""
+    return [rel for rel in all_files
+            if rel.startswith("src/") and (rel.endswith(CODE_SUFFIXES) or "/__pycache__/" in rel)]
+
+
+def verify_coverage(record: dict, packaged: list[dict], all_files: list[str], verdict: Verdict) -> list[str]:
+    """What of the Bento the record vouches for; returns the files it does not cover (``bento.yaml``,
+    ``bento_config.json``, requirements, env scripts, ``model.yaml``, the manifest, and ``lineage.json``,
+    which vouches for itself): only the manifest, bound by a pin or a signature, covers those. Byte-code or a
+    native extension under ``src/`` is a mismatch: packaging ships none, and Python would run it instead of
+    the checked source. A model card is covered: it is compared with the card the record renders."""
     covered = {f"src/{rel}" for rel in record.get("served_code") or {}}
     for item in packaged:
         name, _, version = item["name"].partition(":")
         covered |= {f"models/{name}/{version}/{rel}" for rel in item["files"]
                     if rel not in PACKAGING_FILES or rel == CARD_FILE}  # the card is checked against the record
     verdict.checked += 1
-    bytecode = [rel for rel in all_files
-                if rel.startswith("src/") and (rel.endswith((".pyc", ".pyo")) or "/__pycache__/" in rel)]
-    verdict.mismatches += [f"Bento {rel}: byte-code in the Bento (packaging ships none; Python would run it "
-                           "instead of the checked source)" for rel in bytecode]
-    rest = [rel for rel in all_files if rel not in covered and rel not in bytecode]
-    if rest:
-        shown = ", ".join(rest[:6]) + (f" and {len(rest) - 6} more" if len(rest) > 6 else "")
-        verdict.notes.append(f"{len(rest)} of the Bento's {len(all_files)} files are not covered by the record "
-                             f"({shown}); the record (lineage.json) vouches for itself. --pin SHA256 with the "
-                             "archive's digest from a place its publisher cannot rewrite (the package stage's "
-                             "reports/metrics/package.json in git, your registry) binds every byte")
+    extras = executable_extras(all_files)
+    for rel in extras:
+        kind = "a native extension module" if rel.endswith((".so", ".pyd", ".dylib")) else "byte-code"
+        verdict.mismatches.append(f"Bento {rel}: {kind} in the Bento (packaging ships none; Python would run it "
+                                  "instead of the checked source)")
+    return [rel for rel in all_files if rel not in covered and rel not in extras]
+
+
+def _latest_pointer(rel: str, digest: str, listed: dict[str, str]) -> bool:
+    """``models/<name>/latest``, which BentoML's export adds beside each model: it names a version of that
+    model the manifest lists."""
+    parts = rel.split("/")
+    if len(parts) != 3 or parts[0] != "models" or parts[2] != "latest":
+        return False
+    versions = {p.split("/")[2] for p in listed if p.startswith(f"models/{parts[1]}/") and p.count("/") >= 3}
+    return digest in {sha256_bytes(v.encode("utf-8")) for v in versions}
+
+
+def verify_seal(files: dict[str, str], *, manifest: bytes | None, signature: bytes | None, bento: dict,
+                pin: str | None, public_key, irregular: list[str], skip: list[str], verdict: Verdict) -> None:
+    """Every file of the Bento (``files``: ``{relpath: sha256}``) is the one its manifest lists, no more, no
+    fewer; the manifest is bound by ``pin`` (its own SHA-256, or an exported archive's) or by its signature
+    checked with ``public_key``; ``verdict.bound_by`` says which. ``skip``: files already named."""
+    where = bento.get("file") or bento.get("folder") or bento.get("tag") or "the Bento"
+    verdict.mismatches += [f"Bento {rel}: not a regular file (a link or special file; no manifest vouches for it)"
+                           for rel in irregular]
+    archive = bento.get("sha256")
+    wanted = pin.strip().lower() if pin else None
+    archive_pinned = "pin: the archive's SHA-256 is the pinned one: every byte of it is the one published"
+    if manifest is None:
+        verdict.checked += 1
+        if wanted and archive == wanted:
+            verdict.bound_by.append(archive_pinned)
+        elif wanted:
+            verdict.mismatches.append(f"{where}: no {MANIFEST_FILE} for the pin to bind"
+                                      + (f"; the archive's SHA-256 is {archive}" if archive else "")
+                                      + f", pinned {pin}")
+        if public_key is not None:
+            verdict.mismatches.append(f"{where}: no {MANIFEST_FILE} for a signature to cover")
+        verdict.notes.append(f"no {MANIFEST_FILE} in this Bento (packaged before manifests, or removed): its files "
+                             "are checked against the lineage record only")
+        return
+    digest = sha256_bytes(manifest)
+    verdict.checked += 1
+    try:
+        body = parse_manifest(manifest, f"{where}: {MANIFEST_FILE}")
+    except ManifestError as exc:
+        verdict.mismatches.append(str(exc))
+        body = None
+    if wanted:
+        verdict.checked += 1
+        if wanted == digest:
+            verdict.bound_by.append(f"pin: the manifest's SHA-256 {digest} is the pinned one")
+        elif archive and wanted == archive:
+            verdict.bound_by.append(archive_pinned)
+        else:
+            verdict.mismatches.append(f"{where}: pinned {pin}, but the manifest's SHA-256 is {digest}"
+                                      + (f" and the archive's {archive}" if archive else ""))
+    if public_key is not None:
+        verdict.checked += 1
+        fingerprint = key_fingerprint(public_key)
+        if signature is None:
+            verdict.mismatches.append(f"{where}: {SIGNATURE_FILE} is missing: the manifest is not signed")
+        elif signature_valid(manifest, signature, public_key):
+            verdict.bound_by.append(f"signature: {SIGNATURE_FILE} is the manifest's ed25519 signature by the key "
+                                    f"whose SHA-256 is {fingerprint}")
+        else:
+            verdict.mismatches.append(f"{where}: {SIGNATURE_FILE} is not a signature of this manifest by the key "
+                                      f"whose SHA-256 is {fingerprint}")
+    elif signature is not None:
+        verdict.notes.append(f"the manifest is signed ({SIGNATURE_FILE}); give --public-key PEM to check it")
+    if body is None:
+        return
+    listed = body["files"]
+    if bento.get("tag") and body.get("bento") != bento["tag"]:
+        verdict.mismatches.append(f"{MANIFEST_FILE}: made for the Bento {body.get('bento')}, not {bento['tag']}")
+    verdict.checked += len(listed)
+    verdict.verified.append(f"all {len(files)} files of the Bento against its manifest (SHA-256 {digest}; "
+                            f"{len(listed)} listed: all but the manifest, its signature and BentoML's "
+                            "models/<name>/latest pointers)")
+    for rel in sorted(set(listed) | set(files)):
+        if rel in SEAL_FILES or rel in skip:
+            continue
+        if rel not in files:
+            verdict.mismatches.append(f"Bento {rel}: missing (the manifest lists sha256 {listed[rel]})")
+        elif rel not in listed:
+            if not _latest_pointer(rel, files[rel], listed):
+                verdict.mismatches.append(f"Bento {rel}: not in the manifest (sha256 {files[rel]})")
+        elif files[rel] != listed[rel]:
+            verdict.mismatches.append(f"Bento {rel}: sha256 {files[rel]}, the manifest lists {listed[rel]}")
+    if not verdict.bound_by:
+        verdict.notes.append(f"manifest: the Bento's files agree with its own {MANIFEST_FILE} (SHA-256 {digest}), "
+                             "but nothing outside the Bento vouches for it: --pin that digest from the package "
+                             "stage's reports/metrics/package.json (manifest_sha256) in git, or --public-key PEM "
+                             "for a signed Bento")
 
 
 def verify_pin(bento: dict, pin: str, verdict: Verdict) -> None:
@@ -122,7 +234,7 @@ def verify_pin(bento: dict, pin: str, verdict: Verdict) -> None:
     if actual != pin.strip().lower():
         verdict.mismatches.append(f"{bento.get('file')}: SHA-256 {actual}, pinned {pin}")
     else:
-        verdict.notes.append("pin: the archive's SHA-256 is the pinned one: every file in it is the one published")
+        verdict.bound_by.append("pin: the archive's SHA-256 is the pinned one: every byte of it is the one published")
 
 
 def _own_md5(info: dict) -> str:
@@ -135,6 +247,8 @@ def verify_record(record: dict, verdict: Verdict) -> None:
     give that path; a file inside a recorded folder has the same hash in both; the model's files are its
     fine-tuning stage's output. Needs no workspace."""
     files, model = record["files"], record["model"]
+    verdict.verified.append(f"the lineage record against itself ({len(record['stages'])} dvc.lock entries, "
+                            f"{len(files)} paths)")
     for path, info in files.items():
         verdict.checked += 1
         if _own_md5(info) != info["md5"]:
@@ -213,19 +327,31 @@ def verify_files(record: dict, workspace: Path, verdict: Verdict) -> None:
 
 def verify(record: dict, *, packaged: list[dict] | None = None, workspace: Path | None = None,
            src: dict[str, str] | None = None, all_files: list[str] | None = None, bento: dict | None = None,
-           pin: str | None = None) -> Verdict:
+           pin: str | None = None, files: dict[str, str] | None = None, manifest: bytes | None = None,
+           signature: bytes | None = None, public_key=None, irregular: list[str] | None = None) -> Verdict:
     """Check the record itself, the packaged models (``packaged``, see ``verify_packaged``), the Bento's code
-    (``src``), what else the Bento holds (``all_files``), the archive against a pinned SHA-256 (``pin``, with
-    ``bento`` from an exported file) and the workspace (when given)."""
+    (``src``), every file of the Bento (``all_files``; with ``files``, their SHA-256, against its
+    ``manifest``), the manifest against a pinned SHA-256 (``pin``: the manifest's or the exported archive's,
+    ``bento["sha256"]``) or its ``signature`` with ``public_key``, and the workspace (when given). Files of
+    the Bento that neither the record nor a bound manifest vouches for are ``verdict.unverified``."""
     verdict = Verdict()
     verify_record(record, verdict)
     if packaged:
         verify_packaged(record, packaged, verdict)
     if src is not None:
         verify_src(record, src, verdict)
+    if files is not None and all_files is None:
+        all_files = sorted(files)
     if all_files is not None:
-        verify_coverage(record, packaged or [], all_files, verdict)
-    if pin is not None:
+        uncovered = verify_coverage(record, packaged or [], all_files, verdict)
+        if files is not None:
+            verify_seal(files, manifest=manifest, signature=signature, bento=bento or {}, pin=pin,
+                        public_key=public_key, irregular=irregular or [], skip=executable_extras(all_files),
+                        verdict=verdict)
+        elif pin is not None:
+            verify_pin(bento or {}, pin, verdict)
+        verdict.unverified = [] if verdict.bound_by else uncovered
+    elif pin is not None:
         verify_pin(bento or {}, pin, verdict)
     if workspace is not None:
         try:
@@ -235,6 +361,8 @@ def verify(record: dict, *, packaged: list[dict] | None = None, workspace: Path 
             return verdict
         verify_lock(record, lock, verdict)
         verify_files(record, workspace, verdict)
+        verdict.verified.append(f"the record against the workspace: its dvc.lock and the {len(record['files'])} "
+                                "paths the upstream stages read or wrote")
         recorded, now = record.get("git", {}).get("commit"), git_state(workspace).get("commit")
         if recorded and now and recorded != now:
             verdict.notes.append(f"git: the workspace is at {now[:12]}, the model was packaged at {recorded[:12]}; "

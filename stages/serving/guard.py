@@ -7,9 +7,12 @@ operator's token, are refused before any parsing, with a JSON error and a 4xx st
 - a body over ``max_bytes`` (by its ``Content-Length``, or counted as it streams in): 413;
 - a ``Content-Length`` that is not a number: 400;
 - a ``multipart/*`` body without a ``boundary`` (the multipart parser would fail with a 500): 400;
+- any other body that is not JSON (a ``Content-Type`` other than ``application/json`` or ``*/*+json``:
+  ``multipart/form-data; boundary=x`` with a body BentoML's multipart parser fails on, form-encoded, text):
+  415, since every API takes JSON (:func:`is_json`); a request without a ``Content-Type`` is read as JSON;
 - a client error is logged as one line without the request's content (:class:`ClientErrorLogFilter`);
-- the OpenAPI spec (``/docs.json``) marks request bodies with required fields as required
-  (:func:`openapi_fixed`);
+- the OpenAPI spec (``/docs.json``) marks request bodies with required fields as required and declares
+  the 415 answer of every operation that takes a body (:func:`openapi_fixed`);
 - every 4xx JSON answer is rewritten to the error shape the service's OpenAPI spec declares,
   ``{"error": str, "detail": str}`` (:func:`client_error_body`).
 
@@ -90,9 +93,20 @@ def client_error_body(raw: bytes) -> bytes:
     return json.dumps(out).encode("utf-8")
 
 
+def is_json(content_type: str) -> bool:
+    """A ``Content-Type`` naming JSON: ``application/json`` or a ``+json`` type, any parameters aside."""
+    media = content_type.split(";", 1)[0].strip().lower()
+    return media == "application/json" or (media.startswith("application/") and media.endswith("+json"))
+
+
+UNSUPPORTED = {"type": "object", "required": ["error"],
+               "properties": {"error": {"type": "string"}, "detail": {"type": "string"}}}
+
+
 def openapi_fixed(raw: bytes) -> bytes:
     """The OpenAPI spec as BentoML writes it, with each request body that has required fields marked
-    ``required`` (BentoML leaves it optional, though a request without a body is refused with 400)."""
+    ``required`` (BentoML leaves it optional, though a request without a body is refused with 400), and the
+    guard's 415 for a body that is not JSON declared on every operation that takes one."""
     spec = json.loads(raw)
     for ops in spec.get("paths", {}).values():
         for op in ops.values():
@@ -100,6 +114,10 @@ def openapi_fixed(raw: bytes) -> bytes:
             if isinstance(body, dict) and any(m.get("schema", {}).get("required")
                                                for m in body.get("content", {}).values()):
                 body["required"] = True
+            if isinstance(body, dict) and isinstance(op.get("responses"), dict):
+                op["responses"].setdefault("415", {
+                    "description": "Unsupported Media Type: the body is not JSON",
+                    "content": {"application/json": {"schema": UNSUPPORTED}}})
     return json.dumps(spec).encode("utf-8")
 
 
@@ -195,6 +213,10 @@ class RequestGuard:
         if ctype.startswith("multipart/") and "boundary=" not in ctype:
             return await _reject(send, 400, "multipart body without a boundary in its Content-Type; the APIs take "
                                             "JSON (content-type: application/json)")
+        if ctype.strip() and not is_json(ctype):
+            media = ctype.split(";", 1)[0].strip()[:100]
+            return await _reject(send, 415, f"unsupported media type {media!r}: the APIs take JSON "
+                                            "(content-type: application/json)")
         length = headers.get(b"content-length")
         if length is not None:
             try:

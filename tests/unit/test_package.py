@@ -113,8 +113,17 @@ def test_a_package_run_writes_model_cards_and_declares_the_image_and_resources(t
     (root / "dvc.lock").write_text(yaml.safe_dump(lock, sort_keys=False))
     (root / "params.yaml").write_text(yaml.safe_dump({"package": {
         "generative": ["bert"], "registry": str(tmp_path / "dist"), "resources": {"cpu": 1.5, "memory": "3Gi"}}}))
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    key = Ed25519PrivateKey.generate()
+    (tmp_path / "signing.pem").write_bytes(key.private_bytes(serialization.Encoding.PEM,
+                                                             serialization.PrivateFormat.PKCS8,
+                                                             serialization.NoEncryption()))
+    (tmp_path / "signing.pub.pem").write_bytes(key.public_key().public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
     env = {**os.environ, "BENTOML_HOME": str(tmp_path / "store"), "BENTOML_DO_NOT_TRACK": "True",
-           "PYTHONPATH": str(repo)}
+           "PYTHONPATH": str(repo), "LMPIPE_SIGNING_KEY": str(tmp_path / "signing.pem")}
     proc = subprocess.run([sys.executable, "-m", "stages.package", "--service", str(repo / "infra/service.py"),
                            "--metrics", str(tmp_path / "package.json")], cwd=root, env=env, capture_output=True,
                           text=True, timeout=300)
@@ -143,3 +152,105 @@ def test_a_package_run_writes_model_cards_and_declares_the_image_and_resources(t
     check = subprocess.run([sys.executable, "-m", "stages.lineage", made["exported"], "--verify", "--workspace",
                             str(root)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert check.returncode == 0 and "verify: OK" in check.stdout, check.stdout[-3000:] + check.stderr[-2000:]
+
+    # the manifest (every file of the Bento, models included), its digest in the metrics, signed with the key
+    import hashlib
+
+    from stages.provenance.manifest import MANIFEST_FILE, key_fingerprint
+
+    manifest = (bento / MANIFEST_FILE).read_bytes()
+    listed = json.loads(manifest)["files"]
+    assert made["manifest_sha256"] == hashlib.sha256(manifest).hexdigest() and made["manifest_files"] == len(listed)
+    assert made["signature"]["public_key_sha256"] == key_fingerprint(key.public_key())
+    assert {"bento.yaml", "src/bento_config.json", "env/python/requirements.txt", "env/docker/entrypoint.sh",
+            "src/stages/serving/guard.py", f"models/{model_name}/{model_version}/model.yaml",
+            f"models/{model_name}/{model_version}/model.safetensors",
+            f"models/{bert_name}/{bert_version}/config.json"} <= set(listed)
+
+    def lineage(*args):
+        return subprocess.run([sys.executable, "-m", "stages.lineage", *args, "--verify"], cwd=tmp_path, env=env,
+                              capture_output=True, text=True, timeout=300)
+
+    for target, args in ((made["exported"], ["--pin", made["sha256"]]),
+                         (made["exported"], ["--pin", made["manifest_sha256"]]),
+                         (made["exported"], ["--public-key", str(tmp_path / "signing.pub.pem")]),
+                         (made["bento"], ["--pin", made["manifest_sha256"]]),  # the store tag bentoml serve runs
+                         (str(bento), ["--public-key", str(tmp_path / "signing.pub.pem")])):
+        check = lineage(target, *args)
+        assert check.returncode == 0 and "every file of the Bento bound" in check.stdout, (
+            target, args, check.stdout[-3000:] + check.stderr[-2000:])
+    (bento / "src/bento_config.json").write_text("{}")
+    check = lineage(made["bento"], "--pin", made["manifest_sha256"])
+    assert check.returncode == 1 and "MISMATCH Bento src/bento_config.json: sha256" in check.stdout, check.stdout
+
+
+def test_a_registry_urls_credentials_are_redacted():
+    from stages.package import redact_text, redact_url
+
+    assert redact_url("s3://user:secret@host/bucket/x.bento") == "s3://host/bucket/x.bento"
+    assert redact_url("https://user:token@host:8443/x?y=1") == "https://host:8443/x?y=1"
+    assert redact_url("s3://bucket/bentos/x.bento") == "s3://bucket/bentos/x.bento"
+    assert redact_url("/srv/dist/x.bento") == "/srv/dist/x.bento"
+    assert redact_text("cannot write s3://user:secret@host/b (denied); https://t@h/x") == \
+        "cannot write s3://host/b (denied); https://h/x"
+
+
+def _fake_stage(monkeypatch, exported: str, fail: BaseException | None = None):
+    """The package stage with the store, the build and the export replaced (they have their own test below):
+    what it writes and logs about the export."""
+    import types
+
+    import stages.package as pkg
+
+    monkeypatch.setattr(pkg, "save_models", lambda record, cfg, **kw: {"classifier": "lm-classifier:v1",
+                                                                       "generative": {}})
+    monkeypatch.setattr(pkg, "build_bento", lambda *a, **kw: types.SimpleNamespace(tag="lm-pipeline:v1", path="."))
+    monkeypatch.setattr(pkg, "seal", lambda bento, key=None: {"manifest_sha256": "c" * 64, "manifest_files": 3,
+                                                              "signature": None})
+
+    def export(bento, registry):
+        if fail is not None:
+            raise fail
+        return exported
+
+    monkeypatch.setattr(pkg, "export", export)
+    monkeypatch.setattr(pkg, "archive_digest", lambda target: (10, "a" * 64))
+    monkeypatch.setattr(pkg, "lineage_md5", lambda tag: "b" * 32)
+
+
+def test_credentials_in_the_registry_url_reach_neither_the_metrics_nor_the_log(tmp_path, capsys, monkeypatch):
+    root = make_workspace(tmp_path / "ws")
+    monkeypatch.chdir(root)
+    url = "s3://user:secret@host/bucket"
+    (root / "params.yaml").write_text(f"package:\n  generative: []\n  registry: {url}\n")
+    _fake_stage(monkeypatch, f"{url}/lm-pipeline-v1.bento")
+    service = ["--service", str(Path(__file__).resolve().parents[2] / "infra/service.py")]
+    assert main(["--metrics", str(tmp_path / "package.json"), *service]) == 0
+    made = json.loads((tmp_path / "package.json").read_text())
+    err = capsys.readouterr().err
+    assert made["exported"] == "s3://host/bucket/lm-pipeline-v1.bento"
+    assert made["sha256"] == "a" * 64 and made["bytes"] == 10 and made["manifest_sha256"] == "c" * 64
+    assert "[package] exported: s3://host/bucket/lm-pipeline-v1.bento" in err
+    assert "secret" not in err and "secret" not in json.dumps(made) and "user:" not in err
+    _fake_stage(monkeypatch, "", fail=PermissionError(f"{url}/lm-pipeline-v1.bento: access denied"))
+    assert main(["--metrics", str(tmp_path / "other.json"), *service]) == 1
+    err = capsys.readouterr().err
+    assert "error: s3://host/bucket/lm-pipeline-v1.bento: access denied" in err and "secret" not in err
+    _fake_stage(monkeypatch, "", fail=ValueError(f"bad bucket in {url}"))
+    with pytest.raises(RuntimeError) as raised:
+        main(["--metrics", str(tmp_path / "other.json"), *service])
+    assert "secret" not in str(raised.value) and "s3://host/bucket" in str(raised.value)
+
+
+def test_a_remote_exports_digest_is_read_back_through_fsspec():
+    import hashlib
+
+    import fsspec
+
+    from stages.package import archive_digest
+
+    fs = fsspec.filesystem("memory")
+    fs.makedirs("/registry", exist_ok=True)
+    with fs.open("/registry/lm-v1.bento", "wb") as f:
+        f.write(b"an archive")
+    assert archive_digest("memory://registry/lm-v1.bento") == (10, hashlib.sha256(b"an archive").hexdigest())

@@ -191,6 +191,11 @@ def test_an_exported_bento_is_read_in_place_and_a_broken_one_is_a_clear_error(tm
     assert main([str(bento), "--verify"]) == 0
     out = capsys.readouterr().out
     assert "Bento lm:v1" in out and "packaged files only" in out
+    # what could not be verified is listed in full, and the verdict says what an unpinned pass is worth
+    assert "verify: OK, UNPINNED" in out and "consistency, not origin" in out and "Exit status 0" in out
+    for rel in ("bento.yaml", "models/lm-classifier/v1/lineage.json", "models/lm-classifier/v1/model.yaml"):
+        assert f"  UNVERIFIED {rel}\n" in out, rel
+    assert "more" not in out.split("unverified:", 1)[1]
     assert main([str(bento), "--verify", "--workspace", str(root)]) == 0
     capsys.readouterr()
     (tmp_path / "broken.bento").write_bytes(bento.read_bytes()[: bento.stat().st_size // 2])
@@ -248,16 +253,19 @@ def test_a_forged_model_with_a_matching_record_passes_alone_and_fails_against_a_
                     if e["path"] == path:
                         e["md5"] = info["md5"]
     forged = _bento_file(tmp_path / "forged.bento", forged_record, files)
-    assert main([str(forged), "--verify"]) == 0  # consistent with itself: the record alone cannot tell
+    # consistent with itself: unpinned, the audit cannot tell, and says so instead of a plain OK
+    assert main([str(forged), "--verify"]) == 0
     out = capsys.readouterr().out
-    assert "not covered by the record" in out and "bento.yaml" in out and "--pin" in out
+    assert "verify: OK, UNPINNED" in out and "consistency, not origin" in out
+    assert "verify: OK (" not in out
+    assert "  UNVERIFIED models/lm-classifier/v1/lineage.json" in out and "  UNVERIFIED bento.yaml" in out
     assert main([str(forged), "--verify", "--pin", pin]) == 1
     assert f"pinned {pin}" in capsys.readouterr().out
     folder = tmp_path / "model-folder"
     folder.mkdir()
     (folder / "lineage.json").write_text(json.dumps(record_of(root)))
-    assert main([str(folder), "--verify", "--pin", pin]) == 2  # a folder has no archive to pin
-    assert "--pin checks an exported .bento file" in capsys.readouterr().err
+    assert main([str(folder), "--verify", "--pin", pin]) == 2  # a model folder is no Bento: nothing to pin
+    assert "--pin check a Bento" in capsys.readouterr().err
 
 
 def test_byte_code_in_a_bentos_src_is_a_mismatch(tmp_path):
@@ -268,4 +276,4 @@ def test_byte_code_in_a_bentos_src_is_a_mismatch(tmp_path):
     v = verify(rec, src={"service.py": "a" * 32}, all_files=files)
     assert v.mismatches == ["Bento src/__pycache__/service.cpython-311.pyc: byte-code in the Bento (packaging "
                             "ships none; Python would run it instead of the checked source)"]
-    assert any("1 of the Bento's 3 files are not covered by the record (bento.yaml)" in n for n in v.notes)
+    assert v.unverified == ["bento.yaml"]

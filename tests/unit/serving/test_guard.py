@@ -65,9 +65,36 @@ def test_multipart_without_boundary_and_a_bad_length_get_400():
     app = RequestGuard(_echo, max_bytes=10)
     status, body = _call(app, headers=[("content-type", "multipart/form-data")])
     assert status == 400 and "boundary" in json.loads(body)["error"]
-    assert _call(app, headers=[("content-type", "multipart/form-data; boundary=x")])[0] == 200
+    status, body = _call(app, headers=[("content-type", "multipart/form-data; boundary=x")])
+    assert status == 415 and "application/json" in json.loads(body)["error"]  # a boundary: still not JSON
     status, body = _call(app, headers=[("content-length", "ten")])
     assert status == 400 and "Content-Length" in json.loads(body)["error"]
+
+
+@pytest.mark.parametrize("ctype", ["multipart/form-data; boundary=x", "application/x-www-form-urlencoded",
+                                   "text/plain", "application/octet-stream", "application/vnd.bentoml+pickle",
+                                   "Multipart/Form-Data; Boundary=x"])
+def test_a_body_that_is_not_json_gets_415_in_the_error_shape(ctype):
+    """BentoML 1.4 answered ``multipart/form-data; boundary=x`` with the body ``garbage`` with a 500 (its
+    multipart parser fails on it); every API takes JSON, so any other media type is refused before parsing."""
+    reached = []
+
+    async def app(scope, receive, send):
+        reached.append(scope)
+        await _echo(scope, receive, send)
+
+    status, body = _call(RequestGuard(app, max_bytes=100),
+                         headers=[("content-type", ctype), ("content-length", "7")], chunks=[b"garbage"])
+    error = json.loads(body)
+    assert status == 415 and set(error) == {"error"} and "application/json" in error["error"], (status, body)
+    assert not reached
+
+
+@pytest.mark.parametrize("ctype", ["application/json", "application/json; charset=utf-8", "APPLICATION/JSON",
+                                   "application/merge-patch+json", None])
+def test_json_bodies_and_bodies_without_a_type_pass(ctype):
+    headers = [("content-type", ctype)] if ctype else []
+    assert _call(RequestGuard(_echo, max_bytes=100), headers=headers, chunks=[b"{}"]) == (200, b"2")
 
 
 def test_the_default_limit_admits_the_largest_valid_request():
@@ -177,7 +204,8 @@ def test_the_openapi_spec_marks_bodies_with_required_fields_required():
 
     spec = {"paths": {
         "/classify": {"post": {"requestBody": {"content": {"application/json": {"schema": {
-            "type": "object", "required": ["texts"], "properties": {"texts": {"type": "array"}}}}}}}},
+            "type": "object", "required": ["texts"], "properties": {"texts": {"type": "array"}}}}}},
+            "responses": {"200": {"description": "ok"}}}},
         "/lineage": {"post": {"requestBody": {"content": {"application/json": {"schema": {
             "type": "object", "properties": {}}}}}}},
         "/readyz": {"get": {"responses": {"200": {"description": "ok"}}}}}}
@@ -195,4 +223,6 @@ def test_the_openapi_spec_marks_bodies_with_required_fields_required():
     assert fixed["paths"]["/classify"]["post"]["requestBody"]["required"] is True
     assert "required" not in fixed["paths"]["/lineage"]["post"]["requestBody"]  # nothing required: optional
     assert fixed["paths"]["/readyz"] == spec["paths"]["/readyz"]
+    declared = fixed["paths"]["/classify"]["post"]["responses"]["415"]  # the guard's answer is in the spec
+    assert declared["content"]["application/json"]["schema"]["required"] == ["error"]
     assert openapi_fixed(json.dumps(spec).encode()) == sent[1]["body"]

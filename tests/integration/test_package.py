@@ -232,6 +232,9 @@ def test_oversized_and_unparseable_bodies_get_a_4xx_not_a_5xx(served):
     client, _, _ = served
     resp = client.request("POST", "/classify", content=b"--x--", headers={"content-type": "multipart/form-data"})
     assert resp.status_code == 400 and "boundary" in resp.json()["error"], (resp.status_code, resp.text)
+    resp = client.request("POST", "/classify", content=b"garbage",
+                          headers={"content-type": "multipart/form-data; boundary=x"})
+    assert resp.status_code == 415 and resp.json()["error"], (resp.status_code, resp.text)
     big = b'{"texts": ["' + b"x" * 2_000_000 + b'"]}'
     resp = client.request("POST", "/classify", content=big, headers={"content-type": "application/json"})
     assert resp.status_code == 413 and "over the limit" in resp.json()["error"], (resp.status_code, resp.text)
@@ -309,8 +312,12 @@ def test_invalid_json_and_the_client_error_path(served):
     assert int(err.value.error_code) == 400
 
 
-def test_lineage_travels_inside_the_imported_bento(served):
+def test_lineage_travels_inside_the_imported_bento(project, served):
     _, elsewhere, store = served  # no workspace there: only the packaged files can be checked
     proc = _run([PY, "-m", "stages.lineage", "lm-pipeline:latest", "--verify"], elsewhere, store)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert "workspace: none" in proc.stdout and "verify: OK" in proc.stdout and "1. Raw sources" in proc.stdout
+    assert "UNPINNED" in proc.stdout  # consistency without a pin, and the audit says so
+    pin = json.loads((project / "reports/metrics/package.json").read_text())["manifest_sha256"]
+    proc = _run([PY, "-m", "stages.lineage", "lm-pipeline:latest", "--verify", "--pin", pin], elsewhere, store)
+    assert proc.returncode == 0 and "UNPINNED" not in proc.stdout, proc.stdout[-2000:] + proc.stderr[-2000:]

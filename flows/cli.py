@@ -85,7 +85,10 @@ def usage() -> str:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if not argv or argv[0] in ("-h", "--help", "help"):
-        print(usage())
+        try:
+            print(usage(), flush=True)
+        except BrokenPipeError:  # `lm-pipeline | head`: the reader left, nothing more to say
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0 if argv else 2
     command, rest = argv[0], argv[1:]
     if command == "run":

@@ -105,7 +105,7 @@ def split_output(buffer: str) -> tuple[list[tuple[str, bool]], str]:
     return out, buffer[start:]
 
 
-def run_dvc(stage: str, root: Path, extra_env: dict[str, str] | None = None, *, on_line=None,
+def run_dvc(stage: str, root: Path, extra_env: dict[str, str] | None = None, *, on_line=None, force: bool = False,
             timeout_s: float | None = None, progress_every_s: float = 30.0, keep: int = 400) -> StageRun:
     """``dvc repro --single-item STAGE`` in ``root``, with ``extra_env`` on top of this process's environment.
 
@@ -122,7 +122,8 @@ def run_dvc(stage: str, root: Path, extra_env: dict[str, str] | None = None, *, 
 
     env = {**os.environ, **(extra_env or {}), "PYTHONUNBUFFERED": "1",
            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
-    proc = subprocess.Popen([*dvc_command(), "repro", "--single-item", stage], cwd=root, env=env,
+    proc = subprocess.Popen([*dvc_command(), "repro", "--single-item", *(["--force"] if force else []), stage],
+                            cwd=root, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                             start_new_session=True)
     chunks: queue.Queue = queue.Queue()
@@ -188,7 +189,7 @@ def error_line(lines: list[str]) -> str:
 
 @task(task_run_name="{stage}")
 def run_stage(stage: str, root: str, outs: list[str], env: dict[str, str] | None = None,
-              timeout_hours: float | None = None) -> dict:
+              timeout_hours: float | None = None, force: bool = False) -> dict:
     """One stage through DVC, its output streamed to the task's log; its artifacts published when it succeeds."""
     from flows.artifacts import publish_stage
 
@@ -196,7 +197,7 @@ def run_stage(stage: str, root: str, outs: list[str], env: dict[str, str] | None
     for key in sorted(k for k in (env or {}) if k.startswith("LMPIPE_")):
         logger.info(f"{key}={env[key]}")
     limit = stage_timeout_s(stage, timeout_hours)
-    proc = run_dvc(stage, Path(root), env, on_line=logger.info, timeout_s=limit)
+    proc = run_dvc(stage, Path(root), env, on_line=logger.info, timeout_s=limit, force=force)
     if proc.timed_out:
         message = f"{stage}: timed out after {limit / 3600:g} h (stopped; stage_timeout_hours raises the limit)"
         logger.error(message)
@@ -276,13 +277,14 @@ def profile_applied(root: Path, name: str):
 @flow(name="lm-pipeline", log_prints=True, task_runner=ThreadPoolTaskRunner(max_workers=1))
 def pipeline(target: str | None = None, profile: str | None = None, root: str = ".", dask: str | None = None,
              train_processes: int = 1, launcher: str = "torchrun", launch_args: str = "",
-             stage_timeout_hours: float | None = None) -> dict:
+             stage_timeout_hours: float | None = None, force: list[str] | None = None) -> dict:
     """Run ``target`` (a stage, a ``foreach`` group such as ``clean``, or everything when empty) and what it
     needs, one task per stage; ``profile`` applies ``profiles/<profile>.yaml`` to params.yaml for the run
     (restored afterwards).
     ``dask``: a Dask scheduler address (or ``local[:N]``) for the cleaning and tokenization shards;
     ``train_processes``, ``launcher`` (torchrun | accelerate), ``launch_args``: pre-training and DAPT in that
     many processes per machine (``launch_args`` e.g. ``--nnodes 2 --node_rank 0 --rdzv_endpoint head:29500``).
+    ``force``: stages (or ``foreach`` groups) to run even when DVC finds them unchanged (``dvc repro --force``).
     ``stage_timeout_hours``: how long any one stage may run (default: ``STAGE_TIMEOUT_H`` per kind of stage).
     One run at a time per workspace: a second one fails at once, naming the lock and who holds it."""
     base = Path(root).resolve()
@@ -294,17 +296,21 @@ def pipeline(target: str | None = None, profile: str | None = None, root: str = 
             with profile_applied(base, profile) as applied:
                 logger.info(f"profile {profile}: {len(applied)} params set in params.yaml for this run "
                             "(restored afterwards)")
-                return _run(base, target, dask, train_processes, launcher, launch_args, stage_timeout_hours, logger)
-        return _run(base, target, dask, train_processes, launcher, launch_args, stage_timeout_hours, logger)
+                return _run(base, target, dask, train_processes, launcher, launch_args, stage_timeout_hours,
+                            force, logger)
+        return _run(base, target, dask, train_processes, launcher, launch_args, stage_timeout_hours, force, logger)
 
 
 def _run(base: Path, target: str | None, dask, train_processes: int, launcher: str, launch_args: str,
-         timeout_hours: float | None, logger) -> dict:
+         timeout_hours: float | None, force: list[str] | None, logger) -> dict:
     from flows.artifacts import publish_run
     from flows.graph import closure, read_pipeline
 
     graph, outs = read_pipeline(base)
     order = closure(graph, [target] if target else None)
+    if force:
+        closure(graph, list(force))  # an unknown name fails here, before any stage runs
+    forced = {s for s in graph if s in (force or ()) or s.split("@", 1)[0] in (force or ())}  # not their deps
     futures = {}
     for stage in order:
         options = {"retries": RETRIES, "retry_delay_seconds": RETRY_DELAY_S} if (
@@ -312,7 +318,7 @@ def _run(base: Path, target: str | None, dask, train_processes: int, launcher: s
         env = stage_env(stage, dask=dask, train_processes=train_processes, launcher=launcher,
                         launch_args=launch_args)
         futures[stage] = run_stage.with_options(**options).submit(
-            stage, str(base), outs.get(stage, []), env, timeout_hours, wait_for=[futures[d] for d in graph[stage] if d in futures])
+            stage, str(base), outs.get(stage, []), env, timeout_hours, stage in forced, wait_for=[futures[d] for d in graph[stage] if d in futures])
     wait(list(futures.values()))
     states = {stage: f.state for stage, f in futures.items()}
     failed = [s for s, st in states.items() if st.is_failed()]
@@ -338,11 +344,13 @@ def main(argv: list[str] | None = None) -> int:
                                                         '--rdzv_endpoint head:29500"')
     ap.add_argument("--stage-timeout-hours", type=float, default=None,
                     help="how long any one stage may run (default: per kind of stage, STAGE_TIMEOUT_H)")
+    ap.add_argument("--force", action="append", metavar="STAGE",
+                    help="run this stage (or foreach group) even if unchanged; repeatable")
     args = ap.parse_args(argv)
     try:
         pipeline(target=args.target, profile=args.profile, root=args.root, dask=args.dask,
                  train_processes=args.train_processes, launcher=args.launcher, launch_args=args.launch_args,
-                 stage_timeout_hours=args.stage_timeout_hours)
+                 stage_timeout_hours=args.stage_timeout_hours, force=args.force)
     except (StageFailed, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

@@ -96,6 +96,10 @@ def test_flow_runs_every_stage_then_skips_them(prefect_harness, project):
     assert json.loads(artifacts["gate-make-a"].data)[0]["passed"] is True
     again = pipeline(root=str(project))
     assert again["ran"] == []  # DVC's cache: nothing changed
+    forced = pipeline(root=str(project), force=["make@b"])
+    assert forced["ran"] == ["make@b"]  # run again although unchanged; its dependents stay up to date
+    with pytest.raises(ValueError, match="no stage nope"):
+        pipeline(root=str(project), force=["nope"])
 
 
 def test_a_failing_stage_fails_its_task_with_its_message_and_stops_downstream(prefect_harness, project):

@@ -108,31 +108,39 @@ def read_runs(finetuned: Path) -> dict[str, dict]:
     return runs
 
 
-def in_context(cfg: EvaluateConfig, runs: dict[str, dict], df, model_dirs: dict[str, Path], context: int,
-               log) -> dict:
+def icl_run(state: dict, job: dict) -> dict:
+    """One GPT model's in-context scores (a job of :func:`in_context`; module level, so a worker can run it)."""
     import torch
-    from tqdm import tqdm
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
     from stages.evaluation.icl import icl_accuracy
+
+    path, init = Path(job["path"]), job["init"]
+    torch.manual_seed(0)
+    model = (AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(str(path)))
+             if init == "random" else AutoModelForCausalLM.from_pretrained(str(path)))
+    tok = AutoTokenizer.from_pretrained(str(path))
+    return icl_accuracy(model, tok, state["labels"], state["train"], state["test"], state["cfg"],
+                        context=state["context"])
+
+
+def in_context(cfg: EvaluateConfig, runs: dict[str, dict], df, model_dirs: dict[str, Path], context: int,
+               log) -> dict:
+    """The GPT models of ``cfg.icl.inits`` scored in context, one model per worker (``curve.workers`` at a
+    time, one torch thread each: batch-one prompts do not use a second thread well)."""
+    from stages.common.pool import run_ordered
 
     labels = list(runs["gpt-pretrained"]["labels"])
     index = {lab: i for i, lab in enumerate(labels)}
     train = [(t, index[lab]) for t, lab in df.loc[df["split"] == "train", ["text", "label"]].itertuples(index=False)]
     test = [(t, index[lab]) for t, lab in df.loc[df["split"] == "test", ["text", "label"]].itertuples(index=False)]
+    state = {"labels": labels, "train": train, "test": test, "cfg": cfg.icl, "context": context}
+    inits = list(cfg.icl.inits)
+    jobs = [{"init": init, "path": str(source(model_dirs, "gpt", init))} for init in inits]
+    log(f"[evaluate] in-context learning: {len(jobs)} GPT models, {min(cfg.curve.workers, len(jobs))} at a time")
     out = {}
-    for init in cfg.icl.inits:
-        path = source(model_dirs, "gpt", init)
-        torch.manual_seed(0)
-        model = (AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(str(path)))
-                 if init == "random" else AutoModelForCausalLM.from_pretrained(str(path)))
-        tok = AutoTokenizer.from_pretrained(str(path))
-        prompts = sum(cfg.icl.orderings if k else 1 for k in cfg.icl.shots)  # per test example
-        n = min(cfg.icl.max_examples or len(test), len(test)) * prompts
-        with tqdm(total=n, desc=f"icl gpt-{init}", unit="prompt", mininterval=1.0, dynamic_ncols=True) as bar:
-            out[f"gpt-{init}"] = icl_accuracy(model, tok, labels, train, test, cfg.icl, context=context,
-                                              progress=bar.update)
-        r = out[f"gpt-{init}"]
+    for init, r in zip(inits, run_ordered(icl_run, state, jobs, workers=cfg.curve.workers)):
+        out[f"gpt-{init}"] = r
         log(f"[evaluate] in-context gpt-{init}: " + ", ".join(
             f"{k}-shot accuracy {r[str(k)]['accuracy']:.3f} (calibrated {r[str(k)]['calibrated']['accuracy']:.3f})"
             for k in cfg.icl.shots))

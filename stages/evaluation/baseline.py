@@ -73,23 +73,39 @@ def fit_score(train: tuple[list[str], np.ndarray], val: tuple[list[str], np.ndar
             "seconds": round(time.perf_counter() - start, 3)}
 
 
-def run_baseline(df, labels: list[str], cfg: BaselineConfig, points: list[tuple[int, list[int]]]) -> list[dict]:
-    """One point per ``(training size, seeds)`` in ``points``, in that order: ``{train_examples, runs: [fit_score
-    per seed]}``. A size of 0 or of the whole training split is the whole split, run once (no sample to vary)."""
+def _fit_job(state: dict, job: tuple[int, int]) -> dict:
+    """One (training size, seed) fit of :func:`run_baseline` (module level, so a worker can run it)."""
     from stages.finetune import FinetuneConfig, sample_train
+
+    n, seed = job
+    labels, index = state["labels"], {lab: i for i, lab in enumerate(state["labels"])}
+    sample = sample_train(state["df"], FinetuneConfig(labels=tuple(labels), seed=seed), n)
+    train = (sample["text"].tolist(), sample["label"].map(index).to_numpy())
+    return {"seed": seed, **fit_score(train, state["val"], state["test"], len(labels), state["cfg"], seed=seed)}
+
+
+def run_baseline(df, labels: list[str], cfg: BaselineConfig, points: list[tuple[int, list[int]]], *,
+                 workers: int = 1) -> list[dict]:
+    """One point per ``(training size, seeds)`` in ``points``, in that order: ``{train_examples, runs: [fit_score
+    per seed]}``. A size of 0 or of the whole training split is the whole split, run once (no sample to vary).
+    The fits run on ``workers`` processes (:func:`stages.common.pool.run_ordered`); the results do not depend
+    on it."""
+    from stages.common.pool import run_ordered
 
     index = {lab: i for i, lab in enumerate(labels)}
 
     def split(frame) -> tuple[list[str], np.ndarray]:
         return frame["text"].tolist(), frame["label"].map(index).to_numpy()
 
-    val, test = split(df[df["split"] == "validation"]), split(df[df["split"] == "test"])
     whole = int((df["split"] == "train").sum())
+    jobs = [[(n, seed) for seed in (seeds if 0 < n < whole else seeds[:1])] for n, seeds in points]
+    flat = sorted((job for point in jobs for job in point), key=lambda j: -(j[0] if 0 < j[0] < whole else whole))
+    state = {"df": df[["text", "label", "split"]],
+             "labels": list(labels), "cfg": cfg,
+             "val": split(df[df["split"] == "validation"]), "test": split(df[df["split"] == "test"])}
+    done = dict(zip(flat, run_ordered(_fit_job, state, flat, workers=workers)))  # the largest fits first
     out = []
-    for n, seeds in points:
-        runs = []
-        for seed in (seeds if 0 < n < whole else seeds[:1]):
-            sample = sample_train(df, FinetuneConfig(labels=tuple(labels), seed=seed), n)
-            runs.append({"seed": seed, **fit_score(split(sample), val, test, len(labels), cfg, seed=seed)})
+    for point in jobs:
+        runs = [done[job] for job in point]
         out.append({"train_examples": runs[0]["train_examples"], "runs": runs})
     return out

@@ -95,7 +95,7 @@ def baseline(cfg, runs: dict[str, dict], selected: str, df, log) -> dict:
     if full < int((df["split"] == "train").sum()):
         points.append((0, [0]))
     out = []
-    for pt in run_baseline(df, list(record["labels"]), cfg.baseline, points):
+    for pt in run_baseline(df, list(record["labels"]), cfg.baseline, points, workers=cfg.curve.workers):
         r = pt["runs"]
         out.append({"train_examples": pt["train_examples"], "macro_f1": summarise([x["test_macro_f1"] for x in r]),
                     "accuracy": summarise([x["test_accuracy"] for x in r]),

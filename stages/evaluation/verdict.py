@@ -59,7 +59,7 @@ def pretraining_effect(gains: dict) -> str:
 
 
 def where_pretraining_matters(curve_gains: dict) -> str:
-    points = [(g["gain"], p, v["init"], g) for p, v in curve_gains.items() for g in v["points"]]
+    points = [(g["gain"], p, g.get("init", v["init"]), g) for p, v in curve_gains.items() for g in v["points"]]
     if not points:
         return ("The data-efficiency curve has no random-initialisation series next to a pre-trained one, so it "
                 "cannot say at which label count pre-training matters most.")

@@ -38,6 +38,8 @@ def test_baseline_learns_and_chooses_c_on_validation():
     again = run_baseline(df, LABELS, cfg, [(12, [0, 1])])[0]["runs"]
     drop = (lambda r: {k: v for k, v in r.items() if k != "seconds"})  # deterministic, timings aside
     assert [drop(r) for r in again] == [drop(r) for r in points[0]["runs"]]
+    pooled = run_baseline(df, LABELS, cfg, [(12, [0, 1]), (0, [5, 6])], workers=2)  # two processes: same fits
+    assert [[drop(r) for r in p["runs"]] for p in pooled] == [[drop(r) for r in p["runs"]] for p in points]
 
 
 def test_baseline_trains_on_the_neural_runs_samples(monkeypatch):

@@ -96,3 +96,22 @@ def test_the_verdict_follows_the_numbers():
     assert any("With all 500 labels" in s and "(gpt-dapt, test 0.750" in s for s in a)
     assert any("whole training split (2000 labels)" in s for s in a)
     assert any("With all 500 labels" in s and "(t5-pretrained, test 0.700" in s and "above" in s for s in b)
+
+
+def test_curve_gains_choose_the_init_per_label_count_on_validation_not_test():
+    def pt(n, test, val):
+        p = point(n, test)
+        p["val_macro_f1"] = {"mean": val, "std": 0.01, "min": val, "max": val, "runs": 3}
+        return p
+
+    de = {"bert-pretrained": [pt(100, 0.30, 0.40), pt(300, 0.60, 0.40), pt(900, 0.70, 0.80)],  # best test at 300
+          "bert-dapt": [pt(100, 0.25, 0.30), pt(300, 0.50, 0.45), pt(900, 0.72, 0.70)],
+          "bert-random": [point(100, 0.20), point(300, 0.40), point(900, 0.69)],
+          "gpt-dapt": [pt(100, 0.5, 0.5)]}  # no random series: no gain
+    g = curve_gains(de, {"bert": "pretrained"})
+    assert set(g) == {"bert"}
+    rows = {r["train_examples"]: r for r in g["bert"]["points"]}
+    assert rows[100]["init"] == "pretrained" and rows[100]["gain"] == pytest.approx(0.10)
+    assert rows[300]["init"] == "dapt" and rows[300]["gain"] == pytest.approx(0.10)  # validation picks, not test
+    assert rows[900]["init"] == "pretrained" and rows[900]["gain"] == pytest.approx(0.01)
+    assert g["bert"]["init"] == "pretrained"

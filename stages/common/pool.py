@@ -16,10 +16,25 @@ from typing import Any
 _STATE: dict[str, Any] = {}
 
 
-def _init_worker(fn: Callable, state: Any) -> None:
+def _exit_with_parent(parent: int, every_s: float = 1.0) -> None:
+    """Leave when the process that made the pool is gone (killed, or stopped by a time limit): a worker busy
+    in a long job would otherwise train on, orphaned, holding a core until it finishes."""
+    import os
+    import time
+
+    while True:
+        time.sleep(every_s)
+        if os.getppid() != parent:
+            os._exit(1)
+
+
+def _init_worker(fn: Callable, state: Any, parent: int) -> None:
+    import threading
+
     import torch
 
     torch.set_num_threads(1)
+    threading.Thread(target=_exit_with_parent, args=(parent,), daemon=True, name="exit-with-parent").start()
     _STATE.update(fn=fn, state=state)
 
 
@@ -34,10 +49,11 @@ def run_ordered(fn: Callable[[Any, Any], Any], state: Any, jobs: Sequence[Any], 
     if workers <= 1 or len(jobs) <= 1:
         return [fn(state, job) for job in jobs]
     import multiprocessing
+    import os
     from concurrent.futures import ProcessPoolExecutor
 
     with ProcessPoolExecutor(max_workers=min(workers, len(jobs)), mp_context=multiprocessing.get_context("spawn"),
-                             initializer=_init_worker, initargs=(fn, state)) as pool:
+                             initializer=_init_worker, initargs=(fn, state, os.getpid())) as pool:
         return list(pool.map(_call, jobs))  # map yields in the order of the jobs, whatever finishes first
 
 

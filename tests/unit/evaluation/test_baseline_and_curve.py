@@ -98,3 +98,46 @@ def test_curve_runs_agree_for_one_and_two_workers(models):
     assert [p["train_examples"] for p in pts] == [8, 72] and [p["macro_f1"]["runs"] for p in pts] == [2, 2]
     assert pts[1]["macro_f1"]["mean"] == pytest.approx(0.6)                # the finetune stage's seeds
     assert pts[1]["macro_f1"]["std"] == pytest.approx(0.14142, abs=1e-4)
+
+
+def sleepy(state: dict, job: int) -> int:
+    """A long job that first leaves its worker's pid in a file (for the orphan test)."""
+    import os
+    import time
+    from pathlib import Path
+
+    Path(state["dir"], f"{os.getpid()}.pid").write_text(str(os.getpid()))
+    time.sleep(job)
+    return job
+
+
+def test_pool_workers_leave_when_the_parent_is_killed(tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    parent = subprocess.Popen([sys.executable, "-c", (
+        "from stages.common.pool import run_ordered\n"
+        "from tests.unit.evaluation.test_baseline_and_curve import sleepy\n"
+        f"run_ordered(sleepy, {{'dir': {str(tmp_path)!r}}}, [120, 120], workers=2)\n")])
+    deadline = time.time() + 60
+    while len(list(tmp_path.glob("*.pid"))) < 2 and time.time() < deadline:
+        time.sleep(0.2)
+    workers = [int(p.stem) for p in tmp_path.glob("*.pid")]
+    assert len(workers) == 2
+    parent.send_signal(signal.SIGKILL)
+    parent.wait()
+
+    def alive(pid: int) -> bool:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        return not open(f"/proc/{pid}/stat").read().split(")")[-1].split()[0] == "Z"  # a zombie has left
+
+    deadline = time.time() + 15
+    while any(alive(p) for p in workers) and time.time() < deadline:
+        time.sleep(0.2)
+    assert not any(alive(p) for p in workers), "orphaned workers are still running"

@@ -324,7 +324,7 @@ def finetune_seeds(cfg: FinetuneConfig, *, paradigm: str, init: str, model_dir: 
 
     from transformers import AutoTokenizer
 
-    from stages.common.pool import run_ordered
+    from stages.common.pool import WorkerPool
     from stages.finetuning.heads import make_classifier
 
     parallel = cfg.workers > 1
@@ -334,18 +334,18 @@ def finetune_seeds(cfg: FinetuneConfig, *, paradigm: str, init: str, model_dir: 
     grid = list(cfg.lr_grid) or [cfg.lr]
     runs: dict[int, dict] = {}
     tried, best_lr, best_val = [], grid[0], -1.0
-    for lr, run in zip(grid, run_ordered(_seed_run, state, [{"seed": first, "lr": lr} for lr in grid],
-                                         workers=cfg.workers)):
-        val = run["metrics"]["best_val_macro_f1"]
-        tried.append({"lr": lr, "best_val_macro_f1": val})
-        if val > best_val:  # ties keep the earlier (grid order) rate
-            best_lr, best_val, runs[first] = lr, val, run
-    if len(grid) > 1:
-        log(f"[finetune] {paradigm}-{init}: learning rate {best_lr:g} chosen on validation "
-            "(" + ", ".join(f"{t['lr']:g}: {t['best_val_macro_f1']:.3f}" for t in tried) + ")")
     rest = list(cfg.seeds[1:])
-    runs.update(zip(rest, run_ordered(_seed_run, state, [{"seed": s, "lr": best_lr} for s in rest],
-                                      workers=cfg.workers)))
+    # One pool for the grid and the seeds: its workers start once (about 10 s each of imports and loading).
+    with WorkerPool(_seed_run, state, workers=min(cfg.workers, max(len(grid), len(rest)))) as pool:
+        for lr, run in zip(grid, pool.run([{"seed": first, "lr": lr} for lr in grid])):
+            val = run["metrics"]["best_val_macro_f1"]
+            tried.append({"lr": lr, "best_val_macro_f1": val})
+            if val > best_val:  # ties keep the earlier (grid order) rate
+                best_lr, best_val, runs[first] = lr, val, run
+        if len(grid) > 1:
+            log(f"[finetune] {paradigm}-{init}: learning rate {best_lr:g} chosen on validation "
+                "(" + ", ".join(f"{t['lr']:g}: {t['best_val_macro_f1']:.3f}" for t in tried) + ")")
+        runs.update(zip(rest, pool.run([{"seed": s, "lr": best_lr} for s in rest])))
     per_seed = [{"seed": s, "lr": best_lr, **{k: runs[s]["metrics"][k] for k in
                                               ("best_val_macro_f1", "test_macro_f1", "test_accuracy", "steps")}}
                 for s in cfg.seeds]

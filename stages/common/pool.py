@@ -42,18 +42,40 @@ def _call(job: Any) -> Any:
     return _STATE["fn"](_STATE["state"], job)
 
 
+class WorkerPool:
+    """``workers`` spawned processes that receive ``state`` once and then run several batches of jobs
+    (:meth:`run`), so a stage that needs one batch's results to make the next (the fine-tuning stage's
+    learning-rate grid, then its seeds) starts its workers once. ``workers <= 1``: jobs run in this process."""
+
+    def __init__(self, fn: Callable[[Any, Any], Any], state: Any, *, workers: int) -> None:
+        self.fn, self.state, self.workers, self._pool = fn, state, workers, None
+
+    def __enter__(self) -> "WorkerPool":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None
+
+    def run(self, jobs: Sequence[Any]) -> list:
+        """``[fn(state, job) for job in jobs]``, in the order of the jobs whichever worker finishes first."""
+        jobs = list(jobs)
+        if self.workers <= 1 or (len(jobs) <= 1 and self._pool is None):
+            return [self.fn(self.state, job) for job in jobs]
+        if self._pool is None:
+            import multiprocessing
+            import os
+            from concurrent.futures import ProcessPoolExecutor
+
+            self._pool = ProcessPoolExecutor(max_workers=self.workers, mp_context=multiprocessing.get_context("spawn"),
+                                             initializer=_init_worker, initargs=(self.fn, self.state, os.getpid()))
+        return list(self._pool.map(_call, jobs))  # map yields in the order of the jobs
+
+
 def run_ordered(fn: Callable[[Any, Any], Any], state: Any, jobs: Sequence[Any], *, workers: int) -> list:
     """``[fn(state, job) for job in jobs]``, on ``workers`` processes when > 1. ``fn`` must be a module-level
     function and ``state``, the jobs and the results picklable; ``state`` is sent once to each worker."""
     jobs = list(jobs)
-    if workers <= 1 or len(jobs) <= 1:
-        return [fn(state, job) for job in jobs]
-    import multiprocessing
-    import os
-    from concurrent.futures import ProcessPoolExecutor
-
-    with ProcessPoolExecutor(max_workers=min(workers, len(jobs)), mp_context=multiprocessing.get_context("spawn"),
-                             initializer=_init_worker, initargs=(fn, state, os.getpid())) as pool:
-        return list(pool.map(_call, jobs))  # map yields in the order of the jobs, whatever finishes first
-
-
+    with WorkerPool(fn, state, workers=min(workers, len(jobs))) as pool:
+        return pool.run(jobs)

@@ -1,7 +1,7 @@
 """Atomic outputs: a stage writes into a temporary sibling and renames it into place.
 
 A killed or failed stage therefore leaves either the previous complete output or nothing, never a
-half-written folder (README.md, "The data contract").
+half-written folder (docs/stages.md, "The data contract").
 """
 
 from __future__ import annotations

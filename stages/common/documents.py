@@ -1,4 +1,4 @@
-"""The document contract shared by every stage (README.md, "The data contract").
+"""The document contract shared by every stage (docs/stages.md, "The data contract").
 
 Documents are Parquet rows with ``id`` (stable content hash), ``text``, ``source``, ``url`` (nullable) and
 ``meta`` (a JSON string). Labeled examples add ``label`` and ``split``.

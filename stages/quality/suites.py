@@ -1,4 +1,4 @@
-"""Standard gate suites for the data contracts between stages (README.md, "The data contract").
+"""Standard gate suites for the data contracts between stages (docs/stages.md, "The data contract").
 
 Each builder takes the caller's DataFrame and returns `(tables, expectations)` ready for
 `gate.validate` / `gate.enforce`:

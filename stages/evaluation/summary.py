@@ -124,8 +124,8 @@ def curve_gains(de: dict, best_init: dict[str, str]) -> dict:
     """Per paradigm with a random series on the curve: at each training size, the mean test macro-F1 of the
     better pre-trained init *at that size* minus random's, with the pooled std of the two points. The better
     init is chosen on mean validation macro-F1 at the same size (as a user with that many labels would
-    choose; the test split only measures the gain); ties, and points without validation scores, go to the
-    init chosen for the table (``best_init``)."""
+    choose; the test split only measures the gain); a point without validation scores counts as the lowest,
+    and ties go to the init chosen for the table (``best_init``), then to the later name."""
     out = {}
     for p in {name.split("-", 1)[0] for name in de if name.split("-", 1)[0] != "tfidf"}:
         if f"{p}-random" not in de:

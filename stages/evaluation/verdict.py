@@ -71,7 +71,9 @@ def where_pretraining_matters(curve_gains: dict) -> str:
             f"random by {gain:+.3f} macro-F1, {_noise(gain, g['pooled_std'])}")
     last = curve_gains[p]["points"][-1]
     if last["train_examples"] != g["train_examples"]:
-        text += f"; with {last['train_examples']} labels the gain is {last['gain']:+.3f}"
+        last_init = last.get("init", curve_gains[p]["init"])
+        text += (f"; with {last['train_examples']} labels the gain is {last['gain']:+.3f}"
+                 + (f" ({last_init})" if last_init != init else ""))
     return text + "."
 
 

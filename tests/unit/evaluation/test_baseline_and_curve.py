@@ -117,27 +117,38 @@ def test_pool_workers_leave_when_the_parent_is_killed(tmp_path):
     import subprocess
     import sys
     import time
+    from pathlib import Path
 
+    root = Path(__file__).resolve().parents[3]
     parent = subprocess.Popen([sys.executable, "-c", (
         "from stages.common.pool import run_ordered\n"
         "from tests.unit.evaluation.test_baseline_and_curve import sleepy\n"
-        f"run_ordered(sleepy, {{'dir': {str(tmp_path)!r}}}, [120, 120], workers=2)\n")])
-    deadline = time.time() + 60
-    while len(list(tmp_path.glob("*.pid"))) < 2 and time.time() < deadline:
-        time.sleep(0.2)
-    workers = [int(p.stem) for p in tmp_path.glob("*.pid")]
-    assert len(workers) == 2
-    parent.send_signal(signal.SIGKILL)
-    parent.wait()
+        f"run_ordered(sleepy, {{'dir': {str(tmp_path)!r}}}, [120, 120], workers=2)\n")],
+        cwd=root, env={**os.environ, "PYTHONPATH": str(root)})
 
     def alive(pid: int) -> bool:
         try:
             os.kill(pid, 0)
-        except ProcessLookupError:
+            with open(f"/proc/{pid}/stat") as stat:
+                return stat.read().split(")")[-1].split()[0] != "Z"  # a zombie has left
+        except (ProcessLookupError, FileNotFoundError):
             return False
-        return not open(f"/proc/{pid}/stat").read().split(")")[-1].split()[0] == "Z"  # a zombie has left
 
-    deadline = time.time() + 15
-    while any(alive(p) for p in workers) and time.time() < deadline:
-        time.sleep(0.2)
-    assert not any(alive(p) for p in workers), "orphaned workers are still running"
+    workers: list[int] = []
+    try:
+        deadline = time.time() + 120
+        while len(list(tmp_path.glob("*.pid"))) < 2 and time.time() < deadline and parent.poll() is None:
+            time.sleep(0.2)
+        workers = [int(p.stem) for p in tmp_path.glob("*.pid")]
+        assert parent.poll() is None and len(workers) == 2, "the pool did not start two workers"
+        parent.send_signal(signal.SIGKILL)
+        parent.wait()
+        deadline = time.time() + 15
+        while any(alive(p) for p in workers) and time.time() < deadline:
+            time.sleep(0.2)
+        assert not any(alive(p) for p in workers), "orphaned workers are still running"
+    finally:
+        parent.kill()
+        for pid in workers:
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)

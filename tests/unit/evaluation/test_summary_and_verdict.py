@@ -115,3 +115,13 @@ def test_curve_gains_choose_the_init_per_label_count_on_validation_not_test():
     assert rows[300]["init"] == "dapt" and rows[300]["gain"] == pytest.approx(0.10)  # validation picks, not test
     assert rows[900]["init"] == "pretrained" and rows[900]["gain"] == pytest.approx(0.01)
     assert g["bert"]["init"] == "pretrained"
+
+
+def test_curve_gains_ties_and_missing_validation_go_to_the_tables_init():
+    de = {"t5-pretrained": [point(100, 0.30), point(300, 0.35)],  # no validation scores at all
+          "t5-dapt": [point(100, 0.20), point(300, 0.50)],
+          "t5-random": [point(100, 0.10), point(300, 0.30)]}
+    de["t5-dapt"][1]["val_macro_f1"] = {"mean": 0.4, "std": 0.0, "min": 0.4, "max": 0.4, "runs": 3}
+    rows = {r["train_examples"]: r for r in curve_gains(de, {"t5": "pretrained"})["t5"]["points"]}
+    assert rows[100]["init"] == "pretrained"  # neither has validation scores: the table's init
+    assert rows[300]["init"] == "dapt"        # only dapt has one: it is not beaten by a missing score

@@ -327,25 +327,31 @@ def finetune_seeds(cfg: FinetuneConfig, *, paradigm: str, init: str, model_dir: 
     from stages.common.pool import WorkerPool
     from stages.finetuning.heads import make_classifier
 
-    parallel = cfg.workers > 1
-    state = {"cfg": cfg, "paradigm": paradigm, "init": init, "model_dir": str(model_dir), "df": df,
-             **({"threads": 1} if parallel else {"log": log, "progress": progress})}
     first = cfg.seeds[0]
     grid = list(cfg.lr_grid) or [cfg.lr]
+    rest = list(cfg.seeds[1:])
+    # With one rate there is nothing to choose: every seed runs in the first batch.
+    batches = ([[{"seed": s, "lr": grid[0]} for s in cfg.seeds]] if len(grid) == 1 else
+               [[{"seed": first, "lr": lr} for lr in grid], rest])
+    workers = min(cfg.workers, max(len(b) for b in batches))
+    state = {"cfg": cfg, "paradigm": paradigm, "init": init, "model_dir": str(model_dir), "df": df,
+             **({"threads": 1} if workers > 1 else {"log": log, "progress": progress})}
     runs: dict[int, dict] = {}
     tried, best_lr, best_val = [], grid[0], -1.0
-    rest = list(cfg.seeds[1:])
     # One pool for the grid and the seeds: its workers start once (about 10 s each of imports and loading).
-    with WorkerPool(_seed_run, state, workers=min(cfg.workers, max(len(grid), len(rest)))) as pool:
-        for lr, run in zip(grid, pool.run([{"seed": first, "lr": lr} for lr in grid])):
-            val = run["metrics"]["best_val_macro_f1"]
-            tried.append({"lr": lr, "best_val_macro_f1": val})
-            if val > best_val:  # ties keep the earlier (grid order) rate
-                best_lr, best_val, runs[first] = lr, val, run
-        if len(grid) > 1:
+    with WorkerPool(_seed_run, state, workers=workers) as pool:
+        if len(grid) == 1:
+            runs.update(zip(cfg.seeds, pool.run(batches[0])))
+            tried.append({"lr": grid[0], "best_val_macro_f1": runs[first]["metrics"]["best_val_macro_f1"]})
+        else:
+            for lr, run in zip(grid, pool.run(batches[0])):
+                val = run["metrics"]["best_val_macro_f1"]
+                tried.append({"lr": lr, "best_val_macro_f1": val})
+                if val > best_val:  # ties keep the earlier (grid order) rate
+                    best_lr, best_val, runs[first] = lr, val, run
             log(f"[finetune] {paradigm}-{init}: learning rate {best_lr:g} chosen on validation "
                 "(" + ", ".join(f"{t['lr']:g}: {t['best_val_macro_f1']:.3f}" for t in tried) + ")")
-        runs.update(zip(rest, pool.run([{"seed": s, "lr": best_lr} for s in rest])))
+            runs.update(zip(rest, pool.run([{"seed": s, "lr": best_lr} for s in rest])))
     per_seed = [{"seed": s, "lr": best_lr, **{k: runs[s]["metrics"][k] for k in
                                               ("best_val_macro_f1", "test_macro_f1", "test_accuracy", "steps")}}
                 for s in cfg.seeds]

@@ -255,13 +255,14 @@ def test_stage_runs_every_seed_and_picks_the_rate_on_validation(models, tmp_path
     assert m["saved_seed"] == max(m["seeds"], key=lambda s: s["best_val_macro_f1"])["seed"]
 
 
-def test_seeds_in_two_worker_processes_give_the_same_runs(models, tmp_path):
+@pytest.mark.parametrize("lr_grid", [[], [0.003, 0.001]])  # one batch of seeds; a grid, then the seeds
+def test_seeds_in_two_worker_processes_give_the_same_runs(models, tmp_path, lr_grid):
     from stages.finetune import finetune_seeds
 
     results = []
     for workers in (1, 2):
         cfg = load_config(write_params(tmp_path / f"p{workers}.yaml", epochs=1, seeds=[0, 1], threads=1,
-                                       workers=workers, head="pooled"), "gpt")
+                                       workers=workers, head="pooled", lr_grid=lr_grid), "gpt")
         out = finetune_seeds(cfg, paradigm="gpt", init="random", model_dir=models.models["gpt"],
                              df=read_task(models.task), log=lambda m: None)
         results.append(out)

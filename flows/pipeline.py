@@ -308,9 +308,10 @@ def _run(base: Path, target: str | None, dask, train_processes: int, launcher: s
 
     graph, outs = read_pipeline(base)
     order = closure(graph, [target] if target else None)
+    force = list(force or [])
     if force:
-        closure(graph, list(force))  # an unknown name fails here, before any stage runs
-    forced = {s for s in graph if s in (force or ()) or s.split("@", 1)[0] in (force or ())}  # not their deps
+        closure(graph, force)  # an unknown name fails here, before any stage runs
+    forced = {s for s in graph if s in force or s.split("@", 1)[0] in force}  # not their dependencies
     futures = {}
     for stage in order:
         options = {"retries": RETRIES, "retry_delay_seconds": RETRY_DELAY_S} if (
@@ -318,7 +319,8 @@ def _run(base: Path, target: str | None, dask, train_processes: int, launcher: s
         env = stage_env(stage, dask=dask, train_processes=train_processes, launcher=launcher,
                         launch_args=launch_args)
         futures[stage] = run_stage.with_options(**options).submit(
-            stage, str(base), outs.get(stage, []), env, timeout_hours, stage in forced, wait_for=[futures[d] for d in graph[stage] if d in futures])
+            stage, str(base), outs.get(stage, []), env, timeout_hours, stage in forced,
+            wait_for=[futures[d] for d in graph[stage] if d in futures])
     wait(list(futures.values()))
     states = {stage: f.state for stage, f in futures.items()}
     failed = [s for s, st in states.items() if st.is_failed()]

@@ -331,20 +331,21 @@ def finetune_seeds(cfg: FinetuneConfig, *, paradigm: str, init: str, model_dir: 
     grid = list(cfg.lr_grid) or [cfg.lr]
     rest = list(cfg.seeds[1:])
     # With one rate there is nothing to choose: every seed runs in the first batch.
-    batches = ([[{"seed": s, "lr": grid[0]} for s in cfg.seeds]] if len(grid) == 1 else
-               [[{"seed": first, "lr": lr} for lr in grid], rest])
-    workers = min(cfg.workers, max(len(b) for b in batches))
+    single = len(grid) == 1
+    first_batch = ([{"seed": s, "lr": grid[0]} for s in cfg.seeds] if single else
+                   [{"seed": first, "lr": lr} for lr in grid])
+    workers = min(cfg.workers, max(len(first_batch), 0 if single else len(rest)))
     state = {"cfg": cfg, "paradigm": paradigm, "init": init, "model_dir": str(model_dir), "df": df,
              **({"threads": 1} if workers > 1 else {"log": log, "progress": progress})}
     runs: dict[int, dict] = {}
     tried, best_lr, best_val = [], grid[0], -1.0
     # One pool for the grid and the seeds: its workers start once (about 10 s each of imports and loading).
     with WorkerPool(_seed_run, state, workers=workers) as pool:
-        if len(grid) == 1:
-            runs.update(zip(cfg.seeds, pool.run(batches[0])))
+        if single:
+            runs.update(zip(cfg.seeds, pool.run(first_batch)))
             tried.append({"lr": grid[0], "best_val_macro_f1": runs[first]["metrics"]["best_val_macro_f1"]})
         else:
-            for lr, run in zip(grid, pool.run(batches[0])):
+            for lr, run in zip(grid, pool.run(first_batch)):
                 val = run["metrics"]["best_val_macro_f1"]
                 tried.append({"lr": lr, "best_val_macro_f1": val})
                 if val > best_val:  # ties keep the earlier (grid order) rate

@@ -1,7 +1,8 @@
 """End to end: a real Prefect server on localhost and the reports file server (as `make ui` starts them), the
 served deployment run once on the tiny profile, then the UI opened in headless Chromium: the flow run shows as
 Completed with its artifacts, the evaluation artifact shows its figure, a forced stage's task log (read
-through the API) holds the lines it logged while it ran, and the artifact links open. Screenshots go to the project copy's reports/ui/."""
+through the API) holds the lines it logged while it ran, and the artifact links open. Screenshots go to the
+project copy's reports/ui/."""
 
 from __future__ import annotations
 

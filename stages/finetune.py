@@ -62,7 +62,10 @@ class FinetuneConfig:
     scale_lr_by_rms: each tensor's rate is ``lr`` times its root mean square (as pre-training's option of the
     same name): T5's embedding (RMS 1) otherwise hardly moves; the rates are then about 10x plain AdamW's.
     workers: the stage's runs at a time (> 1: spawned processes of one torch thread each; on a few CPU
-    cores two one-thread runs finish sooner than two two-thread runs one after the other)."""
+    cores two one-thread runs finish sooner than two two-thread runs one after the other).
+    precision: ``auto`` runs the forward passes under bf16 autocast where the device multiplies bf16
+    natively (a recent GPU, or a CPU with AMX / AVX512-BF16), fp32 elsewhere; ``fp32`` / ``bf16`` force it.
+    Weights, optimizer state and losses stay fp32."""
 
     labels: tuple[str, ...]
     max_len: int = 64
@@ -89,6 +92,7 @@ class FinetuneConfig:
     scale_lr_by_rms: bool = False
     workers: int = 1
     threads: int = 0
+    precision: str = "auto"
     gate: TaskGateConfig = field(default_factory=TaskGateConfig)
 
     def __post_init__(self) -> None:
@@ -110,6 +114,7 @@ class FinetuneConfig:
             check_seed("seeds", s)
         check(all(lr > 0 for lr in self.lr_grid), "lr_grid: each learning rate must be > 0")
         check(self.workers >= 1, "workers: must be >= 1")
+        check(self.precision in ("auto", "fp32", "bf16"), "precision: one of auto, fp32, bf16")
 
 
 def head_options(cfg: FinetuneConfig) -> dict:
@@ -181,6 +186,16 @@ def length_batches(order: np.ndarray, lengths: np.ndarray, batch: int, pool: int
     return [out[i] for i in rng.permutation(len(out))]
 
 
+def autocast(cfg: FinetuneConfig, device: str):
+    """The context the forward passes run in: bf16 autocast when ``cfg.precision`` asks for it on ``device``."""
+    import torch
+
+    from stages.training.loop import bf16_enabled
+
+    return torch.autocast(device_type=device.split(":")[0], dtype=torch.bfloat16,
+                          enabled=bf16_enabled(cfg.precision, device))
+
+
 def predict(clf, tok, texts: list[str], cfg: FinetuneConfig, paradigm: str) -> np.ndarray:
     """The predicted label ids of ``texts``, scored in batches of similar lengths (the same predictions as
     in order: each text's score depends on its own tokens only), returned in the order of ``texts``."""
@@ -191,7 +206,7 @@ def predict(clf, tok, texts: list[str], cfg: FinetuneConfig, paradigm: str) -> n
     clf.model.eval()
     order = np.argsort(token_lengths(tok, texts, cfg, paradigm), kind="stable") if texts else np.empty(0, int)
     pred = np.empty(len(texts), dtype=np.int64)
-    with torch.no_grad():
+    with torch.no_grad(), autocast(cfg, clf.device):
         for lo in range(0, len(texts), cfg.micro_batch * 2):
             idx = order[lo: lo + cfg.micro_batch * 2]
             batch = to_device(encode(tok, [texts[i] for i in idx], cfg, paradigm), clf.device)
@@ -217,7 +232,7 @@ def finetune(cfg: FinetuneConfig, *, paradigm: str, init: str, model_dir: Path, 
     tok = AutoTokenizer.from_pretrained(str(model_dir))
     clf = make_classifier(paradigm, model_dir, list(cfg.labels), tok, init=init, seed=cfg.seed,
                           **head_options(cfg))
-    device = "cuda" if torch.cuda.is_available() else "cpu"  # fp32 on either: these runs are short
+    device = "cuda" if torch.cuda.is_available() else "cpu"
     clf.to(device)
     train = sample_train(df, cfg, train_examples)
     val = df[df["split"] == "validation"]
@@ -251,7 +266,8 @@ def finetune(cfg: FinetuneConfig, *, paradigm: str, init: str, model_dir: Path, 
             batch["labels"] = torch.from_numpy(y_train[idx].astype(np.int64))
             batch = to_device(batch, device)
             set_lr(optimizer, lr_at(step, total, recipe))
-            loss = clf.loss(batch)
+            with autocast(cfg, device):
+                loss = clf.loss(batch)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(clf.model.parameters(), 1.0)
             optimizer.step()

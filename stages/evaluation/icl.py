@@ -7,11 +7,15 @@ must fit the length the model was trained on (``context``): every example (demon
 gets ``context // (shots + 1)`` tokens, its text cut to fit. The prompt runs once; its key/value cache is
 repeated for the label candidates, so scoring 16 labels costs one prompt, not 16.
 
-Demonstrations are drawn from the training split at random for each query, with a generator keyed by
-(seed, ordering, query index), so a run is reproducible and does not depend on the order of other queries.
-For k > 0 this is repeated ``orderings`` times (other demonstrations, in another order: the choice and the
-order of the examples move few-shot accuracy a lot, Zhao et al. 2021, Lu et al. 2022), and the mean and
-standard deviation over them are reported; 0-shot has one prompt per query.
+Demonstrations (``demonstrations: shared``, the default) are one random set of k training examples per
+ordering, in a random order, shared by every query of that ordering: Zhao et al. 2021's protocol, where a
+prompt is a fixed list of training examples and its accuracy is measured over the test set. For k > 0 this is
+repeated ``orderings`` times (other examples, in another order: the choice and the order of the examples move
+few-shot accuracy a lot, Zhao et al. 2021, Lu et al. 2022), and the mean and standard deviation over them
+are reported; 0-shot has one prompt per query. ``per_query`` draws a new set for every query instead (keyed by
+seed, ordering and query index), which averages the choice of examples inside one ordering, and costs
+calibration prompts for every query rather than once per ordering (4x the scoring at three content-free
+inputs). Either way a run is reproducible and does not depend on the order of the queries.
 
 Contextual calibration (Zhao et al. 2021, "Calibrate Before Use", section 5): a prompt biases the model
 toward some labels (majority label, recency, common tokens). The bias is estimated by putting content-free
@@ -30,8 +34,9 @@ import numpy as np
 class IclConfig:
     """shots: the k values to score. max_examples: test examples scored (a seeded sample; 0 = all).
     separator: what follows each text (the label comes after it). inits: which GPT models to score.
-    orderings: prompts per query for k > 0 (demonstrations drawn and ordered anew). content_free: the inputs
-    that estimate the prompt's label bias for contextual calibration."""
+    orderings: prompts per query for k > 0 (demonstrations drawn and ordered anew). demonstrations:
+    ``shared`` (one set per ordering for all queries) or ``per_query``. content_free: the inputs that
+    estimate the prompt's label bias for contextual calibration."""
 
     shots: tuple[int, ...] = (0, 1, 5)
     max_examples: int = 300
@@ -39,6 +44,7 @@ class IclConfig:
     inits: tuple[str, ...] = ("pretrained", "dapt")
     seed: int = 0
     orderings: int = 3
+    demonstrations: str = "shared"
     content_free: tuple[str, ...] = ("N/A", "", "[MASK]")
 
     def __post_init__(self) -> None:
@@ -49,6 +55,7 @@ class IclConfig:
         check(self.max_examples >= 0, "max_examples: must be >= 0")
         check(bool(self.separator), "separator: must not be empty")
         check(self.orderings >= 1, "orderings: must be >= 1")
+        check(self.demonstrations in ("shared", "per_query"), "demonstrations: one of shared, per_query")
         check(len(self.content_free) >= 1, "content_free: need at least one input")
 
 
@@ -149,7 +156,8 @@ def icl_accuracy(model, tokenizer, labels: list[str], train: list[tuple[str, int
         for o in range(cfg.orderings if k else 1):
             raw, cal = np.empty(len(test), dtype=np.int64), np.empty(len(test), dtype=np.int64)
             for i, (text, _) in enumerate(test):
-                rng = np.random.default_rng([cfg.seed, 2, o, i])
+                rng = np.random.default_rng([cfg.seed, 2, o, i] if cfg.demonstrations == "per_query" else
+                                            [cfg.seed, 2, o])
                 pick = [int(j) for j in rng.choice(len(train), k, replace=False)] if k else []
                 demos = [train[j] for j in pick]
                 p = normalised(score(builder.prompt(text, demos)))

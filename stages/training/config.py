@@ -42,7 +42,8 @@ class TrainConfig:
     micro_batch: blocks per forward pass per device; grad_accum: micro-batches per optimizer step (the
     global batch is micro_batch x grad_accum x devices). lr: peak learning rate, reached after
     warmup_fraction of the steps, then cosine decay to lr x min_lr_ratio. weight_decay, betas, clip: AdamW
-    and gradient-norm clipping. precision: auto = bf16 autocast on a GPU that supports it, fp32 on CPU.
+    and gradient-norm clipping. precision: auto = bf16 autocast where the device multiplies bf16 natively
+    (a GPU that supports it, a CPU with AMX or AVX512-BF16), fp32 elsewhere.
     compile: torch.compile the model. eval_every / checkpoint_every / log_every: in optimizer steps.
     eval_blocks: held-out blocks per evaluation. seed: initialisation, data order and masks.
     peak_tflops: the device's peak for MFU (0 = look up known GPUs; unknown devices report no MFU).

@@ -101,12 +101,30 @@ def set_lr(optimizer, lr: float) -> None:
             group["lr"] = lr * max(1e-3, r)
 
 
-def use_bf16(cfg: TrainConfig, device: str) -> bool:
+def native_bf16(device: str) -> bool:
+    """Whether ``device`` multiplies bf16 matrices natively: a CUDA GPU that supports bf16, or a CPU with
+    AMX or AVX512-BF16 (Intel Cooper Lake / Sapphire Rapids and later, AMD Zen 4 and later). Elsewhere bf16
+    is emulated and slower than fp32."""
     import torch
 
-    if cfg.precision == "bf16":
-        return True
-    return cfg.precision == "auto" and device.startswith("cuda") and torch.cuda.is_bf16_supported()
+    if device.startswith("cuda"):
+        return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+    cpu = getattr(torch, "cpu", None)
+    probes = ("_is_amx_tile_supported", "_is_avx512_bf16_supported")  # private probes: absent = unknown = no
+    return device == "cpu" and any(bool(getattr(cpu, name, lambda: False)()) for name in probes)
+
+
+def bf16_enabled(precision: str, device: str) -> bool:
+    """``bf16``: always; ``fp32``: never; ``auto``: where the device multiplies bf16 natively (the weights, the
+    optimizer state and the losses stay fp32 either way: autocast runs only the matrix products in bf16).
+    Measured on the 2-core reference CPU (AMX): 1.3-1.5x the fp32 speed of these small models' steps."""
+    if precision not in ("auto", "fp32", "bf16"):
+        raise ValueError(f"precision: {precision!r} is not one of auto, fp32, bf16")
+    return precision == "bf16" or (precision == "auto" and native_bf16(device))
+
+
+def use_bf16(cfg: TrainConfig, device: str) -> bool:
+    return bf16_enabled(cfg.precision, device)
 
 
 def to_device(batch: dict, device: str) -> dict:

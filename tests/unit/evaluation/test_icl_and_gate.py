@@ -102,6 +102,47 @@ def test_contextual_calibration_removes_a_label_bias():
     np.testing.assert_allclose(calibrate(p, p), [1 / 3] * 3)     # the bias itself calibrates to uniform
 
 
+@pytest.mark.parametrize("mode", ["shared", "per_query"])
+def test_demonstrations_are_shared_per_ordering_or_drawn_per_query(mode):
+    """shared (Zhao et al. 2021): one demonstration list per ordering for all queries, so calibration's
+    content-free prompts run once per ordering; per_query: a new list for each query."""
+    tok = WordTokenizer()
+    sep = tok("Section:")["input_ids"]
+    prompts = []
+
+    def score(ids):
+        prompts.append(list(ids))
+        return np.log(np.array([0.5, 0.3, 0.2]))
+
+    rows = [(f"the {w} number {i}", i % 3) for i, w in enumerate(["harbour", "factory", "museum"] * 6)]
+    cfg = IclConfig(shots=(2,), max_examples=0, separator="\nSection:", orderings=2, demonstrations=mode,
+                    content_free=("N/A", ""))
+    icl_accuracy(None, tok, LABELS, rows[:9], rows[9:], cfg, context=64, score=score)
+
+    def ends(ids):
+        return [i for i in range(len(ids)) if ids[i: i + len(sep)] == sep]
+
+    def demos(ids):  # everything before the query: the demonstration part of the prompt
+        e = ends(ids)
+        return tuple(ids[: max(i for i in range(e[-2], e[-1]) if ids[i] == tok.vocab["the"])])
+
+    queries = [p for p in prompts if tok.vocab["number"] in p[ends(p)[-1] - 2: ends(p)[-1]]]  # not "N/A"
+    assert len(queries) == 2 * 9
+    per_ordering = [{demos(p) for p in queries[o * 9: (o + 1) * 9]} for o in range(2)]
+    calibration = len(prompts) - len(queries)
+    if mode == "shared":
+        assert [len(d) for d in per_ordering] == [1, 1] and per_ordering[0] != per_ordering[1]
+        assert calibration == 2 * 2  # two content-free inputs, once per ordering
+    else:
+        assert all(len(d) > 1 for d in per_ordering)
+        assert calibration > 2 * 2
+
+
+def test_unknown_demonstrations_mode_is_refused():
+    with pytest.raises(ValueError, match="demonstrations"):
+        IclConfig(demonstrations="sometimes")
+
+
 def run(name, val, test_f1, test_acc=0.5):
     return {"best_val_macro_f1": val, "test_macro_f1": test_f1, "test_accuracy": test_acc,
             "majority_test_macro_f1": 0.1, "majority_test_accuracy": 0.4}

@@ -41,7 +41,7 @@ def write_task(path: Path, rows: list[dict]) -> Path:
 FINETUNE = {"defaults": {"labels": LABELS, "max_len": 24, "max_train_examples": 0, "epochs": 3, "micro_batch": 8,
                          "lr": 0.003, "warmup_fraction": 0.1, "weight_decay": 0.01, "eval_every": 4, "patience": 3,
                          "max_eval_examples": 0, "aux_lm_weight": 0.5, "t5_prefix": "classify: ", "seed": 0,
-                         "threads": 1, "gate": {"min_class_share": 0.1, "max_class_share": 0.5}},
+                         "threads": 1, "precision": "fp32", "gate": {"min_class_share": 0.1, "max_class_share": 0.5}},
             "bert": {}, "gpt": {}, "t5": {}}
 
 

@@ -351,3 +351,36 @@ def test_predict_in_length_order_returns_the_texts_own_predictions(models, tmp_p
     clf.model.eval()
     one_by_one = [int(clf.predict(encode(tok, [t], cfg, paradigm))[0]) for t in texts]
     assert got.tolist() == one_by_one
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_precision_sets_autocast_for_training_and_prediction(models, tmp_path, monkeypatch, precision):
+    """bf16 runs every forward pass (training and scoring) under autocast; weights stay fp32."""
+    from stages.finetuning.heads import PooledClassifier
+
+    seen = {"loss": set(), "scores": set()}
+    loss, score = PooledClassifier.loss, PooledClassifier.scores
+
+    def recording_loss(self, batch):
+        seen["loss"].add(torch.is_autocast_enabled("cpu"))
+        return loss(self, batch)
+
+    def recording_scores(self, batch):
+        seen["scores"].add(torch.is_autocast_enabled("cpu"))
+        return score(self, batch)
+
+    monkeypatch.setattr(PooledClassifier, "loss", recording_loss)
+    monkeypatch.setattr(PooledClassifier, "scores", recording_scores)
+    cfg = load_config(write_params(tmp_path / "p.yaml", head="pooled", epochs=1, precision=precision), "bert")
+    out = finetune(cfg, paradigm="bert", init="random", model_dir=models.models["bert"],
+                   df=read_task(models.task), log=lambda m: None)
+    assert seen == {"loss": {precision == "bf16"}, "scores": {precision == "bf16"}}
+    assert all(p.dtype == torch.float32 for p in out["classifier"].model.parameters())
+    assert 0 <= out["metrics"]["test_macro_f1"] <= 1
+
+
+def test_unknown_precision_is_refused(tmp_path):
+    from stages.config import ConfigError
+
+    with pytest.raises(ConfigError, match="precision"):
+        load_config(write_params(tmp_path / "p.yaml", precision="fp16"), "bert")

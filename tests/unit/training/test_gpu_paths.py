@@ -33,10 +33,28 @@ def test_optimizer_is_fused_and_skips_decay_on_biases_and_norms():
     assert all(p.dim() >= 2 for p in decay["params"]) and all(p.dim() < 2 for p in no_decay["params"])
 
 
-def test_precision_choice():
+def test_precision_choice(monkeypatch):
+    import stages.training.loop as loop
+
     assert use_bf16(TrainConfig(precision="bf16"), "cpu") is True
-    assert use_bf16(TrainConfig(precision="auto"), "cpu") is False
     assert use_bf16(TrainConfig(precision="fp32"), "cuda:0") is False
+    for native in (False, True):  # auto follows the device's native bf16 support
+        monkeypatch.setattr(loop, "native_bf16", lambda device, native=native: native)
+        assert use_bf16(TrainConfig(precision="auto"), "cpu") is native
+        assert use_bf16(TrainConfig(precision="fp32"), "cpu") is False
+    with pytest.raises(ValueError, match="precision"):
+        loop.bf16_enabled("fp16", "cpu")
+
+
+def test_native_bf16_probes_the_cpu(monkeypatch):
+    """On a CPU, auto precision means bf16 only where torch reports AMX or AVX512-BF16."""
+    import stages.training.loop as loop
+
+    for amx, avx in ((False, False), (True, False), (False, True)):
+        monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda amx=amx: amx, raising=False)
+        monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda avx=avx: avx, raising=False)
+        assert loop.native_bf16("cpu") is (amx or avx)
+    assert loop.native_bf16("mps") is False
 
 
 def test_bf16_autocast_trains(tmp_path, datasets):

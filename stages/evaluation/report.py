@@ -154,6 +154,15 @@ def curve_section(result: dict, figures_dir: str) -> list[str]:
     return lines + ["", f"![data efficiency]({figures_dir}/data-efficiency.svg)"]
 
 
+def _orderings(cfg: dict) -> str:
+    """How the k-shot demonstrations were drawn (``evaluate.icl.demonstrations``; records before it: per query)."""
+    n = cfg["orderings"]
+    if cfg.get("demonstrations", "per_query") == "shared":
+        return (f"{n} demonstration lists, each drawn and ordered at random and shared by every query (Zhao et al. "
+                "2021's protocol)")
+    return f"{n} prompt orderings per query (demonstrations drawn and ordered anew for each query)"
+
+
 def icl_section(result: dict) -> list[str]:
     cfg, maj = result["config"]["icl"], result["majority"]
     lines = ["", "## In-context learning (GPT, no weight updates)", ""]
@@ -163,8 +172,8 @@ def icl_section(result: dict) -> list[str]:
     lines += [f"{any_icl['examples']} test examples; the label is the one whose words are most likely after "
               f"`<text>{cfg['separator']!r}`; each example in a k-shot prompt keeps "
               f"{', '.join(f'{v} tokens ({k}-shot)' for k, v in any_icl['tokens_per_example'].items())} so that "
-              f"the prompt fits the length GPT was trained on. For k > 0, {cfg['orderings']} prompt orderings per "
-              "query (demonstrations drawn and ordered anew; mean ± std over orderings). Calibrated: contextual "
+              f"the prompt fits the length GPT was trained on. For k > 0, {_orderings(cfg)} (mean ± std over "
+              "orderings). Calibrated: contextual "
               "calibration (Zhao et al. 2021): label probabilities divided by those of the content-free inputs "
               f"{', '.join(repr(x) for x in cfg['content_free'])} in the same prompt.", "",
               "| model | shots | accuracy | macro-F1 | calibrated accuracy | calibrated macro-F1 |",

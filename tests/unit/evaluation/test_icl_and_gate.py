@@ -173,3 +173,21 @@ def test_gate_ignores_runs_without_a_validation_score_and_reports_seeds():
     verdict = decide(runs, ModelGateConfig())
     assert verdict["selected"] == "b-y" and verdict["seeds"] == 3 and "mean over 3 seeds" in verdict["selected_by"]
     assert verdict["metrics"]["test_macro_f1_std"] == 0.01
+
+
+@pytest.mark.parametrize("mode", ["shared", "per_query"])
+def test_report_says_how_the_demonstrations_were_drawn(mode):
+    from stages.evaluation.report import icl_section
+
+    spread = {"accuracy": 0.1, "accuracy_std": 0.01, "macro_f1": 0.05, "macro_f1_std": 0.01}
+    run = {"examples": 9, "tokens_per_example": {"0": 64, "2": 21},
+           **{k: {**spread, "calibrated": spread} for k in ("0", "2")}}
+    result = {"icl": {"gpt-dapt": run}, "majority": {"test_accuracy": 0.3, "test_macro_f1": 0.1},
+              "config": {"icl": {"orderings": 3, "demonstrations": mode, "shots": [0, 2], "separator": "\nSection:",
+                                 "content_free": ["N/A"]}}}
+    text = "\n".join(icl_section(result))
+    if mode == "shared":
+        assert "3 demonstration lists" in text and "shared by every query" in text and "anew" not in text
+    else:
+        assert "3 prompt orderings per query" in text and "shared" not in text
+    assert "| gpt-dapt | 2 | 0.100 ± 0.010 |" in text

@@ -5,11 +5,11 @@
 `precision: auto` turns bf16 autocast on where the CPU multiplies bf16 natively (AMX or AVX512-BF16,
 ``stages.training.loop.native_bf16``). This measures what that buys, on one torch thread (as the fine-tuning
 workers run) and on all cores (as the pre-training stages run):
-- fine-tuning: the pooled classifier of each paradigm (``make_classifier``, random init from the pipeline's
-  ``ModelConfig`` defaults and each paradigm's architecture) on batches of 32 task-like texts of 100 tokens,
-  loss + backward + fused AdamW, as ``stages.finetune.finetune`` does;
-- pre-training: ``build_model`` + the paradigm's objective on random blocks of 16 x 128 (T5: 141 raw tokens),
-  through ``training_view`` as the loop trains.
+- fine-tuning: the classifier of each paradigm (``make_classifier`` with ``finetune``'s head options from
+  ``--params``, over a fresh model of ``pretrain``'s size and architecture) on micro-batches of task-like
+  texts of 100 tokens, loss + backward + fused AdamW, as ``stages.finetune.finetune`` does;
+- pre-training: ``build_model`` + the paradigm's objective (``pretrain``'s settings) on random blocks of
+  ``micro_batch`` x 128 (T5: 141 raw tokens), through ``training_view`` as the loop trains.
 The layouts (vocabulary, special ids, T5's lengths) come from the workspace's token datasets (``--tokens``).
 The two precisions alternate after a warm-up; medians of ``--repeats`` runs of ``--steps`` steps each.
 Synthetic token ids: the step's cost does not depend on which ids they are. Run it on an idle machine.
@@ -38,11 +38,11 @@ def _layout(paradigm: str, tokens: Path):
     return read_layout(tokens / paradigm)
 
 
-def _model_config(paradigm: str):
-    from stages.training.config import ModelConfig
+def _pretrain_config(paradigm: str, params: Path):
+    """``pretrain.<paradigm>`` as the stage reads it (model size and architecture, objective, micro-batch)."""
+    from stages.pretrain import load_config
 
-    return ModelConfig(arch="deberta_v2", conv_kernel=3) if paradigm == "bert" else \
-        ModelConfig(local_bias=1) if paradigm == "t5" else ModelConfig()
+    return load_config(params, "pretrain", paradigm)
 
 
 def timed(step, steps: int) -> float:
@@ -52,21 +52,22 @@ def timed(step, steps: int) -> float:
     return (time.perf_counter() - t) / steps
 
 
-def finetune_step(paradigm: str, folder: Path, tokens: Path):
-    """A step of the pooled classifier, as the fine-tuning stage takes it."""
+def finetune_step(paradigm: str, folder: Path, tokens: Path, params: Path):
+    """A step of the classifier, as the fine-tuning stage takes it."""
     import torch
 
+    from stages.finetune import head_options, load_config
     from stages.finetuning.heads import make_classifier
     from stages.training.models import build_model
 
-    build_model(_layout(paradigm, tokens), _model_config(paradigm), seed=0).save_pretrained(str(folder))
-    clf = make_classifier(paradigm, folder, [f"l{i}" for i in range(16)], None, init="pretrained", seed=0,
-                          head="pooled", aux_lm_weight=0.5 if paradigm == "gpt" else 0.0, aux_lm_fraction=0.25)
+    ft = load_config(params, paradigm)
+    build_model(_layout(paradigm, tokens), _pretrain_config(paradigm, params).model, seed=0).save_pretrained(str(folder))
+    clf = make_classifier(paradigm, folder, list(ft.labels), None, init="pretrained", seed=0, **head_options(ft))
     opt = torch.optim.AdamW(clf.model.parameters(), lr=1e-3, fused=True)
     gen = torch.Generator().manual_seed(0)
-    batch = {"input_ids": torch.randint(5, 8000, (32, 100), generator=gen),
-             "attention_mask": torch.ones(32, 100, dtype=torch.long),
-             "labels": torch.randint(0, 16, (32,), generator=gen)}
+    batch = {"input_ids": torch.randint(5, 8000, (ft.micro_batch, 100), generator=gen),
+             "attention_mask": torch.ones(ft.micro_batch, 100, dtype=torch.long),
+             "labels": torch.randint(0, len(ft.labels), (ft.micro_batch,), generator=gen)}
 
     def run(bf16: bool):
         def step():
@@ -79,22 +80,25 @@ def finetune_step(paradigm: str, folder: Path, tokens: Path):
     return run
 
 
-def pretrain_step(paradigm: str, tokens: Path):
+def pretrain_step(paradigm: str, tokens: Path, params: Path):
     """A pre-training step through the loop's training view (BERT's output layer at masked positions only)."""
     import numpy as np
     import torch
 
     from stages.objectives import for_paradigm
+    from stages.pretrain import objective_options
     from stages.training.data import generators, make_batch
     from stages.training.models import build_model, training_view
 
+    cfg = _pretrain_config(paradigm, params)
     layout = _layout(paradigm, tokens)
-    model = build_model(layout, _model_config(paradigm), seed=0)
-    objective = for_paradigm(layout, select=0.3) if paradigm == "bert" else for_paradigm(layout)
-    blocks = np.random.default_rng(0).integers(5, 8000, (16, layout.block_len)).astype(np.int32)
-    ids = np.arange(16)
+    model = build_model(layout, cfg.model, seed=0)
+    objective = for_paradigm(layout, **objective_options(cfg.train, paradigm))
+    n = cfg.train.micro_batch
+    blocks = np.random.default_rng(0).integers(5, 8000, (n, layout.block_len)).astype(np.int32)
+    ids = np.arange(n)
     view, prepare = training_view(model, objective.name)
-    batch = prepare(make_batch(objective, blocks, ids, generators(0, 0, [0] * 16, ids)))
+    batch = prepare(make_batch(objective, blocks, ids, generators(0, 0, [0] * n, ids)))
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, fused=True)
 
     def run(bf16: bool):
@@ -117,6 +121,7 @@ def main() -> int:
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--tokens", type=Path, default=ROOT / "data" / "tokens")
+    ap.add_argument("--params", type=Path, default=ROOT / "params.yaml")
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
     cores = torch.get_num_threads()
@@ -126,9 +131,9 @@ def main() -> int:
             torch.set_num_threads(threads)
             for paradigm in ("bert", "gpt", "t5"):
                 if kind == "finetune":
-                    make = finetune_step(paradigm, Path(tmp) / paradigm, args.tokens)
+                    make = finetune_step(paradigm, Path(tmp) / paradigm, args.tokens, args.params)
                 else:
-                    make = pretrain_step(paradigm, args.tokens)
+                    make = pretrain_step(paradigm, args.tokens, args.params)
                 steps = {"fp32": make(False), "bf16": make(True)}
                 for s in steps.values():
                     timed(s, 3)  # warm-up (oneDNN picks its kernels on first use)

@@ -195,6 +195,10 @@ def clean(cfg: CleanConfig, *, input_path: Path, output_dir: Path, report_path: 
         raise ValueError("clean: task.guard / task.tapt need the task's documents (--task PATH)")
     if task_path is not None and not task_path.is_file():
         raise FileNotFoundError(f"{task_path}: no task data (run ingest@task first)")
+    if task_path is not None:
+        from stages.cleaning.task_guard import read_task
+
+        read_task(task_path)  # a damaged task file stops the stage now, not after the whole corpus is cleaned
     drops: Counter = Counter()
     refuse_overlap({"output": output_dir, "report": report_path},
                    {"input": input_path, "task": task_path, "cache-dir": cache_dir})

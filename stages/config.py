@@ -25,6 +25,19 @@ class ConfigError(ValueError):
     """A params value is missing, unknown or of the wrong type; the message names the dotted key."""
 
 
+class Params(dict):
+    """A params file's contents: a plain mapping that remembers the file (``source``), so that a missing
+    section is reported with the file it is missing from."""
+
+    source: Path | None = None
+
+
+def _represent_params() -> None:
+    import yaml
+
+    yaml.SafeDumper.add_representer(Params, yaml.representer.SafeRepresenter.represent_dict)
+
+
 def load_params(path: str | Path = "params.yaml") -> dict[str, Any]:
     """Read a params file (YAML) into a dict; a missing or malformed file is a ConfigError naming it."""
     import yaml
@@ -36,9 +49,14 @@ def load_params(path: str | Path = "params.yaml") -> dict[str, Any]:
         data = yaml.safe_load(p.read_text(encoding="utf-8"))
     except yaml.YAMLError as exc:
         raise ConfigError(f"{p}: invalid YAML: {exc}".replace("\n", " ")) from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{p}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{p}: expected a mapping at the top level")
-    return data
+    _represent_params()  # yaml.safe_dump writes it as the mapping it is
+    params = Params(data)
+    params.source = p
+    return params
 
 
 def section(params: dict[str, Any], dotted: str) -> Any:
@@ -48,7 +66,8 @@ def section(params: dict[str, Any], dotted: str) -> Any:
     for part in dotted.split("."):
         walked.append(part)
         if not isinstance(node, dict) or part not in node:
-            raise ConfigError(f"{'.'.join(walked)}: missing section in params")
+            where = getattr(params, "source", None)
+            raise ConfigError(f"{where}: " * (where is not None) + f"{'.'.join(walked)}: missing section in params")
         node = node[part]
     return node
 

@@ -41,6 +41,7 @@ from pathlib import Path
 
 from stages.common.atomic import write_bytes_atomic, write_json_atomic
 from stages.common.cli import entry, overlap_error
+from stages.common.inputs import check_folders, read_json
 from stages.config import ConfigError, build, check, check_seed, load_params, section
 from stages.evaluation.baseline import BaselineConfig
 from stages.evaluation.curve import baseline, data_efficiency, source
@@ -104,7 +105,7 @@ def read_runs(finetuned: Path) -> dict[str, dict]:
             path = finetuned / f"{p}-{init}" / "finetune.json"
             if not path.is_file():
                 raise FileNotFoundError(f"{path}: missing (run the finetune@{p}-{init} stage first)")
-            runs[f"{p}-{init}"] = json.loads(path.read_text(encoding="utf-8"))
+            runs[f"{p}-{init}"] = read_json(path)
     return runs
 
 
@@ -272,6 +273,7 @@ def main(argv: Iterable[str] | None = None) -> int:
     log = (lambda m: print(m, file=sys.stderr))
     try:
         cfg = load_config(args.params)
+        check_folders(args.finetuned, args.pretrained, args.dapt)  # every saved model read below, checked first
         result = evaluate_all(cfg, df=read_task(args.task), finetuned=args.finetuned, pretrained=args.pretrained,
                               dapt=args.dapt, tokens=args.tokens, log=log)
     except (ConfigError, FileNotFoundError, ValueError) as exc:

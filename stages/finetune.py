@@ -26,8 +26,10 @@ import numpy as np
 
 from stages.common.atomic import atomic_dir, write_bytes_atomic, write_json_atomic
 from stages.common.cli import entry, overlap_error
+from stages.common.inputs import check_folder
 from stages.config import ConfigError, build, check, check_seed, deep_merge, load_params, section
 from stages.tokenization.trainers import PARADIGMS
+from stages.training.config import PRECISIONS
 
 INITS = ("pretrained", "dapt", "random")
 
@@ -114,7 +116,7 @@ class FinetuneConfig:
             check_seed("seeds", s)
         check(all(lr > 0 for lr in self.lr_grid), "lr_grid: each learning rate must be > 0")
         check(self.workers >= 1, "workers: must be >= 1")
-        check(self.precision in ("auto", "fp32", "bf16"), "precision: one of auto, fp32, bf16")
+        check(self.precision in PRECISIONS, f"precision: one of {', '.join(PRECISIONS)}")
 
 
 def head_options(cfg: FinetuneConfig) -> dict:
@@ -421,6 +423,7 @@ def main(argv: Iterable[str] | None = None) -> int:
         gate_task(df, cfg, args.report or args.output.parent / f"{args.output.name}.gate.json")
         if not (args.model / "config.json").is_file():
             raise FileNotFoundError(f"{args.model / 'config.json'}: no model (run the pretrain/dapt stage first)")
+        check_folder(args.model)
         out = finetune_seeds(cfg, paradigm=args.paradigm, init=args.init, model_dir=args.model, df=df,
                              log=lambda m: print(m, file=sys.stderr), progress=not args.no_progress)
     except (ConfigError, GateFailed, FileNotFoundError, ValueError) as exc:

@@ -42,6 +42,7 @@ from pathlib import Path
 
 from stages.common.atomic import write_json_atomic
 from stages.common.cli import entry, overlap_error
+from stages.common.inputs import check_folder, read_json
 from stages.config import ConfigError, build, check, load_params, section
 from stages.tokenization.trainers import PARADIGMS
 
@@ -137,7 +138,9 @@ def read_gate(path: Path) -> dict:
     """The model gate's verdict; raises ``PackageRefused`` naming the failed checks unless it passed."""
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no model gate verdict (run the evaluate stage first)")
-    gate = json.loads(path.read_text(encoding="utf-8"))
+    gate = read_json(path)
+    if not isinstance(gate, dict):
+        raise ValueError(f"{path}: not a model gate verdict (a JSON object)")
     if not gate.get("passed"):
         failed = [f"{c.get('check')} = {c.get('value')} (minimum {c.get('minimum')})"
                   for c in gate.get("checks", []) if not c.get("passed")]
@@ -423,6 +426,8 @@ def package(cfg: PackageConfig, *, root: Path, gate_path: Path, finetuned: Path,
         if folder.as_posix() not in record["files"]:
             raise LineageError(f"{folder}: not upstream of the evaluation in dvc.lock, so it cannot be shipped "
                                "with its lineage")
+    for folder in [model_dir, *generative_dirs.values()]:  # what ships, checked file by file before it is read
+        check_folder(root / folder)
     private_key = signing_key()
     registry = cfg.registry if "://" in cfg.registry or Path(cfg.registry).is_absolute() else str(
         root / cfg.registry)

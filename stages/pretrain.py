@@ -31,6 +31,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from stages.common.atomic import atomic_dir, write_bytes_atomic, write_json_atomic
+from stages.common.inputs import check_folder, load_npy, read_json
 from stages.common.cli import entry, overlap_error
 from stages.config import ConfigError, build, deep_merge, load_params, section
 from stages.tokenization.trainers import PARADIGMS
@@ -88,8 +89,6 @@ def run(cfg, *, paradigm: str, stage: str, tokens_dir: Path, corpus: str, tokeni
         output_dir: Path, checkpoint_dir: Path | None, log=print,
         progress: bool = True) -> tuple[dict, str] | None:
     """Train and save; returns the metrics and the curve's TSV (on the main process; None on the others)."""
-    import numpy as np
-
     from stages.objectives import for_paradigm
     from stages.tokenization.layout import load_layout
     from stages.training import distributed
@@ -99,7 +98,8 @@ def run(cfg, *, paradigm: str, stage: str, tokens_dir: Path, corpus: str, tokeni
     manifest_path = tokens_dir / "manifest.json"
     if not manifest_path.is_file():
         raise FileNotFoundError(f"{manifest_path}: no token dataset (run the tokens stage first)")
-    manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+    manifest = read_json(manifest_path)
+    check_folder(tokenizer_dir)
     if manifest["paradigm"] != paradigm:
         raise ValueError(f"{manifest_path}: blocks for {manifest['paradigm']}, not {paradigm}")
     lay = manifest["layout"]
@@ -109,12 +109,12 @@ def run(cfg, *, paradigm: str, stage: str, tokens_dir: Path, corpus: str, tokeni
         raise ValueError(f"{tokenizer_dir}: does not match the tokenizer the blocks in {tokens_dir} were made with")
     if corpus not in manifest["corpora"]:
         raise ValueError(f"{manifest_path}: no corpus {corpus!r} (has: {', '.join(manifest['corpora'])})")
-    train_blocks = np.load(tokens_dir / corpus / "train.npy", mmap_mode="r")
-    eval_blocks = np.load(tokens_dir / corpus / "heldout.npy", mmap_mode="r")
+    train_blocks = load_npy(tokens_dir / corpus / "train.npy")
+    eval_blocks = load_npy(tokens_dir / corpus / "heldout.npy")
 
     dist = distributed.init()
     if init is not None:
-        model = load_model(init, paradigm)
+        model = load_model(check_folder(init), paradigm)
         if model.config.vocab_size != layout.vocab_size:
             raise ValueError(f"{init}: vocabulary {model.config.vocab_size} != the tokenizer's {layout.vocab_size}")
     else:

@@ -34,7 +34,7 @@ import numpy as np
 class IclConfig:
     """shots: the k values to score. max_examples: test examples scored (a seeded sample; 0 = all).
     separator: what follows each text (the label comes after it). inits: which GPT models to score.
-    orderings: prompts per query for k > 0 (demonstrations drawn and ordered anew). demonstrations:
+    orderings: demonstration lists for k > 0 (each drawn and ordered anew). demonstrations:
     ``shared`` (one set per ordering for all queries) or ``per_query``. content_free: the inputs that
     estimate the prompt's label bias for contextual calibration."""
 

@@ -5,8 +5,9 @@ are scored on exactly the same inputs, before and after domain adaptation."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
+
+from stages.common.inputs import load_npy, read_json
 
 
 def read_layout(tokens_dir: Path):
@@ -15,13 +16,11 @@ def read_layout(tokens_dir: Path):
     manifest = tokens_dir / "manifest.json"
     if not manifest.is_file():
         raise FileNotFoundError(f"{manifest}: no token dataset (run the tokens stage first)")
-    return BlockLayout(**json.loads(manifest.read_text(encoding="utf-8"))["layout"])
+    return BlockLayout(**read_json(manifest)["layout"])
 
 
 def score(model, layout, tokens_dir: Path, corpus: str, *, eval_blocks: int, micro_batch: int, seed: int = 0) -> dict:
     """``model`` (loaded once by the caller) on the held-out blocks of ``corpus``."""
-    import numpy as np
-
     from stages.objectives import for_paradigm
     from stages.training.config import TrainConfig
     from stages.training.loop import evaluate
@@ -29,7 +28,7 @@ def score(model, layout, tokens_dir: Path, corpus: str, *, eval_blocks: int, mic
     path = tokens_dir / corpus / "heldout.npy"
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no held-out blocks for corpus {corpus!r}")
-    blocks = np.load(path, mmap_mode="r")
+    blocks = load_npy(path)
     cfg = TrainConfig(eval_blocks=eval_blocks, micro_batch=micro_batch, seed=seed)
     result = evaluate(model, for_paradigm(layout), blocks, cfg, "cpu", False)
     result["blocks"] = int(min(eval_blocks, len(blocks)))

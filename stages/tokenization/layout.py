@@ -62,7 +62,10 @@ def load_layout(tokenizer_dir: Path, paradigm: str, *, seq_len: int, noise_densi
     path = Path(tokenizer_dir) / "tokenizer.json"
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no tokenizer (run the tokenizer stage first)")
-    tok = tokenizer_from_json(path.read_text(encoding="utf-8"))
+    from stages.common.inputs import reading
+
+    with reading(path, "tokenizer file"):
+        tok = tokenizer_from_json(path.read_text(encoding="utf-8"))
     size = tok.get_vocab_size()
 
     def need(token: str) -> int:

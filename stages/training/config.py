@@ -9,6 +9,9 @@ from stages.config import check, check_seed
 from stages.objectives import T5_OBJECTIVES
 
 
+# What ``precision`` may say (pre-training and fine-tuning): bf16 autocast where native, fp32, or bf16.
+PRECISIONS = ("auto", "fp32", "bf16")
+
 @dataclass(frozen=True, kw_only=True)
 class ModelConfig:
     """Transformer size. layers: per stack (T5 has an encoder and a decoder of this depth). d_model: hidden
@@ -67,7 +70,7 @@ class TrainConfig:
     weight_decay: float = 0.01
     betas: tuple[float, ...] = (0.9, 0.98)
     clip: float = 1.0
-    precision: Literal["auto", "fp32", "bf16"] = "auto"
+    precision: Literal["auto", "fp32", "bf16"] = "auto"  # PRECISIONS
     compile: bool = False
     eval_every: int = 100
     eval_blocks: int = 256

@@ -117,8 +117,11 @@ def native_bf16(device: str) -> bool:
 def bf16_enabled(precision: str, device: str) -> bool:
     """``bf16``: always; ``fp32``: never; ``auto``: where the device multiplies bf16 natively (the weights, the
     optimizer state and the losses stay fp32 either way: autocast runs only the matrix products in bf16).
-    Measured on the 2-core reference CPU (AMX): 1.3-1.5x the fp32 speed of these small models' steps."""
-    if precision not in ("auto", "fp32", "bf16"):
+    Measured on the 2-core reference CPU (AMX): 1.1-1.6x the fp32 speed of these small models' steps
+    (benchmarks/cpu_bf16.py)."""
+    from stages.training.config import PRECISIONS
+
+    if precision not in PRECISIONS:
         raise ValueError(f"precision: {precision!r} is not one of auto, fp32, bf16")
     return precision == "bf16" or (precision == "auto" and native_bf16(device))
 

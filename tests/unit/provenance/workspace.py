@@ -6,7 +6,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import yaml
+from safetensors.numpy import save
 
 from stages.provenance.hashing import path_hashes
 
@@ -48,7 +50,8 @@ def make_workspace(root: Path, *, gate_passed: bool = True) -> Path:
     for name, f1 in (("m1", 0.9), ("m2", 0.4)):
         folder = root / "data/models/finetune" / name
         write(folder / "config.json", json.dumps({"name": name}))
-        write(folder / "model.safetensors", f"weights of {name}")
+        folder.mkdir(parents=True, exist_ok=True)  # a real (tiny) safetensors file: the package stage reads its header
+        (folder / "model.safetensors").write_bytes(save({"weights": np.full((2, 2), f1, dtype=np.float32)}))
         write(folder / "finetune.json", json.dumps({"labels": LABELS, "init": "random",
                                                     "metrics": {"paradigm": "bert", "test_macro_f1": f1}}))
         write(root / f"reports/metrics/finetune-{name}.json", json.dumps({"test_macro_f1": f1, "steps": 10}))

@@ -11,7 +11,6 @@ unchanged.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import shlex
 import shutil

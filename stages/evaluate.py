@@ -120,6 +120,7 @@ def icl_run(state: dict, job: dict) -> dict:
     torch.manual_seed(0)
     model = (AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(str(path)))
              if init == "random" else AutoModelForCausalLM.from_pretrained(str(path)))
+    model.to("cuda" if torch.cuda.is_available() else "cpu")
     tok = AutoTokenizer.from_pretrained(str(path))
     return icl_accuracy(model, tok, state["labels"], state["train"], state["test"], state["cfg"],
                         context=state["context"])

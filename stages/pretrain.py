@@ -136,6 +136,7 @@ def run(cfg, *, paradigm: str, stage: str, tokens_dir: Path, corpus: str, tokeni
                    "train_loss": result.history[-1]["loss"] if result.history else None,
                    **{k: v for k, v in final_eval.items() if k.startswith("eval_")},
                    "tokens_per_second": round(result.tokens_per_second, 1),
+                   "flops_per_second": float(f"{result.flops_per_second:.4g}"),
                    "mfu": None if result.mfu is None else round(result.mfu, 4), "resumed_from": result.resumed_from}
         with atomic_dir(output_dir) as tmp:
             model.save_pretrained(str(tmp))
@@ -153,7 +154,8 @@ def run(cfg, *, paradigm: str, stage: str, tokens_dir: Path, corpus: str, tokeni
                 "metrics": metrics, "history": result.history, "evals": result.evals})
         log(f"[{stage}] {paradigm} on {corpus}: {result.steps} steps, {result.tokens:,} tokens, train loss "
             f"{metrics['train_loss']}, eval " + ", ".join(f"{k} {v}" for k, v in final_eval.items() if k.startswith("eval"))
-            + f"; {result.tokens_per_second:,.0f} tokens/s" + (f", MFU {result.mfu:.1%}" if result.mfu else ""))
+            + f"; {result.tokens_per_second:,.0f} tokens/s, {result.flops_per_second / 1e12:.3g} model TFLOP/s"
+            + (f", MFU {result.mfu:.1%}" if result.mfu else ""))
         outcome = metrics, plot_tsv(result.history, result.evals)
         if checkpoint_dir is not None and checkpoint_dir.exists():
             shutil.rmtree(checkpoint_dir)  # the run finished: its model is the output, nothing to resume

@@ -97,22 +97,25 @@ def label_scores(model, prompt: list[int], label_ids: list[list[int]]) -> np.nda
 
     k = len(label_ids)
     width = max(map(len, label_ids))
-    with torch.no_grad():
-        out = model(input_ids=torch.tensor([prompt]), use_cache=True)
+    device = model.device  # a GPU scores under bf16 autocast; the CPU in fp32, as before
+    with torch.no_grad(), torch.autocast(device_type=device.type, dtype=torch.bfloat16,
+                                         enabled=device.type == "cuda"):
+        out = model(input_ids=torch.tensor([prompt], device=device), use_cache=True)
         first = torch.log_softmax(out.logits[0, -1].double(), -1)  # the distribution of each label's first token
-        scores = first[torch.tensor([ids[0] for ids in label_ids])]
+        scores = first[torch.tensor([ids[0] for ids in label_ids], device=device)]
         if width > 1:
             cont = torch.zeros((k, width - 1), dtype=torch.long)
             target = torch.full((k, width - 1), -1, dtype=torch.long)
             for i, ids in enumerate(label_ids):  # right-padded: causal attention never looks at what follows
                 cont[i, : len(ids) - 1] = torch.tensor(ids[:-1])
                 target[i, : len(ids) - 1] = torch.tensor(ids[1:])
+            cont, target = cont.to(device), target.to(device)
             cache = out.past_key_values
             cache.batch_repeat_interleave(k)
             logp = torch.log_softmax(model(input_ids=cont, past_key_values=cache, use_cache=True).logits.double(), -1)
             picked = logp.gather(-1, target.clamp(min=0).unsqueeze(-1)).squeeze(-1)
             scores = scores + (picked * (target >= 0)).sum(-1)
-    return scores.numpy()
+    return scores.cpu().numpy()
 
 
 def normalised(log_scores: np.ndarray) -> np.ndarray:

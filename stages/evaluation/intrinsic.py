@@ -20,16 +20,21 @@ def read_layout(tokens_dir: Path):
 
 
 def score(model, layout, tokens_dir: Path, corpus: str, *, eval_blocks: int, micro_batch: int, seed: int = 0) -> dict:
-    """``model`` (loaded once by the caller) on the held-out blocks of ``corpus``."""
+    """``model`` (loaded once by the caller) on the held-out blocks of ``corpus``, on the GPU under bf16
+    autocast when there is one (the model is moved there), else on the CPU in fp32."""
+    import torch
+
     from stages.objectives import for_paradigm
     from stages.training.config import TrainConfig
-    from stages.training.loop import evaluate
+    from stages.training.loop import evaluate, native_bf16
 
     path = tokens_dir / corpus / "heldout.npy"
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no held-out blocks for corpus {corpus!r}")
     blocks = load_npy(path)
     cfg = TrainConfig(eval_blocks=eval_blocks, micro_batch=micro_batch, seed=seed)
-    result = evaluate(model, for_paradigm(layout), blocks, cfg, "cpu", False)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    model.to(device)
+    result = evaluate(model, for_paradigm(layout), blocks, cfg, device, device == "cuda" and native_bf16(device))
     result["blocks"] = int(min(eval_blocks, len(blocks)))
     return result

@@ -8,6 +8,7 @@ import numpy as np
 
 class CausalLM:
     name = "causal_lm"
+    batched = True  # no randomness: one call builds a whole micro-batch
 
     def __init__(self, layout) -> None:
         self.layout = layout

@@ -11,6 +11,7 @@ import numpy as np
 
 class MaskedLM:
     name = "masked_lm"
+    batched = True  # draws per row: one call builds a whole micro-batch
 
     def __init__(self, layout, *, select: float = 0.15, mask: float = 0.8, random: float = 0.1) -> None:
         if not 0 < select < 1 or mask < 0 or random < 0 or mask + random > 1:
@@ -36,7 +37,7 @@ class MaskedLM:
         to_random = selected & (draw >= self.mask) & (draw < self.mask + self.random)
         inputs = ids.copy()
         inputs[to_mask] = self.layout.mask_id
-        inputs[to_random] = self.replacements[rng.integers(len(self.replacements), size=int(to_random.sum()))]
+        inputs[to_random] = self.replacements[rng.integers(len(self.replacements), size=ids.shape)[to_random]]
         return {"input_ids": torch.from_numpy(inputs), "attention_mask": torch.from_numpy((ids != self.layout.pad_id)
                                                                                           .astype(np.int64)),
                 "labels": torch.from_numpy(labels)}

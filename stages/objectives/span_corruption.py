@@ -43,44 +43,79 @@ def input_and_target_lengths(inputs_length: int, noise_density: float = 0.15,
     return raw, targets
 
 
-def _random_partition(total: int, parts: int, rng: np.random.Generator) -> np.ndarray:
-    """``parts`` positive integers summing to ``total``, uniformly over such compositions."""
-    cuts = np.sort(rng.choice(np.arange(1, total), size=parts - 1, replace=False)) if parts > 1 else np.empty(0, int)
-    return np.diff(np.concatenate(([0], cuts, [total])))
+def _random_partitions(rows: int, total: int, parts: int, rng) -> np.ndarray:
+    """``rows`` x ``parts`` positive integers, each row summing to ``total`` and uniform over such
+    compositions (its ``parts - 1`` cut points are a uniform random subset of ``1 .. total - 1``). ``rng``:
+    a numpy Generator or a :class:`~stages.training.data.BlockStreams` (row ``r`` from block ``r``'s stream)."""
+    if parts == 1:
+        return np.full((rows, 1), total, dtype=np.int64)
+    keys = rng.random((rows, total - 1))
+    cuts = np.sort(np.argpartition(keys, parts - 2, axis=1)[:, :parts - 1], axis=1) + 1
+    edges = np.concatenate((np.zeros((rows, 1), np.int64), cuts, np.full((rows, 1), total, np.int64)), axis=1)
+    return np.diff(edges, axis=1)
 
 
-def noise_mask(length: int, noise_density: float, mean_span: float, rng: np.random.Generator) -> np.ndarray:
-    """A boolean mask of ``length`` with exactly ``round(length * noise_density)`` noise positions in
-    ``round(noise / mean_span)`` spans, alternating with as many non-noise spans, starting with non-noise
-    (T5's ``random_spans_noise_mask``)."""
+def _counts(length: int, noise_density: float, mean_span: float) -> tuple[int, int]:
     noise = min(max(int(round(length * noise_density)), 1), length - 1)
-    spans = max(int(round(noise / mean_span)), 1)
-    noise_lengths = _random_partition(noise, spans, rng)
-    keep_lengths = _random_partition(length - noise, spans, rng)
-    interleaved = np.stack([keep_lengths, noise_lengths], axis=1).reshape(-1)
-    is_noise = np.tile([False, True], spans)
-    return np.repeat(is_noise, interleaved)
+    return noise, max(int(round(noise / mean_span)), 1)
+
+
+def noise_masks(rows: int, length: int, noise_density: float, mean_span: float, rng) -> np.ndarray:
+    """``rows`` boolean masks of ``length``, each with exactly ``round(length * noise_density)`` noise
+    positions in ``round(noise / mean_span)`` spans, alternating with as many non-noise spans, starting with
+    non-noise (T5's ``random_spans_noise_mask``)."""
+    noise, spans = _counts(length, noise_density, mean_span)
+    noise_lengths = _random_partitions(rows, noise, spans, rng)
+    keep_lengths = _random_partitions(rows, length - noise, spans, rng)
+    ends = np.cumsum(np.stack([keep_lengths, noise_lengths], axis=2).reshape(rows, -1), axis=1)
+    marks = np.zeros((rows, length + 1), dtype=np.int8)  # +1 where a noise span starts, -1 where it ends
+    r = np.arange(rows)[:, None]
+    marks[r, ends[:, 0::2]] = 1
+    marks[r, ends[:, 1::2]] = -1
+    return np.cumsum(marks, axis=1)[:, :length].astype(bool)
+
+
+def noise_mask(length: int, noise_density: float, mean_span: float, rng) -> np.ndarray:
+    """One mask of :func:`noise_masks`."""
+    return noise_masks(1, length, noise_density, mean_span, rng)[0]
+
+
+def corrupt_batch(blocks: np.ndarray, *, sentinel_top: int, eos_id: int, noise_density: float = 0.15,
+                  mean_span: float = 3.0, rng) -> tuple[np.ndarray, np.ndarray]:
+    """(encoder inputs, targets) for raw blocks of equal length, one row per block. Sentinels count down
+    from ``sentinel_top`` (``<extra_id_0>``, the last id of the vocabulary). Every row has the same number of
+    noise tokens and spans, so inputs and targets come out as rectangular arrays."""
+    blocks = np.asarray(blocks)
+    rows, length = blocks.shape
+    noise, spans = _counts(length, noise_density, mean_span)
+    mask = noise_masks(rows, length, noise_density, mean_span, rng)
+    starts = mask.copy()
+    starts[:, 1:] &= ~mask[:, :-1]                                  # first token of each noise span
+    span_no = np.cumsum(starts, axis=1)
+    sentinels = sentinel_top - (span_no - 1)
+    keep = ~mask | starts                                           # a span collapses to its sentinel
+    inputs = np.where(starts, sentinels, blocks)[keep].reshape(rows, length - noise + spans)
+    # target: for each span, its sentinel then its tokens; each span shifts later tokens by its sentinel
+    cols = np.nonzero(mask)[1].reshape(rows, noise)
+    span_of = np.take_along_axis(span_no, cols, axis=1)
+    out_pos = np.arange(noise)[None, :] + span_of
+    is_start = np.take_along_axis(starts, cols, axis=1)
+    r = np.arange(rows)[:, None]
+    target = np.empty((rows, noise + spans), dtype=np.int64)
+    target[r, out_pos] = np.take_along_axis(blocks, cols, axis=1)
+    sentinel_at = (out_pos - 1)[is_start].reshape(rows, spans)     # the sentinel sits before its span
+    target[r, sentinel_at] = (sentinel_top - (span_of - 1))[is_start].reshape(rows, spans)
+    eos = np.full((rows, 1), eos_id, dtype=np.int64)
+    return (np.concatenate((inputs.astype(np.int64), eos), axis=1).astype(blocks.dtype),
+            np.concatenate((target, eos), axis=1).astype(blocks.dtype))
 
 
 def corrupt(block: np.ndarray, *, sentinel_top: int, eos_id: int, noise_density: float = 0.15,
-            mean_span: float = 3.0, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-    """(encoder input, target) for one raw block. Sentinels count down from ``sentinel_top``
-    (``<extra_id_0>``, the last id of the vocabulary)."""
-    mask = noise_mask(len(block), noise_density, mean_span, rng)
-    starts = mask & ~np.concatenate(([False], mask[:-1]))       # first token of each noise span
-    span_no = np.cumsum(starts)
-    sentinels_in = sentinel_top - (span_no - 1)
-    inputs = np.where(starts, sentinels_in, block)[~mask | starts]  # a span collapses to its sentinel
-    # target: for each span, its sentinel then its tokens; the sentinel sits where the span starts
-    target = np.empty(int(mask.sum() + starts.sum()), dtype=block.dtype)
-    span_pos = np.flatnonzero(mask)
-    sent_ids = sentinel_top - (span_no[span_pos] - 1)
-    is_start = starts[span_pos]
-    out_pos = np.arange(len(span_pos)) + span_no[span_pos]  # each span shifts later tokens by its sentinel
-    target[out_pos] = block[span_pos]
-    target[out_pos[is_start] - 1] = sent_ids[is_start]
-    return (np.concatenate((inputs.astype(block.dtype), [eos_id])).astype(block.dtype),
-            np.concatenate((target, [eos_id])).astype(block.dtype))
+            mean_span: float = 3.0, rng) -> tuple[np.ndarray, np.ndarray]:
+    """(encoder input, target) for one raw block (:func:`corrupt_batch` of one row)."""
+    inputs, target = corrupt_batch(np.asarray(block)[None, :], sentinel_top=sentinel_top, eos_id=eos_id,
+                                   noise_density=noise_density, mean_span=mean_span, rng=rng)
+    return inputs[0], target[0]
 
 
 class SpanCorruption:
@@ -88,6 +123,7 @@ class SpanCorruption:
     ``targets_len`` tokens, so batches need no padding."""
 
     name = "span_corruption"
+    batched = True  # draws per row: one call builds a whole micro-batch
 
     def __init__(self, layout) -> None:
         self.layout = layout
@@ -96,10 +132,10 @@ class SpanCorruption:
         import torch
 
         lay = self.layout
-        pairs = [corrupt(np.asarray(r, dtype=np.int64), sentinel_top=lay.sentinel_top, eos_id=lay.eos_id,
-                         noise_density=lay.noise_density, mean_span=lay.mean_span, rng=rng) for r in rows]
-        inputs = torch.from_numpy(np.stack([p[0] for p in pairs]).astype(np.int64))
-        labels = torch.from_numpy(np.stack([p[1] for p in pairs]).astype(np.int64))
+        inputs, labels = corrupt_batch(np.asarray(rows, dtype=np.int64), sentinel_top=lay.sentinel_top,
+                                       eos_id=lay.eos_id, noise_density=lay.noise_density, mean_span=lay.mean_span,
+                                       rng=rng)
+        inputs, labels = torch.from_numpy(inputs), torch.from_numpy(labels)
         return {"input_ids": inputs, "attention_mask": torch.ones_like(inputs), "labels": labels}
 
     def input_tokens(self, rows: int) -> int:

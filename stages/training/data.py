@@ -4,13 +4,19 @@ The order is a function of (seed, step) alone: epoch ``e`` visits every block on
 drawn from ``(seed, e)``, and step ``s`` takes the next ``global_batch`` blocks of that stream. Each rank
 takes its own slice of every micro-batch, so N devices at micro-batch m see exactly the blocks one device
 sees at micro-batch N*m, and a resumed run continues the stream where the killed one stopped. Masks and
-spans come from a generator per block keyed by (seed, epoch, block): fresh every time a block is seen
-(RoBERTa's dynamic masking), yet the same on every device count and after a resume.
+spans come from a random stream per block keyed by (seed, train/eval, epoch, block): fresh every time a block
+is seen (RoBERTa's dynamic masking), yet the same on every device count and after a resume.
+
+Host cost per step is O(batch), whatever the corpus size: an epoch's permutation is drawn once and kept
+(not redrawn per step), and the built-in objectives draw the random numbers of a whole micro-batch at once
+(:class:`BlockStreams` hashes (block key, draw, position) with SplitMix64, so a row's numbers do not depend
+on which rows share its batch).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
@@ -40,7 +46,7 @@ class BlockSampler:
         epochs = pos // self.rows
         out = np.empty(count, dtype=np.int64)
         for e in np.unique(epochs):
-            perm = np.random.default_rng([self.seed, int(e)]).permutation(self.rows)
+            perm = _permutation(self.seed, int(e), self.rows)
             sel = epochs == e
             out[sel] = perm[pos[sel] % self.rows]
         return out, epochs
@@ -55,14 +61,77 @@ class BlockSampler:
         return out
 
 
-def generators(seed: int, kind: int, epochs, ids) -> list[np.random.Generator]:
-    """One generator per block, keyed by (seed, train/eval, epoch, block)."""
-    return [np.random.default_rng([seed, kind, int(e), int(i)]) for e, i in zip(epochs, ids)]
+@lru_cache(maxsize=2)  # the epoch in progress and, at a boundary, the next one
+def _permutation(seed: int, epoch: int, rows: int) -> np.ndarray:
+    perm = np.random.default_rng([seed, epoch]).permutation(rows)
+    perm.flags.writeable = False
+    return perm
 
 
-def make_batch(objective, blocks: np.ndarray, ids, gens) -> dict:
-    """Apply the objective block by block (each with its own generator) and stack the results."""
+_U64 = np.uint64
+_GOLDEN = _U64(0x9E3779B97F4A7C15)
+
+
+def _mix(x: np.ndarray) -> np.ndarray:
+    """SplitMix64's finaliser, elementwise (uint64 arithmetic wraps)."""
+    x = (x ^ (x >> _U64(30))) * _U64(0xBF58476D1CE4E5B9)
+    x = (x ^ (x >> _U64(27))) * _U64(0x94D049BB133111EB)
+    return x ^ (x >> _U64(31))
+
+
+class BlockStreams:
+    """The random streams of a batch of blocks, one per block, keyed by (seed, kind, epoch, block).
+
+    Vectorised draws: ``random(shape)`` (``shape[0]`` = the number of blocks) gives row ``b`` numbers that
+    depend only on row ``b``'s key and on how many draws came before, so a block gets the same masks in any
+    batch, on any device count and after a resume. ``streams[b]`` is instead a ``numpy`` Generator for row
+    ``b`` alone, for objectives that work one block at a time."""
+
+    def __init__(self, seed: int, kind: int, epochs, ids) -> None:
+        self.parts = [(int(seed), int(kind), int(e), int(i)) for e, i in zip(epochs, ids)]
+        key = np.zeros(len(self.parts), dtype=_U64)
+        for column in np.asarray(self.parts, dtype=np.int64).reshape(-1, 4).T:
+            key = _mix(key ^ _mix(column.astype(_U64) + _GOLDEN))
+        self.keys = key
+        self.draws = 0
+
+    def __len__(self) -> int:
+        return len(self.parts)
+
+    def __getitem__(self, b: int) -> np.random.Generator:
+        return np.random.default_rng(list(self.parts[b]))
+
+    def __iter__(self):
+        return (self[b] for b in range(len(self)))
+
+    def random(self, shape) -> np.ndarray:
+        """Floats in [0, 1) of ``shape``, row ``b`` from block ``b``'s stream."""
+        shape = tuple(np.atleast_1d(shape))
+        if shape[0] != len(self.keys):
+            raise ValueError(f"random: {shape[0]} rows for {len(self.keys)} blocks")
+        n = int(np.prod(shape[1:], dtype=np.int64))
+        counters = (_U64(self.draws) << _U64(32)) + np.arange(n, dtype=_U64)
+        self.draws += 1
+        bits = _mix(self.keys[:, None] ^ _mix(counters * _GOLDEN + _GOLDEN)[None, :])
+        return ((bits >> _U64(11)).astype(np.float64) * 2.0 ** -53).reshape(shape)
+
+    def integers(self, high: int, size) -> np.ndarray:
+        """Integers in [0, high) of shape ``size``, drawn like :meth:`random`."""
+        return np.minimum((self.random(size) * high).astype(np.int64), high - 1)
+
+
+def generators(seed: int, kind: int, epochs, ids) -> BlockStreams:
+    """One random stream per block, keyed by (seed, train/eval, epoch, block)."""
+    return BlockStreams(seed, kind, epochs, ids)
+
+
+def make_batch(objective, blocks: np.ndarray, ids, streams: BlockStreams) -> dict:
+    """The objective's batch of blocks ``ids``: in one call where the objective draws per row
+    (``batched = True``), else block by block, each with its own generator, and stacked."""
     import torch
 
-    parts = [objective(np.asarray(blocks[int(i): int(i) + 1]), g) for i, g in zip(ids, gens)]
+    ids = np.asarray(ids, dtype=np.int64)
+    if getattr(objective, "batched", False):
+        return objective(np.asarray(blocks[ids]), streams)
+    parts = [objective(np.asarray(blocks[int(i): int(i) + 1]), g) for i, g in zip(ids, streams)]
     return {k: torch.cat([p[k] for p in parts]) for k in parts[0]}

@@ -4,7 +4,8 @@ AdamW (fused on GPU; no weight decay on biases and norms), linear warmup then co
 clipping, gradient accumulation, bf16 autocast on GPU, optional ``torch.compile``, DDP across processes.
 The loss stays on the device between log steps (no per-step host sync). Every ``log_every`` steps it is
 read, checked (a NaN or inf stops the run, keeping the last good checkpoint) and logged with the learning
-rate, tokens/s and MFU; every ``eval_every`` steps the held-out blocks are scored; every
+rate, tokens/s, model FLOP/s and MFU (FLOP/s over the device's peak; the FLOPs per token are
+:func:`stages.training.models.flops_per_token`'s); every ``eval_every`` steps the held-out blocks are scored; every
 ``checkpoint_every`` steps the run is saved, and a restarted run with the same fingerprint resumes there.
 """
 
@@ -41,7 +42,8 @@ class RunResult:
     evals: list[dict] = field(default_factory=list)
     resumed_from: int = 0
     tokens_per_second: float = 0.0
-    mfu: float | None = None
+    flops_per_second: float = 0.0  # model FLOPs (flops_per_token x tokens/s): on any device
+    mfu: float | None = None       # flops_per_second / the device's dense bf16 peak, where the peak is known
 
 
 def lr_at(step: int, total: int, cfg: TrainConfig) -> float:
@@ -264,7 +266,7 @@ def train(model, objective, train_blocks: np.ndarray, eval_blocks: np.ndarray | 
             tokens_run += timed * tokens_per_step
             train_seconds += now - t_last
             row = {"step": done, "tokens": done * tokens_per_step, "loss": round(mean_loss, 5), "lr": lr,
-                   "tokens_per_second": round(tps, 1),
+                   "tokens_per_second": round(tps, 1), "flops_per_second": float(f"{tps * flops_per_token:.4g}"),
                    "mfu": round(tps * flops_per_token / peak, 4) if peak else None}
             result.history.append(row)
             if bar is not None:
@@ -293,7 +295,8 @@ def train(model, objective, train_blocks: np.ndarray, eval_blocks: np.ndarray | 
         bar.close()
     result.tokens = total * tokens_per_step
     result.tokens_per_second = tokens_run / train_seconds if train_seconds else 0.0
-    result.mfu = result.tokens_per_second * flops_per_token / peak if peak else None
+    result.flops_per_second = result.tokens_per_second * flops_per_token
+    result.mfu = result.flops_per_second / peak if peak else None
     return result
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from stages.objectives import for_paradigm
 from stages.objectives.masked_lm import MaskedLM
 from stages.tokenization.layout import BlockLayout
 from stages.training.data import EVAL_KEY, TRAIN_KEY, BlockSampler, generators, make_batch
@@ -117,3 +118,56 @@ def test_dynamic_masks_repeat_per_key_and_change_per_epoch():
     assert (a["labels"][0] == a["labels"][2]).all()        # block 4 in epoch 0 twice: the same masks
     assert not (a["labels"][0] == c["labels"][0]).all()    # block 4 in epoch 1: other masks
     assert (a["labels"][1:] == c["labels"][1:]).all()      # the other rows are unchanged
+
+
+T5_LAYOUT = BlockLayout(paradigm="t5", seq_len=48, block_len=53, vocab_size=600, pad_id=0, unk_id=2, eos_id=1,
+                        sentinel_top=599, sentinels=20, targets_len=11, noise_density=0.15, mean_span=3.0)
+BERT_LAYOUT = BlockLayout(paradigm="bert", seq_len=64, block_len=64, vocab_size=500, pad_id=0, unk_id=1, cls_id=2,
+                          sep_id=3, mask_id=4)
+
+
+@pytest.mark.parametrize("layout", [BERT_LAYOUT, T5_LAYOUT], ids=["masked_lm", "span_corruption"])
+def test_a_block_gets_the_same_batch_row_whatever_shares_its_batch(layout):
+    """The objectives build a micro-batch in one call, yet each row depends on its own block's key only:
+    the property that keeps masks equal across device counts, batch sizes and resumes."""
+    blocks = np.random.default_rng(1).integers(5, 500, size=(12, layout.block_len)).astype(np.uint16)
+    objective = for_paradigm(layout)
+    assert objective.batched
+    ids, epochs = np.array([3, 7, 0, 11, 5]), np.array([0, 2, 1, 0, 4])
+    whole = make_batch(objective, blocks, ids, generators(4, TRAIN_KEY, epochs, ids))
+    for b in range(len(ids)):
+        alone = make_batch(objective, blocks, ids[b:b + 1], generators(4, TRAIN_KEY, epochs[b:b + 1], ids[b:b + 1]))
+        for k in whole:
+            assert (whole[k][b] == alone[k][0]).all(), (b, k)
+    regrouped = make_batch(objective, blocks, ids[::-1], generators(4, TRAIN_KEY, epochs[::-1], ids[::-1]))
+    for k in whole:
+        assert (regrouped[k].flip(0) == whole[k]).all()
+
+
+def test_block_streams_draw_uniform_numbers_per_key():
+    streams = generators(0, TRAIN_KEY, [0, 0, 1], [5, 6, 5])
+    u = streams.random((3, 20000))
+    assert u.min() >= 0 and u.max() < 1
+    assert np.allclose(u.mean(axis=1), 0.5, atol=0.01) and np.allclose(u.var(axis=1), 1 / 12, atol=0.005)
+    assert np.abs(np.corrcoef(u)[np.triu_indices(3, 1)]).max() < 0.03     # rows are independent streams
+    assert not (u[:, :-1] == u[:, 1:]).any()
+    again = generators(0, TRAIN_KEY, [0, 0, 1], [5, 6, 5])
+    assert (again.random((3, 20000)) == u).all()                         # the same keys, the same numbers
+    assert not (again.random((3, 20000)) == u).any()                     # the next draw: other numbers
+    ints = generators(0, TRAIN_KEY, [0], [5]).integers(7, (1, 70000))
+    assert ints.min() == 0 and ints.max() == 6 and np.allclose(np.bincount(ints[0]) / 70000, 1 / 7, atol=0.01)
+    with pytest.raises(ValueError, match="3 rows for 2 blocks"):
+        generators(0, TRAIN_KEY, [0, 0], [1, 2]).random((3, 4))
+
+
+def test_the_epoch_permutation_is_drawn_once_per_epoch():
+    """The host cost of a step does not grow with the corpus: steps within an epoch reuse its permutation."""
+    from stages.training import data
+
+    data._permutation.cache_clear()
+    sampler = BlockSampler(rows=1000, micro_batch=10, grad_accum=1, seed=2)
+    for step in range(250):  # 2.5 epochs
+        sampler.micro_batches(step)
+    info = data._permutation.cache_info()
+    assert info.misses == 3 and info.hits == 247
+    assert (sampler._stream(0, 1000)[0] == np.random.default_rng([2, 0]).permutation(1000)).all()

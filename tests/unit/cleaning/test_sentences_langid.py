@@ -128,3 +128,44 @@ def test_identifiers_are_loaded_once_and_unknown_backend_fails() -> None:
     assert get_langid("py3langid") is get_langid("py3langid")
     with pytest.raises(ValueError, match="unknown language-ID backend"):
         get_langid("cld3")
+
+
+def _engine_results(monkeypatch, engine: str, texts: list[str]) -> list:
+    from stages.cleaning.langid import LangdetectID, Undetectable
+
+    monkeypatch.setenv("LMPIPE_LANGDETECT", engine)
+    ident = LangdetectID()
+    out = []
+    for t in texts:
+        try:
+            out.append(ident.best(t))
+        except Undetectable as exc:
+            out.append(str(exc))
+    return ident.engine, out
+
+
+def test_the_rust_engine_gives_langdetects_exact_probabilities(monkeypatch) -> None:
+    """langdetect-rs runs the C4 backend when installed; its (language, probability) must be langdetect's
+    bit for bit, on clear, mixed, short, ambiguous and featureless texts alike."""
+    pytest.importorskip("langdetect_rs")
+    words = {"en": "the people who live in this small town have always been proud of their river and bridges",
+             "fr": "les habitants de cette petite ville ont toujours été fiers de leur rivière et de leurs ponts",
+             "de": "die Menschen in dieser kleinen Stadt waren immer stolz auf ihren Fluss und ihre Brücken",
+             "es": "la gente que vive en este pequeño pueblo siempre ha estado orgullosa de su río"}
+    texts = list(words.values()) + ["", "12345 67890", "!!! ???", "ok", "Paris Berlin Madrid",
+                                    words["en"] + " " + words["fr"], words["de"][:20], "日本語のテキストです"]
+    texts += [" ".join(words[k].split()[i:i + 5]) for k in words for i in range(0, 10, 3)]
+    rust_engine, rust = _engine_results(monkeypatch, "rust", texts)
+    python_engine, python = _engine_results(monkeypatch, "python", texts)
+    assert (rust_engine, python_engine) == ("langdetect-rs", "langdetect")
+    assert rust == python
+    assert {r[0] for r in rust if isinstance(r, tuple)} >= {"en", "fr", "de", "es"}
+    assert "langdetect_exception" in rust
+
+
+def test_a_wrong_engine_setting_is_an_error(monkeypatch) -> None:
+    from stages.cleaning.langid import LangdetectID
+
+    monkeypatch.setenv("LMPIPE_LANGDETECT", "fortran")
+    with pytest.raises(ValueError, match="LMPIPE_LANGDETECT: one of auto, python, rust"):
+        LangdetectID()

@@ -13,8 +13,9 @@ Backends:
   langdetect reseeds its RNG from it at every detection. It reads at most the first 10,000 characters.
   Run by ``langdetect-rs`` when it is installed (a dependency of this project): a port of langdetect's
   detector to Rust with the same profiles, API and seeded random walk, whose (language, probability) pairs
-  are bit for bit langdetect's (measured on the default run's 55,943 documents) at about 28x the speed;
-  ``LMPIPE_LANGDETECT=python`` forces the original Python package.
+  are bit for bit langdetect's (benchmarks/README.md, "Cleaning": every sampled document of the default
+  corpora, and the same kept documents on all 43,390 that reach the filter in the default run) at about
+  10-28x the speed; ``LMPIPE_LANGDETECT=python`` forces the original Python package.
 - ``py3langid``: offline naive Bayes over byte n-grams (140 labels), much faster; probabilities are its
   normalised ones (``norm_probs=True``), which are calibrated differently from langdetect's, so its
   threshold is a separate choice (see ``benchmarks/cleaning_agreement.py``).

@@ -32,7 +32,8 @@ def small_run(state: dict, job: dict) -> dict:
     from stages.finetune import FinetuneConfig, finetune
 
     ft = build(FinetuneConfig, job["config"], f"{job['paradigm']}-{job['init']} finetune.json")
-    ft = dataclasses.replace(ft, seed=job["seed"], min_steps=job["min_steps"])
+    # The curve's points are scored on test; its validation scores choose nothing, so the sample suffices.
+    ft = dataclasses.replace(ft, seed=job["seed"], min_steps=job["min_steps"], val_select="sample")
     if state.get("threads"):
         ft = dataclasses.replace(ft, threads=state["threads"])
     run = finetune(ft, paradigm=job["paradigm"], init=job["init"], model_dir=Path(job["model_dir"]), df=state["df"],

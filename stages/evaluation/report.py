@@ -64,7 +64,10 @@ def finetune_section(result: dict) -> list[str]:
              "`pretrained`: the general pre-trained model; `dapt`: the same after domain-adaptive pre-training; "
              "`random`: the same architecture with fresh weights and the same fine-tuning recipe. Each run is "
              "repeated over seeds (sample, head initialisation, data order) at the learning rate the finetune "
-             "stage chose on validation; cells are mean ± sample std over the seeds.", "",
+             "stage chose on validation; cells are mean ± sample std over the seeds. Validation macro-F1 is that "
+             "of each run's best checkpoint (early stopping watches `finetune.max_eval_examples` validation "
+             "examples), rescored on the whole validation split when `finetune.val_select` is `full` (the "
+             "default); the rate, the saved seed and the model gate choose on it.", "",
              "| paradigm | initialisation | test accuracy | test macro-F1 | best validation macro-F1 | seeds | lr "
              "| steps |",
              "|---|---|---|---|---|---|---|---|"]

@@ -160,6 +160,35 @@ def test_the_returned_model_is_the_best_on_validation_not_the_last(models, tmp_p
     assert all(torch.equal(final[k], seen[1][k]) for k in final)
 
 
+@pytest.mark.parametrize("val_select", ["full", "sample"])
+def test_validation_score_is_the_best_checkpoint_on_the_whole_split_or_the_sample(models, tmp_path, val_select):
+    import stages.finetune as ft
+
+    df = read_task(models.task)
+    n_val = int((df["split"] == "validation").sum())
+    cfg = load_config(write_params(tmp_path / "p.yaml", max_eval_examples=5, val_select=val_select, epochs=1), "bert")
+    out = finetune(cfg, paradigm="bert", init="pretrained", model_dir=models.models["bert"], df=df,
+                   log=lambda m: None)
+    m = out["metrics"]
+    sample_best = max(row["val_macro_f1"] for row in out["curve"])
+    if val_select == "sample":
+        assert m["best_val_macro_f1"] == sample_best and m["val_examples"] == 5 and "sample_val_macro_f1" not in m
+    else:
+        # The returned (restored best) classifier, scored on every validation example, gives the reported score.
+        val = df[df["split"] == "validation"]
+        gold = val["label"].map({lab: i for i, lab in enumerate(LABELS)}).to_numpy()
+        pred = ft.predict(out["classifier"], out["tokenizer"], val["text"].tolist(), cfg, "bert")
+        assert m["val_examples"] == n_val > 5 and m["sample_val_macro_f1"] == sample_best
+        assert m["best_val_macro_f1"] == scores(gold, pred, len(LABELS))["macro_f1"]
+
+
+def test_unknown_val_select_is_refused(tmp_path):
+    from stages.config import ConfigError
+
+    with pytest.raises(ConfigError, match="val_select"):
+        load_config(write_params(tmp_path / "p.yaml", val_select="test"), "bert")
+
+
 def test_task_gate_rejects_unknown_labels_and_leaks(models, tmp_path, capsys):
     rows = task_rows()
     rows[0] = dict(rows[0], label="volcano")

@@ -78,10 +78,15 @@ def plot_tsv(history: list[dict], evals: list[dict]) -> str:
 
 def objective_options(train, paradigm: str) -> dict:
     """The objective's settings from the train config: BERT's selection rate, T5's objective."""
-    if train.objective and paradigm != "t5":
-        raise ValueError(f"objective: {train.objective!r} is for T5; {paradigm} trains with its own objective")
+    from stages.objectives import BERT_OBJECTIVES, T5_OBJECTIVES
+
+    own = {"bert": BERT_OBJECTIVES, "t5": T5_OBJECTIVES}.get(paradigm, ())
+    if train.objective and train.objective not in own:
+        raise ValueError(f"objective: {train.objective!r} is not one of {paradigm}'s objectives "
+                         f"({', '.join(own) or 'it has only its own'})")
     if paradigm == "bert":
-        return {"select": train.mlm_select}
+        return {"select": train.mlm_select, "objective": train.objective or "masked_lm",
+                "rtd_weight": train.rtd_weight}
     return {"objective": train.objective} if train.objective else {}
 
 
@@ -93,7 +98,8 @@ def run(cfg, *, paradigm: str, stage: str, tokens_dir: Path, corpus: str, tokeni
     from stages.tokenization.layout import load_layout
     from stages.training import distributed
     from stages.training.loop import train
-    from stages.training.models import build_model, flops_per_token, load_model
+    from stages.training.models import (attach_rtd_head, build_model, electra_flops_per_token, flops_per_token,
+                                        load_model, save_model)
 
     manifest_path = tokens_dir / "manifest.json"
     if not manifest_path.is_file():
@@ -120,8 +126,12 @@ def run(cfg, *, paradigm: str, stage: str, tokens_dir: Path, corpus: str, tokeni
     else:
         model = build_model(layout, cfg.model, seed=cfg.train.seed)
     objective = for_paradigm(layout, **objective_options(cfg.train, paradigm))
-    fpt = flops_per_token(model, layout, predicted_fraction=getattr(objective, "select", 1.0),
-                          targets_len=getattr(objective, "targets_len", None))
+    if objective.name == "electra":
+        attach_rtd_head(model, seed=cfg.train.seed, init=init)
+        fpt = electra_flops_per_token(model, layout, select=objective.select)
+    else:
+        fpt = flops_per_token(model, layout, predicted_fraction=getattr(objective, "select", 1.0),
+                              targets_len=getattr(objective, "targets_len", None))
     run_id = fingerprint(stage, paradigm, corpus, asdict(cfg), dist.world, manifest["corpora"][corpus],
                          manifest["tokenizer"]["sha256"], _file_sha(init / "model.safetensors") if init else None)
     result = train(model, objective, train_blocks, eval_blocks, cfg.train, flops_per_token=fpt,
@@ -139,7 +149,7 @@ def run(cfg, *, paradigm: str, stage: str, tokens_dir: Path, corpus: str, tokeni
                    "flops_per_second": float(f"{result.flops_per_second:.4g}"),
                    "mfu": None if result.mfu is None else round(result.mfu, 4), "resumed_from": result.resumed_from}
         with atomic_dir(output_dir) as tmp:
-            model.save_pretrained(str(tmp))
+            save_model(model, tmp)
             for f in sorted(tokenizer_dir.iterdir()):
                 if f.is_file():
                     shutil.copy2(f, tmp / ("tokenizer_provenance.json" if f.name == "provenance.json" else f.name))

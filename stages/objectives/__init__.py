@@ -16,11 +16,21 @@ if TYPE_CHECKING:
 
 # T5's objectives (train.objective): its own span corruption and the alternatives in stages.objectives.denoisers.
 T5_OBJECTIVES = ("span_corruption", "ul2", "prefix_lm", "reconstruct")
+# BERT's: masked LM and ELECTRA's replaced-token detection (stages.objectives.electra).
+BERT_OBJECTIVES = ("masked_lm", "electra")
 
 
 def for_paradigm(layout: "BlockLayout", **kwargs):
     """The objective of ``layout.paradigm`` (keyword arguments: that objective's settings)."""
     if layout.paradigm == "bert":
+        objective = kwargs.pop("objective", "masked_lm") or "masked_lm"
+        if objective not in BERT_OBJECTIVES:
+            raise ValueError(f"objective: one of {', '.join(BERT_OBJECTIVES)} for bert; got {objective!r}")
+        if objective == "electra":
+            from stages.objectives.electra import ReplacedTokenDetection
+
+            return ReplacedTokenDetection(layout, **kwargs)
+        kwargs.pop("rtd_weight", None)
         from stages.objectives.masked_lm import MaskedLM
 
         return MaskedLM(layout, **kwargs)

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from stages.config import check, check_seed
-from stages.objectives import T5_OBJECTIVES
+from stages.objectives import BERT_OBJECTIVES, T5_OBJECTIVES
 
 
 # What ``precision`` may say (pre-training and fine-tuning): bf16 autocast where native, fp32, or bf16.
@@ -53,9 +53,11 @@ class TrainConfig:
     threads: CPU threads for torch (0 = torch's default).
     mlm_select: masked LM only: the share of positions selected for prediction (BERT: 0.15; Wettig et al.
     2023, "Should You Mask 15% in Masked Language Modeling?", found higher rates better for small budgets).
-    objective: T5 only: ``span_corruption`` (T5's own), ``ul2`` (span corruption and a prefix LM, half and
+    objective: T5: ``span_corruption`` (T5's own), ``ul2`` (span corruption and a prefix LM, half and
     half, per block), ``prefix_lm`` or ``reconstruct`` (the T5 paper's BERT-style denoising);
-    ``stages.objectives.denoisers`` says what each does. "" = the paradigm's own objective.
+    ``stages.objectives.denoisers`` says what each does. BERT: ``masked_lm`` (its own) or ``electra``
+    (replaced-token detection, ``stages.objectives.electra``; ``mlm_select`` is then the generator's masking
+    rate and ``rtd_weight`` the discriminator loss's weight, ELECTRA's 50). "" = the paradigm's own objective.
     scale_lr_by_rms: each tensor's step is ``lr`` times its root mean square (nanoT5's AdamWScale, Adafactor's
     relative steps), for T5, whose initialisation assumes such an optimizer: ``lr`` is then about 10x what
     plain AdamW takes (nanoT5: 2e-2)."""
@@ -81,11 +83,14 @@ class TrainConfig:
     threads: int = 0
     mlm_select: float = 0.15
     objective: str = ""
+    rtd_weight: float = 50.0
     scale_lr_by_rms: bool = False
 
     def __post_init__(self) -> None:
         check(0 < self.mlm_select < 1, "mlm_select: must be in (0, 1)")
-        check(self.objective in ("", *T5_OBJECTIVES), f"objective: one of '', {', '.join(T5_OBJECTIVES)}")
+        check(self.objective in ("", *T5_OBJECTIVES, *BERT_OBJECTIVES),
+              f"objective: one of '', {', '.join(T5_OBJECTIVES + BERT_OBJECTIVES)}")
+        check(self.rtd_weight > 0, "rtd_weight: must be > 0")
         check_seed("seed", self.seed)
         check(self.budget_tokens > 0 or self.budget_flops > 0, "budget_tokens: must be > 0 (or set budget_flops)")
         check(self.micro_batch >= 1, "micro_batch: must be >= 1")

@@ -213,7 +213,7 @@ def train(model, objective, train_blocks: np.ndarray, eval_blocks: np.ndarray | 
             log(f"[train] resuming from the checkpoint at step {start_step} of {total} ({checkpoint_dir})")
         elif state:
             log(f"[train] {checkpoint_dir} holds another run (params or inputs changed): starting over")
-    view, prepare = training_view(model, objective.name)
+    view, prepare = training_view(model, objective.name, rtd_weight=getattr(objective, "rtd_weight", 50.0))
     net = wrap(view, dist)
     step_fn = torch.compile(net) if cfg.compile else net
     peak = peak_flops(device, cfg)

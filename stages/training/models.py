@@ -153,7 +153,7 @@ def _masked_positions(batch: dict) -> dict:
     return {**batch, "positions": positions}
 
 
-def training_view(model, objective_name: str):
+def training_view(model, objective_name: str, *, rtd_weight: float = 50.0):
     """The module the training loop calls: ``model`` itself, or for BERT's MLM a view that applies the output
     layer (transform + vocabulary projection) at the selected positions only. The stock forward projects
     every position and then ignores 85% of them; for a small model the projection is most of the compute
@@ -166,6 +166,8 @@ def training_view(model, objective_name: str):
     import torch
 
     body_name = next((n for n in ("bert", "deberta") if hasattr(model, n)), None)
+    if objective_name == "electra":
+        return _electra_view(model, body_name, rtd_weight), _masked_positions
     if objective_name != "masked_lm" or body_name is None or not hasattr(model, "cls"):
         return model, (lambda batch: batch)
 
@@ -187,3 +189,111 @@ def training_view(model, objective_name: str):
             return SimpleNamespace(loss=loss, logits=logits, labels=target)
 
     return _View(model), _masked_positions
+
+
+def attach_rtd_head(model, *, seed: int, init=None) -> None:
+    """Give a masked-LM model ELECTRA's discriminator head (dense, GELU, one logit per token) as the
+    submodule ``rtd_head``, so the optimizer and checkpoints include it; with ``init`` (a model folder that
+    holds one in ``rtd_head.safetensors``, e.g. the general model DAPT continues) its trained weights."""
+    from pathlib import Path
+
+    import torch
+
+    from stages.objectives.electra import RTD_HEAD_FILE
+
+    d = model.config.hidden_size
+    generator = torch.Generator().manual_seed(seed)
+    head = torch.nn.Sequential(torch.nn.Linear(d, d), torch.nn.GELU(), torch.nn.Linear(d, 1))
+    with torch.no_grad():
+        for layer in (head[0], head[2]):
+            layer.weight.normal_(0.0, model.config.initializer_range, generator=generator)
+            layer.bias.zero_()
+    if init is not None and (Path(init) / RTD_HEAD_FILE).is_file():
+        from safetensors.torch import load_file
+
+        head.load_state_dict(load_file(str(Path(init) / RTD_HEAD_FILE)))
+    model.rtd_head = head.to(next(model.parameters()).device)
+
+
+def save_model(model, folder) -> None:
+    """``save_pretrained`` of the stock class; an ELECTRA discriminator head goes beside it in its own file,
+    so the folder still loads as the stock masked-LM model."""
+    from pathlib import Path
+
+    head = getattr(model, "rtd_head", None)
+    if head is None:
+        model.save_pretrained(str(folder))
+        return
+    from safetensors.torch import save_file
+
+    from stages.objectives.electra import RTD_HEAD_FILE
+
+    del model.rtd_head
+    try:
+        model.save_pretrained(str(folder))
+        save_file({k: v.detach().cpu().contiguous() for k, v in head.state_dict().items()},
+                  str(Path(folder) / RTD_HEAD_FILE))
+    finally:
+        model.rtd_head = head
+
+
+def electra_flops_per_token(model, layout: "BlockLayout", *, select: float) -> float:
+    """ELECTRA with tied generator and discriminator: the masked-LM pass of :func:`flops_per_token` (output
+    layer at the selected share) plus a second pass of the transformer on the corrupted text and the
+    discriminator head at every position (6 x its parameters per token)."""
+    cfg = model.config
+    head = getattr(model, "rtd_head", None)
+    head_params = sum(p.numel() for p in head.parameters()) if head is not None else 0
+    mlm = flops_per_token(model, layout, predicted_fraction=select) - 6 * head_params
+    n = sum(p.numel() for p in model.parameters()) - head_params
+    d, layers = cfg.hidden_size, cfg.num_hidden_layers
+    body = 6 * (n - (d * d + cfg.vocab_size * d))  # without the vocabulary output layer
+    disentangled = 2 if getattr(cfg, "model_type", "") == "deberta-v2" else 1
+    return mlm + body + 12 * disentangled * layers * d * layout.seq_len + 6 * head_params
+
+
+def _electra_view(model, body_name, rtd_weight: float):
+    """The training module of ELECTRA (tied generator and discriminator, see ``stages.objectives.electra``):
+    the generator's masked-LM loss at the selected positions, replacements sampled from its distribution by
+    inverse CDF with the batch's uniform numbers (no gradient through the sampling, as the paper), the
+    discriminator's binary cross-entropy over every real token. In evaluation (the model in eval mode) the
+    loss is the generator's masked-LM loss alone, comparable with masked-LM runs at the same rate."""
+    from types import SimpleNamespace
+
+    import torch
+
+    if body_name is None or not hasattr(model, "cls") or not hasattr(model, "rtd_head"):
+        raise ValueError("electra: needs a masked-LM model with an rtd_head (stages.training.models.attach_rtd_head)")
+
+    class _Electra(torch.nn.Module):
+        def __init__(self, inner) -> None:
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, input_ids, attention_mask=None, labels=None, positions=None, original_ids=None,
+                    sample_u=None, **kwargs):
+            body = getattr(self.inner, body_name)
+            hidden = body(input_ids=input_ids, attention_mask=attention_mask, **kwargs)[0]
+            picked = hidden.reshape(-1, hidden.size(-1)).index_select(0, positions)
+            target = labels.reshape(-1).index_select(0, positions)
+            logits = self.inner.cls(picked)
+            count = max(len(positions), 1)
+            mlm = torch.nn.functional.cross_entropy(logits.float(), target, reduction="sum") / count
+            if not self.inner.training:
+                return SimpleNamespace(loss=mlm, logits=logits, labels=target)
+            with torch.no_grad():
+                cdf = torch.softmax(logits.float(), dim=-1).cumsum(-1)
+                u = sample_u.reshape(-1).index_select(0, positions).unsqueeze(1) * cdf[:, -1:]
+                sampled = torch.searchsorted(cdf, u).squeeze(1).clamp(max=cdf.size(1) - 1)
+                corrupted = original_ids.reshape(-1).clone()
+                corrupted[positions] = sampled
+                corrupted = corrupted.view_as(original_ids)
+                replaced = (corrupted != original_ids).float()
+            disc = body(input_ids=corrupted, attention_mask=attention_mask, **kwargs)[0]
+            rtd_logits = self.inner.rtd_head(disc).squeeze(-1).float()
+            real = (attention_mask.bool() if attention_mask is not None else torch.ones_like(replaced, dtype=torch.bool))
+            rtd = torch.nn.functional.binary_cross_entropy_with_logits(rtd_logits[real], replaced[real])
+            return SimpleNamespace(loss=mlm + rtd_weight * rtd, logits=logits, labels=target, mlm_loss=mlm,
+                                   rtd_loss=rtd)
+
+    return _Electra(model)

@@ -99,8 +99,14 @@ def test_the_train_config_chooses_t5s_objective_and_no_other_paradigms():
 
     assert objective_options(TrainConfig(objective="ul2"), "t5") == {"objective": "ul2"}
     assert objective_options(TrainConfig(), "t5") == {}
-    assert objective_options(TrainConfig(mlm_select=0.3), "bert") == {"select": 0.3}
-    with pytest.raises(ValueError, match="objective: 'ul2' is for T5"):
+    assert objective_options(TrainConfig(mlm_select=0.3), "bert") == {"select": 0.3, "objective": "masked_lm",
+                                                                      "rtd_weight": 50.0}
+    assert objective_options(TrainConfig(objective="electra", rtd_weight=20.0), "bert")["rtd_weight"] == 20.0
+    with pytest.raises(ValueError, match="objective: 'ul2' is not one of gpt's"):
         objective_options(TrainConfig(objective="ul2"), "gpt")
+    with pytest.raises(ValueError, match="objective: 'ul2' is not one of bert's objectives"):
+        objective_options(TrainConfig(objective="ul2"), "bert")
+    with pytest.raises(ValueError, match="objective: 'electra' is not one of t5's objectives"):
+        objective_options(TrainConfig(objective="electra"), "t5")
     with pytest.raises(ValueError, match="objective: one of"):
-        TrainConfig(objective="electra")
+        TrainConfig(objective="replaced_tokens")

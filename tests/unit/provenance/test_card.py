@@ -224,3 +224,16 @@ def test_a_card_does_not_depend_on_the_order_of_the_records_keys():
     assert generative_card(rec, "data/models/dapt/t5") == generative_card(stored, "data/models/dapt/t5")
     card = classifier_card(rec)
     assert card.index("**general**") < card.index("**task**")
+
+
+def test_the_objective_line_names_electra_when_bert_pre_trained_with_it():
+    from stages.provenance.card import _objective
+
+    def record(train: dict) -> dict:
+        return {"stages": {"pretrain@bert": {"params": {"params.yaml": {
+            "pretrain.defaults": {"train": {"mlm_select": 0.15}}, "pretrain.bert": {"train": train}}}}}}
+
+    assert _objective(record({"mlm_select": 0.3}), "pretrain@bert") == \
+        "masked language modelling, 30% of the positions selected for prediction"
+    electra = _objective(record({"objective": "electra"}), "pretrain@bert")
+    assert electra.startswith("replaced-token detection (ELECTRA") and "15% of the positions masked" in electra

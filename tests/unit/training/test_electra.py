@@ -1,0 +1,158 @@
+"""ELECTRA's replaced-token detection (Clark et al. 2020): the objective's batch, the sampling of replacements
+from the generator, the discriminator's targets and loss, and a pre-training stage run end to end."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+import yaml
+
+from stages.objectives import for_paradigm
+from stages.objectives.electra import RTD_HEAD_FILE, ReplacedTokenDetection
+from stages.training.data import generators, make_batch
+from stages.training.models import (attach_rtd_head, build_model, electra_flops_per_token, flops_per_token,
+                                    save_model, training_view)
+from tests.unit.objectives.test_masked_lm import LAYOUT, MASK, make_rows, near
+from tests.unit.training.test_schedule_and_flops import BERT, SMALL
+
+
+def test_selected_positions_are_all_masked_and_originals_and_uniforms_come_along():
+    rows = make_rows()
+    out = ReplacedTokenDetection(LAYOUT, select=0.15)(rows, generators(3, 0, [0] * len(rows), np.arange(len(rows))))
+    ids, inputs, labels = rows.astype(np.int64), out["input_ids"].numpy(), out["labels"].numpy()
+    selected = labels != -100
+    assert np.array_equal(out["original_ids"].numpy(), ids)
+    assert (inputs[selected] == MASK).all(), "ELECTRA masks every selected position (no 80/10/10)"
+    assert np.array_equal(inputs[~selected], ids[~selected]) and np.array_equal(labels[selected], ids[selected])
+    maskable = ~np.isin(ids, [0, 2, 3, 4])
+    assert near(selected.sum() / maskable.sum(), 0.15, int(maskable.sum()))
+    u = out["sample_u"].numpy()
+    assert u.dtype == np.float32 and u.shape == ids.shape and 0 <= u.min() and u.max() < 1
+    assert abs(u.mean() - 0.5) < 0.01
+
+
+def test_for_paradigm_picks_the_objective_and_refuses_unknown_ones():
+    assert for_paradigm(LAYOUT, objective="electra", select=0.2, rtd_weight=30.0).rtd_weight == 30.0
+    assert for_paradigm(LAYOUT, objective="masked_lm", select=0.2, rtd_weight=30.0).name == "masked_lm"
+    with pytest.raises(ValueError, match="objective"):
+        for_paradigm(LAYOUT, objective="span_corruption")
+    with pytest.raises(ValueError, match="rtd_weight"):
+        ReplacedTokenDetection(LAYOUT, rtd_weight=0)
+
+
+def electra_batch(rows: int = 6, seed: int = 3) -> dict:
+    rng = np.random.default_rng(seed)
+    blocks = rng.integers(5, BERT.vocab_size, size=(rows, BERT.block_len)).astype(np.uint32)
+    blocks[:, 0], blocks[:, -1] = BERT.cls_id, BERT.sep_id
+    blocks[1, 20:] = BERT.pad_id
+    blocks[1, 19] = BERT.sep_id
+    ids = np.arange(rows)
+    return make_batch(for_paradigm(BERT, objective="electra", select=0.3), blocks, ids,
+                      generators(seed, 0, [0] * rows, ids))
+
+
+def test_replacements_are_sampled_from_the_generator_and_the_discriminator_learns_which():
+    model = build_model(BERT, SMALL, seed=1)
+    attach_rtd_head(model, seed=0)
+    batch = electra_batch()
+    view, prepare = training_view(model, "electra", rtd_weight=50.0)
+    seen = {}
+    real_head = model.rtd_head.forward
+
+    def spy(hidden):  # record what the discriminator saw
+        seen["called"] = True
+        return real_head(hidden)
+
+    model.rtd_head.forward = spy
+    out = view(**prepare(batch))
+    assert seen.get("called")
+    mlm_view, mlm_prepare = training_view(model, "masked_lm")
+    mlm = mlm_view(**mlm_prepare({k: batch[k] for k in ("input_ids", "attention_mask", "labels")}))
+    torch.testing.assert_close(out.mlm_loss, mlm.loss)  # the generator's loss is the masked-LM loss
+    torch.testing.assert_close(out.loss, out.mlm_loss + 50.0 * out.rtd_loss)
+    out.loss.backward()
+    assert model.rtd_head[2].weight.grad is not None and model.rtd_head[2].weight.grad.abs().sum() > 0
+    model.eval()
+    evaluated = view(**prepare(batch))
+    torch.testing.assert_close(evaluated.loss, out.mlm_loss.detach())  # evaluation: the masked-LM loss alone
+
+
+def test_inverse_cdf_sampling_follows_the_generator_distribution():
+    # A generator that always puts all its mass on token 7 replaces every selected position with 7; the
+    # discriminator's targets are then "replaced" exactly where the original was not 7.
+    model = build_model(BERT, SMALL, seed=1)
+    attach_rtd_head(model, seed=0)
+    with torch.no_grad():
+        model.cls.predictions.bias.fill_(-30.0)
+        model.cls.predictions.bias[7] = 30.0
+    batch = electra_batch()
+    captured = {}
+    body = model.deberta if hasattr(model, "deberta") else model.bert
+    real = body.forward
+
+    def record(input_ids=None, **kw):
+        captured.setdefault("inputs", []).append(input_ids.clone())
+        return real(input_ids=input_ids, **kw)
+
+    body.forward = record
+    view, prepare = training_view(model, "electra")
+    view(**prepare(batch))
+    corrupted = captured["inputs"][1]
+    selected = batch["labels"] != -100
+    assert (corrupted[selected] == 7).all() and torch.equal(corrupted[~selected], batch["original_ids"][~selected])
+
+
+def test_saved_model_is_the_stock_class_with_the_head_beside_it(tmp_path):
+    from transformers import AutoModelForMaskedLM
+
+    model = build_model(BERT, SMALL, seed=1)
+    attach_rtd_head(model, seed=5)
+    save_model(model, tmp_path)
+    assert hasattr(model, "rtd_head") and (tmp_path / RTD_HEAD_FILE).is_file()
+    loaded = AutoModelForMaskedLM.from_pretrained(str(tmp_path))
+    assert not hasattr(loaded, "rtd_head")
+    attach_rtd_head(loaded, seed=99, init=tmp_path)  # DAPT continues the trained head, not a fresh one
+    for a, b in zip(model.rtd_head.parameters(), loaded.rtd_head.parameters()):
+        assert torch.equal(a, b)
+
+
+def test_flops_count_a_second_pass_of_the_transformer():
+    model = build_model(BERT, SMALL, seed=1)
+    mlm = flops_per_token(model, BERT, predicted_fraction=0.15)
+    attach_rtd_head(model, seed=0)
+    electra = electra_flops_per_token(model, BERT, select=0.15)
+    assert mlm < electra < 2.2 * mlm
+
+
+def test_pretrain_and_dapt_stages_train_electra(datasets, tmp_path):
+    from stages.pretrain import main
+    from tests.unit.training.conftest import BASE_PARAMS
+
+    params = json.loads(json.dumps(BASE_PARAMS))
+    params["pretrain"]["bert"] = {"train": {"objective": "electra", "mlm_select": 0.25}}
+    params["dapt"]["bert"] = {"train": {"objective": "electra", "mlm_select": 0.25}}
+    path = tmp_path / "params.yaml"
+    path.write_text(yaml.safe_dump(params))
+    out, dapt = tmp_path / "general", tmp_path / "dapt"
+    assert main(datasets.args("bert", out, path, metrics=tmp_path / "m.json")) == 0
+    metrics = json.loads((tmp_path / "m.json").read_text())
+    assert metrics["eval_loss"] > 0 and (out / RTD_HEAD_FILE).is_file()
+    training = json.loads((out / "training.json").read_text())
+    assert training["config"]["train"]["objective"] == "electra"
+    assert main(datasets.args("bert", dapt, path, section="dapt", corpus="domain", init=out)) == 0
+    assert (dapt / RTD_HEAD_FILE).is_file()
+
+
+def test_electra_is_refused_for_other_paradigms(datasets, tmp_path, capsys):
+    from stages.pretrain import main
+    from tests.unit.training.conftest import BASE_PARAMS
+
+    params = json.loads(json.dumps(BASE_PARAMS))
+    params["pretrain"]["gpt"] = {"train": {"objective": "electra"}}
+    path = tmp_path / "params.yaml"
+    path.write_text(yaml.safe_dump(params))
+    assert main(datasets.args("gpt", tmp_path / "out", path)) == 1
+    assert "electra" in capsys.readouterr().err

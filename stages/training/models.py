@@ -177,18 +177,25 @@ def training_view(model, objective_name: str, *, rtd_weight: float = 50.0):
             self.inner = inner
 
         def forward(self, input_ids, attention_mask=None, labels=None, positions=None, **kwargs):
-            from types import SimpleNamespace
-
-            body = getattr(self.inner, body_name)
-            hidden = body(input_ids=input_ids, attention_mask=attention_mask, **kwargs)[0]
-            picked = hidden.reshape(-1, hidden.size(-1)).index_select(0, positions)
-            target = labels.reshape(-1).index_select(0, positions)
-            logits = self.inner.cls(picked)
-            # sum / max(count, 1): an empty selection gives 0 (not NaN) without asking the device for the count
-            loss = torch.nn.functional.cross_entropy(logits.float(), target, reduction="sum") / max(len(positions), 1)
-            return SimpleNamespace(loss=loss, logits=logits, labels=target)
+            return _sparse_mlm(self.inner, body_name, input_ids, attention_mask, labels, positions, **kwargs)
 
     return _View(model), _masked_positions
+
+
+def _sparse_mlm(inner, body_name: str, input_ids, attention_mask, labels, positions, **kwargs):
+    """The masked-LM loss with the output layer at the selected ``positions`` only (``training_view``);
+    returns (loss, logits, labels) of those positions."""
+    from types import SimpleNamespace
+
+    import torch
+
+    hidden = getattr(inner, body_name)(input_ids=input_ids, attention_mask=attention_mask, **kwargs)[0]
+    picked = hidden.reshape(-1, hidden.size(-1)).index_select(0, positions)
+    target = labels.reshape(-1).index_select(0, positions)
+    logits = inner.cls(picked)
+    # sum / max(count, 1): an empty selection gives 0 (not NaN) without asking the device for the count
+    loss = torch.nn.functional.cross_entropy(logits.float(), target, reduction="sum") / max(len(positions), 1)
+    return SimpleNamespace(loss=loss, logits=logits, labels=target)
 
 
 def attach_rtd_head(model, *, seed: int, init=None) -> None:
@@ -244,12 +251,13 @@ def electra_flops_per_token(model, layout: "BlockLayout", *, select: float) -> f
     cfg = model.config
     head = getattr(model, "rtd_head", None)
     head_params = sum(p.numel() for p in head.parameters()) if head is not None else 0
-    mlm = flops_per_token(model, layout, predicted_fraction=select) - 6 * head_params
     n = sum(p.numel() for p in model.parameters()) - head_params
     d, layers = cfg.hidden_size, cfg.num_hidden_layers
     body = 6 * (n - (d * d + cfg.vocab_size * d))  # without the vocabulary output layer
     disentangled = 2 if getattr(cfg, "model_type", "") == "deberta-v2" else 1
-    return mlm + body + 12 * disentangled * layers * d * layout.seq_len + 6 * head_params
+    # flops_per_token counts every parameter of ``model``, the head's included (6 x its size per token)
+    attention = 12 * disentangled * layers * d * layout.seq_len
+    return flops_per_token(model, layout, predicted_fraction=select) + body + attention
 
 
 def _electra_view(model, body_name, rtd_weight: float):
@@ -263,7 +271,8 @@ def _electra_view(model, body_name, rtd_weight: float):
     import torch
 
     if body_name is None or not hasattr(model, "cls") or not hasattr(model, "rtd_head"):
-        raise ValueError("electra: needs a masked-LM model with an rtd_head (stages.training.models.attach_rtd_head)")
+        raise ValueError("electra: needs a masked-LM model with an rtd_head "
+                         "(stages.training.models.attach_rtd_head)")
 
     class _Electra(torch.nn.Module):
         def __init__(self, inner) -> None:
@@ -272,28 +281,22 @@ def _electra_view(model, body_name, rtd_weight: float):
 
         def forward(self, input_ids, attention_mask=None, labels=None, positions=None, original_ids=None,
                     sample_u=None, **kwargs):
-            body = getattr(self.inner, body_name)
-            hidden = body(input_ids=input_ids, attention_mask=attention_mask, **kwargs)[0]
-            picked = hidden.reshape(-1, hidden.size(-1)).index_select(0, positions)
-            target = labels.reshape(-1).index_select(0, positions)
-            logits = self.inner.cls(picked)
-            count = max(len(positions), 1)
-            mlm = torch.nn.functional.cross_entropy(logits.float(), target, reduction="sum") / count
+            generator = _sparse_mlm(self.inner, body_name, input_ids, attention_mask, labels, positions, **kwargs)
             if not self.inner.training:
-                return SimpleNamespace(loss=mlm, logits=logits, labels=target)
+                return generator
             with torch.no_grad():
-                cdf = torch.softmax(logits.float(), dim=-1).cumsum(-1)
+                cdf = torch.softmax(generator.logits.float(), dim=-1).cumsum(-1)
                 u = sample_u.reshape(-1).index_select(0, positions).unsqueeze(1) * cdf[:, -1:]
                 sampled = torch.searchsorted(cdf, u).squeeze(1).clamp(max=cdf.size(1) - 1)
                 corrupted = original_ids.reshape(-1).clone()
                 corrupted[positions] = sampled
                 corrupted = corrupted.view_as(original_ids)
                 replaced = (corrupted != original_ids).float()
-            disc = body(input_ids=corrupted, attention_mask=attention_mask, **kwargs)[0]
+            disc = getattr(self.inner, body_name)(input_ids=corrupted, attention_mask=attention_mask, **kwargs)[0]
             rtd_logits = self.inner.rtd_head(disc).squeeze(-1).float()
-            real = (attention_mask.bool() if attention_mask is not None else torch.ones_like(replaced, dtype=torch.bool))
+            real = attention_mask.bool() if attention_mask is not None else torch.ones_like(replaced, dtype=torch.bool)
             rtd = torch.nn.functional.binary_cross_entropy_with_logits(rtd_logits[real], replaced[real])
-            return SimpleNamespace(loss=mlm + rtd_weight * rtd, logits=logits, labels=target, mlm_loss=mlm,
-                                   rtd_loss=rtd)
+            return SimpleNamespace(loss=generator.loss + rtd_weight * rtd, logits=generator.logits,
+                                   labels=generator.labels, mlm_loss=generator.loss, rtd_loss=rtd)
 
     return _Electra(model)

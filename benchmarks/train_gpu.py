@@ -25,6 +25,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from stages.common.live import RowLog  # noqa: E402
 from stages.objectives import for_paradigm  # noqa: E402
 from stages.objectives.span_corruption import input_and_target_lengths  # noqa: E402
 from stages.tokenization.layout import BlockLayout  # noqa: E402
@@ -85,18 +86,19 @@ def measure(paradigm: str, sizes, steps: int, compile_: bool, device: str, micro
     fpt = flops_per_token(model, layout, predicted_fraction=getattr(objective, "select", 1.0))
     cfg = TrainConfig(budget_tokens=steps * micro * seq_len, micro_batch=micro, lr=3e-4, compile=compile_,
                       eval_every=10**9, checkpoint_every=10**9, log_every=10, warmup_fraction=0.1)
+    live = RowLog()
     res = train(model, objective, blocks, None, cfg, flops_per_token=fpt, seq_len=seq_len,
                 dist=Dist(device=device), checkpoint_dir=None, fingerprint="bench", log=lambda m: None,
-                progress=False)
-    steady = res.history[1:] or res.history  # the first log row carries compilation and warm-up
-    tps = float(np.median([r["tokens_per_second"] for r in steady]))
+                progress=False, live=live)
+    steady = live.train_rows[1:] or live.train_rows  # the first log row carries compilation and warm-up
+    tps = float(np.median([r["train/tokens_per_second"] for r in steady]))
     step_ms = micro * seq_len / tps * 1e3
     host_ms = host_ms_per_step(objective, blocks, micro, min(steps, 20))
     peak_gib = torch.cuda.max_memory_allocated() / 2**30 if device.startswith("cuda") else None
     return {"parameters": sum(p.numel() for p in model.parameters()), "seq_len": seq_len, "micro_batch": micro,
             "flops_per_token": fpt, "tokens_per_second": round(tps, 1), "step_ms": round(step_ms, 2),
             "host_ms_per_step": round(host_ms, 2), "peak_memory_gib": None if peak_gib is None else round(peak_gib, 2),
-            "mfu": None if steady[-1]["mfu"] is None else round(float(np.median([r["mfu"] for r in steady])), 4),
+            "mfu": None if steady[-1]["train/mfu"] is None else round(float(np.median([r["train/mfu"] for r in steady])), 4),
             "final_loss": res.history[-1]["loss"]}
 
 

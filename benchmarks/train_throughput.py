@@ -58,6 +58,7 @@ def fresh_model(layout):
 
 
 def run_ours(layout, blocks, objective, steps: int, warm: int) -> dict:
+    from stages.common.live import RowLog
     from stages.training.config import TrainConfig
     from stages.training.distributed import Dist
     from stages.training.loop import train
@@ -66,14 +67,16 @@ def run_ours(layout, blocks, objective, steps: int, warm: int) -> dict:
     model = fresh_model(layout)
     cfg = TrainConfig(budget_tokens=steps * MB * SEQ, micro_batch=MB, grad_accum=1, lr=LR, precision="fp32",
                       eval_every=10**9, checkpoint_every=10**9, log_every=10, seed=0)
+    live = RowLog()
     t0 = time.perf_counter()
     res = train(model, objective, blocks, None, cfg, flops_per_token=flops_per_token(model, layout, predicted_fraction=getattr(objective, "select", 1.0)),
                 seq_len=SEQ,
-                dist=Dist(), checkpoint_dir=None, fingerprint="bench", log=lambda m: None, progress=False)
+                dist=Dist(), checkpoint_dir=None, fingerprint="bench", log=lambda m: None, progress=False, live=live)
     wall = time.perf_counter() - t0
     assert res.steps == steps
-    prev = [0] + [h["step"] for h in res.history]  # log windows after the warm-up steps: tokens, seconds
-    late = [((h["step"] - s) * MB * SEQ, h["tokens_per_second"]) for s, h in zip(prev, res.history) if s >= warm]
+    rows = live.train_rows
+    prev = [0] + [h["step"] for h in rows]  # log windows after the warm-up steps: tokens, seconds
+    late = [((h["step"] - s) * MB * SEQ, h["train/tokens_per_second"]) for s, h in zip(prev, rows) if s >= warm]
     steady = sum(t for t, _ in late) / sum(t / v for t, v in late) if late else None
     return {"tokens_per_s": res.tokens_per_second, "wall_tokens_per_s": steps * MB * SEQ / wall,
             "steady_tokens_per_s": steady, "wall_s": wall, "final_loss": res.history[-1]["loss"]}

@@ -198,10 +198,13 @@ def evaluate_all(cfg: EvaluateConfig, *, df, finetuned: Path, pretrained: Path, 
     any_run = next(iter(runs.values()))["metrics"]
     majority = {"test_accuracy": any_run["majority_test_accuracy"], "test_macro_f1": any_run["majority_test_macro_f1"]}
 
+    sections: dict[str, float] = {}
+
     def timed(name, fn):
         start = time.perf_counter()
         out = fn()
-        log(f"[evaluate] {name}: {time.perf_counter() - start:.0f} s")
+        sections[name] = time.perf_counter() - start
+        log(f"[evaluate] {name}: {sections[name]:.0f} s")
         return out
 
     gate = decide({n: r["metrics"] for n, r in runs.items()}, cfg.gate)
@@ -233,6 +236,10 @@ def evaluate_all(cfg: EvaluateConfig, *, df, finetuned: Path, pretrained: Path, 
     from stages.evaluation.verdict import verdict
 
     result["verdict"] = verdict(result)
+    full = next((pt for pt in base["points"] if pt["train_examples"] == result["full_n"]),
+                base["points"][-1]) if base else None
+    # wall times: beside the result, never in the tracked report or metrics (stages.evaluation.timings)
+    result["timings"] = {"sections": sections, "tfidf_fit_seconds": full["seconds"] if full else None}
     return result
 
 
@@ -263,8 +270,11 @@ def main(argv: Iterable[str] | None = None) -> int:
     ap.add_argument("--report", type=Path, required=True)
     ap.add_argument("--figures", type=Path, required=True)
     ap.add_argument("--gate", type=Path, required=True, help="the model quality gate's verdict (JSON)")
+    ap.add_argument("--timings", type=Path, help="wall times and throughput of this workspace's runs (Markdown; "
+                                                 "untracked: see stages.evaluation.timings)")
+    ap.add_argument("--live", type=Path, default=Path("reports/live"), help="the runs' live logs (read)")
     args = ap.parse_args(list(argv) if argv is not None else None)
-    if overlap_error(args, ["metrics", "plots", "report", "figures", "gate"],
+    if overlap_error(args, ["metrics", "plots", "report", "figures", "gate", "timings"],
                      ["params", "task", "finetuned", "pretrained", "dapt", "tokens"]):
         return 1
     from stages.common.atomic import atomic_dir
@@ -290,6 +300,11 @@ def main(argv: Iterable[str] | None = None) -> int:
     write_bytes_atomic(args.report, markdown(result, figures_dir=rel).encode("utf-8"))
     write_json_atomic(args.metrics, metrics_json(result))
     write_json_atomic(args.gate, result["gate"])
+    if args.timings:
+        from stages.evaluation import timings
+
+        t = timings.collect(args.live, result["timings"]["sections"], result["timings"]["tfidf_fit_seconds"])
+        write_bytes_atomic(args.timings, timings.markdown(t).encode("utf-8"))
     verdict = "passed" if result["gate"]["passed"] else "FAILED (the package stage will not ship it)"
     log(f"[evaluate] model gate {verdict}: {result['gate']['selected']} (best validation macro-F1)")
     return 0

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import csv
 import io
+import shutil
 import sys
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
@@ -224,8 +225,25 @@ def predict(clf, tok, texts: list[str], cfg: FinetuneConfig, paradigm: str) -> n
 
 
 def finetune(cfg: FinetuneConfig, *, paradigm: str, init: str, model_dir: Path, df, train_examples: int | None = None,
-             log=print, progress: bool = False) -> dict:
-    """Train a classifier; returns scores, the curve and the model (best validation state restored)."""
+             log=print, progress: bool = False, live_dir: Path | None = None) -> dict:
+    """Train a classifier; returns scores, the curve and the model (best validation state restored).
+    ``live_dir``: the run's live log (its curve as it trains, and its wall time; :mod:`stages.common.live`)."""
+    import time
+
+    from stages.common.live import LiveLog
+
+    with LiveLog(live_dir) as live:
+        started = time.perf_counter()
+        out = _finetune(cfg, paradigm=paradigm, init=init, model_dir=model_dir, df=df,
+                        train_examples=train_examples, log=log, progress=progress, live=live)
+        m = out["metrics"]
+        live.summary({"seconds": round(time.perf_counter() - started, 1), "steps": m["steps"],
+                      "best_val_macro_f1": m["best_val_macro_f1"], "test_macro_f1": m["test_macro_f1"]})
+    return out
+
+
+def _finetune(cfg: FinetuneConfig, *, paradigm: str, init: str, model_dir: Path, df, train_examples: int | None,
+              log, progress: bool, live) -> dict:
     import torch
     from transformers import AutoTokenizer
 
@@ -287,6 +305,8 @@ def finetune(cfg: FinetuneConfig, *, paradigm: str, init: str, model_dir: Path, 
                 val_scores = scores(y_val, predict(clf, tok, val["text"].tolist(), cfg, paradigm), len(cfg.labels))
                 curve.append({"step": step, "epoch": epoch + 1, "loss": round(running / since, 5),
                               "val_accuracy": val_scores["accuracy"], "val_macro_f1": val_scores["macro_f1"]})
+                live.log(step, {"train/loss": curve[-1]["loss"], "train/lr": optimizer.param_groups[0]["lr"],
+                                "val/accuracy": val_scores["accuracy"], "val/macro_f1": val_scores["macro_f1"]})
                 running, since = 0.0, 0
                 if bar is not None:
                     bar.set_postfix(loss=f"{curve[-1]['loss']:.3f}", val_f1=f"{val_scores['macro_f1']:.3f}")
@@ -338,14 +358,16 @@ def _seed_run(state: dict, job: dict) -> dict:
     cfg = dataclasses.replace(state["cfg"], seed=job["seed"], lr=job["lr"])
     if state.get("threads"):
         cfg = dataclasses.replace(cfg, threads=state["threads"])
+    live = state.get("live_dir")
     run = finetune(cfg, paradigm=state["paradigm"], init=state["init"], model_dir=Path(state["model_dir"]),
                    df=state["df"], log=state.get("log") or (lambda m: print(m, file=sys.stderr, flush=True)),
-                   progress=state.get("progress", False))
+                   progress=state.get("progress", False),
+                   live_dir=Path(live) / f"lr{job['lr']:g}-seed{job['seed']}" if live else None)
     return {"metrics": run["metrics"], "curve": run["curve"], "weights": run["classifier"].model.state_dict()}
 
 
 def finetune_seeds(cfg: FinetuneConfig, *, paradigm: str, init: str, model_dir: Path, df, log=print,
-                   progress: bool = False) -> dict:
+                   progress: bool = False, live_dir: Path | None = None) -> dict:
     """The stage's runs: the learning rate chosen on validation from ``lr_grid`` with the first seed, then
     every seed at that rate, ``workers`` runs at a time (the runs are independent: the result does not depend
     on ``workers``). Returns the best-on-validation run (its model is what the stage saves) with metrics that
@@ -365,7 +387,10 @@ def finetune_seeds(cfg: FinetuneConfig, *, paradigm: str, init: str, model_dir: 
     first_batch = ([{"seed": s, "lr": grid[0]} for s in cfg.seeds] if single else
                    [{"seed": first, "lr": lr} for lr in grid])
     workers = min(cfg.workers, max(len(first_batch), 0 if single else len(rest)))
+    if live_dir is not None and live_dir.exists():
+        shutil.rmtree(live_dir)  # the previous run's live logs: this run's replace them
     state = {"cfg": cfg, "paradigm": paradigm, "init": init, "model_dir": str(model_dir), "df": df,
+             "live_dir": str(live_dir) if live_dir is not None else None,
              **({"threads": 1} if workers > 1 else {"log": log, "progress": progress})}
     runs: dict[int, dict] = {}
     tried, best_lr, best_val = [], grid[0], -1.0
@@ -423,9 +448,11 @@ def main(argv: Iterable[str] | None = None) -> int:
     ap.add_argument("--metrics", type=Path)
     ap.add_argument("--plot", type=Path)
     ap.add_argument("--report", type=Path, help="task gate report (default: OUTPUT.gate.json beside OUTPUT)")
+    ap.add_argument("--live", type=Path, help="live log folder, one subfolder per run (DVCLive; untracked, see "
+                                              "stages.common.live)")
     ap.add_argument("--no-progress", action="store_true")
     args = ap.parse_args(list(argv) if argv is not None else None)
-    if overlap_error(args, ["output", "metrics", "plot", "report"], ["params", "task", "model"]):
+    if overlap_error(args, ["output", "metrics", "plot", "report", "live"], ["params", "task", "model"]):
         return 1
     from stages.quality.gate import GateFailed
 
@@ -437,7 +464,8 @@ def main(argv: Iterable[str] | None = None) -> int:
             raise FileNotFoundError(f"{args.model / 'config.json'}: no model (run the pretrain/dapt stage first)")
         check_folder(args.model)
         out = finetune_seeds(cfg, paradigm=args.paradigm, init=args.init, model_dir=args.model, df=df,
-                             log=lambda m: print(m, file=sys.stderr), progress=not args.no_progress)
+                             log=lambda m: print(m, file=sys.stderr), progress=not args.no_progress,
+                             live_dir=args.live)
     except (ConfigError, GateFailed, FileNotFoundError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

@@ -64,15 +64,15 @@ def _file_sha(path: Path) -> str:
 
 
 def plot_tsv(history: list[dict], evals: list[dict]) -> str:
-    """One row per logged step (training loss, lr, tokens/s, MFU) with the evaluation where there was one."""
+    """One row per logged step (training loss, lr) with the evaluation where there was one. Timings are not
+    here (they differ between runs of the same inputs): the live log has them (stages.common.live)."""
     by_step = {e["step"]: e for e in evals}
     buf = io.StringIO()
     w = csv.writer(buf, delimiter="\t", lineterminator="\n")
-    w.writerow(["step", "tokens", "loss", "lr", "tokens_per_second", "mfu", "eval_loss"])
+    w.writerow(["step", "tokens", "loss", "lr", "eval_loss"])
     for row in history:
         ev = by_step.get(row["step"], {})
-        w.writerow([row["step"], row["tokens"], row["loss"], f"{row['lr']:.3g}", row["tokens_per_second"],
-                    "" if row["mfu"] is None else row["mfu"], ev.get("eval_loss", "")])
+        w.writerow([row["step"], row["tokens"], row["loss"], f"{row['lr']:.3g}", ev.get("eval_loss", "")])
     return buf.getvalue()
 
 
@@ -92,11 +92,14 @@ def objective_options(train, paradigm: str) -> dict:
 
 def run(cfg, *, paradigm: str, stage: str, tokens_dir: Path, corpus: str, tokenizer_dir: Path, init: Path | None,
         output_dir: Path, checkpoint_dir: Path | None, log=print,
-        progress: bool = True) -> tuple[dict, str] | None:
-    """Train and save; returns the metrics and the curve's TSV (on the main process; None on the others)."""
+        progress: bool = True, live_dir: Path | None = None) -> tuple[dict, str] | None:
+    """Train and save; returns the metrics and the curve's TSV (on the main process; None on the others).
+    ``live_dir``: the run's live log (curve as it trains, and its timings; :mod:`stages.common.live`)."""
+    from stages.common.live import LiveLog
     from stages.objectives import for_paradigm
     from stages.tokenization.layout import load_layout
     from stages.training import distributed
+    from stages.training.checkpoint import read_state
     from stages.training.loop import train
     from stages.training.models import (attach_rtd_head, build_model, electra_flops_per_token, flops_per_token,
                                         load_model, save_model)
@@ -134,9 +137,17 @@ def run(cfg, *, paradigm: str, stage: str, tokens_dir: Path, corpus: str, tokeni
                               targets_len=getattr(objective, "targets_len", None))
     run_id = fingerprint(stage, paradigm, corpus, asdict(cfg), dist.world, manifest["corpora"][corpus],
                          manifest["tokenizer"]["sha256"], _file_sha(init / "model.safetensors") if init else None)
-    result = train(model, objective, train_blocks, eval_blocks, cfg.train, flops_per_token=fpt,
-                   seq_len=layout.seq_len, dist=dist, checkpoint_dir=checkpoint_dir, fingerprint=run_id,
-                   log=log if dist.main else (lambda m: None), progress=progress)
+    state = read_state(checkpoint_dir) if checkpoint_dir is not None else None
+    live = LiveLog(live_dir if dist.main else None, resume=bool(state and state.get("fingerprint") == run_id))
+    with live:
+        result = train(model, objective, train_blocks, eval_blocks, cfg.train, flops_per_token=fpt,
+                       seq_len=layout.seq_len, dist=dist, checkpoint_dir=checkpoint_dir, fingerprint=run_id,
+                       log=log if dist.main else (lambda m: None), progress=progress, live=live)
+        live.summary({"tokens": result.tokens, "steps": result.steps, "resumed_from": result.resumed_from,
+                      "tokens_per_second": round(result.tokens_per_second, 1),
+                      "flops_per_second": float(f"{result.flops_per_second:.4g}"),
+                      "mfu": None if result.mfu is None else round(result.mfu, 4),
+                      "train_seconds": round(result.train_seconds, 1)})
     outcome = None
     if dist.main:
         final_eval = result.evals[-1] if result.evals else {}
@@ -144,10 +155,7 @@ def run(cfg, *, paradigm: str, stage: str, tokens_dir: Path, corpus: str, tokeni
                    "tokens": result.tokens, "parameters": sum(p.numel() for p in model.parameters()),
                    "flops_per_token": fpt, "devices": dist.world,
                    "train_loss": result.history[-1]["loss"] if result.history else None,
-                   **{k: v for k, v in final_eval.items() if k.startswith("eval_")},
-                   "tokens_per_second": round(result.tokens_per_second, 1),
-                   "flops_per_second": float(f"{result.flops_per_second:.4g}"),
-                   "mfu": None if result.mfu is None else round(result.mfu, 4), "resumed_from": result.resumed_from}
+                   **{k: v for k, v in final_eval.items() if k.startswith("eval_")}}
         with atomic_dir(output_dir) as tmp:
             save_model(model, tmp)
             for f in sorted(tokenizer_dir.iterdir()):
@@ -187,10 +195,12 @@ def main(argv: Iterable[str] | None = None) -> int:
     ap.add_argument("--checkpoints", type=Path, help="checkpoint folder (resumed when the run matches)")
     ap.add_argument("--metrics", type=Path)
     ap.add_argument("--plot", type=Path, help="TSV of the training curve for DVC plots")
+    ap.add_argument("--live", type=Path, help="live log folder (DVCLive: the curve while it trains, tokens/s, "
+                                              "MFU; untracked, see stages.common.live)")
     ap.add_argument("--no-progress", action="store_true")
     argv = list(argv) if argv is not None else sys.argv[1:]
     args = ap.parse_args(argv)
-    if overlap_error(args, ["output", "checkpoints", "metrics", "plot"],
+    if overlap_error(args, ["output", "checkpoints", "metrics", "plot", "live"],
                      ["params", "tokens", "tokenizer", "init"]):
         return 1
     from stages.training.checkpoint import CheckpointError
@@ -205,7 +215,7 @@ def main(argv: Iterable[str] | None = None) -> int:
         outcome = run(cfg, paradigm=args.paradigm, stage=args.section, tokens_dir=args.tokens, corpus=args.corpus,
                       tokenizer_dir=args.tokenizer, init=args.init, output_dir=args.output,
                       checkpoint_dir=args.checkpoints, log=lambda m: print(m, file=sys.stderr),
-                      progress=not args.no_progress)
+                      progress=not args.no_progress, live_dir=args.live)
     except (ConfigError, CheckpointError, TrainingDiverged, FileNotFoundError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

@@ -46,14 +46,6 @@ def _si(x: float | None, unit: str = "") -> str:
     return f"{x:.3g} {unit}".rstrip()
 
 
-def _duration(seconds: float | None) -> str:
-    if seconds is None:
-        return "-"
-    if seconds >= 3600:
-        return f"{seconds / 3600:.1f} h"
-    return f"{seconds / 60:.1f} min" if seconds >= 60 else f"{seconds:.0f} s"
-
-
 def _noise(d: dict) -> str:
     return f"pooled seed std {d['pooled_std']:.3f}, {'beyond' if d['resolved'] else 'within'} 2x"
 
@@ -94,31 +86,27 @@ def finetune_section(result: dict) -> list[str]:
 
 def paradigm_section(result: dict) -> list[str]:
     rows, base = result["paradigms"], result.get("baseline")
-    estimated = any(r["wall_estimated"] for r in rows.values())
     lines = ["## Paradigms: cost and result", "",
              "Parameters, pre-training tokens (general + DAPT), training FLOPs per token "
              "`6N + 12 * layers * d_model * seq_len` (Kaplan et al. 2020; T5's decoder terms scaled by "
              "targets_len / seq_len, BERT's output layer by the masked share; "
              "`stages.training.models.flops_per_token`), total pre-training FLOPs (FLOPs per token x tokens, "
-             "both runs), training time, the final held-out loss of each run (each paradigm's own objective, so "
+             "both runs), the final held-out loss of each run (each paradigm's own objective, so "
              "losses are not comparable across paradigms) and the fine-tuned test macro-F1 of the best "
-             "pre-trained initialisation.", "",
-             "| paradigm | parameters | pre-training tokens | FLOPs / token | pre-training FLOPs | training time | "
-             "final loss (general / DAPT) | fine-tuned test macro-F1 |", "|---|---|---|---|---|---|---|---|"]
+             "pre-trained initialisation. Wall times, tokens/s and MFU are facts of the machine, not of the inputs: "
+             "they are in `reports/timings.md` (written by this stage from the runs' live logs under "
+             "`reports/live/`; untracked, so that a re-run of the same inputs leaves `git status` clean).", "",
+             "| paradigm | parameters | pre-training tokens | FLOPs / token | pre-training FLOPs | "
+             "final loss (general / DAPT) | fine-tuned test macro-F1 |", "|---|---|---|---|---|---|---|"]
     for p, r in rows.items():
         loss = " / ".join("-" if v is None else f"{v:.3f}" for v in (r["pretrain_eval_loss"], r["dapt_eval_loss"]))
         lines.append(f"| {NAMES[p]} | {_si(r['parameters'])} | {_si(r['tokens'])} ({_si(r['pretrain_tokens'])} + "
-                     f"{_si(r['dapt_tokens'])}) | {_si(r['flops_per_token'])} | {_si(r['flops'])} | "
-                     f"{_duration(r['wall_seconds'])}{'*' if r['wall_estimated'] else ''} | {loss} | "
+                     f"{_si(r['dapt_tokens'])}) | {_si(r['flops_per_token'])} | {_si(r['flops'])} | {loss} | "
                      f"{_pm(r['test_macro_f1'], r['test_macro_f1_std'])} ({r['best_init']}) |")
     if base:
         full = next((pt for pt in base["points"] if pt["train_examples"] == result["full_n"]), base["points"][-1])
-        lines.append(f"| TF-IDF + logistic regression | {_si(full['parameters'])} | 0 | - | 0 | "
-                     f"{full['seconds']:.1f} s (fit, {len(result['config']['baseline']['c_grid'])} C values) | - | "
+        lines.append(f"| TF-IDF + logistic regression | {_si(full['parameters'])} | 0 | - | 0 | - | "
                      f"{_pm(full['macro_f1']['mean'], full['macro_f1']['std'])} ({full['train_examples']} examples) |")
-    if estimated:
-        lines += ["", "\\* `training.json` records no wall time: estimated as tokens / tokens per second (the "
-                  "training throughput; evaluation and checkpoint pauses excluded)."]
     lines += ["", "Equal compute instead of equal data: by default each paradigm trains on `budget_tokens` tokens "
               "(equal data, unequal FLOPs). Setting `pretrain.<paradigm>.train.budget_flops` (and "
               "`dapt.<paradigm>.train.budget_flops`; `TrainConfig.budget_flops`, 0 = off) to the same value for "

@@ -90,31 +90,17 @@ def read_training(folder: Path) -> dict | None:
     return json.loads(path.read_text(encoding="utf-8")).get("metrics") or None
 
 
-def _wall(m: dict) -> tuple[float | None, bool]:
-    """Seconds of training and whether they are estimated: the record's own wall time if it has one, else
-    tokens / tokens per second (the training throughput; evaluation and checkpoint pauses excluded)."""
-    for key in ("wall_seconds", "train_seconds", "seconds"):
-        if m.get(key):
-            return float(m[key]), False
-    if m.get("tokens") and m.get("tokens_per_second"):
-        return m["tokens"] / m["tokens_per_second"], True
-    return None, True
-
-
 def paradigm_row(pre: dict | None, dapt: dict | None, finetuned: dict) -> dict:
     """A paradigm's cost and result: parameters, pre-training tokens (general + DAPT), FLOPs per token
     (6N + 12 * layers * d_model * seq_len, :func:`stages.training.models.flops_per_token`), total FLOPs,
-    training time, final held-out losses, and the fine-tuned test macro-F1 of its best pre-trained init."""
+    final held-out losses, and the fine-tuned test macro-F1 of its best pre-trained init. No wall time: it is
+    a fact of the machine, not of the inputs (reports/timings.md has it, from the runs' live logs)."""
     runs = [m for m in (pre, dapt) if m]
-    walls = [_wall(m) for m in runs]
-    known = [w for w, _ in walls if w is not None]
     return {"parameters": (pre or dapt or {}).get("parameters"),
             "pretrain_tokens": (pre or {}).get("tokens"), "dapt_tokens": (dapt or {}).get("tokens"),
             "tokens": sum(m.get("tokens") or 0 for m in runs) or None,
             "flops_per_token": (pre or dapt or {}).get("flops_per_token"),
             "flops": sum((m.get("flops_per_token") or 0) * (m.get("tokens") or 0) for m in runs) or None,
-            "wall_seconds": round(sum(known), 1) if known and len(known) == len(runs) else None,
-            "wall_estimated": any(est for _, est in walls),
             "pretrain_eval_loss": (pre or {}).get("eval_loss"), "dapt_eval_loss": (dapt or {}).get("eval_loss"),
             "best_init": finetuned["best_init"], "test_macro_f1": finetuned["test_macro_f1"],
             "test_macro_f1_std": finetuned["test_macro_f1_std"]}

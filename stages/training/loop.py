@@ -3,9 +3,9 @@
 AdamW (fused on GPU; no weight decay on biases and norms), linear warmup then cosine decay, gradient-norm
 clipping, gradient accumulation, bf16 autocast on GPU, optional ``torch.compile``, DDP across processes.
 The loss stays on the device between log steps (no per-step host sync). Every ``log_every`` steps it is
-read, checked (a NaN or inf stops the run, keeping the last good checkpoint) and logged with the learning
-rate, tokens/s, model FLOP/s and MFU (FLOP/s over the device's peak; the FLOPs per token are
-:func:`stages.training.models.flops_per_token`'s); every ``eval_every`` steps the held-out blocks are scored; every
+read, checked (a NaN or inf stops the run, keeping the last good checkpoint) and recorded with the learning
+rate; the live log (:mod:`stages.common.live`) gets tokens/s, model FLOP/s and MFU beside them (FLOP/s over
+the device's peak; the FLOPs per token are :func:`stages.training.models.flops_per_token`'s); every ``eval_every`` steps the held-out blocks are scored; every
 ``checkpoint_every`` steps the run is saved, and a restarted run with the same fingerprint resumes there.
 """
 
@@ -42,6 +42,7 @@ class RunResult:
     evals: list[dict] = field(default_factory=list)
     resumed_from: int = 0
     tokens_per_second: float = 0.0
+    train_seconds: float = 0.0     # training steps only (evaluation and checkpoint pauses excluded)
     flops_per_second: float = 0.0  # model FLOPs (flops_per_token x tokens/s): on any device
     mfu: float | None = None       # flops_per_second / the device's dense bf16 peak, where the peak is known
 
@@ -177,8 +178,11 @@ def evaluate(model, objective, blocks: np.ndarray, cfg: TrainConfig, device: str
 
 def train(model, objective, train_blocks: np.ndarray, eval_blocks: np.ndarray | None, cfg: TrainConfig, *,
           flops_per_token: float, seq_len: int, dist: Dist, checkpoint_dir: Path | None, fingerprint: str,
-          log: Callable[[str], None] = print, progress: bool = True) -> RunResult:
-    """Train ``model`` on ``train_blocks`` with ``objective`` until the budget is spent; returns the record."""
+          log: Callable[[str], None] = print, progress: bool = True, live=None) -> RunResult:
+    """Train ``model`` on ``train_blocks`` with ``objective`` until the budget is spent; returns the record.
+    ``history`` rows hold what the inputs determine (step, tokens, loss, lr); the timings (tokens/s, model
+    FLOP/s, MFU) go to ``live`` (a :class:`stages.common.live.LiveLog`, or a function of the step and the
+    row) with the same rows, as they happen, and into the result's totals."""
     import torch
 
     from stages.training.distributed import wrap
@@ -265,10 +269,12 @@ def train(model, objective, train_blocks: np.ndarray, eval_blocks: np.ndarray | 
             tps = timed * tokens_per_step / (now - t_last)
             tokens_run += timed * tokens_per_step
             train_seconds += now - t_last
-            row = {"step": done, "tokens": done * tokens_per_step, "loss": round(mean_loss, 5), "lr": lr,
-                   "tokens_per_second": round(tps, 1), "flops_per_second": float(f"{tps * flops_per_token:.4g}"),
-                   "mfu": round(tps * flops_per_token / peak, 4) if peak else None}
+            row = {"step": done, "tokens": done * tokens_per_step, "loss": round(mean_loss, 5), "lr": lr}
             result.history.append(row)
+            if live is not None:
+                live.log(done, {"train/loss": row["loss"], "train/lr": lr, "train/tokens_per_second": round(tps, 1),
+                                "train/flops_per_second": float(f"{tps * flops_per_token:.4g}"),
+                                "train/mfu": round(tps * flops_per_token / peak, 4) if peak else None})
             if bar is not None:
                 bar.set_postfix(loss=f"{mean_loss:.3f}", tok_s=f"{tps:,.0f}")
             running.zero_()
@@ -278,6 +284,8 @@ def train(model, objective, train_blocks: np.ndarray, eval_blocks: np.ndarray | 
             ev = {"step": done, "tokens": done * tokens_per_step,
                   **evaluate(model, objective, eval_blocks, cfg, device, bf16)}
             result.evals.append(ev)
+            if live is not None:
+                live.log(done, {f"eval/{k[5:]}": v for k, v in ev.items() if k.startswith("eval_")})
             if bar is not None:
                 bar.write(f"[eval] step {done}: " + ", ".join(f"{k} {v}" for k, v in ev.items() if k.startswith("eval")))
             t_last += time.perf_counter() - paused  # evaluation time is not training throughput
@@ -295,6 +303,7 @@ def train(model, objective, train_blocks: np.ndarray, eval_blocks: np.ndarray | 
         bar.close()
     result.tokens = total * tokens_per_step
     result.tokens_per_second = tokens_run / train_seconds if train_seconds else 0.0
+    result.train_seconds = train_seconds
     result.flops_per_second = result.tokens_per_second * flops_per_token
     result.mfu = result.flops_per_second / peak if peak else None
     return result

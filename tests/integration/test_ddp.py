@@ -96,10 +96,10 @@ def test_a_checkpoint_of_two_processes_is_not_resumed_by_one(runs, tmp_path):
                 str(tmp_path / "killed.py"), *ds.args("gpt", tmp_path / "out", runs["ddp_params"], checkpoints=ck)])
     assert proc.returncode != 0 and read_json(ck / "state.json")["step"] == 6, proc.stderr[-3000:]
     one = run([sys.executable, "-m", "stages.pretrain",
-               *ds.args("gpt", tmp_path / "out", runs["ddp_params"], checkpoints=ck, metrics=tmp_path / "m.json")])
+               *ds.args("gpt", tmp_path / "out", runs["ddp_params"], checkpoints=ck, live=tmp_path / "live")])
     assert one.returncode == 0, one.stderr[-3000:]
     assert "holds another run" in one.stderr
-    assert read_json(tmp_path / "m.json")["resumed_from"] == 0
+    assert read_json(tmp_path / "live" / "metrics.json")["resumed_from"] == 0
     shutil.rmtree(tmp_path / "out", ignore_errors=True)
 
 

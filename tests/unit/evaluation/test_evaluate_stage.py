@@ -36,7 +36,8 @@ def workspace(models, tmp_path_factory):
             out = root / "finetune" / f"{p}-{init}"
             assert finetune_main(["--paradigm", p, "--init", init, "--params", str(params), "--task", str(models.task),
                                   "--model", str(models.models[p]), "--output", str(out),
-                                  "--report", str(root / "gate.json"), "--no-progress"]) == 0
+                                  "--report", str(root / "gate.json"), "--no-progress",
+                                  "--live", str(root / "live" / f"finetune-{p}-{init}")]) == 0
     return root, params
 
 
@@ -79,7 +80,7 @@ def test_stage_writes_metrics_series_report_and_gate(models, workspace):
         g, cost = metrics["gains"][p], metrics["paradigms"][p]
         assert g["best_init"] in ("pretrained", "dapt") and {"difference", "pooled_std", "counts"} <= set(g["dapt"])
         assert cost["parameters"] > 0 and cost["flops"] == pytest.approx(cost["flops_per_token"] * cost["tokens"])
-        assert cost["wall_seconds"] > 0 and cost["pretrain_eval_loss"] > 0
+        assert cost["pretrain_eval_loss"] > 0 and not any("wall" in k or "second" in k for k in cost)
 
     # in-context learning for the GPT models asked for; intrinsic for every paradigm, stage and corpus
     assert set(metrics["icl"]) == {"gpt-pretrained", "gpt-dapt"}
@@ -126,3 +127,23 @@ def test_missing_run_names_the_file(models, workspace, tmp_path, capsys):
     root, params = workspace
     assert evaluate_main(args(models, root, params, finetuned=tmp_path)) == 1
     assert f"{tmp_path / 'bert-pretrained' / 'finetune.json'}: missing" in capsys.readouterr().err
+
+
+def test_wall_times_go_to_the_untracked_timings_file_only(models, workspace):
+    from stages.common.live import LiveLog
+
+    root, params = workspace
+    with LiveLog(root / "live" / "dapt-gpt") as live:  # as the pretrain stage leaves it
+        live.log(10, {"train/loss": 5.0, "train/tokens_per_second": 1234.5})
+        live.summary({"tokens_per_second": 1234.5, "flops_per_second": 2.5e12, "mfu": None, "train_seconds": 75.0})
+    timings = root / "out" / "timings.md"
+    assert evaluate_main(args(models, root, params) + ["--timings", str(timings), "--live", str(root / "live")]) == 0
+    text = timings.read_text()
+    assert "| dapt-gpt | 1.2 min | 1,234 | 2.5 T | - |" in text
+    for p in PARADIGMS:
+        for init in INITS:  # one live folder per fine-tuning run: 2 rates of the grid are not asked here, 1 run each
+            assert f"| finetune-{p}-{init} | 1 |" in text
+    assert "| data-efficiency curve |" in text and "| TF-IDF + logistic regression" in text
+    report = (root / "out" / "evaluation.md").read_text()
+    assert "training time" not in report and "reports/timings.md" in report
+    assert "second" not in (root / "out" / "evaluation.json").read_text()

@@ -85,7 +85,8 @@ class Datasets:
 
     def args(self, paradigm: str, out: Path, params: Path, *, checkpoints: Path | None = None,
              metrics: Path | None = None, corpus: str = "general", section: str = "pretrain",
-             init: Path | None = None, tokens: Path | None = None, plot: Path | None = None) -> list[str]:
+             init: Path | None = None, tokens: Path | None = None, plot: Path | None = None,
+             live: Path | None = None) -> list[str]:
         """The command line of ``stages.pretrain`` (without the program)."""
         a = ["--paradigm", paradigm, "--section", section, "--params", str(params),
              "--tokens", str(tokens or self.tokens[paradigm]), "--corpus", corpus,
@@ -98,6 +99,8 @@ class Datasets:
             a += ["--plot", str(plot)]
         if init is not None:
             a += ["--init", str(init)]
+        if live is not None:
+            a += ["--live", str(live)]
         return a
 
 

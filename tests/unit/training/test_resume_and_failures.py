@@ -54,10 +54,10 @@ def test_killed_run_resumes_and_matches_the_uninterrupted_run(datasets, tmp_path
     full_out = tmp_path / "full"
     assert main(datasets.args(paradigm, full_out, params, checkpoints=tmp_path / "ck-full")) == 0
     full = read_json(full_out / "training.json")
-    assert full["metrics"]["steps"] == 24 and full["metrics"]["resumed_from"] == 0
+    assert full["metrics"]["steps"] == 24 and "resumed_from" not in full["metrics"]
 
-    out, ck, metrics = tmp_path / "out", tmp_path / "ck", tmp_path / "metrics.json"
-    args = datasets.args(paradigm, out, params, checkpoints=ck, metrics=metrics)
+    out, ck, metrics, live = tmp_path / "out", tmp_path / "ck", tmp_path / "metrics.json", tmp_path / "live"
+    args = datasets.args(paradigm, out, params, checkpoints=ck, metrics=metrics, live=live)
     with monkeypatch.context() as m:
         kill_after_first_checkpoint(m)
         with pytest.raises(KeyboardInterrupt):
@@ -69,9 +69,14 @@ def test_killed_run_resumes_and_matches_the_uninterrupted_run(datasets, tmp_path
     assert main(args) == 0, capsys.readouterr().err
     err = capsys.readouterr().err
     assert f"resuming from the checkpoint at step {checkpoint_every} of 24" in err
-    assert read_json(metrics)["resumed_from"] == checkpoint_every
+    # the resume is the run's log (live summary), not its result: the outputs hold what an uninterrupted run holds
+    assert read_json(live / "metrics.json")["resumed_from"] == checkpoint_every
     resumed = read_json(out / "training.json")
-    assert resumed["metrics"]["resumed_from"] == checkpoint_every
+    assert set(resumed["metrics"]) == set(full["metrics"]) == set(read_json(metrics))
+    # the live log kept the rows logged before the kill: one row per log step, as in an uninterrupted run
+    steps = [int(line.split("\t")[0]) for line in (live / "plots" / "metrics" / "train" / "loss.tsv")
+             .read_text().splitlines()[1:]]
+    assert steps == [r["step"] for r in full["history"]]
     assert resumed["fingerprint"] == full["fingerprint"]
     assert_same_history(resumed["history"], full["history"])
     assert [e["step"] for e in resumed["evals"]] == [e["step"] for e in full["evals"]]
@@ -95,9 +100,9 @@ def test_changed_params_do_not_resume_another_runs_checkpoint(datasets, tmp_path
     params, ck = killed_after_first_checkpoint(datasets, tmp_path, monkeypatch)
     write_params(tmp_path / "params.yaml", lr=0.002)
     capsys.readouterr()
-    assert main(datasets.args("gpt", tmp_path / "out", params, checkpoints=ck, metrics=tmp_path / "m.json")) == 0
+    assert main(datasets.args("gpt", tmp_path / "out", params, checkpoints=ck, live=tmp_path / "live")) == 0
     assert "holds another run" in capsys.readouterr().err
-    assert read_json(tmp_path / "m.json")["resumed_from"] == 0
+    assert read_json(tmp_path / "live" / "metrics.json")["resumed_from"] == 0
 
 
 def test_a_checkpoint_claiming_a_step_beyond_the_run_is_refused(datasets, tmp_path, monkeypatch, capsys):

@@ -105,7 +105,10 @@ def test_training_json_metrics_and_plot(pretrained, datasets, paradigm):
     metrics = read_json(metrics_path)
     assert info["metrics"] == metrics
     assert metrics["steps"] == 24 and metrics["tokens"] == 24 * 4 * 32
-    assert metrics["devices"] == 1 and metrics["resumed_from"] == 0
+    assert metrics["devices"] == 1
+    # nothing that differs between two runs of the same inputs (timings live in the live log)
+    assert not {"tokens_per_second", "flops_per_second", "mfu", "resumed_from"} & set(metrics)
+    assert all(set(r) == {"step", "tokens", "loss", "lr"} for r in info["history"])
     assert metrics["parameters"] > 0 and metrics["flops_per_token"] > 6 * metrics["parameters"] * 0.1
     assert math.isfinite(metrics["eval_loss"]) and 0 < metrics["eval_loss"] < 20
     assert math.isfinite(metrics["train_loss"]) and metrics["train_loss"] == info["history"][-1]["loss"]
@@ -169,3 +172,22 @@ def test_dapt_from_a_model_with_another_vocabulary_is_exit_1(pretrained, dataset
     err = capsys.readouterr().err
     assert "error: " in err and str(bert) in err and "vocabulary 293 != the tokenizer's 400" in err
     assert not (tmp_path / "out").exists()
+
+
+def test_a_rerun_of_the_same_inputs_writes_the_same_bytes(pretrained, datasets, tmp_path):
+    """What git tracks (metrics, plot) and what dvc.lock hashes (the model folder) do not change when the same
+    run is repeated: the timings that would (tokens/s, MFU) are in the untracked live log only."""
+    out, metrics_path, plot_path = pretrained["gpt"]
+    params = write_params(tmp_path / "params.yaml")
+    again = tmp_path / "again"
+    live = tmp_path / "live"
+    assert main(datasets.args("gpt", again, params, metrics=tmp_path / "m.json", plot=tmp_path / "p.tsv",
+                              live=live)) == 0
+    assert (tmp_path / "m.json").read_bytes() == metrics_path.read_bytes()
+    assert (tmp_path / "p.tsv").read_bytes() == plot_path.read_bytes()
+    for f in sorted(p.name for p in out.iterdir()):
+        assert (again / f).read_bytes() == (out / f).read_bytes(), f
+    summary = read_json(live / "metrics.json")
+    assert summary["tokens_per_second"] > 0 and summary["train_seconds"] > 0 and summary["steps"] == 24
+    loss_rows = (live / "plots" / "metrics" / "train" / "loss.tsv").read_text().splitlines()
+    assert len(loss_rows) == 1 + 6 and (live / "plots" / "metrics" / "train" / "tokens_per_second.tsv").is_file()

@@ -1,0 +1,57 @@
+"""``reports/timings.md``: how long this workspace's runs took and how fast they trained, from the live logs
+(:mod:`stages.common.live`) and the evaluate stage's own clock. Wall times differ between two runs of the same
+inputs, so they stay out of ``evaluation.md`` and ``evaluation.json`` (tracked, hashed by ``dvc.lock``); this
+file is untracked and rewritten by every evaluate run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from stages.common.live import read_summary
+
+PARADIGMS = ("bert", "gpt", "t5")
+
+
+def collect(live_root: Path, sections: dict[str, float], tfidf_fit_seconds: float | None) -> dict:
+    """Pre-training and DAPT runs' summaries, fine-tuning stages' run times, the evaluate stage's sections."""
+    training = {f"{stage}-{p}": read_summary(live_root / f"{stage}-{p}")
+                for stage in ("pretrain", "dapt") for p in PARADIGMS}
+    finetune = {}
+    for folder in sorted(live_root.glob("finetune-*")):
+        runs = [read_summary(run).get("seconds") for run in sorted(folder.iterdir()) if run.is_dir()]
+        runs = [r for r in runs if r is not None]
+        if runs:
+            finetune[folder.name] = {"runs": len(runs), "seconds": round(sum(runs), 1)}
+    return {"training": {k: v for k, v in training.items() if v}, "finetune": finetune,
+            "evaluate": {k: round(v, 1) for k, v in sections.items()}, "tfidf_fit_seconds": tfidf_fit_seconds}
+
+
+def _duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    if seconds >= 3600:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 60:.1f} min" if seconds >= 60 else f"{seconds:.0f} s"
+
+
+def markdown(t: dict) -> str:
+    lines = ["# Timings", "",
+             "Written by the `evaluate` stage from the live logs under `reports/live/` (DVCLive; `dvc plots show` "
+             "draws their curves) and its own clock. Machine facts, not results: untracked, rewritten by every "
+             "run. Training time counts the optimizer steps only (evaluation and checkpoint pauses excluded); a "
+             "resumed run counts the part this process trained. MFU is shown where the device's bf16 peak is "
+             "known (GPUs).", "",
+             "## Pre-training and DAPT", "",
+             "| run | training time | tokens/s | model FLOP/s | MFU |", "|---|---|---|---|---|"]
+    for name, s in t["training"].items():
+        mfu = s.get("mfu")
+        lines.append(f"| {name} | {_duration(s.get('train_seconds'))} | {s.get('tokens_per_second', 0):,.0f} | "
+                     f"{s.get('flops_per_second', 0) / 1e12:.3g} T | {'-' if mfu is None else f'{mfu:.1%}'} |")
+    lines += ["", "## Fine-tuning", "", "| stage | runs | time (sum over runs) |", "|---|---|---|"]
+    lines += [f"| {name} | {f['runs']} | {_duration(f['seconds'])} |" for name, f in t["finetune"].items()]
+    lines += ["", "## Evaluation", "", "| part | time |", "|---|---|"]
+    lines += [f"| {name} | {_duration(s)} |" for name, s in t["evaluate"].items()]
+    if t.get("tfidf_fit_seconds") is not None:
+        lines.append(f"| TF-IDF + logistic regression, one fit on all labels (every C of the grid) | "
+                     f"{_duration(t['tfidf_fit_seconds'])} |")
+    return "\n".join(lines) + "\n"

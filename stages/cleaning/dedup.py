@@ -41,17 +41,27 @@ class LineDedupConfig:
         check(1 <= self.buckets <= 4096, "buckets: must be in 1..4096")
 
 
-def url_dedup(rows: Iterable[tuple[int, str, str | None, str]]) -> tuple[set[int], int, int]:
+URL_RULES = ("newest", "tfds")
+
+
+def url_dedup(rows: Iterable[tuple], rule: str = "newest") -> tuple[set[int], int, int]:
     """Pick which rows survive URL and exact-duplicate dedup.
 
-    ``rows``: (index, id, url, timestamp). Returns (indices to drop as URL duplicates, count of URL
-    duplicates, count of exact duplicates) — exact duplicates are included in the returned set.
+    ``rows``: (index, id, url, timestamp) and, for ``rule="tfds"``, the MD5 hex digest of the text as a fifth
+    field. Among pages that share a normalised URL, ``newest`` keeps the latest timestamp (ties: the smaller
+    id; C4's paper: "the newest"), ``tfds`` keeps the page whose text has the largest MD5 hex digest, as
+    tensorflow_datasets' ``c4_utils.dedupe_urls`` does ("deterministically return a random page"), so that
+    a run can reproduce TFDS's C4 page for page. Returns (indices to drop as URL duplicates, count of URL
+    duplicates, count of exact duplicates); exact duplicates (same content id) are in the returned set.
     """
-    best_by_url: dict[str, tuple[str, str, int]] = {}
+    if rule not in URL_RULES:
+        raise ValueError(f"url_dedup_rule: {rule!r} is not one of {', '.join(URL_RULES)}")
+    best_by_url: dict[str, tuple] = {}
     first_by_id: dict[str, int] = {}
     drop: set[int] = set()
     exact = 0
-    for idx, did, url, ts in rows:
+    for row in rows:
+        idx, did, url, ts = row[:4]
         if did in first_by_id:
             drop.add(idx)
             exact += 1
@@ -60,11 +70,11 @@ def url_dedup(rows: Iterable[tuple[int, str, str | None, str]]) -> tuple[set[int
         if not url:
             continue
         key = normalize_url(url)
-        cand = (ts or "", did, idx)
+        cand = (ts or "", did, idx) if rule == "newest" else (row[4], did, idx)
         cur = best_by_url.get(key)
         if cur is None:
             best_by_url[key] = cand
-        elif _newer(cand, cur):
+        elif (_newer(cand, cur) if rule == "newest" else cand[0] > cur[0]):
             best_by_url[key] = cand
             drop.add(cur[2])
         else:

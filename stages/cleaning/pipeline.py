@@ -15,6 +15,7 @@ from hashes and ids, and shards are written and concatenated in input order.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 from collections import Counter
@@ -26,7 +27,8 @@ from typing import Any
 from stages.cleaning.badwords import BadWordsConfig, BadWordsFilter
 from stages.cleaning.base import Doc, Filter, FilterStats
 from stages.cleaning.c4 import C4LinesFilter, C4Rules, PageLengthFilter
-from stages.cleaning.dedup import LineDedupConfig, LineDedupFilter, build_selection, line_pairs, url_dedup
+from stages.cleaning.dedup import (URL_RULES, LineDedupConfig, LineDedupFilter, build_selection, line_pairs,
+                                   url_dedup)
 from stages.cleaning.gopher import (GopherQualityConfig, GopherQualityFilter, GopherRepetitionConfig,
                                     GopherRepetitionFilter)
 from stages.cleaning.minhash import MinHashConfig
@@ -56,6 +58,7 @@ class CleanerConfig:
 
     c4: C4Rules = field(default_factory=C4Rules)
     url_dedup: bool = True
+    url_dedup_rule: str = "newest"  # or "tfds" (stages.cleaning.dedup.url_dedup)
     line_dedup: LineDedupConfig = field(default_factory=LineDedupConfig)
     language: LanguageConfig = field(default_factory=LanguageConfig)
     badwords: BadWordsConfig = field(default_factory=BadWordsConfig)
@@ -68,6 +71,7 @@ class CleanerConfig:
 
     def __post_init__(self) -> None:
         check(self.workers >= 0, "workers: must be >= 0 (0 = one per CPU core)")
+        check(self.url_dedup_rule in URL_RULES, f"url_dedup_rule: one of {', '.join(URL_RULES)}")
         check(self.shard_docs >= 1, "shard_docs: must be >= 1")
         check(self.reject_samples >= 0, "reject_samples: must be >= 0")
 
@@ -234,9 +238,10 @@ def phase3(shard_in: Path, shard_out: Path, bands_out: Path, table: Path | None,
 
 # ------------------------------------------------------------------------------------------------- main
 def write_input_shards(records: Iterator[dict[str, Any]], work: Path, shard_docs: int,
-                       drops: Counter) -> tuple[list[Path], list[tuple], int, int, int]:
-    """Stream input records into shard files; returns shards, (index, id, url, timestamp, chars) rows,
-    docs, chars, bytes. Records whose text is not a string are counted in ``drops`` and skipped."""
+                       drops: Counter, text_md5: bool = False) -> tuple[list[Path], list[tuple], int, int, int]:
+    """Stream input records into shard files; returns shards, (index, id, url, timestamp, chars) rows (with
+    the text's MD5 hex digest last when ``text_md5``), docs, chars, bytes. Records whose text is not a
+    string are counted in ``drops`` and skipped."""
     from stages.common.documents import doc_id
 
     shards: list[Path] = []
@@ -260,7 +265,8 @@ def write_input_shards(records: Iterator[dict[str, Any]], work: Path, shard_docs
         ts = str(rec.get("timestamp") or _meta_timestamp(meta))
         doc = Doc(id=did, text=text, source=str(rec.get("source") or ""), url=url, meta=meta, timestamp=ts,
                   raw_id=raw_id)
-        rows.append((n, did, url, ts, len(text)))
+        rows.append((n, did, url, ts, len(text)) + ((hashlib.md5(text.encode("utf-8")).hexdigest(),) if text_md5
+                                                     else ()))
         batch.append(doc)
         n += 1
         chars += len(text)
@@ -322,11 +328,12 @@ def clean_corpus(records: Iterator[dict[str, Any]], cfg: CleanerConfig, *, work:
     phase_s: dict[str, float] = {}
     work.mkdir(parents=True, exist_ok=True)
     input_drops: Counter = Counter()
-    shards, rows, n_in, chars_in, bytes_in = write_input_shards(records, work, cfg.shard_docs, input_drops)
+    shards, rows, n_in, chars_in, bytes_in = write_input_shards(
+        records, work, cfg.shard_docs, input_drops, text_md5=cfg.url_dedup and cfg.url_dedup_rule == "tfds")
     if not rows:
         raise EmptyInput(input_drops)
     lengths = [r[4] for r in rows]
-    rows = [r[:4] for r in rows]
+    rows = [r[:4] + r[5:] for r in rows]
     filters: dict[str, FilterStats] = {}
     rejects: dict[str, list] = {}
 
@@ -336,7 +343,7 @@ def clean_corpus(records: Iterator[dict[str, Any]], cfg: CleanerConfig, *, work:
     if cfg.url_dedup:
         limit = cfg.c4.max_page_chars
         fits = [r for r in rows if not (limit and lengths[r[0]] > limit)]  # C4: length filter first
-        drop_idx, n_url, n_exact = url_dedup(fits)
+        drop_idx, n_url, n_exact = url_dedup(fits, cfg.url_dedup_rule)
         ch = sum(lengths[r[0]] for r in fits)
         removed = sum(lengths[i] for i in drop_idx)
         url_stats = FilterStats(docs_in=len(fits), docs_out=len(fits) - len(drop_idx), chars_in=ch,

@@ -235,3 +235,30 @@ def test_a_corrupt_parquet_input_is_a_one_line_error_naming_it(tmp_path, capsys)
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert err.startswith(f"error: {bad}: not a readable Parquet file")
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("rule", ["newest", "tfds"])
+def test_url_dedup_rule_picks_the_newest_or_tfds_page(tmp_path, rule):
+    import hashlib
+
+    pages = [{"id": f"v{i}", "text": english_page(70 + i), "url": "http://a.example/x", "timestamp": f"20{10 + i}"}
+             for i in range(4)]
+    rows = pages + [{"text": english_page(i)} for i in range(30, 34)]
+    params = tmp_path / "params.yaml"
+    params.write_text(yaml.safe_dump({"clean": {"defaults": {"workers": 1, "url_dedup_rule": rule}, "web": {}}}))
+    out = tmp_path / "out"
+    assert run(tmp_path, _jsonl(tmp_path / "in.jsonl", rows), out, "--corpus", "web", "--params", str(params)) == 0
+    raw = {json.loads(m)["raw_id"] for m in pd.read_parquet(out / "documents.parquet")["meta"]}
+    # newest: the latest timestamp; tfds (c4_utils.dedupe_urls): the largest MD5 hex digest of the raw text
+    winner = max(pages, key=(lambda p: p["timestamp"]) if rule == "newest" else
+                 (lambda p: hashlib.md5(p["text"].encode("utf-8")).hexdigest()))
+    assert raw & {p["id"] for p in pages} == {winner["id"]}
+    stats = json.loads((out / "stats.json").read_text())
+    assert stats["filters"]["url_dedup"]["dropped_by_reason"] == {"duplicate_url": 3}
+
+
+def test_an_unknown_url_dedup_rule_names_the_key(tmp_path, capsys):
+    params = tmp_path / "params.yaml"
+    params.write_text(yaml.safe_dump({"clean": {"defaults": {"url_dedup_rule": "oldest"}, "web": {}}}))
+    assert run(tmp_path, corpus(tmp_path), tmp_path / "out", "--corpus", "web", "--params", str(params)) == 1
+    assert "url_dedup_rule" in capsys.readouterr().err

@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 
 import numpy as np
+import pytest
 
 from stages.cleaning.base import Doc
 from stages.cleaning.c4 import line_key
@@ -24,6 +25,17 @@ def test_url_dedup_keeps_the_newest_page_and_exact_duplicates_once():
     drop, n_url, n_exact = url_dedup(rows)
     assert drop == {0, 3, 5}  # older x.com page; the second copy of c; y.com tie -> the larger id loses
     assert (n_url, n_exact) == (2, 1)
+
+
+def test_url_dedup_tfds_rule_keeps_the_largest_text_md5_whatever_the_order():
+    texts = {"a": "first page", "b": "second page", "c": "third page"}
+    rows = [(i, d, "http://x.com/p", "2020", _md5(t)) for i, (d, t) in enumerate(texts.items())]
+    keep = max(rows, key=lambda r: r[4])[0]
+    for order in (rows, rows[::-1]):
+        drop, n_url, n_exact = url_dedup(order, "tfds")
+        assert drop == {0, 1, 2} - {keep} and (n_url, n_exact) == (2, 0)
+    with pytest.raises(ValueError, match="url_dedup_rule"):
+        url_dedup(rows, "oldest")
 
 
 def _dedup(pages, tmp_path, buckets=4):

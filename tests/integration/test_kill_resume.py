@@ -1,0 +1,92 @@
+"""SIGKILL in the middle of a stage, then run it again (issue 18's fault-injection suite, the kill half).
+
+One stage of every kind (ingest, clean, tokenizer, tokens, pre-training, DAPT, fine-tuning, evaluate,
+package) of the tiny-profile project is run once uninterrupted, then run again with `dvc repro -f` and
+killed (SIGKILL to `dvc repro` and everything it started) at the moment the stage shows that it is at work:
+a checkpoint saved, or a scratch or temporary folder beside one of its outputs (the moment it starts to
+publish, the most delicate one). Then it is run again. Expected: the killed run left each output either as
+it was or absent, never half-written; the next run finishes and its outputs are byte for byte those of the
+uninterrupted run (a training stage resumes from its checkpoint when it saved one); no scratch folder is
+left anywhere.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.integration.test_fault_injection import _env, _files, _leftovers, project  # noqa: F401
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(3600)]
+
+PY = sys.executable
+KILLED = ["ingest@task", "clean@domain", "tokenizer@bert", "tokens@t5", "pretrain@gpt", "dapt@t5",
+          "finetune@bert-dapt", "evaluate", "package"]
+# Every build of a Bento gets a new version tag (BentoML's), so the package stage's record names another
+# Bento after each run: for it the check is that the killed run left the previous record whole and the next
+# run publishes a complete one, not that the two records are equal.
+NEW_IDENTITY_EACH_RUN = {"package"}
+
+
+def _outs(project: Path, stage: str) -> list[tuple[Path, bool]]:
+    from dvc.repo import Repo
+
+    with Repo(str(project)) as repo:
+        st = next(s for s in repo.index.stages if s.name == stage)
+        return [(Path(str(o.fs_path)), bool(o.use_cache)) for o in st.outs]
+
+
+def _repro(project: Path, stage: str, *flags: str) -> subprocess.CompletedProcess:
+    return subprocess.run([str(Path(PY).parent / "dvc"), "repro", "-s", *flags, stage], cwd=project,
+                          env=_env(project), capture_output=True, text=True, timeout=1200)
+
+
+def _at_work(project: Path, stage: str, outs: list[tuple[Path, bool]]) -> str | None:
+    """What shows the stage is mid-way, or None: a saved checkpoint, or a scratch/temporary sibling of an
+    output (``stages.common.atomic``: ``.<name>.work-*`` while working, ``.<name>.tmp-*`` while publishing)."""
+    kind, _, item = stage.partition("@")
+    state = project / "data" / "checkpoints" / kind / item / "state.json"
+    if kind in ("pretrain", "dapt") and state.exists():
+        return str(state.relative_to(project))
+    for out, _ in outs:
+        if out.parent.is_dir():
+            for pattern in (f".{out.name}.work-*", f".{out.name}.tmp-*"):
+                for hit in out.parent.glob(pattern):
+                    return str(hit.relative_to(project))
+    return None
+
+
+@pytest.mark.parametrize("stage", KILLED)
+def test_a_killed_stage_leaves_whole_outputs_and_the_next_run_matches_an_uninterrupted_one(project, stage):
+    outs = _outs(project, stage)
+    first = _repro(project, stage, "-f")
+    assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
+    before = {out: _files(out) for out, _ in outs}
+
+    proc = subprocess.Popen([str(Path(PY).parent / "dvc"), "repro", "-s", "-f", stage], cwd=project,
+                            env=_env(project), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    marker = None
+    while marker is None and proc.poll() is None:
+        marker = _at_work(project, stage, outs)
+        time.sleep(0.005)
+    assert marker is not None, f"{stage} finished before anything showed it at work: nothing was interrupted"
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=60)
+    for out, _ in outs:  # as before the killed run, or gone: never half-written
+        assert not out.exists() or _files(out) == before[out], f"{out}: half-written by the {stage} killed at {marker}"
+
+    again = _repro(project, stage)
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    for out, _ in outs:
+        if stage in NEW_IDENTITY_EACH_RUN:
+            assert set(_files(out)) == set(before[out]), out
+        else:
+            assert _files(out) == before[out], f"{out} differs from the uninterrupted run after {stage} killed at {marker}"
+    assert not _leftovers(project), _leftovers(project)

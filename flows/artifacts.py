@@ -1,6 +1,6 @@
 """What a flow run shows in the Prefect UI, built from the files the stages write: each Great Expectations
-gate as a table, each stage's metrics and the evaluation report as markdown, links to the report and to the
-exported Bento. Keys are stable (``gate-clean-general``, ``metrics-pretrain-bert``, ...) so the UI keeps each
+gate as a table, each stage's metrics and the evaluation report as markdown, links to the report, the gates'
+Data Docs and the exported Bento. Keys are stable (``gate-clean-general``, ``metrics-pretrain-bert``, ...) so the UI keeps each
 one's history across runs."""
 
 from __future__ import annotations
@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+
+from stages.quality.gate import DATA_DOCS_INDEX
 
 
 def key_for(kind: str, name: str) -> str:
@@ -111,7 +113,11 @@ def publish_run(root: Path) -> int:
     quality = root / "reports/quality"
     if quality.is_dir():
         files.append(("gate results", quality))
-    links = {"evaluation report": "link-evaluation-report", "gate results": "link-gate-results"}
+    docs = root / "reports" / DATA_DOCS_INDEX
+    if docs.is_file():  # Great Expectations' Data Docs of every gate of the workspace (stages.quality.gate)
+        files.append(("Data Docs", docs))
+    links = {"evaluation report": "link-evaluation-report", "gate results": "link-gate-results",
+             "Data Docs": "link-data-docs"}
     package = root / "reports/metrics/package.json"
     exported = json.loads(package.read_text(encoding="utf-8")).get("exported") if package.is_file() else None
     if exported and "://" in exported and not exported.startswith("file://"):
@@ -130,6 +136,6 @@ def publish_run(root: Path) -> int:
     if rows:
         create_markdown_artifact(markdown="\n".join(["### Files of this run", "", "| what | path | |", "|---|---|---|",
                                                       *rows]), key="run-files",
-                                 description="where the run's report, gate results and Bento are")
+                                 description="where the run's report, gate results, Data Docs and Bento are")
         made += 1
     return made

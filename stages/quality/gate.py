@@ -11,10 +11,13 @@ that never run one) should not pay that.
 
 How one `validate` call maps onto GX 1.x:
 
-    ephemeral context (in memory, nothing written to disk)
+    a context: file-backed in the workspace's GX project (``reports/gx/``, see `gx_project`), or ephemeral
       -> one pandas datasource
       -> per table: a dataframe asset + a whole-dataframe batch definition + an ExpectationSuite
-      -> batch.validate(suite)
+      -> file-backed: the suite stored, a ValidationDefinition and a Checkpoint named ``<gate>.<table>`` with
+         an UpdateDataDocsAction, ``checkpoint.run``: the result is stored and rendered into Data Docs
+         (``reports/gx/uncommitted/data_docs/local_site/index.html``), failing values included;
+         ephemeral: ``batch.validate(suite)`` (unit tests, and a stage run outside a workspace)
 
 Results come back from GX in its own order (table-level checks first); we map them back to the
 caller's order by the id GX gives each expectation when it joins a suite.
@@ -64,6 +67,18 @@ _MAX_STR_CHARS = 200
 _MAX_WHY_CHARS = 160
 _DATASOURCE_NAME = "gate"
 _BATCH_DEFINITION_NAME = "whole"
+# The Data Docs site of a file-backed project, relative to the project root (GX's default local site).
+DATA_DOCS_INDEX = "gx/uncommitted/data_docs/local_site/index.html"
+
+
+def gx_project() -> Path | None:
+    """The GX project root the gates use: ``LMPIPE_GX_PROJECT`` when set (empty: none, ephemeral
+    validation), else ``reports`` when the working directory is a pipeline workspace (it has a
+    ``dvc.yaml``), so `dvc repro` and the flow build ``reports/gx/`` with its Data Docs; else None."""
+    value = os.environ.get("LMPIPE_GX_PROJECT")
+    if value is not None:
+        return Path(value) if value else None
+    return Path("reports") if Path("dvc.yaml").is_file() else None
 
 
 class GateFailed(RuntimeError):
@@ -150,12 +165,14 @@ class GateResult:
         success: True when every check succeeded (vacuously True with no checks).
         checks: One `CheckResult` per `Expect`, in the order the expectations were given.
         stats: Rows per table, {table name: row count}, for every table passed in.
+        data_docs: The Data Docs index that shows this validation (a file-backed project), or None.
     """
 
     gate: str
     success: bool
     checks: tuple[CheckResult, ...]
     stats: dict
+    data_docs: str | None = None
 
     def failures(self) -> tuple[CheckResult, ...]:
         return tuple(check for check in self.checks if not check.success)
@@ -169,6 +186,7 @@ class GateResult:
             "summary": {"checks": len(self.checks), "failed": len(failures)},
             "failed": [check.name for check in failures],
             "checks": [check.to_json() for check in self.checks],
+            **({"data_docs": self.data_docs} if self.data_docs else {}),
         }
 
 
@@ -176,8 +194,11 @@ def validate(
     gate: str,
     tables: Mapping[str, pandas.DataFrame],
     expectations: Sequence[Expect],
+    project: Path | None = None,
 ) -> GateResult:
     """Run `expectations` over `tables` and return every check's outcome (never raises on bad data).
+    ``project``: a GX project root (created on first use) where the suites, validation definitions and
+    checkpoints are stored and Data Docs built; None validates in an ephemeral context.
 
     Raises:
         ValueError: an expectation names an unknown GX class, a table not in `tables`, has kwargs
@@ -196,13 +217,19 @@ def validate(
                 f"which is not among the tables given: {sorted(tables)}"
             )
 
-    with _quiet_gx():
+    with _quiet_gx(), _project_lock(project):
         gx = _import_gx()
         # Build every GX expectation before touching data, so a bad suite fails fast and whole.
         built = [_build_expectation(expect) for expect in expectations]
-        context = gx.get_context(mode="ephemeral")
-        _disable_progress_bars(context)
-        datasource = context.data_sources.add_pandas(name=_DATASOURCE_NAME)
+        if project is not None:
+            project.mkdir(parents=True, exist_ok=True)
+            context = gx.get_context(mode="file", project_root_dir=str(project))
+            _disable_progress_bars(context)
+            datasource = context.data_sources.add_or_update_pandas(name=_DATASOURCE_NAME)
+        else:
+            context = gx.get_context(mode="ephemeral")
+            _disable_progress_bars(context)
+            datasource = context.data_sources.add_pandas(name=_DATASOURCE_NAME)
 
         results: list[CheckResult | None] = [None] * len(expectations)
         for table in _tables_in_order(expectations):
@@ -216,6 +243,7 @@ def validate(
                 tables[table],
                 [expectations[i] for i in indices],
                 [built[i] for i in indices],
+                stored=project is not None,
             )
             for index, check in zip(indices, checks, strict=True):
                 results[index] = check
@@ -226,6 +254,7 @@ def validate(
         success=all(check.success for check in checks_done),
         checks=checks_done,
         stats={table: int(len(frame)) for table, frame in tables.items()},
+        data_docs=str(project / DATA_DOCS_INDEX) if project is not None else None,
     )
 
 
@@ -259,15 +288,17 @@ def enforce(
     expectations: Sequence[Expect],
     report_path: str | Path,
 ) -> GateResult:
-    """Validate, always write the report, and raise `GateFailed` if any check failed.
+    """Validate (in the workspace's GX project, `gx_project`), always write the report, and raise
+    `GateFailed` if any check failed.
 
     The report is written before raising so a failed stage still leaves the evidence of why.
     """
-    result = validate(gate, tables, expectations)
+    result = validate(gate, tables, expectations, gx_project())
     write_report(result, report_path)
     if not result.success:
         reasons = "; ".join(f"{check.name}: {check.why()}" for check in result.failures())
-        raise GateFailed(f"gate {gate} failed: {reasons} (report: {report_path})")
+        docs = f"; Data Docs: {result.data_docs}" if result.data_docs else ""
+        raise GateFailed(f"gate {gate} failed: {reasons} (report: {report_path}{docs})")
     return result
 
 
@@ -344,12 +375,20 @@ def _validate_table(
     frame: pandas.DataFrame,
     expects: Sequence[Expect],
     built: Sequence[Any],
+    stored: bool = False,
 ) -> list[CheckResult]:
-    """Validate one table's expectations in one GX batch; return results in `expects` order."""
-    asset = datasource.add_dataframe_asset(name=table)
-    batch_definition = asset.add_batch_definition_whole_dataframe(name=_BATCH_DEFINITION_NAME)
-    batch = batch_definition.get_batch(batch_parameters={"dataframe": frame})
-    suite = context.suites.add(gx.ExpectationSuite(name=f"{gate}.{table}"))
+    """Validate one table's expectations in one GX batch; return results in `expects` order. ``stored``: the
+    context is file-backed: the suite replaces the stored one of its name, and a checkpoint runs it."""
+    name = f"{gate}.{table}"
+    if stored:
+        asset = _get_or_add(lambda: datasource.get_asset(name), lambda: datasource.add_dataframe_asset(name=name))
+        batch_definition = _get_or_add(lambda: asset.get_batch_definition(_BATCH_DEFINITION_NAME),
+                                       lambda: asset.add_batch_definition_whole_dataframe(name=_BATCH_DEFINITION_NAME))
+        suite = context.suites.add_or_update(gx.ExpectationSuite(name=name))  # today's checks, nothing older
+    else:
+        asset = datasource.add_dataframe_asset(name=table)
+        batch_definition = asset.add_batch_definition_whole_dataframe(name=_BATCH_DEFINITION_NAME)
+        suite = context.suites.add(gx.ExpectationSuite(name=name))
 
     position_by_id: dict[str, int] = {}
     for position, (expect, expectation) in enumerate(zip(expects, built, strict=True)):
@@ -360,7 +399,17 @@ def _validate_table(
             raise ValueError(f"gate {gate}: duplicate expectation {expect.name}")
         position_by_id[added.id] = position
 
-    validation = batch.validate(suite, result_format="SUMMARY")
+    if stored:
+        _prune_history(Path(context.root_directory), gate, table)
+        definition = context.validation_definitions.add_or_update(
+            gx.ValidationDefinition(name=name, data=batch_definition, suite=suite))
+        checkpoint = context.checkpoints.add_or_update(gx.Checkpoint(
+            name=name, validation_definitions=[definition], result_format="SUMMARY",
+            actions=[gx.checkpoint.UpdateDataDocsAction(name="data_docs")]))
+        validation = next(iter(checkpoint.run(batch_parameters={"dataframe": frame}).run_results.values()))
+    else:
+        batch = batch_definition.get_batch(batch_parameters={"dataframe": frame})
+        validation = batch.validate(suite, result_format="SUMMARY")
     by_position: dict[int, CheckResult] = {}
     for result in validation.results:
         position = position_by_id[result.expectation_config.id]
@@ -381,6 +430,47 @@ def _validate_table(
         )
         for position, expect in enumerate(expects)
     ]
+
+
+# Validation results kept per gate table in a file-backed project (each run adds one; Data Docs index them all).
+KEEP_VALIDATIONS = 20
+
+
+def _prune_history(gx_root: Path, gate: str, table: str, keep: int = KEEP_VALIDATIONS - 1) -> None:
+    """Before a run adds its result: drop all but the newest ``keep`` stored results of this gate table (and
+    their Data Docs pages), so the project and its index stay bounded however often the pipeline runs. The
+    run folders are named by UTC time (``20261126T061056.508192Z``), so their names sort by age."""
+    import shutil
+
+    for base in (gx_root / "uncommitted" / "validations", gx_root / "uncommitted" / "data_docs" / "local_site" /
+                 "validations"):
+        runs = sorted((base / gate / table).glob("*/*T*Z"), key=lambda p: p.name)
+        for old in runs[:-keep] if keep else runs:
+            shutil.rmtree(old, ignore_errors=True)
+
+
+def _get_or_add(get: Any, add: Any) -> Any:
+    try:
+        return get()
+    except (LookupError, ValueError):  # GX 1.x raises LookupError subclasses for a missing asset / definition
+        return add()
+
+
+@contextlib.contextmanager
+def _project_lock(project: Path | None) -> Iterator[None]:
+    """One gate at a time writes a file-backed project (stages the flow runs side by side share it)."""
+    if project is None:
+        yield
+        return
+    import fcntl
+
+    (project / "gx").mkdir(parents=True, exist_ok=True)
+    with open(project / "gx" / ".lock", "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 # --- turning GX results into small JSON ------------------------------------------------------

@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
+
+# The gates validate in an ephemeral GX context in unit tests (a file-backed project under reports/gx/ is
+# what a workspace run gets: tests/unit/quality/test_gate.py checks that path on its own temporary project).
+os.environ.setdefault("LMPIPE_GX_PROJECT", "")
 
 
 @pytest.fixture(scope="session")

@@ -94,6 +94,9 @@ def test_publish_run_makes_links_that_open_and_a_table_of_paths(prefect_harness,
     (tmp_path / "reports" / "evaluation.md").write_text("# Evaluation\n\n![curve](figures/curve.svg)\n")
     (tmp_path / "reports" / "metrics").mkdir()
     (tmp_path / "reports" / "metrics" / "package.json").write_text(json.dumps({"exported": "dist/lm-v1.bento"}))
+    docs = tmp_path / "reports" / "gx" / "uncommitted" / "data_docs" / "local_site" / "index.html"
+    docs.parent.mkdir(parents=True)
+    docs.write_text("<html>Data Docs</html>")
 
     @flow
     def publish(served: bool) -> int:
@@ -109,9 +112,11 @@ def test_publish_run_makes_links_that_open_and_a_table_of_paths(prefect_harness,
     assert f"`{tmp_path.resolve() / 'dist/lm-v1.bento'}`" in table and "[open]" not in table
     assert "data:image/svg+xml;base64," in asyncio.run(latest())["evaluation-report"].data
     monkeypatch.setenv(REPORTS_URL, "http://127.0.0.1:4201")
-    assert publish(True) == 5
+    assert publish(True) == 6
     found = asyncio.run(latest())
     assert found["link-evaluation-report"].data.endswith("(http://127.0.0.1:4201/reports/evaluation.md)")
     assert found["link-gate-results"].data.endswith("(http://127.0.0.1:4201/reports/quality/)")
     assert found["link-bento"].data.endswith("(http://127.0.0.1:4201/dist/lm-v1.bento)")
+    assert found["link-data-docs"].data.endswith(
+        "(http://127.0.0.1:4201/reports/gx/uncommitted/data_docs/local_site/index.html)")
     assert "[open](http://127.0.0.1:4201/dist/lm-v1.bento)" in found["run-files"].data

@@ -23,6 +23,7 @@ from stages.quality.gate import (  # noqa: E402
     GateFailed,
     GateResult,
     enforce,
+    gx_project,
     validate,
     write_report,
 )
@@ -359,3 +360,74 @@ def test_importing_gate_does_not_import_great_expectations() -> None:
     root = Path(__file__).resolve().parents[3]
     out = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+# --- the file-backed project: stored suites, a checkpoint per gate table, Data Docs ----------------------
+
+
+def test_a_workspace_gate_stores_its_suite_and_checkpoint_and_shows_failing_values_in_data_docs(tmp_path: Path) -> None:
+    df = documents()
+    df.loc[1, "id"] = "d1"
+    tables, expectations = documents_suite(df, **DOC_LIMITS)
+    project = tmp_path / "reports"
+    stored = validate("clean-general", tables, expectations, project)
+    assert failed(stored) == failed(validate("clean-general", tables, expectations)) == {UNIQUE_ID}
+    gx_dir = project / "gx"
+    suite = json.loads((gx_dir / "expectations" / "clean-general" / "documents.json").read_text())
+    kinds = [e["type"] for e in suite["expectations"]]
+    assert len(kinds) == sum(e.table == "documents" for e in expectations)
+    assert "expect_column_values_to_be_unique" in kinds
+    for table in tables:  # one checkpoint and one validation definition per gate table
+        assert (gx_dir / "checkpoints" / f"clean-general.{table}.json").is_file()
+        assert (gx_dir / "validation_definitions" / f"clean-general.{table}.json").is_file()
+    assert stored.data_docs == str(project / "gx/uncommitted/data_docs/local_site/index.html")
+    index = Path(stored.data_docs).read_text()
+    assert "clean-general" in index
+    pages = sorted((gx_dir / "uncommitted/data_docs/local_site/validations/clean-general/documents").rglob("*.html"))
+    assert len(pages) == 1 and "Unexpected Value" in pages[0].read_text()  # the failing ids are on the page
+
+    # the next run stores today's suite (nothing older survives) and adds its own validation page
+    fewer = [e for e in expectations if e.kind != "ExpectColumnValuesToBeUnique"]
+    assert validate("clean-general", tables, fewer, project).success
+    suite = json.loads((gx_dir / "expectations" / "clean-general" / "documents.json").read_text())
+    assert "expect_column_values_to_be_unique" not in [e["type"] for e in suite["expectations"]]
+    pages = list((gx_dir / "uncommitted/data_docs/local_site/validations/clean-general/documents").rglob("*.html"))
+    assert len(pages) == 2
+
+
+def test_enforce_names_the_data_docs_in_the_error_and_the_report(tmp_path: Path, monkeypatch) -> None:
+    df = documents()
+    df.loc[1, "id"] = "d1"
+    tables, expectations = documents_suite(df, **DOC_LIMITS)
+    monkeypatch.setenv("LMPIPE_GX_PROJECT", str(tmp_path / "reports"))
+    report = tmp_path / "reports" / "quality" / "documents.json"
+    with pytest.raises(GateFailed) as raised:
+        enforce("clean.documents", tables, expectations, report)
+    docs = str(tmp_path / "reports" / "gx/uncommitted/data_docs/local_site/index.html")
+    assert str(raised.value).endswith(f"(report: {report}; Data Docs: {docs})")
+    assert json.loads(report.read_text())["data_docs"] == docs
+
+
+def test_gx_project_follows_the_env_then_the_workspace(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("LMPIPE_GX_PROJECT", raising=False)
+    assert gx_project() is None                                  # not a pipeline workspace: ephemeral
+    (tmp_path / "dvc.yaml").write_text("stages: {}\n")
+    assert gx_project() == Path("reports")                       # `dvc repro` in a workspace: reports/gx/
+    monkeypatch.setenv("LMPIPE_GX_PROJECT", "")
+    assert gx_project() is None
+    monkeypatch.setenv("LMPIPE_GX_PROJECT", str(tmp_path / "elsewhere"))
+    assert gx_project() == tmp_path / "elsewhere"
+
+
+def test_the_stored_history_stays_bounded(tmp_path: Path, monkeypatch) -> None:
+    import stages.quality.gate as gate_module
+
+    monkeypatch.setattr(gate_module, "KEEP_VALIDATIONS", 2)
+    monkeypatch.setattr(gate_module._prune_history, "__defaults__", (1,))
+    tables, expectations = documents_suite(documents(), **DOC_LIMITS)
+    for _ in range(3):
+        assert validate("g", tables, expectations, tmp_path).success
+    local = tmp_path / "gx" / "uncommitted"
+    for base in (local / "validations" / "g" / "documents", local / "data_docs/local_site/validations/g/documents"):
+        assert len(list(base.glob("*/*T*Z"))) == 2, base     # the kept one and this run's

@@ -68,7 +68,7 @@ def entry(main: Callable[[], int]) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
-    except Exception as exc:  # noqa: BLE001: every error becomes one line, the traceback on request
+    except Exception as exc:  # noqa: BLE001 (every error becomes one line, the traceback on request)
         if debug:
             raise
         print(f"error: {describe(exc)}", file=sys.stderr)

@@ -34,7 +34,7 @@ def reading(path: str | Path, what: str) -> Iterator[None]:
         raise
     except InputError:
         raise
-    except Exception as exc:  # noqa: BLE001: every reader's own error type, re-raised with the file named
+    except Exception as exc:  # noqa: BLE001 (every reader's own error type, re-raised with the file named)
         raise InputError(f"{path}: not a valid {what} ({_first_line(exc)})") from exc
 
 

@@ -75,7 +75,7 @@ def fit_score(train: tuple[list[str], np.ndarray], val: tuple[list[str], np.ndar
 
 def _fit_job(state: dict, job: tuple[int, int]) -> dict:
     """One (training size, seed) fit of :func:`run_baseline` (module level, so a worker can run it)."""
-    from stages.finetune import FinetuneConfig, sample_train
+    from stages.finetuning.core import FinetuneConfig, sample_train
 
     n, seed = job
     labels, index = state["labels"], {lab: i for i, lab in enumerate(state["labels"])}

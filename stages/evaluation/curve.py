@@ -15,9 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import sys
-from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
 
 from stages.common.pool import run_ordered
 
@@ -29,7 +27,7 @@ def small_run(state: dict, job: dict) -> dict:
     """One fine-tuning run of the curve: ``stages.finetune.finetune`` on ``job['train_examples']`` examples
     with ``job['seed']`` (sample, head initialisation, order) and at least ``min_steps`` updates."""
     from stages.config import build
-    from stages.finetune import FinetuneConfig, finetune
+    from stages.finetuning.core import FinetuneConfig, finetune
 
     ft = build(FinetuneConfig, job["config"], f"{job['paradigm']}-{job['init']} finetune.json")
     # The curve's points are scored on test; its validation scores choose nothing, so the sample suffices.

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from stages.evaluation.svg import line_chart
-from stages.finetune import INITS
+from stages.finetuning.core import INITS
 from stages.tokenization.trainers import PARADIGMS
 
 NAMES = {"bert": "BERT (masked LM)", "gpt": "GPT (causal LM)", "t5": "T5 (span corruption)"}
@@ -180,8 +180,7 @@ def icl_section(result: dict) -> list[str]:
 
 
 def markdown(result: dict, *, figures_dir: str) -> str:
-    ft, maj, gate = result["finetune"], result["majority"], result["gate"]
-    cfg = result["config"]
+    ft, gate = result["finetune"], result["gate"]
     lines = ["# Evaluation", "",
              "Written by the `evaluate` stage (`python -m stages.evaluate`, see `dvc.yaml`) from the fine-tuned, "
              "pre-trained and domain-adapted models of this workspace. Every number below is as measured by this "

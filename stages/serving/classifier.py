@@ -18,7 +18,7 @@ class TextClassifier:
         from transformers import AutoTokenizer
 
         from stages.config import build
-        from stages.finetune import FinetuneConfig, head_options
+        from stages.finetuning.core import FinetuneConfig, head_options
         from stages.finetuning.heads import make_classifier
 
         model_dir = Path(model_dir)
@@ -40,7 +40,7 @@ class TextClassifier:
         """``[len(texts), labels]`` probabilities."""
         import torch
 
-        from stages.finetune import encode
+        from stages.finetuning.core import encode
         from stages.training.loop import to_device
 
         out = []

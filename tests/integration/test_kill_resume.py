@@ -13,6 +13,7 @@ left anywhere.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -21,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.test_fault_injection import _env, _files, _leftovers, project  # noqa: F401
+from tests.integration.test_fault_injection import _env, _files, _leftovers
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(3600)]
 
@@ -62,8 +63,16 @@ def _at_work(project: Path, stage: str, outs: list[tuple[Path, bool]]) -> str | 
     return None
 
 
+@pytest.fixture(scope="module")
+def workspace(tiny_project, tmp_path_factory):
+    dest = tmp_path_factory.mktemp("kill") / "project"
+    shutil.copytree(tiny_project, dest, symlinks=True)
+    return dest
+
+
 @pytest.mark.parametrize("stage", KILLED)
-def test_a_killed_stage_leaves_whole_outputs_and_the_next_run_matches_an_uninterrupted_one(project, stage):
+def test_a_killed_stage_leaves_whole_outputs_and_the_next_run_matches_an_uninterrupted_one(workspace, stage):
+    project = workspace
     outs = _outs(project, stage)
     first = _repro(project, stage, "-f")
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]

@@ -92,10 +92,13 @@ def test_a_run_completes_and_the_ui_shows_it_with_its_artifacts(served, tiny_pro
     assert gate and json.loads(gate[0]["data"])
     import httpx
 
-    for key in ("link-bento", "link-evaluation-report"):  # the links open (served over HTTP, not file://)
+    for key in ("link-bento", "link-evaluation-report", "link-data-docs"):  # served over HTTP, not file://
         link = _api(port, "POST", "/artifacts/latest/filter", {"artifacts": {"key": {"any_": [key]}}})[0]["data"]
         url = link[link.rindex("(") + 1: -1]
-        assert url.startswith("http://127.0.0.1:") and httpx.get(url, timeout=30).status_code == 200, link
+        got = httpx.get(url, timeout=30)
+        assert url.startswith("http://127.0.0.1:") and got.status_code == 200, link
+        if key == "link-data-docs":  # Great Expectations' Data Docs of the run's gates
+            assert "clean-general" in got.text and "finetune-task" in got.text
 
     chromium = _chromium()
     if chromium is None:

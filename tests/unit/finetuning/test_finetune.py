@@ -130,7 +130,7 @@ def test_early_stopping_stops_after_patience_evaluations_without_gain(models, tm
 
 
 def test_the_returned_model_is_the_best_on_validation_not_the_last(models, tmp_path, monkeypatch):
-    import stages.finetune as ft
+    import stages.finetuning.core as ft
     import stages.finetuning.metrics as metrics
 
     # Validation scores scripted to peak at the second evaluation; the weights each prediction saw are recorded.

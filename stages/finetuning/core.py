@@ -1,0 +1,320 @@
+"""The fine-tuning core: the recipe's configuration, batching, prediction and one training run
+(:func:`finetune`), with early stopping on validation and the best checkpoint restored. The stage
+(:mod:`stages.finetune`) runs it over seeds and learning rates and publishes the result; the evaluate stage's
+data-efficiency curve and TF-IDF baseline and the service's classifier use it directly."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from stages.config import build, check, check_seed, deep_merge, load_params, section
+from stages.training.config import PRECISIONS
+
+INITS = ("pretrained", "dapt", "random")
+
+
+@dataclass(frozen=True, kw_only=True)
+class TaskGateConfig:
+    min_class_share: float = 0.005
+    max_class_share: float = 0.3
+
+
+@dataclass(frozen=True, kw_only=True)
+class FinetuneConfig:
+    """labels: the expected label set (the gate fails on any other). max_len: tokens per example.
+    max_train_examples: a seeded sample of the train split (0 = all). epochs: at most this many passes;
+    min_steps: more passes when a small sample would otherwise give fewer updates (the data-efficiency curve).
+    micro_batch, lr, warmup_fraction, weight_decay: the recipe (the same for every initialisation).
+    length_pool: batches of similar lengths: each run of this many batches of the shuffled order is sorted
+    by length before it is cut, and the batches are shuffled (0 = off). The task's texts are 87-92 tokens on
+    average but nearly every random batch of 32 holds one that fills max_len 128, so this cuts the tokens a
+    step computes by about 30%.
+    eval_every: steps between validation scores; patience: evaluations without improvement before stopping.
+    max_eval_examples: validation examples scored during training (0 = all; the test split is always whole).
+    val_select: the validation score a run reports, and the learning rate, the saved seed and the model gate
+    choose on: ``full`` scores the restored best checkpoint on the whole validation split once more (when
+    ``max_eval_examples`` scored only a sample: a 300-example sample moves macro-F1 by several points between
+    runs that the whole split cannot tell apart), ``sample`` keeps the sample's best score.
+    aux_lm_weight: GPT-1's auxiliary LM loss weight for GPT (0 = off); aux_lm_fraction: the share of positions
+    it is estimated on each step (1 = all). t5_prefix: T5's task prefix.
+    head: ``stock`` ([CLS] / last token / text to text) or ``pooled`` (masked mean, a norm, linear; see
+    stages.finetuning.heads); pooled_norm: ``batch`` or ``layer``; pool_from (T5): ``encoder``, ``decoder``
+    (the text through encoder and decoder, the decoder's states pooled) or ``both``.
+    seed: head initialisation, sample and order of one run.
+    seeds: the stage's runs (mean and std are reported; the best on validation is saved).
+    lr_grid: learning rates tried with the first seed; the best on validation is used for every seed
+    ([] = ``lr``). Chosen per initialisation: a pre-trained and a random body rarely share a best rate.
+    scale_lr_by_rms: each tensor's rate is ``lr`` times its root mean square (as pre-training's option of the
+    same name): T5's embedding (RMS 1) otherwise hardly moves; the rates are then about 10x plain AdamW's.
+    workers: the stage's runs at a time (> 1: spawned processes of one torch thread each; on a few CPU
+    cores two one-thread runs finish sooner than two two-thread runs one after the other).
+    precision: ``auto`` runs the forward passes under bf16 autocast where the device multiplies bf16
+    natively (a recent GPU, or a CPU with AMX / AVX512-BF16), fp32 elsewhere; ``fp32`` / ``bf16`` force it.
+    Weights, optimizer state and losses stay fp32."""
+
+    labels: tuple[str, ...]
+    max_len: int = 64
+    max_train_examples: int = 0
+    epochs: int = 2
+    min_steps: int = 0
+    micro_batch: int = 32
+    length_pool: int = 0
+    lr: float = 5e-4
+    warmup_fraction: float = 0.06
+    weight_decay: float = 0.01
+    eval_every: int = 50
+    patience: int = 3
+    max_eval_examples: int = 0
+    val_select: str = "full"
+    aux_lm_weight: float = 0.5
+    aux_lm_fraction: float = 1.0
+    t5_prefix: str = "classify: "
+    head: str = "stock"
+    pooled_norm: str = "batch"
+    pool_from: str = "encoder"
+    seed: int = 0
+    seeds: tuple[int, ...] = (0,)
+    lr_grid: tuple[float, ...] = ()
+    scale_lr_by_rms: bool = False
+    workers: int = 1
+    threads: int = 0
+    precision: str = "auto"
+    gate: TaskGateConfig = field(default_factory=TaskGateConfig)
+
+    def __post_init__(self) -> None:
+        check(len(self.labels) >= 2 and len(set(self.labels)) == len(self.labels), "labels: need 2+ distinct labels")
+        check(self.max_len >= 4, "max_len: must be >= 4")
+        check(self.epochs >= 1 and self.micro_batch >= 1 and self.eval_every >= 1 and self.patience >= 1,
+              "epochs: epochs, micro_batch, eval_every and patience must be >= 1")
+        check(self.lr > 0, "lr: must be > 0")
+        check(self.min_steps >= 0, "min_steps: must be >= 0")
+        check(self.length_pool >= 0, "length_pool: must be >= 0")
+        check(self.aux_lm_weight >= 0, "aux_lm_weight: must be >= 0")
+        check(0 < self.aux_lm_fraction <= 1, "aux_lm_fraction: must be in (0, 1]")
+        check(self.head in ("stock", "pooled"), "head: one of stock, pooled")
+        check(self.pooled_norm in ("batch", "layer"), "pooled_norm: one of batch, layer")
+        check(self.pool_from in ("encoder", "decoder", "both"), "pool_from: one of encoder, decoder, both")
+        check(len(self.seeds) >= 1 and len(set(self.seeds)) == len(self.seeds), "seeds: one or more distinct seeds")
+        check_seed("seed", self.seed)
+        for s in self.seeds:
+            check_seed("seeds", s)
+        check(all(lr > 0 for lr in self.lr_grid), "lr_grid: each learning rate must be > 0")
+        check(self.workers >= 1, "workers: must be >= 1")
+        check(self.precision in PRECISIONS, f"precision: one of {', '.join(PRECISIONS)}")
+        check(self.val_select in ("full", "sample"), "val_select: one of full, sample")
+
+
+def head_options(cfg: FinetuneConfig) -> dict:
+    """The classifier's options from the config (``make_classifier``'s keywords), for training and serving."""
+    return {"aux_lm_weight": cfg.aux_lm_weight, "aux_lm_fraction": cfg.aux_lm_fraction, "head": cfg.head,
+            "pooled_norm": cfg.pooled_norm, "pool_from": cfg.pool_from}
+
+
+def load_config(params_path: Path, paradigm: str) -> FinetuneConfig:
+    params = load_params(params_path)
+    merged = deep_merge(section(params, "finetune.defaults"), section(params, f"finetune.{paradigm}") or {})
+    return build(FinetuneConfig, merged, f"finetune.{paradigm}")
+
+
+def read_task(path: Path):
+    from stages.common.documents import read_parquet_columns
+
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no task data (run ingest@task first)")
+    return read_parquet_columns(path, ["id", "text", "label", "split"])
+
+
+def sample_train(df, cfg: FinetuneConfig, n: int | None = None):
+    train = df[df["split"] == "train"]
+    n = n if n is not None else cfg.max_train_examples
+    if n and n < len(train):
+        train = train.sample(n=n, random_state=cfg.seed)
+    return train.reset_index(drop=True)
+
+
+def encode(tok, texts: list[str], cfg: FinetuneConfig, paradigm: str) -> dict:
+    if paradigm == "t5":
+        texts = [cfg.t5_prefix + t for t in texts]
+    enc = tok(texts, truncation=True, max_length=cfg.max_len, padding="longest", return_tensors="pt",
+              add_special_tokens=paradigm != "gpt")
+    return {"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"]}
+
+
+def token_lengths(tok, texts: list[str], cfg: FinetuneConfig, paradigm: str) -> np.ndarray:
+    """Each text's length in tokens as :func:`encode` will see it (after the prefix and truncation)."""
+    if paradigm == "t5":
+        texts = [cfg.t5_prefix + t for t in texts]
+    ids = tok(texts, truncation=True, max_length=cfg.max_len, add_special_tokens=paradigm != "gpt")["input_ids"]
+    return np.fromiter((len(x) for x in ids), dtype=np.int64, count=len(texts))
+
+
+def length_batches(order: np.ndarray, lengths: np.ndarray, batch: int, pool: int, rng) -> list[np.ndarray]:
+    """``order`` cut into batches of ``batch`` whose members have similar lengths, so padding to the longest
+    costs little: each run of ``pool`` batches of the (random) order is sorted by length before it is cut,
+    then the batches are shuffled (``pool`` 0 or 1: plain consecutive batches). Every index appears once."""
+    if pool <= 1:
+        return [order[lo: lo + batch] for lo in range(0, len(order), batch)]
+    out = []
+    for lo in range(0, len(order), batch * pool):
+        chunk = order[lo: lo + batch * pool]
+        chunk = chunk[np.argsort(lengths[chunk], kind="stable")]
+        out += [chunk[i: i + batch] for i in range(0, len(chunk), batch)]
+    return [out[i] for i in rng.permutation(len(out))]
+
+
+def autocast(cfg: FinetuneConfig, device: str):
+    """The context the forward passes run in: bf16 autocast when ``cfg.precision`` asks for it on ``device``."""
+    import torch
+
+    from stages.training.loop import bf16_enabled
+
+    return torch.autocast(device_type=device.split(":")[0], dtype=torch.bfloat16,
+                          enabled=bf16_enabled(cfg.precision, device))
+
+
+def predict(clf, tok, texts: list[str], cfg: FinetuneConfig, paradigm: str) -> np.ndarray:
+    """The predicted label ids of ``texts``, scored in batches of similar lengths (the same predictions as
+    in order: each text's score depends on its own tokens only), returned in the order of ``texts``."""
+    import torch
+
+    from stages.training.loop import to_device
+
+    clf.model.eval()
+    order = np.argsort(token_lengths(tok, texts, cfg, paradigm), kind="stable") if texts else np.empty(0, int)
+    pred = np.empty(len(texts), dtype=np.int64)
+    with torch.no_grad(), autocast(cfg, clf.device):
+        for lo in range(0, len(texts), cfg.micro_batch * 2):
+            idx = order[lo: lo + cfg.micro_batch * 2]
+            batch = to_device(encode(tok, [texts[i] for i in idx], cfg, paradigm), clf.device)
+            pred[idx] = clf.predict(batch).cpu().numpy()
+    clf.model.train()
+    return pred
+
+
+def finetune(cfg: FinetuneConfig, *, paradigm: str, init: str, model_dir: Path, df, train_examples: int | None = None,
+             log=print, progress: bool = False, live_dir: Path | None = None) -> dict:
+    """Train a classifier; returns scores, the curve and the model (best validation state restored).
+    ``live_dir``: the run's live log (its curve as it trains, and its wall time; :mod:`stages.common.live`)."""
+    import time
+
+    from stages.common.live import LiveLog
+
+    with LiveLog(live_dir) as live:
+        started = time.perf_counter()
+        out = _finetune(cfg, paradigm=paradigm, init=init, model_dir=model_dir, df=df,
+                        train_examples=train_examples, log=log, progress=progress, live=live)
+        m = out["metrics"]
+        live.summary({"seconds": round(time.perf_counter() - started, 1), "steps": m["steps"],
+                      "best_val_macro_f1": m["best_val_macro_f1"], "test_macro_f1": m["test_macro_f1"]})
+    return out
+
+
+def _finetune(cfg: FinetuneConfig, *, paradigm: str, init: str, model_dir: Path, df, train_examples: int | None,
+              log, progress: bool, live) -> dict:
+    import torch
+    from transformers import AutoTokenizer
+
+    from stages.finetuning.heads import make_classifier
+    from stages.finetuning.metrics import majority, scores
+    from stages.training.config import TrainConfig
+    from stages.training.loop import lr_at, make_optimizer, set_lr, to_device
+
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    label_id = {lab: i for i, lab in enumerate(cfg.labels)}
+    tok = AutoTokenizer.from_pretrained(str(model_dir))
+    clf = make_classifier(paradigm, model_dir, list(cfg.labels), tok, init=init, seed=cfg.seed,
+                          **head_options(cfg))
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    clf.to(device)
+    train = sample_train(df, cfg, train_examples)
+    val = val_all = df[df["split"] == "validation"]
+    if cfg.max_eval_examples and cfg.max_eval_examples < len(val):
+        val = val.sample(n=cfg.max_eval_examples, random_state=cfg.seed)
+    test = df[df["split"] == "test"]
+    y_train = train["label"].map(label_id).to_numpy()
+    y_val, y_test = val["label"].map(label_id).to_numpy(), test["label"].map(label_id).to_numpy()
+    steps_per_epoch = -(-len(train) // cfg.micro_batch)
+    epochs = max(cfg.epochs, -(-cfg.min_steps // steps_per_epoch))
+    total = steps_per_epoch * epochs
+    recipe = TrainConfig(lr=cfg.lr, warmup_fraction=cfg.warmup_fraction, weight_decay=cfg.weight_decay,
+                         min_lr_ratio=0.0, budget_tokens=1, scale_lr_by_rms=cfg.scale_lr_by_rms)
+    optimizer = make_optimizer(clf.model, recipe, device)
+    rng = np.random.default_rng(cfg.seed)
+    texts = train["text"].tolist()
+    lengths = token_lengths(tok, texts, cfg, paradigm)
+    curve, best, best_state, bad, step = [], -1.0, None, 0, 0
+    running, since = 0.0, 0
+    clf.model.train()
+    stopped_early = False
+    bar = None
+    if progress:
+        from tqdm import tqdm
+
+        bar = tqdm(total=total, unit="step", dynamic_ncols=True, mininterval=1.0, desc=f"{paradigm}-{init}")
+    for epoch in range(epochs):
+        order = rng.permutation(len(train))
+        for idx in length_batches(order, lengths, cfg.micro_batch, cfg.length_pool, rng):
+            batch = encode(tok, [texts[i] for i in idx], cfg, paradigm)
+            batch["labels"] = torch.from_numpy(y_train[idx].astype(np.int64))
+            batch = to_device(batch, device)
+            set_lr(optimizer, lr_at(step, total, recipe))
+            with autocast(cfg, device):
+                loss = clf.loss(batch)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(clf.model.parameters(), 1.0)
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            running, since, step = running + loss.item(), since + 1, step + 1
+            if bar is not None:
+                bar.update(1)
+            if step % cfg.eval_every == 0 or step == total:
+                val_scores = scores(y_val, predict(clf, tok, val["text"].tolist(), cfg, paradigm), len(cfg.labels))
+                curve.append({"step": step, "epoch": epoch + 1, "loss": round(running / since, 5),
+                              "val_accuracy": val_scores["accuracy"], "val_macro_f1": val_scores["macro_f1"]})
+                live.log(step, {"train/loss": curve[-1]["loss"], "train/lr": optimizer.param_groups[0]["lr"],
+                                "val/accuracy": val_scores["accuracy"], "val/macro_f1": val_scores["macro_f1"]})
+                running, since = 0.0, 0
+                if bar is not None:
+                    bar.set_postfix(loss=f"{curve[-1]['loss']:.3f}", val_f1=f"{val_scores['macro_f1']:.3f}")
+                if val_scores["macro_f1"] > best:
+                    best, bad = val_scores["macro_f1"], 0
+                    best_state = {k: v.detach().clone() for k, v in clf.model.state_dict().items()}
+                else:
+                    bad += 1
+                    if bad >= cfg.patience and step < total:  # at the last step there is nothing to stop
+                        stopped_early = True
+                        break
+        if stopped_early:
+            break
+    if bar is not None:
+        bar.close()
+    if best_state is not None:
+        clf.model.load_state_dict(best_state)
+    sample_best, val_examples = best, len(val)
+    if cfg.val_select == "full" and len(val) < len(val_all):
+        y_all = val_all["label"].map(label_id).to_numpy()
+        best = scores(y_all, predict(clf, tok, val_all["text"].tolist(), cfg, paradigm), len(cfg.labels))["macro_f1"]
+        val_examples = len(val_all)
+    test_scores = scores(y_test, predict(clf, tok, test["text"].tolist(), cfg, paradigm), len(cfg.labels))
+    clf.to("cpu")  # returned and saved on the CPU
+    baseline = majority(y_train, y_test, len(cfg.labels))
+    result = {"paradigm": paradigm, "init": init, "train_examples": len(train), "steps": step,
+              "stopped_early": stopped_early, "best_val_macro_f1": best, "val_examples": val_examples,
+              **({"sample_val_macro_f1": sample_best} if val_examples != len(val) else {}),
+              "test_accuracy": test_scores["accuracy"], "test_macro_f1": test_scores["macro_f1"],
+              "test_examples": test_scores["examples"],
+              "majority_test_accuracy": baseline["accuracy"], "majority_test_macro_f1": baseline["macro_f1"]}
+    log(f"[finetune] {paradigm}-{init}: {len(train)} examples, {step} steps"
+        f"{' (stopped early)' if stopped_early else ''}; best val macro-F1 {best:.3f}; test accuracy "
+        f"{result['test_accuracy']:.3f}, macro-F1 {result['test_macro_f1']:.3f} (majority "
+        f"{result['majority_test_accuracy']:.3f})")
+    return {"metrics": result, "curve": curve, "classifier": clf, "tokenizer": tok}
+
+
+def _mean_std(values: list[float]) -> tuple[float, float]:
+    a = np.asarray(values, dtype=np.float64)
+    return round(float(a.mean()), 5), round(float(a.std(ddof=1)) if len(a) > 1 else 0.0, 5)

@@ -7,13 +7,26 @@ half-written folder (docs/stages.md, "The data contract").
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
+import re
 import shutil
+import socket
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
+
+# Every temporary, scratch and set-aside name carries its writer: ``.<name>.tmp-<pid>@<host>-XXXX`` (host: 8 hex
+# of the host name's SHA-256), so a sweep can tell the leftovers of a killed run from the work of a live one.
+_HOST = hashlib.sha256(socket.gethostname().encode()).hexdigest()[:8]
+_OWNED = re.compile(r"^\..+\.(?:tmp|work|old)-(?:(\d+)@([0-9a-f]{8}))?")
+LEFTOVER_PATTERNS = (".*.tmp-*", ".*.work-*", ".*.old-*")
+
+
+def _owner() -> str:
+    return f"{os.getpid()}@{_HOST}"
 
 
 @contextlib.contextmanager
@@ -25,7 +38,7 @@ def atomic_dir(target: str | Path) -> Iterator[Path]:
     target = Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)
     sweep_stale(target)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-{_owner()}-", dir=target.parent))
     try:
         yield tmp
         os.chmod(tmp, 0o755)  # mkdtemp makes 0700; a published output is as readable as any other folder
@@ -40,7 +53,7 @@ def work_dir(target: str | Path) -> tempfile.TemporaryDirectory:
     is removed by the next :func:`atomic_dir` of the same target (:func:`sweep_stale`)."""
     target = Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)
-    return tempfile.TemporaryDirectory(prefix=f".{target.name}.work-", dir=target.parent)
+    return tempfile.TemporaryDirectory(prefix=f".{target.name}.work-{_owner()}-", dir=target.parent)
 
 
 def refuse_overlap(outputs: dict[str, Any], inputs: dict[str, Any]) -> None:
@@ -71,6 +84,41 @@ def sweep_stale(target: Path) -> None:
                 shutil.rmtree(p, ignore_errors=True)
             else:
                 p.unlink(missing_ok=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's live process
+        return True
+    return True
+
+
+def sweep_dead(roots: Iterable[str | Path]) -> list[Path]:
+    """Remove, under ``roots``, every temporary, scratch or set-aside folder or file whose writer is gone: made
+    on this host by a process that no longer runs (a run killed with SIGKILL, which skips all cleanup), or by
+    a version of the pipeline that did not tag its names. Work of a live process, or of another host sharing
+    the folder, is left alone. Returns what was removed. Each stage sweeps its workspace's ``data``,
+    ``reports`` and ``dist`` when it starts (:func:`stages.common.cli.entry`), so a killed stage's leftovers go
+    with the next stage that runs, even when DVC finds the killed stage's outputs intact and skips it."""
+    removed = []
+    for root in roots:
+        root = Path(root)
+        if not root.is_dir():
+            continue
+        for pattern in LEFTOVER_PATTERNS:
+            for p in sorted(root.rglob(pattern)):
+                m = _OWNED.match(p.name)
+                if m is None or (m.group(1) and (m.group(2) != _HOST or _alive(int(m.group(1))))):
+                    continue
+                if p.is_dir() and not p.is_symlink():
+                    shutil.rmtree(p, ignore_errors=True)
+                else:
+                    p.unlink(missing_ok=True)
+                removed.append(p)
+    return removed
 
 
 def exchange(a: Path, b: Path) -> bool:
@@ -110,7 +158,7 @@ def replace_dir(src: Path, target: Path) -> None:
         return
     old = None
     if target.exists() or target.is_symlink():
-        old = target.parent / f".{target.name}.old-{os.getpid()}"
+        old = target.parent / f".{target.name}.old-{_owner()}"
         if old.exists():
             shutil.rmtree(old)
         os.replace(target, old)
@@ -126,7 +174,7 @@ def write_bytes_atomic(path: str | Path, data: bytes) -> None:
     """Write ``data`` to ``path`` through a temporary file in the same folder and ``os.replace``."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.tmp-", dir=path.parent)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.tmp-{_owner()}-", dir=path.parent)
     try:
         os.fchmod(fd, 0o644)  # mkstemp makes 0600
         with os.fdopen(fd, "wb") as fh:

@@ -63,6 +63,11 @@ def entry(main: Callable[[], int]) -> int:
     if "--debug" in sys.argv[1:]:
         sys.argv.remove("--debug")
         debug = True
+    if Path("dvc.yaml").is_file():  # a workspace: what killed runs left behind goes first
+        from stages.common.atomic import sweep_dead
+
+        for p in sweep_dead(["data", "reports", "dist"]):
+            print(f"removed {p}: left by a run that was killed", file=sys.stderr)
     try:
         return main()
     except KeyboardInterrupt:

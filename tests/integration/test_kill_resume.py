@@ -4,10 +4,11 @@ One stage of every kind (ingest, clean, tokenizer, tokens, pre-training, DAPT, f
 package) of the tiny-profile project is run once uninterrupted, then run again with `dvc repro -f` and
 killed (SIGKILL to `dvc repro` and everything it started) at the moment the stage shows that it is at work:
 a checkpoint saved, or a scratch or temporary folder beside one of its outputs (the moment it starts to
-publish, the most delicate one). Then it is run again. Expected: the killed run left each output either as
-it was or absent, never half-written; the next run finishes and its outputs are byte for byte those of the
-uninterrupted run (a training stage resumes from its checkpoint when it saved one); no scratch folder is
-left anywhere.
+publish, the most delicate one). Then the same command is issued again. Expected: the killed run left each
+output either as it was or absent, never half-written; the next run finishes and its outputs are byte for
+byte those of the uninterrupted run (a training stage resumes from its checkpoint when it saved one); no
+scratch folder is left anywhere (each stage sweeps, when it starts, what dead runs left: see
+``stages.common.atomic.sweep_dead``).
 """
 
 from __future__ import annotations
@@ -91,7 +92,7 @@ def test_a_killed_stage_leaves_whole_outputs_and_the_next_run_matches_an_uninter
     for out, _ in outs:  # as before the killed run, or gone: never half-written
         assert not out.exists() or _files(out) == before[out], f"{out}: half-written by the {stage} killed at {marker}"
 
-    again = _repro(project, stage)
+    again = _repro(project, stage, "-f")  # the command that was killed, issued again
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
     for out, _ in outs:
         if stage in NEW_IDENTITY_EACH_RUN:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -75,3 +76,63 @@ def test_replace_dir_never_leaves_the_target_missing_where_it_can_swap(tmp_path,
         assert seen == []  # one atomic swap, no rename window
     else:
         assert seen == [True, False]  # the fallback: renamed aside, then the new one in
+
+
+def _dead_pid() -> int:
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
+def test_a_sweep_removes_what_dead_writers_left_and_keeps_live_work(tmp_path):
+    import os
+
+    from stages.common.atomic import _HOST, sweep_dead
+
+    models = tmp_path / "data" / "models"
+    models.mkdir(parents=True)
+    dead = models / f".bert.tmp-{_dead_pid()}@{_HOST}-abcd"
+    live = models / f".gpt.tmp-{os.getpid()}@{_HOST}-abcd"
+    elsewhere = models / f".t5.work-{_dead_pid()}@00000000-abcd"   # another host's: its pid means nothing here
+    legacy = tmp_path / "reports" / ".evaluation.md.tmp-x1y2"         # untagged: from before writers were named
+    dead_file = models / f".metrics.json.tmp-{_dead_pid()}@{_HOST}-q"
+    for d in (dead, live, elsewhere):
+        d.mkdir()
+        (d / "weights").write_text("w")
+    legacy.parent.mkdir()
+    legacy.write_text("x")
+    dead_file.write_text("{}")
+    kept = models / "bert"
+    kept.mkdir()
+    removed = sweep_dead([tmp_path / "data", tmp_path / "reports", tmp_path / "dist"])
+    assert set(removed) == {dead, legacy, dead_file}
+    assert live.is_dir() and elsewhere.is_dir() and kept.is_dir() and not dead.exists()
+
+
+def test_every_stage_start_in_a_workspace_sweeps(tmp_path, monkeypatch, capsys):
+    from stages.common.atomic import _HOST
+    from stages.common.cli import entry
+
+    left = tmp_path / "data" / "tokenizers" / f".bert.tmp-{_dead_pid()}@{_HOST}-zz"
+    left.mkdir(parents=True)
+    monkeypatch.chdir(tmp_path)
+    assert entry(lambda: 0) == 0 and left.exists()     # not a workspace (no dvc.yaml): nothing touched
+    (tmp_path / "dvc.yaml").write_text("stages: {}\n")
+    assert entry(lambda: 0) == 0 and not left.exists()
+    assert "left by a run that was killed" in capsys.readouterr().err
+
+
+def test_temporary_names_carry_their_writer(tmp_path):
+    import os
+
+    from stages.common.atomic import _HOST, work_dir
+
+    seen = []
+    with atomic_dir(tmp_path / "out") as tmp:
+        seen.append(tmp.name)
+    with work_dir(tmp_path / "out") as scratch:
+        seen.append(Path(scratch).name)
+    assert all(f"-{os.getpid()}@{_HOST}-" in name for name in seen)

@@ -138,7 +138,9 @@ def run(cfg, *, paradigm: str, stage: str, tokens_dir: Path, corpus: str, tokeni
     run_id = fingerprint(stage, paradigm, corpus, asdict(cfg), dist.world, manifest["corpora"][corpus],
                          manifest["tokenizer"]["sha256"], _file_sha(init / "model.safetensors") if init else None)
     state = read_state(checkpoint_dir) if checkpoint_dir is not None else None
-    live = LiveLog(live_dir if dist.main else None, resume=bool(state and state.get("fingerprint") == run_id))
+    resuming = bool(state and state.get("fingerprint") == run_id)
+    live = LiveLog(live_dir if dist.main else None, resume=resuming,
+                   resume_step=state.get("step") if resuming else None)
     with live:
         result = train(model, objective, train_blocks, eval_blocks, cfg.train, flops_per_token=fpt,
                        seq_len=layout.seq_len, dist=dist, checkpoint_dir=checkpoint_dir, fingerprint=run_id,

@@ -23,9 +23,11 @@ LIVE_ROOT = Path("reports/live")
 class LiveLog:
     """One run's live folder. ``log(step, values)`` appends a step (None and non-finite values skipped);
     ``summary(values)`` sets the run's totals (timings) in ``metrics.json``. A ``None`` folder logs nothing.
-    ``resume``: keep what an interrupted run of the same fingerprint logged (a checkpoint resume)."""
+    ``resume``: keep what an interrupted run of the same fingerprint logged (a checkpoint resume);
+    ``resume_step``: the checkpoint's step: rows the interrupted run logged after it are dropped, as the
+    resumed run logs those steps again."""
 
-    def __init__(self, folder: Path | None, *, resume: bool = False) -> None:
+    def __init__(self, folder: Path | None, *, resume: bool = False, resume_step: int | None = None) -> None:
         self.folder, self._live = folder, None
         if folder is None:
             return
@@ -45,6 +47,8 @@ class LiveLog:
                 self._save_dvc_exp = False
 
         folder.mkdir(parents=True, exist_ok=True)
+        if resume and resume_step is not None:
+            _truncate(folder, resume_step)
         self._live = _FilesOnly(str(folder), resume=resume, save_dvc_exp=False, dvcyaml=None, report=None)
 
     def log(self, step: int, values: dict) -> None:
@@ -72,6 +76,15 @@ class LiveLog:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _truncate(folder: Path, step: int) -> None:
+    """Drop the rows after ``step`` from every curve of a live folder (DVCLive's TSVs: ``step`` first)."""
+    for tsv in (folder / "plots" / "metrics").rglob("*.tsv"):
+        lines = tsv.read_text(encoding="utf-8").splitlines(keepends=True)
+        kept = lines[:1] + [line for line in lines[1:] if int(line.split("\t", 1)[0]) <= step]
+        if len(kept) != len(lines):
+            tsv.write_text("".join(kept), encoding="utf-8")
 
 
 def read_summary(folder: Path) -> dict:

@@ -55,3 +55,14 @@ def test_the_repository_around_is_left_alone(tmp_path, monkeypatch):
     with LiveLog(tmp_path / "run") as live:  # stock DVCLive would `dvc init` a git repository without DVC
         live.log(1, {"train/loss": 1.0})
     assert not (tmp_path / ".dvc").exists() and not (tmp_path / "dvc.yaml").exists()
+
+
+def test_a_resume_drops_the_rows_logged_after_the_checkpoint(tmp_path):
+    with LiveLog(tmp_path / "run") as live:
+        for step in (4, 8, 12):  # killed after step 12; the checkpoint was saved at step 8
+            live.log(step, {"train/loss": 1.0 / step})
+    with LiveLog(tmp_path / "run", resume=True, resume_step=8) as live:
+        live.log(12, {"train/loss": 0.5})
+        live.log(16, {"train/loss": 0.4})
+    loss = tmp_path / "run" / "plots" / "metrics" / "train" / "loss.tsv"
+    assert [r[0] for r in rows(loss)[1:]] == ["4", "8", "12", "16"] and rows(loss)[3][1] == "0.5"

@@ -49,6 +49,32 @@ def _repro(project: Path, stage: str, *flags: str) -> subprocess.CompletedProces
                           env=_env(project), capture_output=True, text=True, timeout=1200)
 
 
+def _stage_process(pgid: int) -> int | None:
+    """The pid of the stage's own command (``python -m stages.<name>``) in process group ``pgid``, if running."""
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            if int(fields[2]) != pgid:  # after the command name: state, ppid, pgrp
+                continue
+            cmdline = (stat.parent / "cmdline").read_bytes().split(b"\0")
+        except (OSError, ValueError, IndexError):
+            continue
+        if b"-m" in cmdline and any(arg.startswith(b"stages.") for arg in cmdline):
+            return int(stat.parent.name)
+    return None
+
+
+def _run_timed(project: Path, stage: str) -> tuple[subprocess.Popen, float]:
+    """``dvc repro -s -f stage`` in its own process group; returns the process once the stage's command has
+    started, and that moment."""
+    proc = subprocess.Popen([str(Path(PY).parent / "dvc"), "repro", "-s", "-f", stage], cwd=project,
+                            env=_env(project), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    while proc.poll() is None and _stage_process(proc.pid) is None:
+        time.sleep(0.005)
+    return proc, time.monotonic()
+
+
 def _at_work(project: Path, stage: str, outs: list[tuple[Path, bool]]) -> str | None:
     """What shows the stage is mid-way, or None: a saved checkpoint, or a scratch/temporary sibling of an
     output (``stages.common.atomic``: ``.<name>.work-*`` while working, ``.<name>.tmp-*`` while publishing)."""
@@ -75,18 +101,23 @@ def workspace(tiny_project, tmp_path_factory):
 def test_a_killed_stage_leaves_whole_outputs_and_the_next_run_matches_an_uninterrupted_one(workspace, stage):
     project = workspace
     outs = _outs(project, stage)
-    first = _repro(project, stage, "-f")
-    assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
+    first, started = _run_timed(project, stage)  # uninterrupted: how long the stage's own command takes
+    while first.poll() is None and _stage_process(first.pid) is not None:
+        time.sleep(0.005)
+    took = time.monotonic() - started
+    assert first.wait(timeout=1200) == 0, f"{stage} failed when run uninterrupted"
     before = {out: _files(out) for out, _ in outs}
 
-    proc = subprocess.Popen([str(Path(PY).parent / "dvc"), "repro", "-s", "-f", stage], cwd=project,
-                            env=_env(project), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True)
+    # Killed when it shows it is at work (a checkpoint, a scratch or temporary sibling of an output), or half way
+    # through its command's time, whichever comes first (a stage that computes before writing shows nothing).
+    proc, started = _run_timed(project, stage)
     marker = None
     while marker is None and proc.poll() is None:
         marker = _at_work(project, stage, outs)
+        if marker is None and time.monotonic() - started >= took / 2:
+            marker = f"{took / 2:.1f} s into its command"
         time.sleep(0.005)
-    assert marker is not None, f"{stage} finished before anything showed it at work: nothing was interrupted"
+    assert marker is not None, f"{stage} finished before it could be interrupted"
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait(timeout=60)
     for out, _ in outs:  # as before the killed run, or gone: never half-written

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
-import os
-
 import pytest
 
-# The gates validate in an ephemeral GX context in unit tests (a file-backed project under reports/gx/ is
-# what a workspace run gets: tests/unit/quality/test_gate.py checks that path on its own temporary project).
-os.environ.setdefault("LMPIPE_GX_PROJECT", "")
+
+@pytest.fixture(scope="session", autouse=True)
+def _ephemeral_gates():
+    """The gates validate in an ephemeral GX context in unit tests: a file-backed project under reports/gx/ is
+    what a workspace run gets (tests/unit/quality/test_gate.py checks it on its own temporary project; the
+    integration tests on the tiny project). Set from the first unit test on (session fixtures included) and
+    not at import, so the integration tests' processes, which run first, never inherit it."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("LMPIPE_GX_PROJECT", "")
+        yield
 
 
 @pytest.fixture(scope="session")

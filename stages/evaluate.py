@@ -43,7 +43,7 @@ from stages.common.cli import entry, overlap_error
 from stages.common.inputs import check_folders, read_json
 from stages.config import ConfigError, build, check, check_seed, load_params, section
 from stages.evaluation.baseline import BaselineConfig
-from stages.evaluation.curve import baseline, data_efficiency, source
+from stages.evaluation.curve import baseline, data_efficiency, full_point, source
 from stages.evaluation.gate import ModelGateConfig
 from stages.evaluation.icl import IclConfig
 from stages.finetune import INITS
@@ -235,8 +235,7 @@ def evaluate_all(cfg: EvaluateConfig, *, df, finetuned: Path, pretrained: Path, 
     from stages.evaluation.verdict import verdict
 
     result["verdict"] = verdict(result)
-    full = next((pt for pt in base["points"] if pt["train_examples"] == result["full_n"]),
-                base["points"][-1]) if base else None
+    full = full_point(base, result["full_n"]) if base else None
     # wall times: beside the result, never in the tracked report or metrics (stages.evaluation.timings)
     result["timings"] = {"sections": sections, "tfidf_fit_seconds": full["seconds"] if full else None}
     return result

@@ -99,7 +99,6 @@ def run(cfg, *, paradigm: str, stage: str, tokens_dir: Path, corpus: str, tokeni
     from stages.objectives import for_paradigm
     from stages.tokenization.layout import load_layout
     from stages.training import distributed
-    from stages.training.checkpoint import read_state
     from stages.training.loop import train
     from stages.training.models import (attach_rtd_head, build_model, electra_flops_per_token, flops_per_token,
                                         load_model, save_model)
@@ -137,11 +136,7 @@ def run(cfg, *, paradigm: str, stage: str, tokens_dir: Path, corpus: str, tokeni
                               targets_len=getattr(objective, "targets_len", None))
     run_id = fingerprint(stage, paradigm, corpus, asdict(cfg), dist.world, manifest["corpora"][corpus],
                          manifest["tokenizer"]["sha256"], _file_sha(init / "model.safetensors") if init else None)
-    state = read_state(checkpoint_dir) if checkpoint_dir is not None else None
-    resuming = bool(state and state.get("fingerprint") == run_id)
-    live = LiveLog(live_dir if dist.main else None, resume=resuming,
-                   resume_step=state.get("step") if resuming else None)
-    with live:
+    with LiveLog(live_dir if dist.main else None) as live:  # the loop starts it where the run starts
         result = train(model, objective, train_blocks, eval_blocks, cfg.train, flops_per_token=fpt,
                        seq_len=layout.seq_len, dist=dist, checkpoint_dir=checkpoint_dir, fingerprint=run_id,
                        log=log if dist.main else (lambda m: None), progress=progress, live=live)

@@ -22,7 +22,6 @@ from typing import Any
 # of the host name's SHA-256), so a sweep can tell the leftovers of a killed run from the work of a live one.
 _HOST = hashlib.sha256(socket.gethostname().encode()).hexdigest()[:8]
 _OWNED = re.compile(r"^\..+\.(?:tmp|work|old)-(?:(\d+)@([0-9a-f]{8}))?")
-LEFTOVER_PATTERNS = (".*.tmp-*", ".*.work-*", ".*.old-*")
 
 
 def _owner() -> str:
@@ -108,16 +107,16 @@ def sweep_dead(roots: Iterable[str | Path]) -> list[Path]:
         root = Path(root)
         if not root.is_dir():
             continue
-        for pattern in LEFTOVER_PATTERNS:
-            for p in sorted(root.rglob(pattern)):
-                m = _OWNED.match(p.name)
-                if m is None or (m.group(1) and (m.group(2) != _HOST or _alive(int(m.group(1))))):
-                    continue
-                if p.is_dir() and not p.is_symlink():
-                    shutil.rmtree(p, ignore_errors=True)
-                else:
-                    p.unlink(missing_ok=True)
-                removed.append(p)
+        for p in sorted(root.rglob(".*")):  # one walk; the pattern tells leftovers from other hidden names
+            m = _OWNED.match(p.name)
+            if m is None or not p.parent.exists() or (m.group(1) and (m.group(2) != _HOST or
+                                                                      _alive(int(m.group(1))))):
+                continue
+            if p.is_dir() and not p.is_symlink():
+                shutil.rmtree(p, ignore_errors=True)
+            else:
+                p.unlink(missing_ok=True)
+            removed.append(p)
     return removed
 
 

@@ -21,22 +21,29 @@ LIVE_ROOT = Path("reports/live")
 
 
 class LiveLog:
-    """One run's live folder. ``log(step, values)`` appends a step (None and non-finite values skipped);
-    ``summary(values)`` sets the run's totals (timings) in ``metrics.json``. A ``None`` folder logs nothing.
-    ``resume``: keep what an interrupted run of the same fingerprint logged (a checkpoint resume);
-    ``resume_step``: the checkpoint's step: rows the interrupted run logged after it are dropped, as the
-    resumed run logs those steps again."""
+    """One run's live folder. ``start(resume_step)``: a fresh log, or for a run resumed from a checkpoint at
+    ``resume_step`` what the interrupted run logged up to that step (its later rows are dropped: the resumed
+    run logs those steps again); the training loop calls it once it knows where it starts, and the first
+    ``log`` or ``summary`` starts a fresh one otherwise. ``log(step, values)`` appends a step (None and
+    non-finite values skipped); ``summary(values)`` sets the run's totals (timings) in ``metrics.json``.
+    A ``None`` folder logs nothing."""
 
-    def __init__(self, folder: Path | None, *, resume: bool = False, resume_step: int | None = None) -> None:
-        self.folder, self._live = folder, None
-        if folder is None:
+    def __init__(self, folder: Path | None) -> None:
+        self.folder, self._live, self._started = folder, None, False
+
+    def start(self, resume_step: int = 0) -> None:
+        if self._started:
+            return
+        self._started = True
+        if self.folder is None:
             return
         try:
             from dvclive import Live
         except ImportError:  # a trimmed environment (a GPU image without the pipeline's extras): train anyway
             import sys
 
-            print(f"warning: dvclive is not installed: no live log in {folder} (pip install dvclive)", file=sys.stderr)
+            print(f"warning: dvclive is not installed: no live log in {self.folder} (pip install dvclive)",
+                  file=sys.stderr)
             return
 
         class _FilesOnly(Live):
@@ -46,12 +53,14 @@ class LiveLog:
                 # declares the plots, and a stage run by `dvc repro` must not touch the repository.
                 self._save_dvc_exp = False
 
-        folder.mkdir(parents=True, exist_ok=True)
-        if resume and resume_step is not None:
-            _truncate(folder, resume_step)
-        self._live = _FilesOnly(str(folder), resume=resume, save_dvc_exp=False, dvcyaml=None, report=None)
+        self.folder.mkdir(parents=True, exist_ok=True)
+        if resume_step:
+            _truncate(self.folder, resume_step)
+        self._live = _FilesOnly(str(self.folder), resume=bool(resume_step), save_dvc_exp=False, dvcyaml=None,
+                                report=None)
 
     def log(self, step: int, values: dict) -> None:
+        self.start()
         if self._live is None:
             return
         self._live.step = step
@@ -61,6 +70,7 @@ class LiveLog:
         self._live.next_step()
 
     def summary(self, values: dict) -> None:
+        self.start()
         if self._live is None:
             return
         self._live.summary.update({k: v for k, v in values.items() if v is not None})
@@ -102,6 +112,9 @@ class RowLog:
 
     def __init__(self) -> None:
         self.rows: list[dict] = []
+
+    def start(self, resume_step: int = 0) -> None:
+        pass
 
     def log(self, step: int, values: dict) -> None:
         self.rows.append({"step": step, **values})

@@ -104,3 +104,8 @@ def baseline(cfg, runs: dict[str, dict], selected: str, df, log) -> dict:
         log(f"[evaluate] tfidf-logreg, {pt['train_examples']} examples: test macro-F1 {out[-1]['macro_f1']['mean']:.3f}"
             f" ± {out[-1]['macro_f1']['std']:.3f} (C {', '.join(map(str, out[-1]['c']))})")
     return {"points": out}
+
+
+def full_point(base: dict, full_n: int) -> dict:
+    """The TF-IDF baseline's point with every training example (``full_n``; else its largest)."""
+    return next((pt for pt in base["points"] if pt["train_examples"] == full_n), base["points"][-1])

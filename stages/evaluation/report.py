@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from stages.evaluation.curve import full_point
 from stages.evaluation.svg import line_chart
 from stages.finetuning.core import INITS
 from stages.tokenization.trainers import PARADIGMS
@@ -104,7 +105,7 @@ def paradigm_section(result: dict) -> list[str]:
                      f"{_si(r['dapt_tokens'])}) | {_si(r['flops_per_token'])} | {_si(r['flops'])} | {loss} | "
                      f"{_pm(r['test_macro_f1'], r['test_macro_f1_std'])} ({r['best_init']}) |")
     if base:
-        full = next((pt for pt in base["points"] if pt["train_examples"] == result["full_n"]), base["points"][-1])
+        full = full_point(base, result["full_n"])
         lines.append(f"| TF-IDF + logistic regression | {_si(full['parameters'])} | 0 | - | 0 | - | "
                      f"{_pm(full['macro_f1']['mean'], full['macro_f1']['std'])} ({full['train_examples']} examples) |")
     lines += ["", "Equal compute instead of equal data: by default each paradigm trains on `budget_tokens` tokens "

@@ -8,8 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from stages.common.live import read_summary
-
-PARADIGMS = ("bert", "gpt", "t5")
+from stages.tokenization.trainers import PARADIGMS
 
 
 def collect(live_root: Path, sections: dict[str, float], tfidf_fit_seconds: float | None) -> dict:

@@ -181,8 +181,8 @@ def train(model, objective, train_blocks: np.ndarray, eval_blocks: np.ndarray | 
           log: Callable[[str], None] = print, progress: bool = True, live=None) -> RunResult:
     """Train ``model`` on ``train_blocks`` with ``objective`` until the budget is spent; returns the record.
     ``history`` rows hold what the inputs determine (step, tokens, loss, lr); the timings (tokens/s, model
-    FLOP/s, MFU) go to ``live`` (a :class:`stages.common.live.LiveLog`, or a function of the step and the
-    row) with the same rows, as they happen, and into the result's totals."""
+    FLOP/s, MFU) go to ``live`` (a :class:`stages.common.live.LiveLog` or anything with its ``start`` and
+    ``log``) with the same rows, as they happen, and into the result's totals."""
     import torch
 
     from stages.training.distributed import wrap
@@ -217,6 +217,8 @@ def train(model, objective, train_blocks: np.ndarray, eval_blocks: np.ndarray | 
             log(f"[train] resuming from the checkpoint at step {start_step} of {total} ({checkpoint_dir})")
         elif state:
             log(f"[train] {checkpoint_dir} holds another run (params or inputs changed): starting over")
+    if live is not None:
+        live.start(start_step)  # a resumed run keeps what it logged up to its checkpoint
     view, prepare = training_view(model, objective.name, rtd_weight=getattr(objective, "rtd_weight", 50.0))
     net = wrap(view, dist)
     step_fn = torch.compile(net) if cfg.compile else net

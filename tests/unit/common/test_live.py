@@ -31,7 +31,8 @@ def test_each_step_is_on_disk_before_the_run_ends(tmp_path):
 def test_a_resumed_run_appends_and_a_new_run_starts_over(tmp_path):
     with LiveLog(tmp_path / "run") as live:
         live.log(4, {"train/loss": 3.0})
-    with LiveLog(tmp_path / "run", resume=True) as live:
+    with LiveLog(tmp_path / "run") as live:
+        live.start(4)                      # resumed from a checkpoint at step 4
         live.log(8, {"train/loss": 2.0})
     loss = tmp_path / "run" / "plots" / "metrics" / "train" / "loss.tsv"
     assert [r[0] for r in rows(loss)[1:]] == ["4", "8"]
@@ -61,7 +62,8 @@ def test_a_resume_drops_the_rows_logged_after_the_checkpoint(tmp_path):
     with LiveLog(tmp_path / "run") as live:
         for step in (4, 8, 12):  # killed after step 12; the checkpoint was saved at step 8
             live.log(step, {"train/loss": 1.0 / step})
-    with LiveLog(tmp_path / "run", resume=True, resume_step=8) as live:
+    with LiveLog(tmp_path / "run") as live:
+        live.start(8)
         live.log(12, {"train/loss": 0.5})
         live.log(16, {"train/loss": 0.4})
     loss = tmp_path / "run" / "plots" / "metrics" / "train" / "loss.tsv"

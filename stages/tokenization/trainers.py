@@ -125,9 +125,8 @@ def canonical(tok, cfg: TokenizerConfig):
     scores differ in the last bits between thread schedules. Ids do not change how text is split:
     WordPiece matches greedily by string and Unigram's Viterbi search only compares scores. So after the
     special tokens, WordPiece numbers single characters, then longer pieces, in sorted order, and Unigram
-    numbers its pieces in sorted order with scores rounded to 1e-8. What can still differ between runs is
-    the 1e-4 penalty of a few equally rare characters in the Unigram scores; the ids depend only on the
-    set of pieces.
+    numbers its pieces in sorted order with scores rounded to 1e-8, and gives its tail of rare single
+    characters (scored below every longer piece, 1e-4 apart in hash-map order) their scores in sorted order.
     """
     import json
 
@@ -151,8 +150,33 @@ def canonical(tok, cfg: TokenizerConfig):
     else:
         specials = len(T5_SPECIALS)
         pieces = sorted((p, round(s, 8)) for p, s in model["vocab"][specials:])
+        pieces = _untie_rare_characters(pieces)
         model["vocab"] = model["vocab"][:specials] + [list(ps) for ps in pieces]
     return Tokenizer.from_str(json.dumps(data))
+
+
+def _untie_rare_characters(pieces: list[tuple[str, float]]) -> list[tuple[str, float]]:
+    """Unigram's trainer adds the required characters it did not keep with scores 1e-4 apart, in hash-map
+    order: the same characters and the same scores in every run, assigned differently. Find those runs of
+    single-character scores 1e-4 apart and hand each run's scores out in sorted order (the highest to the
+    first character), so the saved file does not depend on the order."""
+    values = sorted({s for p, s in pieces if len(p) == 1})
+    chain_of, chain = {}, 0
+    for i, v in enumerate(values):
+        if i and abs(v - values[i - 1] - 1e-4) > 5e-7:
+            chain += 1
+        chain_of[v] = chain
+    sizes: dict[int, int] = {}
+    for v in values:
+        sizes[chain_of[v]] = sizes.get(chain_of[v], 0) + 1
+    members: dict[int, list[tuple[str, float]]] = {}
+    for p, s in pieces:
+        if len(p) == 1 and sizes[chain_of[s]] > 1:
+            members.setdefault(chain_of[s], []).append((p, s))
+    scores = {}
+    for group in members.values():
+        scores.update(zip(sorted(p for p, _ in group), sorted((s for _, s in group), reverse=True)))
+    return [(p, scores.get(p, s)) for p, s in pieces]
 
 
 def _finish(tok, cfg: TokenizerConfig) -> None:

@@ -62,11 +62,7 @@ def test_training_is_reproducible(kind):
     texts = [english_page(i, sentences=8) for i in range(40)]
     cfg = TokenizerConfig(kind=kind, vocab_size=400)
     runs = [train(texts, cfg) for _ in range(5)]
-    if kind == "unigram":  # ids and splits are fixed; the penalty of tied rare characters may move by 1e-4
-        assert all(r.get_vocab() == runs[0].get_vocab() for r in runs)
-        assert all([e.ids for e in r.encode_batch(texts)] == [e.ids for e in runs[0].encode_batch(texts)] for r in runs)
-    else:
-        assert all(r.to_str() == runs[0].to_str() for r in runs)
+    assert all(r.to_str() == runs[0].to_str() for r in runs)  # the saved file byte for byte (DVC's hash)
 
 
 def test_unknown_rate_counts_unseen_characters():

@@ -38,6 +38,8 @@ def main() -> None:
     ap.add_argument("--seeds", default="0")
     ap.add_argument("--random", action="store_true", help="also fine-tune a random-init twin")
     ap.add_argument("--local-bias", type=float, default=0.0, help="ModelConfig.local_bias")
+    ap.add_argument("--cross-match", type=float, default=0.0, help="ModelConfig.cross_match")
+    ap.add_argument("--seed", type=int, default=0, help="initialisation, data order and masks of the pre-training")
     ap.add_argument("--ft-rms", action="store_true", help="FinetuneConfig.scale_lr_by_rms")
     ap.add_argument("--skip-pretrain", action="store_true", help="fine-tune the model saved by an earlier run")
     ap.add_argument("--init", default="", help="continue this saved T5 instead of a fresh one")
@@ -70,16 +72,19 @@ def main() -> None:
 
         blocks, held = recut(blocks), recut(held)
     out = Path(args.out) / (f"{args.objective}-{args.tokens // 1000}k{'-cont' if args.init else ''}"
-                            f"{f'-d{args.density:g}' if args.density != 0.15 else ''}{f'-local{args.local_bias:g}' if args.local_bias else ''}{'-rms' if args.rms else ''}-lr{args.lr:g}")
+                            f"{f'-d{args.density:g}' if args.density != 0.15 else ''}{f'-local{args.local_bias:g}' if args.local_bias else ''}{'-rms' if args.rms else ''}"
+                            f"{f'-xm{args.cross_match:g}' if args.cross_match else ''}"
+                            f"{f'-s{args.seed}' if args.seed else ''}-lr{args.lr:g}")
     out.mkdir(parents=True, exist_ok=True)
     span_eval = own_eval = None
     if not args.skip_pretrain:
-        model = load_model(args.init, "t5") if args.init else build_model(layout, ModelConfig(local_bias=args.local_bias), seed=0)
+        model = load_model(args.init, "t5") if args.init else build_model(
+            layout, ModelConfig(local_bias=args.local_bias, cross_match=args.cross_match), seed=args.seed)
         objective = for_paradigm(layout, objective=args.objective)
         span = for_paradigm(span_layout)
         cfg = TrainConfig(budget_tokens=args.tokens, micro_batch=16, lr=args.lr, warmup_fraction=0.05,
                           min_lr_ratio=0.05, eval_every=10**9, checkpoint_every=10**9, log_every=50, eval_blocks=128,
-                          threads=args.threads, scale_lr_by_rms=args.rms)
+                          threads=args.threads, scale_lr_by_rms=args.rms, seed=args.seed)
         t0 = time.time()
         res = train(model, objective, blocks, held, cfg, flops_per_token=1.0, seq_len=128, progress=False,
                     dist=distributed.init(), checkpoint_dir=None, fingerprint="t5-objectives", log=lambda m: None)
@@ -89,7 +94,8 @@ def main() -> None:
         own_eval = evaluate(model, objective, held, cfg, "cpu", False)
         curve = [(h["tokens"], h["loss"]) for h in res.history[:: max(1, len(res.history) // 8)]]
         print(json.dumps({"curve": curve}), flush=True)
-        print(json.dumps({"objective": args.objective, "density": args.density, "local_bias": args.local_bias, "rms": args.rms, "lr": args.lr, "tokens": res.tokens, "seconds": round(secs),
+        print(json.dumps({"objective": args.objective, "density": args.density, "local_bias": args.local_bias,
+                          "cross_match": args.cross_match, "seed": args.seed, "rms": args.rms, "lr": args.lr, "tokens": res.tokens, "seconds": round(secs),
                           "span_eval": span_eval, "own_eval": own_eval}), flush=True)
         model.save_pretrained(str(out / "model"))
         for f in tok_dir.iterdir():
@@ -102,7 +108,7 @@ def main() -> None:
     df = read_task(ROOT / "data/ingested/task/documents.parquet")
     results = []
     inits = ["pretrained"] + (["random"] if args.random else [])
-    for n in [int(s) for s in args.sizes.split(",")]:
+    for n in [int(s) for s in args.sizes.split(",") if s]:  # --sizes "": pre-train only
         for init in inits:
             for lr in [float(x) for x in args.ftlr.split(",")]:
                 for seed in [int(s) for s in args.seeds.split(",")]:

@@ -5,6 +5,7 @@ data-efficiency curve and TF-IDF baseline and the service's classifier use it di
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -198,7 +199,6 @@ def finetune(cfg: FinetuneConfig, *, paradigm: str, init: str, model_dir: Path, 
              log=print, progress: bool = False, live_dir: Path | None = None) -> dict:
     """Train a classifier; returns scores, the curve and the model (best validation state restored).
     ``live_dir``: the run's live log (its curve as it trains, and its wall time; :mod:`stages.common.live`)."""
-    import time
 
     from stages.common.live import LiveLog
 
@@ -220,7 +220,7 @@ def _finetune(cfg: FinetuneConfig, *, paradigm: str, init: str, model_dir: Path,
     from stages.finetuning.heads import make_classifier
     from stages.finetuning.metrics import majority, scores
     from stages.training.config import TrainConfig
-    from stages.training.loop import lr_at, make_optimizer, set_lr, to_device
+    from stages.training.loop import lr_at, make_optimizer, peak_flops, set_lr, to_device
 
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
@@ -248,6 +248,11 @@ def _finetune(cfg: FinetuneConfig, *, paradigm: str, init: str, model_dir: Path,
     lengths = token_lengths(tok, texts, cfg, paradigm)
     curve, best, best_state, bad, step = [], -1.0, None, 0, 0
     running, since = 0.0, 0
+    # Throughput for the live log: 6N FLOPs per real (unpadded) token, N the classifier's parameters (Kaplan
+    # et al. 2020's training estimate; attention left out), timed between evaluations (which are not counted).
+    flops_per_token = 6 * sum(p.numel() for p in clf.model.parameters())
+    peak = peak_flops(device, recipe)
+    timed_tokens, timed_since = 0, time.perf_counter()
     clf.model.train()
     stopped_early = False
     bar = None
@@ -259,6 +264,7 @@ def _finetune(cfg: FinetuneConfig, *, paradigm: str, init: str, model_dir: Path,
         order = rng.permutation(len(train))
         for idx in length_batches(order, lengths, cfg.micro_batch, cfg.length_pool, rng):
             batch = encode(tok, [texts[i] for i in idx], cfg, paradigm)
+            timed_tokens += int(batch["attention_mask"].sum())  # on the host, before the copy to the device
             batch["labels"] = torch.from_numpy(y_train[idx].astype(np.int64))
             batch = to_device(batch, device)
             set_lr(optimizer, lr_at(step, total, recipe))
@@ -272,12 +278,19 @@ def _finetune(cfg: FinetuneConfig, *, paradigm: str, init: str, model_dir: Path,
             if bar is not None:
                 bar.update(1)
             if step % cfg.eval_every == 0 or step == total:
+                if device.startswith("cuda"):
+                    torch.cuda.synchronize()
+                tps = timed_tokens / max(1e-9, time.perf_counter() - timed_since)
                 val_scores = scores(y_val, predict(clf, tok, val["text"].tolist(), cfg, paradigm), len(cfg.labels))
                 curve.append({"step": step, "epoch": epoch + 1, "loss": round(running / since, 5),
                               "val_accuracy": val_scores["accuracy"], "val_macro_f1": val_scores["macro_f1"]})
                 live.log(step, {"train/loss": curve[-1]["loss"], "train/lr": optimizer.param_groups[0]["lr"],
-                                "val/accuracy": val_scores["accuracy"], "val/macro_f1": val_scores["macro_f1"]})
+                                "val/accuracy": val_scores["accuracy"], "val/macro_f1": val_scores["macro_f1"],
+                                "train/tokens_per_second": round(tps, 1),
+                                "train/flops_per_second": float(f"{tps * flops_per_token:.4g}"),
+                                "train/mfu": round(tps * flops_per_token / peak, 4) if peak else None})
                 running, since = 0.0, 0
+                timed_tokens, timed_since = 0, time.perf_counter()
                 if bar is not None:
                     bar.set_postfix(loss=f"{curve[-1]['loss']:.3f}", val_f1=f"{val_scores['macro_f1']:.3f}")
                 if val_scores["macro_f1"] > best:

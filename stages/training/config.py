@@ -26,10 +26,12 @@ class ModelConfig:
     arch: str = "bert"
     conv_kernel: int = 3
     local_bias: float = 0.0
+    cross_match: float = 0.0
 
     def __post_init__(self) -> None:
         check(self.arch in ("bert", "deberta_v2"), "arch: one of bert, deberta_v2")
         check(self.local_bias >= 0, "local_bias: must be >= 0 (0 = T5's own initialisation)")
+        check(self.cross_match >= 0, "cross_match: must be >= 0 (0 = T5's own initialisation)")
         check(self.conv_kernel >= 0, "conv_kernel: must be >= 0 (0 = no convolution; deberta_v2 only)")
         check(self.layers >= 1, "layers: must be >= 1")
         check(self.d_model >= 8 and self.heads >= 1 and self.d_model % self.heads == 0,

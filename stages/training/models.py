@@ -58,6 +58,8 @@ def build_model(layout: "BlockLayout", m: "ModelConfig", *, seed: int):
 
     if m.local_bias and layout.paradigm != "t5":
         raise ValueError(f"model.local_bias: for T5's relative position biases; {layout.paradigm} has none")
+    if m.cross_match and layout.paradigm != "t5":
+        raise ValueError(f"model.cross_match: for T5's cross-attention; {layout.paradigm} has none")
     torch.manual_seed(seed)
     cfg = model_config(layout, m)
     cls = {"bert": BertForMaskedLM, "gpt": GPT2LMHeadModel, "t5": T5ForConditionalGeneration}[layout.paradigm]
@@ -68,6 +70,8 @@ def build_model(layout: "BlockLayout", m: "ModelConfig", *, seed: int):
     model = cls(cfg)
     if layout.paradigm == "t5" and m.local_bias:
         local_position_bias(model, m.local_bias)
+    if layout.paradigm == "t5" and m.cross_match:
+        cross_attention_match(model, m.cross_match)
     return _with_loss(model, layout.paradigm)
 
 
@@ -95,6 +99,30 @@ def local_position_bias(model, slope: float) -> None:
         slopes = slope * 2.0 ** (-8.0 * torch.arange(cfg.num_heads, dtype=torch.float32) / cfg.num_heads)
         with torch.no_grad():
             attn.relative_attention_bias.weight.copy_(-dist[:, None] * slopes[None, :])
+
+
+def cross_attention_match(model, scale: float) -> None:
+    """Start the first head of every decoder cross-attention as a token matcher: its query projection is
+    ``scale`` x the identity and its key projection the identity on that head's ``d_kv`` coordinates (zero
+    elsewhere), so the score of decoder position i for encoder position j is ``scale`` x the dot product of
+    their (normalised) states, largest where both hold the same token. Span corruption asks the decoder,
+    after it writes sentinel k, for the tokens the encoder saw at sentinel k; with random projections
+    attention starts uniform, and the decoder first learns to predict sentinels and word frequencies (a
+    plateau near loss 4.9) until matching is learned, after a number of steps that varies with the random
+    stream. Matched from the start, the model leaves that plateau in every stream measured
+    (benchmarks/README.md, "T5: an objective that transfers"). The other heads keep T5's initialisation,
+    and the model stays a stock ``T5ForConditionalGeneration``: only initial values change."""
+    import torch
+
+    d_kv = model.config.d_kv
+    head = slice(0, d_kv)
+    for block in model.decoder.block:
+        attn = block.layer[1].EncDecAttention
+        with torch.no_grad():
+            attn.q.weight[head].zero_()
+            attn.k.weight[head].zero_()
+            attn.q.weight[head, head] = scale * torch.eye(d_kv)
+            attn.k.weight[head, head] = torch.eye(d_kv)
 
 
 def _with_loss(model, paradigm: str):

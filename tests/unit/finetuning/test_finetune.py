@@ -413,3 +413,16 @@ def test_unknown_precision_is_refused(tmp_path):
 
     with pytest.raises(ConfigError, match="precision"):
         load_config(write_params(tmp_path / "p.yaml", precision="fp16"), "bert")
+
+
+def test_live_log_has_the_curve_and_the_throughput_of_each_evaluation(models, tmp_path):
+    cfg = load_config(write_params(tmp_path / "p.yaml", epochs=2, patience=100), "bert")
+    out = finetune(cfg, paradigm="bert", init="random", model_dir=models.models["bert"],
+                   df=read_task(models.task), log=lambda m: None, live_dir=tmp_path / "live")
+    plots = tmp_path / "live" / "plots" / "metrics"
+    f1_rows = (plots / "val" / "macro_f1.tsv").read_text().splitlines()[1:]
+    tps_rows = (plots / "train" / "tokens_per_second.tsv").read_text().splitlines()[1:]
+    flops_rows = (plots / "train" / "flops_per_second.tsv").read_text().splitlines()[1:]
+    assert len(f1_rows) == len(tps_rows) == len(flops_rows) == len(out["curve"]) > 1
+    assert all(float(row.split("\t")[-1]) > 0 for row in tps_rows)
+    assert not (plots / "train" / "mfu.tsv").exists()  # no known peak on a CPU

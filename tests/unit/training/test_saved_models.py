@@ -97,7 +97,8 @@ def test_training_json_metrics_and_plot(pretrained, datasets, paradigm):
     assert inputs["tokenizer"]["sha256"] == manifest["tokenizer"]["sha256"]
     assert inputs["init"] is None
     assert info["config"]["model"] == {"layers": 1, "d_model": 32, "heads": 2, "d_ff": 64, "dropout": 0.0,
-                                       "arch": "bert", "conv_kernel": 3, "local_bias": 0.0}
+                                       "arch": "bert", "conv_kernel": 3, "local_bias": 0.0,
+                                       "cross_match": 0.0}
     assert info["layout"] == manifest["layout"]
     # the tokenizer travels with the model
     assert (out / "tokenizer.json").read_bytes() == (datasets.tok[paradigm] / "tokenizer.json").read_bytes()

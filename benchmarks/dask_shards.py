@@ -1,4 +1,4 @@
-"""Cleaning and tokenization on each shard engine: the local default against Prefect + Dask, same inputs.
+"""Cleaning and tokenization on each shard engine: the local default against Dask, same inputs.
 
     .venv/bin/python benchmarks/dask_shards.py [--workers 2] [--repeats 2] [--out benchmarks/results/dask_shards.json]
 
@@ -6,9 +6,10 @@ Runs the stages' own commands (``python -m stages.clean`` on the general corpus,
 for GPT on both corpora) in fresh processes, outputs to a temporary folder, alternating engines:
 - ``local``: cleaning's process pool of ``--workers`` processes; tokenization's Rust threads;
 - ``dask``: ``LMPIPE_DASK=local:<workers>`` (a LocalCluster of single-threaded worker processes started by
-  the stage, and a temporary Prefect server the first time it is needed, as without ``PREFECT_API_URL``).
+  the stage, its shards submitted through a plain Dask client).
 Reports wall seconds per run (process start to exit, gate included) and whether every output file is
-byte-identical to the workspace's DVC output. Needs the workspace's ``data/ingested``, ``data/cleaned`` and
+byte-identical to the workspace's DVC output, and the engine's own cost: starting a LocalCluster and mapping
+40 trivial shards. Needs the workspace's ``data/ingested``, ``data/cleaned`` and
 ``data/tokenizers`` (``dvc repro`` or ``dvc pull`` first).
 """
 
@@ -27,6 +28,18 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+
+# The Dask engine's own cost, in a fresh process: start a LocalCluster, map 40 shards that do nothing.
+OVERHEAD = """
+import json, operator, time
+from stages.common.shards import DaskShards
+t0 = time.perf_counter()
+with DaskShards("local:{workers}", name="overhead") as engine:
+    t1 = time.perf_counter()
+    engine.map(operator.mul, [(i, 2) for i in range(40)], lambda r: None, desc="trivial")
+    t2 = time.perf_counter()
+print(json.dumps({{"start_seconds": round(t1 - t0, 2), "map_seconds": round(t2 - t1, 2)}}))
+"""
 
 
 def commands(tmp: Path, tag: str) -> dict[str, tuple[list[str], Path, Path]]:
@@ -61,14 +74,12 @@ def main() -> int:
     results: dict[str, dict[str, list]] = {}
     with tempfile.TemporaryDirectory(prefix="dask-bench-") as t:
         tmp = Path(t)
-        base = {**os.environ, "GX_ANALYTICS_ENABLED": "false", "HF_HUB_OFFLINE": "1",
-                "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "PREFECT_HOME": str(tmp / "prefect-home"),
-                "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "180"}
+        base = {**os.environ, "GX_ANALYTICS_ENABLED": "false", "HF_HUB_OFFLINE": "1"}
         base.pop("LMPIPE_DASK", None)
-        base.pop("PREFECT_API_URL", None)
-        # The first temporary Prefect server migrates a new database (about 30 s); not part of a stage's cost.
-        subprocess.run([sys.executable, "-c", "from prefect.server.api.server import SubprocessASGIServer as S; "
-                        "s = S(); s.start(timeout=180); s.stop()"], env=base, check=True, capture_output=True)
+        overhead = json.loads(subprocess.run([sys.executable, "-c", OVERHEAD.format(workers=args.workers)], cwd=ROOT,
+                                             env=base, check=True, capture_output=True, text=True).stdout)
+        print(f"Dask engine: start {overhead['start_seconds']} s, 40 trivial shards {overhead['map_seconds']} s",
+              flush=True)
         for r in range(args.repeats):
             for engine in ("local", "dask"):
                 env = dict(base)
@@ -92,7 +103,7 @@ def main() -> int:
                for s, v in results.items()}
     doc = {"date": datetime.date.today().isoformat(), "machine": {"cpus": os.cpu_count(),
            "python": platform.python_version()}, "workers": args.workers, "runs": results,
-           "median_seconds": summary}
+           "median_seconds": summary, "dask_engine": overhead}
     print(json.dumps(summary, indent=1))
     if args.out:
         args.out.write_text(json.dumps(doc, indent=1) + "\n")

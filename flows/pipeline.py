@@ -14,7 +14,7 @@ published as artifacts (``flows.artifacts``); after the run, the evaluation repo
 
 Scale-out goes through the stages' environment, which DVC does not track because the outputs do not depend
 on it: ``dask`` sets ``LMPIPE_DASK`` (``stages.common.shards``: the cleaning and tokenization shards run as
-Prefect tasks on that Dask cluster, each stage's shards as a flow run of their own), and ``train_processes``
+tasks on that Dask cluster, through a plain Dask client; Prefect stays here, around the stages), and ``train_processes``
 / ``launcher`` / ``launch_args`` set ``LMPIPE_TRAIN_*`` for the pre-training and DAPT stages
 (``stages.training.launch``: the stage starts itself under ``torchrun`` or ``accelerate launch``).
 """
@@ -49,17 +49,11 @@ def dvc_command() -> list[str]:
 
 def stage_env(stage: str, *, dask: str | None = None, train_processes: int = 1, launcher: str = "torchrun",
               launch_args: str = "") -> dict[str, str]:
-    """The variables a stage gets on top of the flow's environment: where its shards and processes run, and
-    the Prefect API the flow reports to (so the stage's shard flows land on the same server)."""
-    from prefect.settings import get_current_settings
-
+    """The variables a stage gets on top of the flow's environment: where its shards and processes run."""
     from stages.common.shards import ENV as DASK
     from stages.training import launch
 
     env: dict[str, str] = {}
-    api = get_current_settings().api.url
-    if api:
-        env["PREFECT_API_URL"] = api
     if dask:
         env[DASK] = dask
     if stage.split("@", 1)[0] in TRAINING_STAGES and (train_processes > 1 or launch_args):

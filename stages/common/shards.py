@@ -14,10 +14,11 @@ DVC must not rerun a stage because of it)::
     LMPIPE_DASK=local:2                # ... with 2 workers
     LMPIPE_DASK_TIMEOUT=60s            # how long to wait for the scheduler (default 60s)
 
-Shards then run as Prefect tasks through ``prefect_dask.DaskTaskRunner``, one flow run per ``map`` (named
-after the stage and the phase), so they show in the Prefect UI with their logs and states. Without a
-configured Prefect API (``PREFECT_API_URL``) a temporary local server is started once and handed to the
-workers, instead of each worker starting its own.
+Shards are then submitted through a plain ``distributed.Client`` (Dask's dashboard shows them as tasks named
+after the shard function). Orchestration stays around the stages, in ``flows/``: a stage maps its shards
+with a process pool or a Dask client, never through Prefect, so ``dvc repro`` needs no Prefect API and a
+shard costs Dask's scheduling only (an import-linter contract in ``pyproject.toml`` keeps Prefect out of
+``stages``).
 """
 
 from __future__ import annotations
@@ -27,7 +28,6 @@ import sys
 from collections import deque
 from collections.abc import Callable, Iterable
 from contextlib import ExitStack
-from contextvars import ContextVar
 from typing import Any
 
 ENV = "LMPIPE_DASK"
@@ -92,12 +92,8 @@ class ProcessShards(Shards):
         self._ordered(lambda f, args: self._pool.submit(f, *args), fn, arg_lists, consume, desc)
 
 
-def _call(fn: Callable, args: tuple) -> Any:
-    return fn(*args)
-
-
 class DaskShards(Shards):
-    """Prefect tasks on a Dask cluster: an existing one (``tcp://...``) or a LocalCluster started here."""
+    """A Dask cluster: an existing one (``tcp://...``) or a LocalCluster started here."""
 
     engine = "dask"
 
@@ -125,67 +121,22 @@ class DaskShards(Shards):
             self.address = cluster.scheduler_address
         else:
             self.address = spec
-        # Ask the scheduler how many workers there are, to size the window (at least 2 shards in flight).
+        # The scheduler's worker count sizes the window (at least 2 shards in flight per worker).
         try:
-            with Client(self.address, timeout=os.environ.get("LMPIPE_DASK_TIMEOUT", "60s")) as client:
-                self.workers = len(client.scheduler_info(n_workers=-1).get("workers", {}))
+            self._client = self._stack.enter_context(Client(
+                self.address, timeout=os.environ.get("LMPIPE_DASK_TIMEOUT", "60s"), set_as_default=False))
+            self.workers = len(self._client.scheduler_info(n_workers=-1).get("workers", {}))
         except (OSError, TimeoutError, ValueError) as exc:
             raise ValueError(f"{ENV}={spec!r}: cannot reach the Dask scheduler ({type(exc).__name__}: {exc})") from exc
         if not self.workers:
             raise ValueError(f"{ENV}={spec!r}: the Dask scheduler has no workers")
-        self._ensure_api()
-
-    def _ensure_api(self) -> None:
-        from prefect.settings import PREFECT_API_URL, get_current_settings, temporary_settings
-
-        if get_current_settings().api.url:
-            return
-        from prefect.server.api.server import SubprocessASGIServer
-
-        server = SubprocessASGIServer()
-        server.start(timeout=get_current_settings().server.ephemeral.startup_timeout_seconds)
-        self._stack.callback(server.stop)
-        self._stack.enter_context(temporary_settings(updates={PREFECT_API_URL: server.api_url}))
-        self._stack.callback(_drain)  # runs first: logs and events reach the server before it stops
 
     def close(self) -> None:
         self._stack.close()
 
     def map(self, fn, arg_lists, consume, *, desc) -> None:
-        from prefect import flow
-        from prefect_dask import DaskTaskRunner
-
-        shards = flow(_shards_flow, name="shards", flow_run_name=f"{self.name}: {desc}", validate_parameters=False,
-                      persist_result=False, task_runner=DaskTaskRunner(address=self.address))
-        token = _JOB.set((self, fn, arg_lists, consume, desc))
-        try:
-            shards()
-        finally:
-            _JOB.reset(token)
-
-
-# The flow's work is handed over in a context variable, not a closure: the flow object travels to the Dask
-# workers with every task (in Prefect's run context), and it must not carry the shards' arguments with it.
-_JOB: ContextVar[tuple] = ContextVar("lmpipe_shards_job")
-
-
-def _shards_flow() -> None:
-    from prefect import task
-    from prefect.cache_policies import NO_CACHE
-
-    engine, fn, arg_lists, consume, desc = _JOB.get()
-    shard = task(_call, name=fn.__name__, cache_policy=NO_CACHE, persist_result=False)
-    engine._ordered(lambda f, args: shard.submit(f, args), fn, arg_lists, consume, desc)
-
-
-def _drain() -> None:
-    """Send Prefect's queued logs and events now; left for exit, they would retry a stopped server for a
-    minute."""
-    from prefect.events.worker import EventsWorker
-    from prefect.logging.handlers import APILogWorker
-
-    APILogWorker.drain_all(timeout=30)
-    EventsWorker.drain_all(timeout=30)
+        # pure=False: every shard is a task of its own, even when two have equal arguments (a key per call)
+        self._ordered(lambda f, args: self._client.submit(f, *args, pure=False), fn, arg_lists, consume, desc)
 
 
 def open_shards(workers: int, *, name: str) -> Shards:

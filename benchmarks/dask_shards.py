@@ -48,7 +48,7 @@ def commands(tmp: Path, tag: str) -> dict[str, tuple[list[str], Path, Path]]:
     return {
         "clean@general": ([py, "-m", "stages.clean", "--corpus", "general", "--params", "params.yaml",
                            "--cache-dir", ".cache/sources", "--input", "data/ingested/general/documents.parquet",
-                           "--output", str(tmp / tag / "general"), "--report", str(tmp / tag / "clean.json")],
+                           "--task", "data/ingested/task/documents.parquet", "--output", str(tmp / tag / "general"), "--report", str(tmp / tag / "clean.json")],
                           tmp / tag / "general", ROOT / "data/cleaned/general"),
         "tokens@gpt": ([py, "-m", "stages.tokens", "--paradigm", "gpt", "--params", "params.yaml",
                         "--tokenizer", "data/tokenizers/gpt",

@@ -130,6 +130,12 @@ def run(cfg, *, paradigm: str, stage: str, tokens_dir: Path, corpus: str, tokeni
     objective = for_paradigm(layout, **objective_options(cfg.train, paradigm))
     if objective.name == "electra":
         attach_rtd_head(model, seed=cfg.train.seed, init=init)
+        from stages.training.electra import GENERATOR_CONFIG, attach_generator
+
+        if cfg.train.generator_size:
+            attach_generator(model, size=cfg.train.generator_size, seed=cfg.train.seed + 1, init=init)
+        elif init is not None and (init / GENERATOR_CONFIG).is_file():
+            raise ValueError(f"{init}: was trained with a separate ELECTRA generator; set train.generator_size")
         fpt = electra_flops_per_token(model, layout, select=objective.select)
     else:
         fpt = flops_per_token(model, layout, predicted_fraction=getattr(objective, "select", 1.0),

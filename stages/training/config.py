@@ -60,6 +60,9 @@ class TrainConfig:
     ``stages.objectives.denoisers`` says what each does. BERT: ``masked_lm`` (its own) or ``electra``
     (replaced-token detection, ``stages.objectives.electra``; ``mlm_select`` is then the generator's masking
     rate and ``rtd_weight`` the discriminator loss's weight, ELECTRA's 50). "" = the paradigm's own objective.
+    generator_size: ``electra`` only: a separate generator of this share of the model's width, sharing its word
+    embeddings (``stages.training.electra``; the paper's best: 1/4 to 1/2); 0 = generator and discriminator
+    are one model, all weights tied.
     scale_lr_by_rms: each tensor's step is ``lr`` times its root mean square (nanoT5's AdamWScale, Adafactor's
     relative steps), for T5, whose initialisation assumes such an optimizer: ``lr`` is then about 10x what
     plain AdamW takes (nanoT5: 2e-2)."""
@@ -86,6 +89,7 @@ class TrainConfig:
     mlm_select: float = 0.15
     objective: str = ""
     rtd_weight: float = 50.0
+    generator_size: float = 0.0
     scale_lr_by_rms: bool = False
 
     def __post_init__(self) -> None:
@@ -93,6 +97,8 @@ class TrainConfig:
         check(self.objective in ("", *T5_OBJECTIVES, *BERT_OBJECTIVES),
               f"objective: one of '', {', '.join(T5_OBJECTIVES + BERT_OBJECTIVES)}")
         check(self.rtd_weight > 0, "rtd_weight: must be > 0")
+        check(0 <= self.generator_size <= 1, "generator_size: must be in [0, 1] (0 = generator tied to the model)")
+        check(not self.generator_size or self.objective == "electra", "generator_size: for objective electra only")
         check_seed("seed", self.seed)
         check(self.budget_tokens > 0 or self.budget_flops > 0, "budget_tokens: must be > 0 (or set budget_flops)")
         check(self.micro_batch >= 1, "micro_batch: must be >= 1")

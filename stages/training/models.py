@@ -251,8 +251,8 @@ def attach_rtd_head(model, *, seed: int, init=None) -> None:
 
 
 def save_model(model, folder) -> None:
-    """``save_pretrained`` of the stock class; an ELECTRA discriminator head goes beside it in its own file,
-    so the folder still loads as the stock masked-LM model."""
+    """``save_pretrained`` of the stock class; an ELECTRA discriminator head (and a separate generator) go
+    beside it in files of their own, so the folder still loads as the stock masked-LM model."""
     from pathlib import Path
 
     head = getattr(model, "rtd_head", None)
@@ -263,34 +263,52 @@ def save_model(model, folder) -> None:
 
     from stages.objectives.electra import RTD_HEAD_FILE
 
+    generator = getattr(model, "electra_generator", None)
     del model.rtd_head
+    if generator is not None:
+        del model.electra_generator
     try:
         model.save_pretrained(str(folder))
         save_file({k: v.detach().cpu().contiguous() for k, v in head.state_dict().items()},
                   str(Path(folder) / RTD_HEAD_FILE))
+        if generator is not None:
+            from stages.training.electra import save_generator
+
+            save_generator(generator, folder)
     finally:
         model.rtd_head = head
+        if generator is not None:
+            model.electra_generator = generator
 
 
 def electra_flops_per_token(model, layout: "BlockLayout", *, select: float) -> float:
     """ELECTRA with tied generator and discriminator: the masked-LM pass of :func:`flops_per_token` (output
     layer at the selected share) plus a second pass of the transformer on the corrupted text and the
-    discriminator head at every position (6 x its parameters per token)."""
+    discriminator head at every position (6 x its parameters per token). With a separate generator
+    (``stages.training.electra``): one pass of the discriminator's transformer and head at every position
+    (its masked-LM output layer is not run) plus the generator's own count."""
     cfg = model.config
     head = getattr(model, "rtd_head", None)
+    generator = getattr(model, "electra_generator", None)
     head_params = sum(p.numel() for p in head.parameters()) if head is not None else 0
-    n = sum(p.numel() for p in model.parameters()) - head_params
+    gen_params = sum(p.numel() for p in generator.parameters()) if generator is not None else 0
+    n = sum(p.numel() for p in model.parameters()) - head_params - gen_params
     d, layers = cfg.hidden_size, cfg.num_hidden_layers
     body = 6 * (n - (d * d + cfg.vocab_size * d))  # without the vocabulary output layer
     disentangled = 2 if getattr(cfg, "model_type", "") == "deberta-v2" else 1
-    # flops_per_token counts every parameter of ``model``, the head's included (6 x its size per token)
     attention = 12 * disentangled * layers * d * layout.seq_len
+    if generator is not None:
+        from stages.training.electra import generator_flops_per_token
+
+        return (body + attention + 6 * head_params
+                + generator_flops_per_token(generator, seq_len=layout.seq_len, select=select))
+    # flops_per_token counts every parameter of ``model``, the head's included (6 x its size per token)
     return flops_per_token(model, layout, predicted_fraction=select) + body + attention
 
 
 def _electra_view(model, body_name, rtd_weight: float):
-    """The training module of ELECTRA (tied generator and discriminator, see ``stages.objectives.electra``):
-    the generator's masked-LM loss at the selected positions, replacements sampled from its distribution by
+    """The training module of ELECTRA (tied generator and discriminator, see ``stages.objectives.electra``, or
+    a separate smaller generator, ``stages.training.electra``): the generator's masked-LM loss at the selected positions, replacements sampled from its distribution by
     inverse CDF with the batch's uniform numbers (no gradient through the sampling, as the paper), the
     discriminator's binary cross-entropy over every real token. In evaluation (the model in eval mode) the
     loss is the generator's masked-LM loss alone, comparable with masked-LM runs at the same rate."""
@@ -309,7 +327,15 @@ def _electra_view(model, body_name, rtd_weight: float):
 
         def forward(self, input_ids, attention_mask=None, labels=None, positions=None, original_ids=None,
                     sample_u=None, **kwargs):
-            generator = _sparse_mlm(self.inner, body_name, input_ids, attention_mask, labels, positions, **kwargs)
+            separate = getattr(self.inner, "electra_generator", None)
+            if separate is None:
+                generator = _sparse_mlm(self.inner, body_name, input_ids, attention_mask, labels, positions, **kwargs)
+            else:  # the smaller generator, on the shared word embeddings
+                embeddings = getattr(self.inner, body_name).embeddings.word_embeddings
+                logits = separate(input_ids, attention_mask, positions, embeddings)
+                target = labels.reshape(-1).index_select(0, positions)
+                loss = torch.nn.functional.cross_entropy(logits.float(), target, reduction="sum") / max(len(positions), 1)
+                generator = SimpleNamespace(loss=loss, logits=logits, labels=target)
             if not self.inner.training:
                 return generator
             with torch.no_grad():

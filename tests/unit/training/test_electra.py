@@ -146,6 +146,30 @@ def test_pretrain_and_dapt_stages_train_electra(datasets, tmp_path):
     assert (dapt / RTD_HEAD_FILE).is_file()
 
 
+def test_pretrain_and_dapt_stages_train_electra_with_a_separate_generator(datasets, tmp_path, capsys):
+    from stages.pretrain import main
+    from stages.training.electra import GENERATOR_FILE
+    from tests.unit.training.conftest import BASE_PARAMS
+
+    params = json.loads(json.dumps(BASE_PARAMS))
+    params["pretrain"]["bert"] = {"train": {"objective": "electra", "generator_size": 0.25}}
+    params["dapt"]["bert"] = {"train": {"objective": "electra", "generator_size": 0.25}}
+    path = tmp_path / "params.yaml"
+    path.write_text(yaml.safe_dump(params))
+    out, dapt = tmp_path / "general", tmp_path / "dapt"
+    assert main(datasets.args("bert", out, path, metrics=tmp_path / "m.json")) == 0
+    assert (out / GENERATOR_FILE).is_file() and (out / RTD_HEAD_FILE).is_file()
+    assert json.loads((out / "training.json").read_text())["config"]["train"]["generator_size"] == 0.25
+    before = (out / GENERATOR_FILE).read_bytes()
+    assert main(datasets.args("bert", dapt, path, section="dapt", corpus="domain", init=out)) == 0
+    assert (dapt / GENERATOR_FILE).read_bytes() != before  # continued and trained further
+    params["dapt"]["bert"] = {"train": {"objective": "electra"}}  # DAPT without it: refused, not silently tied
+    path.write_text(yaml.safe_dump(params))
+    capsys.readouterr()
+    assert main(datasets.args("bert", tmp_path / "tied", path, section="dapt", corpus="domain", init=out)) == 1
+    assert "separate ELECTRA generator" in capsys.readouterr().err
+
+
 def test_electra_is_refused_for_other_paradigms(datasets, tmp_path, capsys):
     from stages.pretrain import main
     from tests.unit.training.conftest import BASE_PARAMS
@@ -156,3 +180,73 @@ def test_electra_is_refused_for_other_paradigms(datasets, tmp_path, capsys):
     path.write_text(yaml.safe_dump(params))
     assert main(datasets.args("gpt", tmp_path / "out", path)) == 1
     assert "electra" in capsys.readouterr().err
+
+
+def test_a_separate_generator_is_smaller_shares_the_word_embeddings_and_trains():
+    from stages.training.electra import attach_generator
+
+    model = build_model(BERT, SMALL, seed=1)
+    attach_rtd_head(model, seed=0)
+    attach_generator(model, size=0.5, seed=2)
+    gen = model.electra_generator
+    assert gen.hidden == 16 and gen.body.config.num_hidden_layers == SMALL.layers
+    assert not any(p is model.bert.embeddings.word_embeddings.weight for p in gen.parameters())  # shared, not copied
+    batch = electra_batch()
+    view, prepare = training_view(model, "electra", rtd_weight=50.0)
+    out = view(**prepare(batch))
+    torch.testing.assert_close(out.loss, out.mlm_loss + 50.0 * out.rtd_loss)
+    out.loss.backward()
+    # the generator's loss reaches the shared embeddings through its input and its output layer
+    assert gen.body.encoder.layer[0].attention.self.query.weight.grad.abs().sum() > 0
+    assert model.bert.embeddings.word_embeddings.weight.grad.abs().sum() > 0
+    assert model.cls.predictions.transform.dense.weight.grad is None  # the tied MLM head is not used
+    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=3e-3)
+    first = None
+    for _ in range(30):
+        opt.zero_grad()
+        out = view(**prepare(batch))
+        out.mlm_loss.backward()
+        opt.step()
+        first = first if first is not None else out.mlm_loss.item()
+    assert out.mlm_loss.item() < first - 1.0  # the generator learns the batch's masked tokens
+
+
+def test_a_separate_generator_saves_beside_the_model_and_dapt_continues_it(tmp_path):
+    from transformers import AutoModelForMaskedLM
+
+    from stages.training.electra import GENERATOR_CONFIG, GENERATOR_FILE, attach_generator
+
+    model = build_model(BERT, SMALL, seed=1)
+    attach_rtd_head(model, seed=0)
+    attach_generator(model, size=0.25, seed=2)
+    save_model(model, tmp_path)
+    assert (tmp_path / GENERATOR_FILE).is_file() and json.loads((tmp_path / GENERATOR_CONFIG).read_text())["size"] == 0.25
+    assert hasattr(model, "electra_generator")  # restored after saving
+    loaded = AutoModelForMaskedLM.from_pretrained(str(tmp_path))  # still the stock class
+    attach_rtd_head(loaded, seed=9, init=tmp_path)
+    attach_generator(loaded, size=0.25, seed=9, init=tmp_path)
+    for a, b in zip(model.electra_generator.parameters(), loaded.electra_generator.parameters()):
+        assert torch.equal(a, b)
+    with pytest.raises(ValueError, match="generator_size: 0.5 but .* size 0.25"):
+        attach_generator(loaded, size=0.5, seed=9, init=tmp_path)
+
+
+def test_flops_of_a_separate_generator_replace_the_tied_masked_lm_pass():
+    from stages.training.electra import attach_generator
+
+    model = build_model(BERT, SMALL, seed=1)
+    attach_rtd_head(model, seed=0)
+    tied = electra_flops_per_token(model, BERT, select=0.15)
+    attach_generator(model, size=0.25, seed=2)
+    separate = electra_flops_per_token(model, BERT, select=0.15)
+    mlm = flops_per_token(build_model(BERT, SMALL, seed=1), BERT, predicted_fraction=0.15)
+    assert separate < tied and separate > 0.5 * mlm
+
+
+def test_generator_size_is_checked():
+    from stages.training.config import TrainConfig
+
+    with pytest.raises(ValueError, match="generator_size: must be in"):
+        TrainConfig(objective="electra", generator_size=1.5)
+    with pytest.raises(ValueError, match="generator_size: for objective electra only"):
+        TrainConfig(generator_size=0.25)

@@ -1,0 +1,101 @@
+"""ELECTRA's separate generator (Clark et al. 2020, sections 3.2 and 3.3): a smaller masked-LM transformer
+that shares the discriminator's word embeddings (input and output), used when ``train.generator_size`` > 0.
+
+The paper trains the generator and the discriminator jointly and finds generators of 1/4 to 1/2 of the
+discriminator's size best (Figure 3: a generator as large as the discriminator poses a task too hard for it,
+and trains slowly under the discriminator's loss weight); sharing the token embeddings beats not sharing
+(GLUE 84.3 against 83.6). Here the generator has the discriminator's depth, ``generator_size`` x its hidden
+size (at least 8), one attention head per 64 dimensions, a feed-forward 4x its width, the discriminator's
+architecture (DeBERTa-v2 with its convolution, or BERT), a projection from the shared embedding width in, and
+ELECTRA's output layer out (dense to the embedding width, GELU, LayerNorm, then the shared embedding matrix
+transposed plus a bias).
+
+The generator is saved beside the stock masked-LM model (``generator.safetensors``, its size in
+``generator.json``), as the discriminator's head is, so the folder still loads as the stock class and DAPT
+continues both. The stock class's own masked-LM head is then not trained: fine-tuning uses the
+discriminator's transformer, and the masked-LM scores of such a model are the generator's (the pre-training
+stage's held-out loss) rather than those of the saved class.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+
+GENERATOR_FILE = "generator.safetensors"
+GENERATOR_CONFIG = "generator.json"
+
+
+class Generator(torch.nn.Module):
+    """The generator; ``forward`` returns its vocabulary logits at the flat ``positions``."""
+
+    def __init__(self, disc_config, size: float) -> None:
+        super().__init__()
+        self.size = size
+        emb = disc_config.hidden_size  # the word embedding width (the discriminator's hidden size)
+        hidden = max(8, int(round(emb * size)))
+        heads = max(1, hidden // 64)
+        hidden -= hidden % heads
+        values = disc_config.to_dict()
+        values.update(hidden_size=hidden, num_attention_heads=heads, intermediate_size=4 * hidden,
+                      vocab_size=max(1, int(disc_config.pad_token_id or 0) + 1))  # it reads embeddings, not ids
+        cfg = type(disc_config).from_dict(values)
+        from transformers import AutoModel
+
+        self.hidden = hidden
+        self.proj_in = torch.nn.Linear(emb, hidden)
+        self.body = AutoModel.from_config(cfg)
+        self.transform = torch.nn.Sequential(torch.nn.Linear(hidden, emb), torch.nn.GELU(),
+                                             torch.nn.LayerNorm(emb, eps=getattr(disc_config, "layer_norm_eps", 1e-7)))
+        self.bias = torch.nn.Parameter(torch.zeros(disc_config.vocab_size))
+
+    def forward(self, input_ids, attention_mask, positions, embeddings: torch.nn.Embedding):
+        states = self.body(inputs_embeds=self.proj_in(embeddings(input_ids)), attention_mask=attention_mask)[0]
+        picked = states.reshape(-1, self.hidden).index_select(0, positions)
+        return self.transform(picked) @ embeddings.weight.T + self.bias
+
+
+def attach_generator(model, *, size: float, seed: int, init=None) -> None:
+    """Give a masked-LM model a separate generator of ``size`` x its width as the submodule
+    ``electra_generator`` (so the optimizer and checkpoints include it); with ``init`` (a model folder that
+    holds one, e.g. the general model DAPT continues) the trained generator, which must be of that size."""
+    saved = Path(init) / GENERATOR_CONFIG if init is not None else None
+    if saved is not None and saved.is_file():
+        was = json.loads(saved.read_text())["size"]
+        if abs(was - size) > 1e-9:
+            raise ValueError(f"generator_size: {size} but {init} continues a generator of size {was}")
+    generator = torch.Generator().manual_seed(seed)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(int(torch.randint(0, 2**31 - 1, (1,), generator=generator)))
+        gen = Generator(model.config, size)
+    with torch.no_grad():
+        for layer in (gen.proj_in, gen.transform[0]):
+            layer.weight.normal_(0.0, model.config.initializer_range, generator=generator)
+            layer.bias.zero_()
+    if saved is not None and saved.is_file():
+        from safetensors.torch import load_file
+
+        gen.load_state_dict(load_file(str(Path(init) / GENERATOR_FILE)))
+    model.electra_generator = gen.to(next(model.parameters()).device)
+
+
+def save_generator(gen: Generator, folder) -> None:
+    from safetensors.torch import save_file
+
+    save_file({k: v.detach().cpu().contiguous() for k, v in gen.state_dict().items()}, str(Path(folder) / GENERATOR_FILE))
+    (Path(folder) / GENERATOR_CONFIG).write_text(json.dumps({"size": gen.size, "hidden_size": gen.hidden}) + "\n")
+
+
+def generator_flops_per_token(gen: Generator, *, seq_len: int, select: float) -> float:
+    """Training FLOPs per input token of the generator: 6 x its transformer and input projection
+    (every position), its attention (12 x layers x width x seq_len, twice for DeBERTa's disentangled
+    scores), and its output layer (transform and the shared vocabulary projection) at the selected share."""
+    cfg = gen.body.config
+    per_position = sum(p.numel() for p in gen.body.parameters()) - gen.body.get_input_embeddings().weight.numel()
+    per_position += sum(p.numel() for p in gen.proj_in.parameters())
+    disentangled = 2 if getattr(cfg, "model_type", "") == "deberta-v2" else 1
+    attention = 12 * disentangled * cfg.num_hidden_layers * gen.hidden * seq_len
+    out = sum(p.numel() for p in gen.transform.parameters()) + gen.bias.numel() * gen.transform[0].out_features
+    return 6 * per_position + attention + 6 * select * out

@@ -213,14 +213,18 @@ def training_view(model, objective_name: str, *, rtd_weight: float = 50.0):
 def _sparse_mlm(inner, body_name: str, input_ids, attention_mask, labels, positions, **kwargs):
     """The masked-LM loss with the output layer at the selected ``positions`` only (``training_view``);
     returns (loss, logits, labels) of those positions."""
+    hidden = getattr(inner, body_name)(input_ids=input_ids, attention_mask=attention_mask, **kwargs)[0]
+    picked = hidden.reshape(-1, hidden.size(-1)).index_select(0, positions)
+    target = labels.reshape(-1).index_select(0, positions)
+    return _mlm_result(inner.cls(picked), target, positions)
+
+
+def _mlm_result(logits, target, positions):
+    """(loss, logits, labels) of the selected positions: the mean cross-entropy over them."""
     from types import SimpleNamespace
 
     import torch
 
-    hidden = getattr(inner, body_name)(input_ids=input_ids, attention_mask=attention_mask, **kwargs)[0]
-    picked = hidden.reshape(-1, hidden.size(-1)).index_select(0, positions)
-    target = labels.reshape(-1).index_select(0, positions)
-    logits = inner.cls(picked)
     # sum / max(count, 1): an empty selection gives 0 (not NaN) without asking the device for the count
     loss = torch.nn.functional.cross_entropy(logits.float(), target, reduction="sum") / max(len(positions), 1)
     return SimpleNamespace(loss=loss, logits=logits, labels=target)
@@ -332,10 +336,8 @@ def _electra_view(model, body_name, rtd_weight: float):
                 generator = _sparse_mlm(self.inner, body_name, input_ids, attention_mask, labels, positions, **kwargs)
             else:  # the smaller generator, on the shared word embeddings
                 embeddings = getattr(self.inner, body_name).embeddings.word_embeddings
-                logits = separate(input_ids, attention_mask, positions, embeddings)
-                target = labels.reshape(-1).index_select(0, positions)
-                loss = torch.nn.functional.cross_entropy(logits.float(), target, reduction="sum") / max(len(positions), 1)
-                generator = SimpleNamespace(loss=loss, logits=logits, labels=target)
+                generator = _mlm_result(separate(input_ids, attention_mask, positions, embeddings),
+                                        labels.reshape(-1).index_select(0, positions), positions)
             if not self.inner.training:
                 return generator
             with torch.no_grad():

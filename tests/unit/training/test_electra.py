@@ -127,15 +127,22 @@ def test_flops_count_a_second_pass_of_the_transformer():
     assert mlm < electra < 2.2 * mlm
 
 
-def test_pretrain_and_dapt_stages_train_electra(datasets, tmp_path):
-    from stages.pretrain import main
+def electra_params(tmp_path, pretrain: dict, dapt: dict | None = None):
+    """A params file whose BERT pre-training and DAPT use these train settings."""
     from tests.unit.training.conftest import BASE_PARAMS
 
     params = json.loads(json.dumps(BASE_PARAMS))
-    params["pretrain"]["bert"] = {"train": {"objective": "electra", "mlm_select": 0.25}}
-    params["dapt"]["bert"] = {"train": {"objective": "electra", "mlm_select": 0.25}}
+    params["pretrain"]["bert"] = {"train": pretrain}
+    params["dapt"]["bert"] = {"train": dapt if dapt is not None else pretrain}
     path = tmp_path / "params.yaml"
     path.write_text(yaml.safe_dump(params))
+    return path
+
+
+def test_pretrain_and_dapt_stages_train_electra(datasets, tmp_path):
+    from stages.pretrain import main
+
+    path = electra_params(tmp_path, {"objective": "electra", "mlm_select": 0.25})
     out, dapt = tmp_path / "general", tmp_path / "dapt"
     assert main(datasets.args("bert", out, path, metrics=tmp_path / "m.json")) == 0
     metrics = json.loads((tmp_path / "m.json").read_text())
@@ -149,13 +156,8 @@ def test_pretrain_and_dapt_stages_train_electra(datasets, tmp_path):
 def test_pretrain_and_dapt_stages_train_electra_with_a_separate_generator(datasets, tmp_path, capsys):
     from stages.pretrain import main
     from stages.training.electra import GENERATOR_FILE
-    from tests.unit.training.conftest import BASE_PARAMS
 
-    params = json.loads(json.dumps(BASE_PARAMS))
-    params["pretrain"]["bert"] = {"train": {"objective": "electra", "generator_size": 0.25}}
-    params["dapt"]["bert"] = {"train": {"objective": "electra", "generator_size": 0.25}}
-    path = tmp_path / "params.yaml"
-    path.write_text(yaml.safe_dump(params))
+    path = electra_params(tmp_path, {"objective": "electra", "generator_size": 0.25})
     out, dapt = tmp_path / "general", tmp_path / "dapt"
     assert main(datasets.args("bert", out, path, metrics=tmp_path / "m.json")) == 0
     assert (out / GENERATOR_FILE).is_file() and (out / RTD_HEAD_FILE).is_file()
@@ -163,8 +165,8 @@ def test_pretrain_and_dapt_stages_train_electra_with_a_separate_generator(datase
     before = (out / GENERATOR_FILE).read_bytes()
     assert main(datasets.args("bert", dapt, path, section="dapt", corpus="domain", init=out)) == 0
     assert (dapt / GENERATOR_FILE).read_bytes() != before  # continued and trained further
-    params["dapt"]["bert"] = {"train": {"objective": "electra"}}  # DAPT without it: refused, not silently tied
-    path.write_text(yaml.safe_dump(params))
+    # DAPT without it: refused, not silently tied
+    path = electra_params(tmp_path, {"objective": "electra", "generator_size": 0.25}, {"objective": "electra"})
     capsys.readouterr()
     assert main(datasets.args("bert", tmp_path / "tied", path, section="dapt", corpus="domain", init=out)) == 1
     assert "separate ELECTRA generator" in capsys.readouterr().err

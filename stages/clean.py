@@ -183,6 +183,7 @@ def clean(cfg: CleanConfig, *, input_path: Path, output_dir: Path, report_path: 
     from stages.cleaning.badwords import load_words
     from stages.quality.clean_suite import cleaned_suite
     from stages.quality.gate import enforce
+    from stages.quality.gate import preload as preload_gx
 
     words: list[str] = []
     lists: dict[str, Any] = {}
@@ -206,7 +207,7 @@ def clean(cfg: CleanConfig, *, input_path: Path, output_dir: Path, report_path: 
         try:
             result = clean_corpus(read_records(input_path, drops), cfg.cleaner, work=Path(work),
                                   out_parquet=tmp / "documents.parquet", words=words, log=log,
-                                  name=f"clean@{output_dir.name}")
+                                  name=f"clean@{output_dir.name}", while_mapping=preload_gx)
         except EmptyInput as exc:
             skipped = Counter({k: v for k, v in drops.items() if k != REPAIRED_UTF8}) + Counter(exc.args[0])
             why = ", ".join(f"{v} {k}" for k, v in sorted(skipped.items())) or "the input holds no record"

@@ -176,7 +176,7 @@ class LineDedupFilter(Filter):
 
     name = "line_dedup"
 
-    def __init__(self, table_path: Path, cfg: LineDedupConfig, count_sentences: Callable[[str], int],
+    def __init__(self, table_path: Path, cfg: LineDedupConfig, count_sentences: Callable[[str, int], int],
                  reject_samples: int = 0) -> None:
         super().__init__(reject_samples)
         table = np.load(table_path, mmap_mode="r")  # (2, distinct lines), row 0 sorted
@@ -207,7 +207,7 @@ class LineDedupFilter(Filter):
         text = "\n".join(kept)
         if not text:
             return "empty"
-        if self.min_sentences and self.count(text) < self.min_sentences:
+        if self.min_sentences and self.count(text, self.min_sentences) < self.min_sentences:
             return "too_few_sentences"
         doc.text = text
         return None

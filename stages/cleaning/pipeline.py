@@ -41,14 +41,18 @@ SHARD_COLUMNS = ("id", "text", "source", "url", "meta", "timestamp", "raw_id")
 @dataclass(frozen=True, kw_only=True)
 class LanguageConfig:
     """enabled: keep only pages in ``language`` (C4: English by langdetect, probability >= 0.99, seed 0).
-    backend: ``langdetect`` (C4's) or ``py3langid`` (faster; agreement in benchmarks/)."""
+    backend: ``langdetect`` (C4's) or ``py3langid`` (faster; agreement in benchmarks/).
+    second_opinion_docs: about how many kept documents the gate's independent identifier (py3langid) checks,
+    a sample chosen by content hash, the same on any worker count (0 = every kept document)."""
 
     enabled: bool = True
     min_probability: float = 0.99
     backend: str = "langdetect"
+    second_opinion_docs: int = 4000
 
     def __post_init__(self) -> None:
         check(0 <= self.min_probability <= 1, "min_probability: must be in [0, 1]")
+        check(self.second_opinion_docs >= 0, "second_opinion_docs: must be >= 0 (0 = all)")
         check(self.backend in ("langdetect", "py3langid"), "backend: must be langdetect or py3langid")
 
 
@@ -116,7 +120,7 @@ class CleanResult:
 # cached per process by their own modules, and the bad-words regex compiles in milliseconds.
 
 
-def _count_sentences() -> Callable[[str], int]:
+def _count_sentences() -> Callable[..., int]:
     from stages.cleaning.sentences import count_sentences
 
     return count_sentences
@@ -213,7 +217,7 @@ def phase1(shard_in: Path, shard_out: Path, pairs_out: Path, drop: frozenset[int
 
 
 def phase3(shard_in: Path, shard_out: Path, bands_out: Path, table: Path | None, words: list[str],
-           cfg: CleanerConfig, feats_out: Path, lines_out: Path) -> tuple[dict, int]:
+           cfg: CleanerConfig, feats_out: Path, lines_out: Path, english_rate: float) -> tuple[dict, int]:
     """Line dedup, language, bad words, Gopher; then, for the gate, per-document features and the output
     lines' hashes, computed here in parallel so the gate never loads the cleaned text."""
     import numpy as np
@@ -225,7 +229,7 @@ def phase3(shard_in: Path, shard_out: Path, bands_out: Path, table: Path | None,
     shard_in.unlink()
     from stages.quality.clean_suite import document_features, write_line_hashes
 
-    document_features(kept, cfg).to_parquet(feats_out, index=False)
+    document_features(kept, cfg, english_rate=english_rate).to_parquet(feats_out, index=False)
     write_line_hashes(kept, lines_out)
     if cfg.minhash.enabled:
         from stages.cleaning.minhash import band_hashes
@@ -315,10 +319,12 @@ class EmptyInput(ValueError):
 
 
 def clean_corpus(records: Iterator[dict[str, Any]], cfg: CleanerConfig, *, work: Path, out_parquet: Path,
-                 words: list[str], log: Callable[[str], None] = print, name: str = "clean") -> CleanResult:
+                 words: list[str], log: Callable[[str], None] = print, name: str = "clean",
+                 while_mapping: Callable[[], None] | None = None) -> CleanResult:
     """Clean ``records`` (dicts with text, optional id, url, source, meta, timestamp) into ``out_parquet``.
     The shards run where ``stages.common.shards`` says (local processes, or Dask when ``LMPIPE_DASK`` is
-    set; then ``work`` must be on a filesystem every Dask worker sees at the same path)."""
+    set; then ``work`` must be on a filesystem every Dask worker sees at the same path). ``while_mapping`` is
+    called once the shards go to other processes, for work that can overlap theirs."""
     import numpy as np
     import pandas as pd
     import pyarrow as pa
@@ -357,6 +363,8 @@ def clean_corpus(records: Iterator[dict[str, Any]], cfg: CleanerConfig, *, work:
     phase_s["read"] = time.perf_counter() - t_start
 
     with open_shards(cfg.workers, name=name) as engine:
+        if while_mapping is not None and engine.engine != "local":
+            while_mapping()  # this process only waits on the workers from here on (the stage imports GX)
         t0 = time.perf_counter()
         p1 = [(s, work / f"p1-{i:06d}.parquet", work / f"pairs-{i:06d}.npy", per_shard[i], cfg,
                cfg.line_dedup.enabled) for i, s in enumerate(shards)]
@@ -375,8 +383,13 @@ def clean_corpus(records: Iterator[dict[str, Any]], cfg: CleanerConfig, *, work:
         phase_s["line_table"] = time.perf_counter() - t0
 
         t0 = time.perf_counter()
+        # The gate's second language opinion on a content-hash sample of about second_opinion_docs documents
+        # (py3langid walks every byte in Python: on all documents it cost more than the language filter).
+        sample = cfg.language.second_opinion_docs
+        english_rate = min(1.0, sample / n_in) if sample else 1.0
         p3 = [(a[1], work / f"p3-{i:06d}.parquet", work / f"bands-{i:06d}.npy", table, words, cfg,
-               work / f"feat-{i:06d}.parquet", work / f"lines-{i:06d}.npy") for i, a in enumerate(p1)]
+               work / f"feat-{i:06d}.parquet", work / f"lines-{i:06d}.npy", english_rate)
+              for i, a in enumerate(p1)]
         engine.map(phase3, p3, _merger(filters, rejects, cfg.reject_samples),
                    desc="clean 2/3 dedup, language, bad words")
         phase_s["dedup_language_badwords"] = time.perf_counter() - t0

@@ -58,14 +58,34 @@ def split_sentences(text: str) -> list[str]:
     return _get_tokenizer().tokenize(text)
 
 
-def count_sentences(text: str) -> int:
-    """``len(split_sentences(text))``, without building the sentence strings.
+def count_sentences(text: str, limit: int | None = None) -> int:
+    """``len(split_sentences(text))``, without building the sentence strings; with ``limit``,
+    ``min(limit, len(split_sentences(text)))``, which stops splitting at the limit.
 
     Punkt only considers a boundary at ``.``, ``?`` or ``!``, so a text with none of them is one sentence
     when it has any non-space character and none otherwise; that skips the model for most web lines.
     The package has no count-only API; counting the offsets of ``span_tokenize`` (with realignment,
     which can drop a span that is only closing punctuation) gives exactly the length of ``tokenize``.
+
+    C4's rules only compare a count with a minimum, so with ``limit`` a page of several lines is split a
+    prefix of whole lines at a time (1, 2, 4, ... lines): Punkt decides a boundary from the tokens on either
+    side of it, so every boundary inside a prefix is one of the whole text's except, at most, the prefix's
+    last; a prefix with more than ``limit`` sentences means the text has at least ``limit``.
     """
+    if limit is not None:
+        if limit <= 0:
+            return 0
+        lines = text.split("\n")
+        n = 1
+        while n < len(lines):
+            if _count("\n".join(lines[:n])) > limit:
+                return limit
+            n *= 2
+        return min(limit, _count(text))
+    return _count(text)
+
+
+def _count(text: str) -> int:
     if "." not in text and "?" not in text and "!" not in text:
         return 1 if text.strip() else 0
     return sum(1 for _ in _get_tokenizer().span_tokenize(text))

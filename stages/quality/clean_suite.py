@@ -33,8 +33,12 @@ FEATURE_COLUMNS = ["source_id", "id", "text_chars", "meta_is_json", "has_lorem_i
                    "bad_line_endings", "sentences_up_to_min", "english_second_opinion"]
 
 
-def document_features(docs: list["Doc"], cfg: "CleanerConfig") -> pd.DataFrame:
-    """One row per kept document: what the gate checks, measured on the cleaned text."""
+def document_features(docs: list["Doc"], cfg: "CleanerConfig", *, english_rate: float = 1.0) -> pd.DataFrame:
+    """One row per kept document: what the gate checks, measured on the cleaned text.
+
+    ``english_second_opinion`` is asked of the documents whose content hash falls in the first
+    ``english_rate`` of the hash range (a sample that does not depend on sharding or worker count) and is
+    missing (None) for the others, which the gate's "mostly" expectation leaves out of its share."""
     from stages.cleaning.langid import is_english
     from stages.cleaning.sentences import count_sentences
     from stages.common.documents import doc_id, is_json_text
@@ -53,11 +57,14 @@ def document_features(docs: list["Doc"], cfg: "CleanerConfig") -> pd.DataFrame:
             if sentences >= rules.min_sentences:
                 break
             sentences += count_sentences(line)
-        english = True
+        english: bool | None = True
+        cid = doc_id(text)
         if cfg.language.enabled:
-            # An independent second opinion: py3langid's decision, not the filter's own record.
-            english = is_english(text, min_probability=0.5, backend="py3langid")[0]
-        rows.append((d.id, doc_id(text), len(text.strip()), is_json_text(d.meta), "lorem ipsum" in text.lower(),
+            english = None
+            if english_rate >= 1.0 or int(cid[:8], 16) < english_rate * 0x100000000:
+                # An independent second opinion: py3langid's decision, not the filter's own record.
+                english = is_english(text, min_probability=0.5, backend="py3langid")[0]
+        rows.append((d.id, cid, len(text.strip()), is_json_text(d.meta), "lorem ipsum" in text.lower(),
                      "{" in text, bad_end, sentences, english))
     return pd.DataFrame(rows, columns=FEATURE_COLUMNS)
 

@@ -30,7 +30,9 @@ import json
 import logging
 import math
 import os
+import sys
 import tempfile
+import threading
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -305,7 +307,29 @@ def enforce(
 # --- GX plumbing -----------------------------------------------------------------------------
 
 
+_preloading: threading.Thread | None = None
+
+
+def preload() -> None:
+    """Start importing GX (about 4 s of imports on the reference machine) in a background thread, for a stage
+    whose main process would otherwise wait on its workers; the gate's own import then finds it done. An
+    import error is left for the gate's import to raise."""
+    global _preloading
+    if _preloading is None and "great_expectations" not in sys.modules:
+        _preloading = threading.Thread(target=_try_import_gx, name="gx-preload", daemon=True)
+        _preloading.start()
+
+
+def _try_import_gx() -> None:
+    try:
+        _import_gx()
+    except Exception:  # noqa: BLE001 - raised again, with its traceback, by the gate's own import
+        pass
+
+
 def _import_gx() -> Any:
+    if _preloading is not None and _preloading is not threading.current_thread():
+        _preloading.join()
     # Analytics would try to reach the network on first use; a reproducible, offline pipeline must
     # not. setdefault keeps an explicit choice made by whoever runs us.
     os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")

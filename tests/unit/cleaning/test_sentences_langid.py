@@ -169,3 +169,24 @@ def test_a_wrong_engine_setting_is_an_error(monkeypatch) -> None:
     monkeypatch.setenv("LMPIPE_LANGDETECT", "fortran")
     with pytest.raises(ValueError, match="LMPIPE_LANGDETECT: one of auto, python, rust"):
         LangdetectID()
+
+
+LIMIT_PAGES = [
+    "",
+    "One line. Two sentences.",
+    "Dr.\nSmith arrived. He left.",                      # an abbreviation at a line's end: no boundary there
+    "First line has no mark\nSecond one has. Two.\nThird.",
+    "He said \"Hi.\"\n\")\" closing only.\nNext. And more. And more.",
+    "a.\nb.\nc.\nd.\ne.\nf.\ng.\nh.\ni.",
+    "Wait . . .\nwhat? Yes.\n\n\nNo.",
+    "\n".join(f"Line {i} of the page ends here. It has two sentences." for i in range(40)),
+    "Mr.\nJ.\nR.\nR.\nTolkien wrote books.",
+]
+
+
+@pytest.mark.parametrize("page", LIMIT_PAGES)
+@pytest.mark.parametrize("limit", [0, 1, 2, 3, 5])
+def test_count_with_a_limit_is_the_capped_count(page: str, limit: int) -> None:
+    # C4 only compares a page's count with a minimum; counting prefixes of whole lines must give the same
+    # answer as splitting the whole page, also where a line ends in an abbreviation.
+    assert count_sentences(page, limit) == min(limit, count_sentences(page))

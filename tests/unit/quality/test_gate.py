@@ -431,3 +431,22 @@ def test_the_stored_history_stays_bounded(tmp_path: Path, monkeypatch) -> None:
     local = tmp_path / "gx" / "uncommitted"
     for base in (local / "validations" / "g" / "documents", local / "data_docs/local_site/validations/g/documents"):
         assert len(list(base.glob("*/*T*Z"))) == 2, base     # the kept one and this run's
+
+
+def test_gx_preloaded_in_the_background_is_what_the_gate_imports() -> None:
+    # A fresh interpreter, so that GX is not imported yet: preload() starts the import in a thread, and the
+    # gate's own import waits for that thread instead of importing a second time.
+    code = ("import sys, threading\n"
+            "from stages.quality import gate\n"
+            "gate.preload()\n"
+            "t = gate._preloading\n"
+            "assert t is not None and t.name == 'gx-preload'\n"
+            "gx = gate._import_gx()\n"
+            "assert not t.is_alive() and gx is sys.modules['great_expectations']\n"
+            "gate.preload()\n"
+            "assert gate._preloading is t\n"
+            "print('ok')\n")
+    env = {**os.environ, "GX_ANALYTICS_ENABLED": "false"}
+    out = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).resolve().parents[3], env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr

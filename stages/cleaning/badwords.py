@@ -50,9 +50,31 @@ def load_words(cfg: BadWordsConfig, cache_dir: Path) -> tuple[list[str], dict]:
 
 
 def compile_badwords(words: list[str]) -> re.Pattern[str]:
-    """C4's regex: escaped words, flanked by a non-word character or the start/end of the text."""
-    alternation = "|".join(re.escape(w) for w in words)
-    return re.compile(r"(?:\W|^)(" + alternation + r")(?:\W|$)")
+    """C4's regex: escaped words, flanked by a non-word character or the start/end of the text.
+
+    The alternation is written as a trie of the same words ("ass|asshole" as "ass(?:hole)?"): the same
+    set of strings, so a text has a match exactly when C4's flat alternation has one (the filter asks only
+    that), but at each position Python's ``re`` follows one branch per character instead of trying all 377
+    words in turn: 3-4.5x faster on the default corpora, same decisions (benchmarks/README.md)."""
+    return re.compile(r"(?:\W|^)(" + _trie_pattern(sorted(set(words))) + r")(?:\W|$)")
+
+
+def _trie_pattern(words: list[str]) -> str:
+    trie: dict = {}
+    for word in words:
+        node = trie
+        for ch in word:
+            node = node.setdefault(ch, {})
+        node[""] = {}  # a word ends here
+
+    def pattern(node: dict) -> str:
+        branches = [re.escape(ch) + pattern(child) for ch, child in sorted(node.items()) if ch]
+        if not branches:
+            return ""
+        body = branches[0] if len(branches) == 1 else "(?:" + "|".join(branches) + ")"
+        return f"(?:{body})?" if "" in node else body
+
+    return pattern(trie)
 
 
 class BadWordsFilter(Filter):

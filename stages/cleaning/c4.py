@@ -65,7 +65,7 @@ class C4Rules:
         check(all(self.end_marks), "end_marks: empty strings are not end marks")
 
 
-def _default_counter() -> Callable[[str], int]:
+def _default_counter() -> Callable[[str, int], int]:
     from stages.cleaning.sentences import count_sentences
 
     return count_sentences
@@ -92,16 +92,16 @@ class C4LinesFilter(Filter):
     name = "c4_lines"
 
     def __init__(self, rules: C4Rules, reject_samples: int = 0,
-                 count_sentences: Callable[[str], int] | None = None) -> None:
+                 count_sentences: Callable[[str, int], int] | None = None) -> None:
         super().__init__(reject_samples)
         self.r = rules
         self._count = count_sentences
         self._policy = tuple(rules.policy_substrings) if rules.policy else ()
 
-    def count(self, text: str) -> int:
+    def count(self, text: str, limit: int) -> int:
         if self._count is None:
             self._count = _default_counter()
-        return self._count(text)
+        return self._count(text, limit)
 
     def apply(self, doc: Doc) -> str | None:
         r = self.r
@@ -135,7 +135,7 @@ class C4LinesFilter(Filter):
             # C4 sums Punkt sentences over all kept lines and only compares the sum with the minimum, so
             # counting can stop once the minimum is reached: same decision, far less Punkt work.
             if sentences < r.min_sentences:
-                sentences += self.count(line)
+                sentences += self.count(line, r.min_sentences - sentences)
             kept.append(line)
         if sentences < r.min_sentences:
             return "too_few_sentences"

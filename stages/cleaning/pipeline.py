@@ -120,7 +120,7 @@ class CleanResult:
 # cached per process by their own modules, and the bad-words regex compiles in milliseconds.
 
 
-def _count_sentences() -> Callable[..., int]:
+def _count_sentences() -> Callable[[str, int], int]:
     from stages.cleaning.sentences import count_sentences
 
     return count_sentences

@@ -75,6 +75,8 @@ def count_sentences(text: str, limit: int | None = None) -> int:
     if limit is not None:
         if limit <= 0:
             return 0
+        if limit == 1:  # Punkt finds at least one sentence in any text with a non-space character (tested)
+            return 1 if text.strip() else 0
         lines = text.split("\n")
         n = 1
         while n < len(lines):

@@ -56,7 +56,7 @@ def document_features(docs: list["Doc"], cfg: "CleanerConfig", *, english_rate: 
         for line in lines:  # counting stops at the minimum: only the comparison matters
             if sentences >= rules.min_sentences:
                 break
-            sentences += count_sentences(line)
+            sentences += count_sentences(line, rules.min_sentences - sentences)
         english: bool | None = True
         cid = doc_id(text)
         if cfg.language.enabled:

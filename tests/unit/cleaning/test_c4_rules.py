@@ -120,3 +120,17 @@ def test_bad_documents_never_crash_a_filter():
     junk = Doc(id="j", text="\x00\x01\xff" * 1000 + "\n" + "a" * 500_000, source="", url=None, meta="")
     assert f(junk) is False
     assert f.stats.dropped == {"too_few_sentences": 1}
+
+
+def test_the_trie_regex_matches_exactly_where_c4s_flat_alternation_does():
+    import random
+    import re
+
+    words = ["ass", "asshole", "2 girls 1 cup", "a.b", "b", "bo", "bob", "xx", "x-rated", "ñu", "a$$"]
+    flat = re.compile(r"(?:\W|^)(" + "|".join(re.escape(w) for w in words) + r")(?:\W|$)")
+    trie = compile_badwords(words)
+    rng = random.Random(0)
+    pieces = words + ["a", "s", "h", "o", "l", "e", " ", ".", "$", "-", "\n", "girls", "1", "cup", "ñ", "u"]
+    for _ in range(20_000):
+        text = "".join(rng.choice(pieces) for _ in range(rng.randint(0, 8)))
+        assert (flat.search(text) is None) == (trie.search(text) is None), repr(text)

@@ -190,3 +190,16 @@ def test_count_with_a_limit_is_the_capped_count(page: str, limit: int) -> None:
     # C4 only compares a page's count with a minimum; counting prefixes of whole lines must give the same
     # answer as splitting the whole page, also where a line ends in an abbreviation.
     assert count_sentences(page, limit) == min(limit, count_sentences(page))
+
+
+def test_any_text_with_a_non_space_character_has_a_sentence() -> None:
+    # count_sentences(text, 1) answers without Punkt on this property; every string of up to 3 characters
+    # from an alphabet of marks, quotes, brackets, letters and spaces checks it, realignment included.
+    import itertools
+
+    alphabet = ['.', '!', '?', '"', ')', '(', 'a', 'A', ' ', '\n', "'", ']', '…', '-', '1']
+    for n in range(1, 4):
+        for chars in itertools.product(alphabet, repeat=n):
+            text = "".join(chars)
+            assert (len(split_sentences(text)) >= 1) == bool(text.strip()), repr(text)
+            assert count_sentences(text, 1) == min(1, len(split_sentences(text)))

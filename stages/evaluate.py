@@ -273,7 +273,7 @@ def main(argv: Iterable[str] | None = None) -> int:
     ap.add_argument("--live", type=Path, default=Path("reports/live"), help="the runs' live logs (read)")
     args = ap.parse_args(list(argv) if argv is not None else None)
     if overlap_error(args, ["metrics", "plots", "report", "figures", "gate", "timings"],
-                     ["params", "task", "finetuned", "pretrained", "dapt", "tokens"]):
+                     ["params", "task", "finetuned", "pretrained", "dapt", "tokens", "live"]):
         return 1
     from stages.common.atomic import atomic_dir
     from stages.evaluation.report import figures, markdown

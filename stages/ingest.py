@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import glob
 import hashlib
+import itertools
 import platform
 import sys
 import time
@@ -24,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from stages.common.atomic import atomic_dir, write_json_atomic
+from stages.common.atomic import atomic_dir, refuse_overlap, write_json_atomic
 from stages.common.cli import entry, overlap_error
 from stages.common.documents import LABELED_COLUMNS, Record, arrow_schema, doc_id, is_json_text, meta_json
 from stages.config import ConfigError, build, check, load_params, section
@@ -314,6 +316,20 @@ def build_manifest(cfg, corpus, counts, provs, dropped, parquet_path: Path) -> d
     }
 
 
+def local_source_paths(cfg: CorpusConfig, where: str) -> dict[str, Path]:
+    """The local paths the corpus's sources read (for a glob, the folder before its first wildcard), by
+    params key."""
+    out: dict[str, Path] = {}
+    for i, src in enumerate(cfg.sources):
+        raw = getattr(src, "path", None)
+        if not raw:
+            continue
+        parts = Path(raw).parts
+        fixed = [part for part in itertools.takewhile(lambda part: not glob.has_magic(part), parts)]
+        out[f"{where}.sources[{i}].path"] = Path(*fixed) if fixed else Path(".")
+    return out
+
+
 def load_config(params_path: Path, corpus: str) -> CorpusConfig:
     params = load_params(params_path)
     key = f"ingest.{corpus}"
@@ -335,9 +351,12 @@ def main(argv: Iterable[str] | None = None) -> int:
 
     try:
         cfg = load_config(args.params, args.corpus)
+        # Local sources named in params are inputs too: an output over them would delete the user's files.
+        refuse_overlap({"output": args.output, "report": args.report, "metrics": args.metrics},
+                       local_source_paths(cfg, f"ingest.{args.corpus}"))
         result = ingest(cfg, corpus=args.corpus, cache_dir=args.cache_dir, output_dir=args.output,
                         report_path=args.report, log=lambda m: print(m, file=sys.stderr))
-    except (ConfigError, SourceError, GateFailed) as exc:
+    except (ConfigError, SourceError, GateFailed, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     write_json_atomic(args.metrics, result.metrics)

@@ -25,7 +25,7 @@ it (the package stage writes both to ``reports/metrics/package.json``, kept in g
 record), or ``--public-key PEM``, the operator's ed25519 key whose private half signed the manifest at
 packaging (``LMPIPE_SIGNING_KEY``). Without either, ``--verify`` lists every file it could not bind, says
 that the result proves consistency, not origin, and exits 0 when the Bento agrees with itself (as it always
-has: docs/auditing.md).
+has: docs/auditing.md); ``--strict`` makes that case exit 1.
 """
 
 from __future__ import annotations
@@ -84,6 +84,9 @@ def main(argv: Iterable[str] | None = None) -> int:
     ap.add_argument("--public-key", metavar="PEM", type=Path,
                     help="with --verify and a Bento: the ed25519 public key whose private key signed the manifest "
                          "at packaging (LMPIPE_SIGNING_KEY); binds every file")
+    ap.add_argument("--strict", action="store_true",
+                    help="with --verify: exit 1 unless every file of a Bento is bound by --pin or --public-key (an "
+                         "audit that must prove origin, not only consistency)")
     ap.add_argument("--json", action="store_true", help="print the record (and the verdict) as JSON")
     args = ap.parse_args(list(argv) if argv is not None else None)
     from stages.provenance.chain import render
@@ -135,6 +138,10 @@ def main(argv: Iterable[str] | None = None) -> int:
         if verdict is not None:
             print()
             print(report(verdict, workspace is not None))
+    if verdict is not None and verdict.ok and args.strict and not verdict.pinned and verdict.unverified is not None:
+        print("error: --strict: the Bento agrees with itself but nothing outside it binds it; give --pin SHA256 "
+              "(package.json manifest_sha256) or --public-key PEM", file=sys.stderr)
+        return 1
     return 0 if verdict is None or verdict.ok else 1
 
 

@@ -35,14 +35,14 @@ import json
 import os
 import shutil
 import sys
-import tempfile
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from stages.common.atomic import write_json_atomic
+from stages.common.atomic import work_dir, write_json_atomic
 from stages.common.cli import entry, overlap_error
 from stages.common.inputs import check_folder, read_json
+from stages.common.redact import redact_text, redact_url
 from stages.config import ConfigError, build, check, load_params, section
 from stages.tokenization.trainers import PARADIGMS
 
@@ -283,7 +283,7 @@ def served_code(stages_dir: Path, service: Path) -> dict[str, str]:
     return code
 
 
-def build_bento(cfg: PackageConfig, tags: dict, *, service: Path, stages_dir: Path, record: dict,
+def build_bento(cfg: PackageConfig, tags: dict, *, service: Path, stages_dir: Path, record: dict, scratch: Path,
                 sources: dict[str, str] | None = None):
     """Build the Bento in a temporary build context: the service, its config and the ``stages`` package; its
     README is the Bento's card (``stages.provenance.card.bento_card``). ``sources``: each generative model's
@@ -301,7 +301,9 @@ def build_bento(cfg: PackageConfig, tags: dict, *, service: Path, stages_dir: Pa
                         "python_packages": image["python"]["packages"],
                         "extra_index_url": image["python"].get("extra_index_url")},
               "resources": resources}
-    with tempfile.TemporaryDirectory(prefix="bento-ctx-") as tmp:
+    # The build context is scratch in the workspace (``dist/.bento-ctx.work-<pid>@<host>-*``), not in /tmp: one
+    # left by a killed run is removed by the next stage's sweep (stages.common.atomic.sweep_dead).
+    with work_dir(scratch / "bento-ctx") as tmp:
         ctx = Path(tmp)
         shutil.copy2(service, ctx / "service.py")
         shutil.copytree(stages_dir, ctx / "stages", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
@@ -316,30 +318,6 @@ def build_bento(cfg: PackageConfig, tags: dict, *, service: Path, stages_dir: Pa
                     "git_commit": str(git.get("commit")), "git_dirty": str(git.get("dirty"))},
             description=bento_card(record, served), docker=image["docker"], python=image["python"],
         )
-
-
-def redact_url(url: str) -> str:
-    """``url`` without the user-info part of its authority (``s3://user:secret@host/bucket`` ->
-    ``s3://host/bucket``): scheme, host, port, path and query are kept; anything that is not a URL is returned
-    as it is."""
-    from urllib.parse import urlsplit, urlunsplit
-
-    if "://" not in url:
-        return url
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return redact_text(url)
-    if "@" not in parts.netloc:
-        return url
-    return urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
-
-
-def redact_text(text: str) -> str:
-    """Every URL's user-info in free text (an error message that quotes the registry) dropped."""
-    import re
-
-    return re.sub(r"(\b[A-Za-z][A-Za-z0-9+.-]*://)[^/@\s]*@", r"\1", text)
 
 
 def archive_digest(target: str) -> tuple[int, str]:
@@ -395,7 +373,10 @@ def export(bento, registry: str) -> str:
         return url
     folder = Path(registry).resolve()  # BentoML's fsspec export reads a relative path from the filesystem root
     folder.mkdir(parents=True, exist_ok=True)
-    tmp = folder / f".tmp-{name}"  # same extension: BentoML's format (an xz tarball) follows it
+    from stages.common.atomic import temp_sibling
+
+    # Same extension (BentoML's format, an xz tarball, follows it); a killed export's file is swept later.
+    tmp = temp_sibling(folder / name, suffix=".bento")
     try:
         bentoml.bentos.export_bento(bento.tag, str(tmp), "bento")
         os.replace(tmp, folder / name)
@@ -436,6 +417,7 @@ def package(cfg: PackageConfig, *, root: Path, gate_path: Path, finetuned: Path,
         tags = save_models(record, cfg, root=root, model_dir=model_dir, generative_dirs=generative_dirs, made=made)
         log(f"[package] models: {tags['classifier']}" + "".join(f", {t}" for t in tags["generative"].values()))
         bento = build_bento(cfg, tags, service=service, stages_dir=Path(__file__).parent, record=record,
+                            scratch=root / "dist",
                             sources={p: folder.as_posix() for p, folder in generative_dirs.items()})
         made.append(f"bento {bento.tag}")
         log(f"[package] bento: {bento.tag}")

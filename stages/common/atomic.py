@@ -69,7 +69,8 @@ def refuse_overlap(outputs: dict[str, Any], inputs: dict[str, Any]) -> None:
             i = Path(given).resolve()
             how = ("is" if o == i else "contains" if o in i.parents else "lies inside" if i in o.parents else "")
             if how:
-                raise ValueError(f"--{oname} {out}: {how} the input --{iname} {given}; outputs are replaced "
+                source = iname if "." in iname else f"--{iname}"  # a params key, or a command-line option
+                raise ValueError(f"--{oname} {out}: {how} the input {source} {given}; outputs are replaced "
                                  "whole, so nothing you pass in may be, hold or contain one. Choose another "
                                  f"--{oname}.")
 
@@ -167,6 +168,14 @@ def replace_dir(src: Path, target: Path) -> None:
             shutil.rmtree(old, ignore_errors=True)
         else:
             old.unlink(missing_ok=True)
+
+
+def temp_sibling(path: str | Path, suffix: str = "") -> Path:
+    """A temporary name beside ``path`` that carries its writer (``.<name>.tmp-<pid>@<host><suffix>``), for a
+    file another library writes before it is renamed to ``path``: a killed run's leftover is swept by
+    :func:`sweep_dead`. ``suffix`` keeps an extension the writer goes by."""
+    path = Path(path)
+    return path.parent / f".{path.name}.tmp-{_owner()}{suffix}"
 
 
 def write_bytes_atomic(path: str | Path, data: bytes) -> None:

@@ -31,7 +31,6 @@ import logging
 import math
 import os
 import sys
-import tempfile
 import threading
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
@@ -266,22 +265,12 @@ def write_report(result: GateResult, path: str | Path) -> None:
     A reader (DVC, the auditor, a later stage) therefore sees either the previous report or the new
     one, never half of one, even if the process is killed mid-write.
     """
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
+    from stages.common.atomic import write_bytes_atomic
+
     # allow_nan=False: the observed values are sanitised, and a stray NaN would make invalid JSON.
     text = json.dumps(result.to_json(), indent=2, sort_keys=True, allow_nan=False) + "\n"
-    fd, tmp_name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
-    try:
-        os.fchmod(fd, 0o644)  # mkstemp makes 0600; a report is for everyone to read
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp_name, target)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp_name)
-        raise
+    # Its temporary name carries the writer, so a killed run's leftover is swept by the next stage.
+    write_bytes_atomic(path, text.encode("utf-8"))
 
 
 def enforce(

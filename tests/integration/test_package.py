@@ -228,6 +228,16 @@ def test_bad_payloads_get_a_4xx_with_a_message(served, route, payload):
     assert resp.text.strip()
 
 
+def test_an_out_of_range_seed_is_a_400_naming_the_field_and_its_range(served):
+    client, _, _ = served
+    for seed in (-1, 2**32):
+        resp = client.request("POST", "/generate", json={"prompt": "hello", "seed": seed})
+        assert resp.status_code == 400, (resp.status_code, resp.text)
+        detail = resp.json()["detail"]
+        assert "seed" in detail and ("greater than or equal to 0" in detail or "4294967295" in detail), detail
+    assert client.request("POST", "/generate", json={"prompt": "hello", "seed": 2**32 - 1}).status_code == 200
+
+
 def test_oversized_and_unparseable_bodies_get_a_4xx_not_a_5xx(served):
     client, _, _ = served
     resp = client.request("POST", "/classify", content=b"--x--", headers={"content-type": "multipart/form-data"})

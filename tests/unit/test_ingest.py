@@ -126,3 +126,39 @@ def test_cli_reports_one_line_errors_and_writes_nothing(tmp_path, capsys):
     assert main(args) == 0
     metrics = json.loads((tmp_path / "m.json").read_text())
     assert metrics["documents"] == 1 and metrics["skipped"] == {"invalid_json": 1}
+
+
+@pytest.mark.parametrize(("name", "how"), [("docs.parquet", "truncated"), ("docs.parquet", "garbage"),
+                                           ("docs.jsonl.gz", "truncated"), ("docs.jsonl.zst", "garbage"),
+                                           ("docs.jsonl", "garbage")])
+def test_a_corrupt_source_file_is_one_error_line_naming_it_and_the_last_output_stays(tmp_path, capsys, name, how):
+    # The fault-injection suite's rule for ingest's own inputs: each kind of file the files source reads, cut
+    # in half or overwritten, gives one line naming it; the previous good output, report and metrics stay.
+    import gzip
+
+    import zstandard
+
+    rows = [{"text": f"Document number {i} of the corpus."} for i in range(8)]
+    src = tmp_path / name
+    if name.endswith(".parquet"):
+        pd.DataFrame(rows).to_parquet(src)
+    else:
+        data = "".join(json.dumps(r) + "\n" for r in rows).encode()
+        src.write_bytes(gzip.compress(data) if name.endswith(".gz") else
+                        zstandard.ZstdCompressor().compress(data) if name.endswith(".zst") else data)
+    params = tmp_path / "params.yaml"
+    params.write_text(yaml.safe_dump({"ingest": {"mine": {"sources": [{"kind": "files", "path": str(src)}]}}}))
+    args = ["--corpus", "mine", "--params", str(params), "--cache-dir", str(tmp_path / "c"),
+            "--output", str(tmp_path / "out"), "--report", str(tmp_path / "r.json"),
+            "--metrics", str(tmp_path / "m.json")]
+    assert main(args) == 0
+    before = {p: p.read_bytes() for p in [*(tmp_path / "out").iterdir(), tmp_path / "m.json", tmp_path / "r.json"]}
+    good = src.read_bytes()
+    src.write_bytes(good[: len(good) // 2] if how == "truncated" else b"\x00\xffnot this format\x9c" * 64)
+    capsys.readouterr()
+    assert main(args) == 1
+    err = capsys.readouterr().err
+    lines = [ln for ln in err.splitlines() if ln.startswith("error:")]
+    assert len(lines) == 1 and name in lines[0] and "Traceback" not in err, err
+    assert {p: p.read_bytes() for p in before} == before
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []

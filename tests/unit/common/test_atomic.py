@@ -136,3 +136,21 @@ def test_temporary_names_carry_their_writer(tmp_path):
     with work_dir(tmp_path / "out") as scratch:
         seen.append(Path(scratch).name)
     assert all(f"-{os.getpid()}@{_HOST}-" in name for name in seen)
+
+
+def test_a_temporary_sibling_left_by_a_dead_writer_is_swept(tmp_path):
+    # The package stage exports the Bento to temp_sibling(<name>.bento, ".bento") and renames it; a kill in
+    # between leaves that file, which the next stage's sweep must find (keeping the writer's extension).
+    import os
+
+    from stages.common.atomic import sweep_dead, temp_sibling
+
+    dist = tmp_path / "dist"
+    dist.mkdir()
+    mine = temp_sibling(dist / "lm-pipeline-abc.bento", suffix=".bento")
+    assert mine.parent == dist and mine.name.endswith(".bento") and f".tmp-{os.getpid()}@" in mine.name
+    dead = dist / mine.name.replace(f"-{os.getpid()}@", f"-{_dead_pid()}@")
+    dead.write_bytes(b"half a tarball")
+    mine.write_bytes(b"being written")
+    assert sweep_dead([dist]) == [dead]
+    assert mine.exists() and list(dist.glob(".*.tmp-*")) == [mine]  # the kill tests' leftover pattern sees it

@@ -51,3 +51,38 @@ def test_each_stage_cli_refuses_an_overlapping_output_and_leaves_the_input(tmp_p
     assert err.startswith("error: --") and " the input --" in err
     for folder in ("c", "tok", "model", "ft", "cache"):
         assert (tmp_path / folder / "keep.txt").read_text() == "mine"
+
+
+def test_evaluate_refuses_figures_over_the_live_logs_it_reads(tmp_path, capsys):
+    from stages.evaluate import main
+
+    live = tmp_path / "live"
+    live.mkdir()
+    (live / "keep.txt").write_text("mine")
+    args = CASES["evaluate"](tmp_path) + ["--live", str(live)]
+    args[args.index("--figures") + 1] = str(live)
+    args[args.index("--report") + 1] = str(tmp_path / "r.md")  # the case above overlaps here on purpose
+    assert main(args) == 1
+    assert "is the input --live" in capsys.readouterr().err
+    assert (live / "keep.txt").read_text() == "mine"
+
+
+@pytest.mark.parametrize(("path", "output"), [("corpus/docs.jsonl", "corpus"), ("corpus/*.jsonl", "corpus/out"),
+                                              ("corpus", "corpus")])
+def test_ingest_refuses_an_output_over_a_local_source_named_in_params(tmp_path, capsys, monkeypatch, path, output):
+    # The source's path comes from params.yaml, not from an option: it is an input all the same, and an
+    # output folder over it would be replaced whole, deleting the user's files.
+    import yaml
+
+    from stages.ingest import main
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "corpus").mkdir()
+    (tmp_path / "corpus" / "docs.jsonl").write_text('{"text": "A page of text."}\n')
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump({"ingest": {"mine": {"sources": [
+        {"kind": "files", "path": path}]}}}))
+    assert main(["--corpus", "mine", "--output", output, "--report", "r.json", "--metrics", "m.json"]) == 1
+    err = capsys.readouterr().err
+    assert "the input ingest.mine.sources[0].path corpus" in err
+    assert (tmp_path / "corpus" / "docs.jsonl").read_text() == '{"text": "A page of text."}\n'
+    assert not (tmp_path / "r.json").exists() and not (tmp_path / "m.json").exists()

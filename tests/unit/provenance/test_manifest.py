@@ -86,6 +86,11 @@ def test_a_sealed_bento_passes_pinned_by_its_manifest_or_archive_digest(ws, tmp_
         assert code == 0 and "every file of the Bento bound" in out and "UNVERIFIED" not in out, out
     code, out = run(capsys, bento, "--verify", "--pin", "0" * 64)
     assert code == 1 and f"pinned {'0' * 64}, but the manifest's SHA-256 is" in out
+    # --strict: consistency alone is a failure; bound by a pin it passes
+    code, out = run(capsys, bento, "--verify", "--strict")
+    assert code == 1 and "error: --strict: the Bento agrees with itself but nothing outside it binds it" in out
+    code, out = run(capsys, bento, "--verify", "--strict", "--pin", hashlib.sha256(manifest).hexdigest())
+    assert code == 0 and "every file of the Bento bound" in out
 
 
 @pytest.mark.parametrize("rel", ["bento.yaml", "src/bento_config.json", "env/python/requirements.txt",

@@ -450,3 +450,23 @@ def test_gx_preloaded_in_the_background_is_what_the_gate_imports() -> None:
     out = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).resolve().parents[3], env=env,
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
+
+
+def test_a_gate_report_is_written_under_a_temporary_name_the_sweep_knows(tmp_path: Path, monkeypatch) -> None:
+    # A run killed between writing and renaming leaves the temporary file; its name must carry the writer so
+    # that the next stage's sweep (stages.common.atomic.sweep_dead) removes it.
+    from stages.common import atomic
+
+    renamed = []
+    real = os.replace
+
+    def spy(src, dst):
+        renamed.append(Path(src).name)
+        return real(src, dst)
+
+    monkeypatch.setattr(os, "replace", spy)
+    write_report(GateResult(gate="g", success=True, checks=(), stats={}), tmp_path / "g.json")
+    assert len(renamed) == 1 and renamed[0].startswith(".g.json.tmp-")
+    match = atomic._OWNED.match(renamed[0])
+    assert match and match.group(1) == str(os.getpid()) and match.group(2) == atomic._HOST
+    assert json.loads((tmp_path / "g.json").read_text())["gate"] == "g"

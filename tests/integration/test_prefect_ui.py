@@ -71,6 +71,9 @@ def test_deployment_has_a_cron_schedule_and_parameters(served):
     dep = _api(served["port"], "GET", f"/deployments/{_deployment_id(served['port'])}")
     assert dep["parameters"]["profile"] == "tiny"
     assert [s["schedule"]["cron"] for s in dep["schedules"]] == ["0 3 * * *"]
+    # one run of the deployment at a time, across every process that serves it (flows/deploy.py global_limit)
+    limit = dep.get("concurrency_limit") or (dep.get("global_concurrency_limit") or {}).get("limit")
+    assert limit == 1, {k: v for k, v in dep.items() if "concurrency" in k}
 
 
 def test_a_run_completes_and_the_ui_shows_it_with_its_artifacts(served, tiny_project):

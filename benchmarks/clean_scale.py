@@ -63,7 +63,8 @@ def make_corpus(src: Path, dst: Path, mb: float) -> tuple[int, int]:
     return n, total
 
 
-def run_stage(corpus: Path, params: Path, out: Path, workers: int, task: Path | None, cache: Path) -> dict:
+def run_stage(corpus: Path, params: Path, out: Path, workers: int, task: Path | None, cache: Path,
+              section: str = "general") -> dict:
     import psutil
     import yaml
 
@@ -71,7 +72,7 @@ def run_stage(corpus: Path, params: Path, out: Path, workers: int, task: Path | 
     p["clean"]["defaults"]["workers"] = workers
     tmp_params = out.parent / f"params-{workers}.yaml"
     tmp_params.write_text(yaml.safe_dump(p, sort_keys=False))
-    cmd = [sys.executable, "-m", "stages.clean", "--corpus", "general", "--params", str(tmp_params),
+    cmd = [sys.executable, "-m", "stages.clean", "--corpus", section, "--params", str(tmp_params),
            "--cache-dir", str(cache), "--input", str(corpus), "--output", str(out),
            "--report", str(out.parent / f"report-{workers}.json"), "--metrics", str(out.parent / f"m-{workers}.json")]
     if task is not None:
@@ -104,7 +105,8 @@ def run_stage(corpus: Path, params: Path, out: Path, workers: int, task: Path | 
     if proc.returncode != 0:
         raise SystemExit(f"clean failed ({proc.returncode}):\n{log[-3000:]}")
     core = next((ln for ln in log.splitlines() if " MB in " in ln), "")
-    return {"workers": workers, "wall_s": round(wall, 1), "log": core.strip(),
+    phases = next((ln for ln in log.splitlines() if "phases:" in ln), "")
+    return {"workers": workers, "wall_s": round(wall, 1), "log": core.strip(), "phases": phases.strip(),
             "peak_rss_mb": {k: round(v / 2**20) for k, v in peak.items()}}
 
 
@@ -113,6 +115,7 @@ def main() -> None:
     ap.add_argument("--input", type=Path, required=True)
     ap.add_argument("--mb", type=float, default=1000)
     ap.add_argument("--workers", default="1,2")
+    ap.add_argument("--corpus", default="general", help="the clean section whose params apply (general, domain)")
     ap.add_argument("--params", type=Path, default=ROOT / "params.yaml")
     ap.add_argument("--task", type=Path, default=None, help="the task's documents (the general corpus's guard)")
     ap.add_argument("--cache-dir", type=Path, default=ROOT / ".cache" / "sources")
@@ -126,11 +129,11 @@ def main() -> None:
         made_s = time.perf_counter() - t0
         runs = []
         for w in [int(x) for x in args.workers.split(",")]:
-            r = run_stage(corpus, args.params, tmp / f"out-{w}", w, args.task, args.cache_dir)
+            r = run_stage(corpus, args.params, tmp / f"out-{w}", w, args.task, args.cache_dir, args.corpus)
             r["mb_per_s"] = round(size / 1e6 / r["wall_s"], 2)
             runs.append(r)
             print(json.dumps(r), flush=True)
-    result = {"input": str(args.input), "documents": docs, "mb": round(size / 1e6, 1), "made_s": round(made_s, 1),
+    result = {"input": str(args.input), "corpus": args.corpus, "documents": docs, "mb": round(size / 1e6, 1), "made_s": round(made_s, 1),
               "cpus": os.cpu_count(), "runs": runs}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")

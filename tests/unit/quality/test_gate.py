@@ -97,7 +97,12 @@ def failed(result: GateResult) -> set[str]:
 def test_good_documents_pass() -> None:
     result = run_documents(documents())
     assert result.success, [(c.name, c.observed) for c in result.failures()]
-    assert len(result.checks) == 7
+    assert sorted(c.name for c in result.checks) == [
+        "document_features.ExpectColumnValuesToBeBetween(text_chars)",
+        "document_features.ExpectColumnValuesToBeInSet(meta_is_json)",
+        "documents.ExpectColumnValuesToBeUnique(id)", "documents.ExpectColumnValuesToNotBeNull(id)",
+        "documents.ExpectColumnValuesToNotBeNull(source)", "documents.ExpectTableColumnsToMatchSet",
+        "documents.ExpectTableRowCountToBeBetween"]
     assert result.stats == {"documents": 4, "document_features": 4}
 
 
@@ -109,7 +114,12 @@ def test_good_labeled_examples_pass_documents_and_labeled_checks_together() -> N
     )
     result = validate("labeled", tables, expectations)
     assert result.success, [(c.name, c.observed) for c in result.failures()]
-    assert len(result.checks) == 14
+    # every check of both suites ran, once, together
+    alone = [validate("x", *suite).checks for suite in (documents_suite(df, **DOC_LIMITS, extra_columns=(
+        "label", "split")), labeled_suite(df, **LABEL_LIMITS))]
+    names = [c.name for c in result.checks]
+    assert sorted(names) == sorted(c.name for checks in alone for c in checks) and len(set(names)) == len(names)
+    assert {c.table for c in result.checks} >= {"documents", "document_features"} and len(alone[1]) > 0
 
 
 # --- each documents check fails on exactly its violation ---------------------------------------

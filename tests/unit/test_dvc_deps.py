@@ -1,6 +1,7 @@
-"""dvc.yaml's code dependencies cannot drift from the imports: each stage's dependencies cover every module
+"""dvc.yaml's dependencies cannot drift from the code: each stage's dependencies cover every module
 under stages/ that its command can import (lazy imports inside functions included), so a change to any of
-them makes ``dvc repro`` run the stage again."""
+them makes ``dvc repro`` run the stage again; and each stage's params keys are exactly the sections its
+config loader reads."""
 
 from __future__ import annotations
 
@@ -78,3 +79,65 @@ def test_the_closure_follows_lazy_imports():
     files = closure("stages.finetune")
     assert Path("stages/finetuning/heads.py") in files  # imported inside a function
     assert Path("stages/training/loop.py") in files
+
+
+def expanded_stages() -> dict[str, tuple[str, list[str]]]:
+    """Every stage instance (``foreach`` expanded): its command and its declared params keys."""
+    spec = yaml.safe_load((ROOT / "dvc.yaml").read_text())
+    out = {}
+    for name, stage in spec["stages"].items():
+        items = stage.get("foreach")
+        body = stage.get("do", stage)
+        if items is None:
+            out[name] = (body["cmd"], [str(p) for p in body.get("params", [])])
+            continue
+        for key, item in (items.items() if isinstance(items, dict) else ((i, i) for i in items)):
+            def sub(text: str, key=key, item=item) -> str:
+                text = text.replace("${key}", str(key))
+                if isinstance(item, dict):
+                    for k, v in item.items():
+                        text = text.replace("${item.%s}" % k, str(v))
+                return text.replace("${item}", str(item))
+            out[f"{name}@{key}"] = (sub(body["cmd"]), [sub(str(p)) for p in body.get("params", [])])
+    return out
+
+
+def test_every_stage_declares_the_params_sections_its_config_reads(monkeypatch):
+    # A params section a stage reads but dvc.yaml does not list would not make `dvc repro` run the stage again
+    # when it changes (and one listed but never read re-runs it for nothing). Each stage's config loader is run
+    # on the project's params.yaml with `section` recorded.
+    import importlib
+    import sys
+
+    import stages.config
+
+    read: list[str] = []
+    real = stages.config.section
+
+    def recording(params, dotted):
+        read.append(dotted)
+        return real(params, dotted)
+
+    drift = {}
+    for name, (cmd, declared) in expanded_stages().items():
+        module = importlib.import_module(re.search(r"python -m (stages\.\w+)", cmd).group(1))
+        for mod in [m for n, m in list(sys.modules.items()) if n.startswith("stages") and m is not None]:
+            if getattr(mod, "section", None) is real:
+                monkeypatch.setattr(mod, "section", recording)
+        arg = {k: v for k, v in re.findall(r"--(corpus|paradigm|section) (\S+)", cmd)}
+        read.clear()
+        params = ROOT / "params.yaml"
+        if module.__name__ in ("stages.ingest", "stages.clean"):
+            module.load_config(params, arg["corpus"])
+        elif module.__name__ == "stages.pretrain":
+            module.load_config(params, arg["section"], arg["paradigm"])
+        elif module.__name__ in ("stages.tokenizer", "stages.tokens", "stages.finetune"):
+            module.load_config(params, arg["paradigm"])
+        else:
+            module.load_config(params)
+        assert read, f"{name}: its config loader read no params section (the recording missed it)"
+        undeclared = sorted({r for r in read if not any(r == d or r.startswith(d + ".") for d in declared)})
+        unread = sorted({d for d in declared if not any(r == d or r.startswith(d + ".") for r in read)})
+        if undeclared or unread:
+            drift[name] = {"read, not in dvc.yaml": undeclared, "in dvc.yaml, not read": unread}
+    assert not drift, drift

@@ -16,7 +16,6 @@ import argparse
 import dataclasses
 import glob
 import hashlib
-import itertools
 import platform
 import sys
 import time
@@ -317,16 +316,15 @@ def build_manifest(cfg, corpus, counts, provs, dropped, parquet_path: Path) -> d
 
 
 def local_source_paths(cfg: CorpusConfig, where: str) -> dict[str, Path]:
-    """The local paths the corpus's sources read (for a glob, the folder before its first wildcard), by
-    params key."""
+    """The local files and folders the corpus's sources read (a glob's matches), by params key."""
     out: dict[str, Path] = {}
     for i, src in enumerate(cfg.sources):
         raw = getattr(src, "path", None)
         if not raw:
             continue
-        parts = Path(raw).parts
-        fixed = [part for part in itertools.takewhile(lambda part: not glob.has_magic(part), parts)]
-        out[f"{where}.sources[{i}].path"] = Path(*fixed) if fixed else Path(".")
+        key = f"{where}.sources[{i}].path"
+        found = sorted(glob.glob(raw, recursive=True)) if glob.has_magic(raw) else [raw]
+        out.update({key if k == 0 else f"{key} #{k + 1}": Path(p) for k, p in enumerate(found)})
     return out
 
 

@@ -67,8 +67,8 @@ def test_evaluate_refuses_figures_over_the_live_logs_it_reads(tmp_path, capsys):
     assert (live / "keep.txt").read_text() == "mine"
 
 
-@pytest.mark.parametrize(("path", "output"), [("corpus/docs.jsonl", "corpus"), ("corpus/*.jsonl", "corpus/out"),
-                                              ("corpus", "corpus")])
+@pytest.mark.parametrize(("path", "output"), [("corpus/docs.jsonl", "corpus"), ("corpus/*.jsonl", "corpus"),
+                                              ("corpus", "corpus"), ("corpus/**/*.jsonl", "corpus/docs.jsonl")])
 def test_ingest_refuses_an_output_over_a_local_source_named_in_params(tmp_path, capsys, monkeypatch, path, output):
     # The source's path comes from params.yaml, not from an option: it is an input all the same, and an
     # output folder over it would be replaced whole, deleting the user's files.
@@ -86,3 +86,17 @@ def test_ingest_refuses_an_output_over_a_local_source_named_in_params(tmp_path, 
     assert "the input ingest.mine.sources[0].path corpus" in err
     assert (tmp_path / "corpus" / "docs.jsonl").read_text() == '{"text": "A page of text."}\n'
     assert not (tmp_path / "r.json").exists() and not (tmp_path / "m.json").exists()
+
+
+def test_ingest_lets_an_output_sit_beside_what_a_glob_reads(tmp_path, monkeypatch):
+    import yaml
+
+    from stages.ingest import main
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "docs.jsonl").write_text('{"text": "A page of text."}\n')
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump({"ingest": {"mine": {
+        "sources": [{"kind": "files", "path": "*.jsonl"}], "gate": {"min_rows": 1}}}}))
+    out = ["--corpus", "mine", "--output", "data/ingested/mine", "--report", "r.json", "--metrics", "m.json"]
+    assert main(out) == 0 and (tmp_path / "data" / "ingested" / "mine" / "documents.parquet").is_file()
+    assert (tmp_path / "docs.jsonl").is_file()

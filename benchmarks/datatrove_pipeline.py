@@ -552,7 +552,7 @@ def main(argv=None) -> int:
         result, kept, after_c4, stage_ids = dolma_main(args, rows, input_mb)
     result = {"input": args.input, "corpus": args.corpus, "limit": args.limit, "input_mb": round(input_mb, 4),
               "cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
-              "started_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())} | result
+              "written_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())} | result
     if args.ours:
         result["agreement_with_ours"] = compare(args, rows, kept, after_c4, stage_ids)
     result["versions"] = versions(args.engine)

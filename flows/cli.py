@@ -47,7 +47,8 @@ def run(argv: list[str]) -> int:
     import shlex
 
     ap = argparse.ArgumentParser(prog="lm-pipeline run", description=HELP["run"])
-    ap.add_argument("--profile", help="a profile under profiles/ (e.g. gpu), applied as a DVC experiment")
+    ap.add_argument("--profile", help="profiles under profiles/ (e.g. gpu, or \"gpu gpu-quick\": later names win), "
+                    "applied as a DVC experiment")
     args = ap.parse_args(argv)
     if not Path(".dvc").is_dir():
         print("error: not a DVC project: run from the repository root", file=sys.stderr)
@@ -56,11 +57,11 @@ def run(argv: list[str]) -> int:
     if not args.profile:
         return subprocess.call([_tool("dvc"), "repro"], env=env)
     from stages.config import ConfigError, load_params
-    from stages.profile import apply, load_profile, set_args, validate
+    from stages.profile import apply, load_profiles, set_args, validate
 
     try:
-        profile = load_profile(args.profile)
-        validate(apply(load_params("params.yaml"), profile, f"profiles/{args.profile}.yaml"))
+        profile, label = load_profiles(args.profile)
+        validate(apply(load_params("params.yaml"), profile, label))
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

@@ -217,10 +217,10 @@ def apply_profile(root: Path, name: str) -> dict:
     from dvc.utils.serialize import modify_yaml
 
     from stages.config import load_params
-    from stages.profile import apply, load_profile, validate
+    from stages.profile import apply, load_profiles, validate
 
-    profile = load_profile(name, root)
-    validate(apply(load_params(root / "params.yaml"), profile, f"profiles/{name}.yaml"))
+    profile, label = load_profiles(name, root)
+    validate(apply(load_params(root / "params.yaml"), profile, label))
     with modify_yaml(root / "params.yaml") as data:
         for dotted, value in profile.items():
             node = data

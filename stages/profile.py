@@ -2,7 +2,8 @@
 
 ``profiles/<name>.yaml`` maps dotted params keys to values. ``python -m stages.profile gpu`` validates the
 keys against params.yaml (and the typed configs) and prints ``-S key=value`` arguments for
-``dvc exp run``, which is what ``make run PROFILE=gpu`` does.
+``dvc exp run``, which is what ``make run PROFILE=gpu`` does. Profiles compose: ``PROFILE="gpu gpu-quick"``
+applies gpu.yaml, then gpu-quick.yaml over it (a key in both takes the later value).
 """
 
 from __future__ import annotations
@@ -28,6 +29,23 @@ def load_profile(name: str, root: Path = Path(".")) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a mapping of dotted params keys to values")
     return data
+
+
+def profile_names(spec: str | list[str] | tuple[str, ...]) -> list[str]:
+    """``"gpu gpu-quick"``, ``"gpu,gpu-quick"`` or a list: the names in the order they are applied."""
+    names = spec.replace(",", " ").split() if isinstance(spec, str) else [str(n) for n in spec]
+    if not names:
+        raise ConfigError("no profile named")
+    return names
+
+
+def load_profiles(spec: str | list[str] | tuple[str, ...], root: Path = Path(".")) -> tuple[dict[str, Any], str]:
+    """The named profiles merged in order (later wins) and a label naming their files for messages."""
+    merged: dict[str, Any] = {}
+    names = profile_names(spec)
+    for name in names:
+        merged.update(load_profile(name, root))
+    return merged, " + ".join(f"profiles/{name}.yaml" for name in names)
 
 
 def apply(params: dict[str, Any], profile: dict[str, Any], where: str = "profile") -> dict[str, Any]:
@@ -100,12 +118,13 @@ def set_args(profile: dict[str, Any]) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if len(argv) != 1:
-        print("usage: python -m stages.profile NAME   (prints dvc exp run -S arguments)", file=sys.stderr)
+    if not argv or any(a.startswith("-") for a in argv):
+        print("usage: python -m stages.profile NAME [NAME ...]   (prints dvc exp run -S arguments; later names win)",
+              file=sys.stderr)
         return 2
     try:
-        profile = load_profile(argv[0])
-        validate(apply(load_params("params.yaml"), profile, f"profiles/{argv[0]}.yaml"))
+        profile, label = load_profiles(argv)
+        validate(apply(load_params("params.yaml"), profile, label))
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

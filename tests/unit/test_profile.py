@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from stages.config import ConfigError, load_params
-from stages.profile import apply, load_profile, main, set_args, validate
+from stages.profile import apply, load_profile, load_profiles, main, set_args, validate
 
 
 def test_gpu_profile_is_a_valid_diff_over_params():
@@ -54,3 +54,47 @@ def test_tiny_profile_keeps_every_paradigm_small(tmp_path):
             assert not train.budget_flops, (stage, paradigm)
         ft = finetune_config(path, paradigm)
         assert 0 < ft.max_train_examples <= 300 and ft.epochs == 1 and tuple(ft.seeds) == (0,) and not ft.lr_grid, paradigm
+
+
+def test_profiles_compose_in_order_later_wins(tmp_path, capsys):
+    (tmp_path / "profiles").mkdir()
+    (tmp_path / "profiles" / "a.yaml").write_text("x.y: 1\nx.z: 2\n")
+    (tmp_path / "profiles" / "b.yaml").write_text("x.z: 3\n")
+    merged, label = load_profiles("a b", tmp_path)
+    assert merged == {"x.y": 1, "x.z": 3} and label == "profiles/a.yaml + profiles/b.yaml"
+    assert load_profiles(["b", "a"], tmp_path)[0] == {"x.z": 2, "x.y": 1}
+    assert load_profiles("a,b", tmp_path)[0] == merged
+    with pytest.raises(ConfigError, match="no profile named"):
+        load_profiles(" ", tmp_path)
+    with pytest.raises(ConfigError, match="profiles/c.yaml: no such profile"):
+        load_profiles("a c", tmp_path)
+    assert main(["gpu", "gpu-quick"]) == 0
+    args = capsys.readouterr().out.split()
+    values = [a for a in args if a != "-S"]
+    assert len(values) == len({v.split("=", 1)[0] for v in values})  # one -S per key: the later profile's value
+    assert "pretrain.defaults.train.budget_tokens=2000000" in values and "tokens.defaults.seq_len=512" in values
+    assert main([]) == 2
+
+
+def test_gpu_quick_profile_is_smaller_than_gpu_for_every_paradigm(tmp_path):
+    """Over the GPU profile, gpu-quick must shrink every paradigm's budgets (a paradigm's own key wins over
+    `defaults`) and keep the GPU profile's models and sequence length."""
+    import yaml
+
+    from stages.finetune import load_config as finetune_config
+    from stages.pretrain import load_config as pretrain_config
+
+    base, quick = tmp_path / "gpu.yaml", tmp_path / "quick.yaml"
+    params = load_params("params.yaml")
+    base.write_text(yaml.safe_dump(apply(params, load_profile("gpu"))))
+    quick.write_text(yaml.safe_dump(apply(params, load_profiles("gpu gpu-quick")[0])))
+    validate(yaml.safe_load(quick.read_text()))
+    for paradigm in ("bert", "gpt", "t5"):
+        for stage in ("pretrain", "dapt"):
+            full, small = pretrain_config(base, stage, paradigm), pretrain_config(quick, stage, paradigm)
+            assert small.train.budget_tokens <= full.train.budget_tokens / 5, (stage, paradigm)
+            if stage == "pretrain":  # DAPT continues the pre-trained model
+                assert small.model == full.model and small.model.d_model == 512, paradigm
+        ft = finetune_config(quick, paradigm)
+        assert tuple(ft.seeds) == (0,) and 0 < ft.max_train_examples <= 2000, paradigm
+        assert ft.lr_grid == finetune_config(base, paradigm).lr_grid, paradigm  # the GPU profile's grid is kept

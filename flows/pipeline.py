@@ -259,18 +259,55 @@ def workspace_lock(root: Path):
         os.close(fd)  # releases the lock
 
 
+# The user's params.yaml while a profile run holds the workspace, and a hash of what the profile made of it: a
+# run killed with SIGKILL cannot restore params.yaml itself, so the next flow run on the workspace does.
+SAVED_PARAMS = ".dvc/tmp/lm-pipeline-params.before-profile"
+
+
 @contextmanager
 def profile_applied(root: Path, name: str):
     """``params.yaml`` with the profile's keys set while the block runs, and exactly as it was afterwards
-    (also when a stage fails): a flow run with a profile leaves the user's workspace on its own params."""
-    path = root / "params.yaml"
+    (also when a stage fails; after a SIGKILL, when the next flow run starts: :func:`restore_params`): a flow
+    run with a profile leaves the user's workspace on its own params."""
+    import hashlib
+
+    from stages.common.atomic import write_bytes_atomic
+
+    path, saved = root / "params.yaml", root / SAVED_PARAMS
     original = path.read_bytes()
+    saved.parent.mkdir(parents=True, exist_ok=True)
+    write_bytes_atomic(saved, original)
     try:
-        yield apply_profile(root, name)
+        profile = apply_profile(root, name)
+        write_bytes_atomic(saved.with_suffix(".applied"), hashlib.sha256(path.read_bytes()).hexdigest().encode())
+        yield profile
     finally:
-        tmp = path.with_name(f".{path.name}.restore")
-        tmp.write_bytes(original)
-        os.replace(tmp, path)
+        write_bytes_atomic(path, original)
+        saved.with_suffix(".applied").unlink(missing_ok=True)
+        saved.unlink(missing_ok=True)
+
+
+def restore_params(root: Path) -> str | None:
+    """After a profile run that was killed before it could restore ``params.yaml`` (the workspace lock is
+    held, so no run is live): put the user's params back if the file is still what the profile made of it,
+    and say so; if someone edited it since, keep their file and say where the saved one is."""
+    import hashlib
+
+    path, saved = root / "params.yaml", root / SAVED_PARAMS
+    if not saved.is_file():
+        return None
+    applied = saved.with_suffix(".applied")
+    expected = applied.read_text(encoding="utf-8").strip() if applied.is_file() else None
+    current = hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else None
+    if expected is None or current in (expected, hashlib.sha256(saved.read_bytes()).hexdigest()):
+        os.replace(saved, path)
+        applied.unlink(missing_ok=True)
+        return f"params.yaml restored from {SAVED_PARAMS}: a profile run was killed before it could restore it"
+    kept = root / "params.yaml.before-profile"
+    os.replace(saved, kept)
+    applied.unlink(missing_ok=True)
+    return (f"params.yaml was edited after a profile run was killed; kept as it is, the params from before that "
+            f"run are in {kept.name}")
 
 
 # One stage at a time: each stage already uses the machine's cores (cleaning workers, tokenizer threads,
@@ -294,6 +331,8 @@ def pipeline(target: str | None = None, profile: str | None = None, root: str = 
     if stage_timeout_hours is not None:
         stage_timeout_s("any", stage_timeout_hours)  # a bad value fails before anything runs
     with workspace_lock(base):
+        if restored := restore_params(base):
+            logger.warning(restored)
         if profile:
             with profile_applied(base, profile) as applied:
                 logger.info(f"profile {profile}: {len(applied)} params set in params.yaml for this run "
@@ -338,7 +377,8 @@ def _run(base: Path, target: str | None, dask, train_processes: int, launcher: s
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m flows.pipeline", description="Run the pipeline as a Prefect flow.")
     ap.add_argument("--target", help="a stage or foreach group (default: every stage)")
-    ap.add_argument("--profile", help="a profile under profiles/ applied to params.yaml for this run (restored after)")
+    ap.add_argument("--profile", help="profiles under profiles/ (\"gpu gpu-quick\": later names win) applied to "
+                    "params.yaml for this run (restored after)")
     ap.add_argument("--root", default=".")
     ap.add_argument("--dask", help="Dask scheduler address (tcp://host:8786) or local[:N] for cleaning and tokenization")
     ap.add_argument("--train-processes", type=int, default=1, help="processes per machine for pre-training and DAPT")

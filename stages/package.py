@@ -101,17 +101,25 @@ class ResourcesConfig:
         return {"cpu": f"{self.cpu:g}", "memory": self.memory}
 
 
+# BentoML's export formats this stage offers and the file names they get (`bentoml import` goes by the name).
+EXPORT_SUFFIX = {"bento": ".bento", "gz": ".tar.gz", "tar": ".tar"}
+
+
 @dataclass(frozen=True, kw_only=True)
 class PackageConfig:
     """name: the Bento's name (models are ``<name>-classifier``, ``<name>-bert`` ...). generative: the
     pre-trained models to ship beside the classifier (fill_mask / generate / text2text); generative_from:
     ``pretrained`` or ``dapt`` weights for them. registry: where the ``.bento`` is exported (folder or fsspec
-    URL such as ``s3://bucket/bentos``). resources: what the service declares it needs."""
+    URL such as ``s3://bucket/bentos``). export_format: ``bento`` (BentoML's own, an xz tarball named
+    ``.bento``), ``gz`` (``.tar.gz``) or ``tar``: model weights barely compress, and xz writes them at about
+    1.6 MB/s against gzip's 30 (same size within 1%), so large models export as ``gz``; ``bentoml import`` and
+    ``stages.lineage`` read all three. resources: what the service declares it needs."""
 
     name: str = "lm-pipeline"
     generative: tuple[str, ...] = ("bert", "gpt", "t5")
     generative_from: str = "pretrained"
     registry: str = "dist"
+    export_format: str = "bento"
     limits: LimitsConfig = field(default_factory=LimitsConfig)
     batching: BatchingConfig = field(default_factory=BatchingConfig)
     resources: ResourcesConfig = field(default_factory=ResourcesConfig)
@@ -124,6 +132,8 @@ class PackageConfig:
         bad = [p for p in self.generative if p not in PARADIGMS]
         check(not bad, f"generative: unknown paradigm(s) {bad}; choose from {list(PARADIGMS)}")
         check(self.generative_from in ("pretrained", "dapt"), "generative_from: must be 'pretrained' or 'dapt'")
+        check(self.export_format in EXPORT_SUFFIX,
+              f"export_format: {self.export_format!r} is not one of {list(EXPORT_SUFFIX)}")
 
 
 class PackageRefused(RuntimeError):
@@ -357,28 +367,30 @@ def seal(bento, private_key=None) -> dict:
     return write_manifest(folder, str(bento.tag), models, private_key)
 
 
-def export(bento, registry: str) -> str:
-    """Export to ``registry`` as ``<name>-<version>.bento``; a local file appears whole or not at all. Returns
-    the file's path, or its URL (as ``registry`` gave it, user-info included: redact before showing it)."""
+def export(bento, registry: str, fmt: str = "bento") -> str:
+    """Export to ``registry`` as ``<name>-<version>.bento`` (or ``.tar.gz`` / ``.tar``: ``fmt``); a local file
+    appears whole or not at all. Returns the file's path, or its URL (as ``registry`` gave it, user-info
+    included: redact before showing it)."""
     import bentoml
 
-    name = f"{bento.tag.name}-{bento.tag.version}.bento"
+    suffix = EXPORT_SUFFIX[fmt]
+    name = f"{bento.tag.name}-{bento.tag.version}{suffix}"
     if "://" in registry:
         import fsspec
 
         fs, root = fsspec.url_to_fs(registry)
         fs.makedirs(root, exist_ok=True)  # a no-op on object stores; BentoML does not create the folder
         url = registry.rstrip("/") + "/" + name
-        bentoml.bentos.export_bento(bento.tag, url)
+        bentoml.bentos.export_bento(bento.tag, url, fmt)
         return url
     folder = Path(registry).resolve()  # BentoML's fsspec export reads a relative path from the filesystem root
     folder.mkdir(parents=True, exist_ok=True)
     from stages.common.atomic import temp_sibling
 
-    # Same extension (BentoML's format, an xz tarball, follows it); a killed export's file is swept later.
-    tmp = temp_sibling(folder / name, suffix=".bento")
+    # Same extension (BentoML goes by it); a killed export's file is swept later.
+    tmp = temp_sibling(folder / name, suffix=suffix)
     try:
-        bentoml.bentos.export_bento(bento.tag, str(tmp), "bento")
+        bentoml.bentos.export_bento(bento.tag, str(tmp), fmt)
         os.replace(tmp, folder / name)
     finally:
         tmp.unlink(missing_ok=True)
@@ -425,7 +437,7 @@ def package(cfg: PackageConfig, *, root: Path, gate_path: Path, finetuned: Path,
         log(f"[package] manifest: {sealed['manifest_files']} files, sha256 {sealed['manifest_sha256']}"
             + (f", signed by the key sha256 {sealed['signature']['public_key_sha256']}" if sealed["signature"] else
                " (unsigned: no LMPIPE_SIGNING_KEY)"))
-        target = export(bento, registry)
+        target = export(bento, registry, cfg.export_format)
         size, digest = archive_digest(target)
     except BaseException:
         _remove(made)

@@ -103,6 +103,29 @@ def test_export_takes_an_fsspec_url(project, exported, tmp_path):
     assert _run([PY, "-m", "stages.lineage", str(files[0])], tmp_path, store).returncode == 0
 
 
+def test_a_gz_export_is_what_bentoml_imports_and_lineage_verifies(project, exported, tmp_path):
+    """package.export_format gz (the GPU profile's: xz spends minutes on weights that do not compress) writes
+    `<name>-<version>.tar.gz`, which `bentoml import` and the auditor's `stages.lineage --verify` both read."""
+    store = project / ".bentoml"
+    code = ("import bentoml; from stages.package import export; "
+            f"print(export(bentoml.bentos.get('lm-pipeline:latest'), '{tmp_path}/registry', 'gz'))")
+    proc = _run([PY, "-c", code], project, store)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    made = Path(proc.stdout.strip().splitlines()[-1])
+    assert made.name == exported.name.removesuffix(".bento") + ".tar.gz" and made.is_file()
+    assert [p.name for p in made.parent.iterdir()] == [made.name]  # no temporary left beside it
+    import tarfile
+
+    with tarfile.open(made, "r:gz") as tar:
+        assert "bento.yaml" in {m.name.lstrip("./") for m in tar}
+    proc = _run([PY, "-m", "stages.lineage", str(made), "--verify"], project, store)
+    assert proc.returncode == 0 and "verify: OK" in proc.stdout, proc.stdout[-3000:] + proc.stderr[-2000:]
+    fresh = tmp_path / "deploy-store"
+    proc = _run([str(Path(PY).parent / "bentoml"), "import", str(made)], tmp_path, fresh)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert list((fresh / "bentos" / "lm-pipeline").glob("*/bento.yaml"))
+
+
 def test_lineage_verifies_on_the_fresh_run_and_names_a_changed_file(project, exported):
     store = project / ".bentoml"
     proc = _run([PY, "-m", "stages.lineage", str(exported), "--verify"], project, store)

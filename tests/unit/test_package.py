@@ -43,6 +43,9 @@ def test_params_are_validated_with_the_key_named():
         build(PackageConfig, {"name": "Bad Name"}, "package")
     with pytest.raises(ConfigError, match="limits"):
         build(PackageConfig, {"limits": {"max_texts": 0}}, "package")
+    assert cfg.export_format == "bento" and build(PackageConfig, {"export_format": "gz"}, "package").export_format
+    with pytest.raises(ConfigError, match=r"export_format: 'zstd' is not one of \['bento', 'gz', 'tar'\]"):
+        build(PackageConfig, {"export_format": "zstd"}, "package")
 
 
 def test_labels_and_metadata_carry_the_audit_summary(tmp_path):
@@ -208,7 +211,7 @@ def _fake_stage(monkeypatch, exported: str, fail: BaseException | None = None):
     monkeypatch.setattr(pkg, "seal", lambda bento, key=None: {"manifest_sha256": "c" * 64, "manifest_files": 3,
                                                               "signature": None})
 
-    def export(bento, registry):
+    def export(bento, registry, fmt="bento"):
         if fail is not None:
             raise fail
         return exported

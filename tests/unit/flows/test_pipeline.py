@@ -156,6 +156,34 @@ def test_a_profile_holds_for_the_run_only_and_params_come_back_byte_for_byte(pre
     assert not list(project.glob(".params.yaml.*"))
 
 
+def test_params_of_a_killed_profile_run_come_back_with_the_next_run(prefect_harness, project):
+    """SIGKILL skips the context manager's restore: the profile's params stay in params.yaml, with the user's
+    saved beside them. The next flow run on the workspace puts them back; an edit made since is kept."""
+    from flows.pipeline import SAVED_PARAMS, pipeline, profile_applied, restore_params
+
+    original = "split:\n  heldout_fraction: 0.05   # held out\n  salt: ''\n"
+    (project / "params.yaml").write_text(original)
+    (project / "profiles").mkdir()
+    (project / "profiles" / "small.yaml").write_text("split.heldout_fraction: 0.1\n")
+    killed = profile_applied(project, "small")
+    killed.__enter__()  # ... and never exited, as after a SIGKILL
+    assert "heldout_fraction: 0.1" in (project / "params.yaml").read_text()
+    assert (project / SAVED_PARAMS).read_text() == original
+    out = pipeline(root=str(project))
+    assert (project / "params.yaml").read_text() == original  # restored before any stage ran
+    assert out["ran"] == ["make@a", "make@b", "join"] and not (project / SAVED_PARAMS).exists()
+    assert restore_params(project) is None  # nothing left to restore
+
+    killed = profile_applied(project, "small")
+    killed.__enter__()
+    (project / "params.yaml").write_text("split:\n  heldout_fraction: 0.2\n  salt: ''\n")  # the user's edit
+    message = restore_params(project)
+    assert "kept as it is" in message and "params.yaml.before-profile" in message
+    assert "0.2" in (project / "params.yaml").read_text()
+    assert (project / "params.yaml.before-profile").read_text() == original
+    assert not list((project / ".dvc" / "tmp").glob("lm-pipeline-params*"))
+
+
 def test_scale_out_reaches_only_the_stages_it_is_for():
     from prefect.settings import PREFECT_API_URL, temporary_settings
 

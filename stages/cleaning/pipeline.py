@@ -227,7 +227,7 @@ def phase3(shard_in: Path, shard_out: Path, bands_out: Path, table: Path | None,
     kept = _run(filters, docs)
     _write_shard(kept, shard_out)
     shard_in.unlink()
-    from stages.quality.clean_suite import document_features, write_line_hashes
+    from stages.cleaning.features import document_features, write_line_hashes
 
     document_features(kept, cfg, english_rate=english_rate).to_parquet(feats_out, index=False)
     write_line_hashes(kept, lines_out)

@@ -7,76 +7,26 @@ text, unique content-hash ids, JSON meta, English by a second, independent ident
 least ``min_english_agreement`` of the documents, and the kept fraction within the configured band.
 
 The per-document features are computed by the cleaning workers, shard by shard and in parallel
-(:func:`document_features`), and the duplicate-line count by hashing the output lines into sorted files
-(:func:`write_line_hashes`) counted bucket by bucket; the gate itself never loads the cleaned text.
+(``stages.cleaning.features.document_features``), and the duplicate-line count by hashing the output lines
+into sorted files (``write_line_hashes``) counted bucket by bucket; the gate itself never loads the cleaned
+text.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import TYPE_CHECKING
 
-import numpy as np
 import pandas as pd
 
+from stages.cleaning.features import FEATURE_COLUMNS
 from stages.quality.gate import Expect
 
 if TYPE_CHECKING:
     from stages.clean import CleanConfig
-    from stages.cleaning.base import Doc
-    from stages.cleaning.pipeline import CleanerConfig
 
 SCHEMA = "clean_schema"
 FEATURES = "clean_features"
 SUMMARY = "clean_summary"
-FEATURE_COLUMNS = ["source_id", "id", "text_chars", "meta_is_json", "has_lorem_ipsum", "has_curly_brace",
-                   "bad_line_endings", "sentences_up_to_min", "english_second_opinion"]
-
-
-def document_features(docs: list["Doc"], cfg: "CleanerConfig", *, english_rate: float = 1.0) -> pd.DataFrame:
-    """One row per kept document: what the gate checks, measured on the cleaned text.
-
-    ``english_second_opinion`` is asked of the documents whose content hash falls in the first
-    ``english_rate`` of the hash range (a sample that does not depend on sharding or worker count) and is
-    missing (None) for the others, which the gate's "mostly" expectation leaves out of its share."""
-    from stages.cleaning.langid import is_english
-    from stages.cleaning.sentences import count_sentences
-    from stages.common.documents import doc_id, is_json_text
-
-    rules = cfg.c4
-    rows = []
-    for d in docs:
-        text = d.text
-        lines = text.split("\n")
-        bad_end = 0
-        if rules.end_marks:
-            bad_end = sum(1 for ln in lines if not ln.endswith(rules.end_marks)
-                          or (rules.drop_ellipsis and ln.endswith("...")))
-        sentences = 0
-        for line in lines:  # counting stops at the minimum: only the comparison matters
-            if sentences >= rules.min_sentences:
-                break
-            sentences += count_sentences(line, rules.min_sentences - sentences)
-        english: bool | None = True
-        cid = doc_id(text)
-        if cfg.language.enabled:
-            english = None
-            if english_rate >= 1.0 or int(cid[:8], 16) < english_rate * 0x100000000:
-                # An independent second opinion: py3langid's decision, not the filter's own record.
-                english = is_english(text, min_probability=0.5, backend="py3langid")[0]
-        rows.append((d.id, cid, len(text.strip()), is_json_text(d.meta), "lorem ipsum" in text.lower(),
-                     "{" in text, bad_end, sentences, english))
-    return pd.DataFrame(rows, columns=FEATURE_COLUMNS)
-
-
-def write_line_hashes(docs: list["Doc"], path: Path) -> None:
-    """The output lines' identities (C4's line key: stripped, lower-cased, hashed), sorted."""
-    from stages.cleaning.c4 import line_key
-
-    hashes = [line_key(ln) for d in docs for ln in d.text.split("\n")]
-    np.save(path, np.sort(np.array(hashes, dtype=np.uint64)))
-
-
 def cleaned_suite(features: pd.DataFrame | None, *, columns: list[str], duplicate_lines: int | None,
                   cfg: "CleanConfig", kept_fraction: float):
     from stages.common.documents import DOCUMENT_COLUMNS

@@ -10,7 +10,8 @@ from stages.clean import CleanConfig
 from stages.cleaning.base import Doc
 from stages.cleaning.pipeline import CleanerConfig
 from stages.common.documents import doc_id
-from stages.quality.clean_suite import cleaned_suite, document_features
+from stages.cleaning.features import document_features
+from stages.quality.clean_suite import cleaned_suite
 from stages.quality.gate import validate
 from tests.helpers import english_page
 

@@ -127,7 +127,12 @@ def run(cfg, *, paradigm: str, stage: str, tokens_dir: Path, corpus: str, tokeni
             raise ValueError(f"{init}: vocabulary {model.config.vocab_size} != the tokenizer's {layout.vocab_size}")
     else:
         model = build_model(layout, cfg.model, seed=cfg.train.seed)
-    objective = for_paradigm(layout, **objective_options(cfg.train, paradigm))
+    options = objective_options(cfg.train, paradigm)
+    if options.get("objective") == "bart":  # its sentence permutation cuts after the tokenizer's full stops
+        from stages.objectives.denoisers import sentence_end_ids
+
+        options["sentence_ends"] = sentence_end_ids((tokenizer_dir / "tokenizer.json").read_text(encoding="utf-8"))
+    objective = for_paradigm(layout, **options)
     if objective.name == "electra":
         attach_rtd_head(model, seed=cfg.train.seed, init=init)
         from stages.training.electra import GENERATOR_CONFIG, attach_generator

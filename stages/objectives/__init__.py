@@ -15,7 +15,7 @@ if TYPE_CHECKING:
 
 
 # T5's objectives (train.objective): its own span corruption and the alternatives in stages.objectives.denoisers.
-T5_OBJECTIVES = ("span_corruption", "ul2", "prefix_lm", "reconstruct")
+T5_OBJECTIVES = ("span_corruption", "ul2", "prefix_lm", "reconstruct", "bart")
 # BERT's: masked LM and ELECTRA's replaced-token detection (stages.objectives.electra).
 BERT_OBJECTIVES = ("masked_lm", "electra")
 
@@ -48,6 +48,8 @@ def for_paradigm(layout: "BlockLayout", **kwargs):
             return SpanCorruption(layout)
         from stages.objectives import denoisers
 
+        if objective == "bart":
+            return denoisers.TextInfilling(layout, sentence_ends=kwargs.get("sentence_ends", ()))
         return {"prefix_lm": denoisers.PrefixLM, "ul2": denoisers.UL2, "reconstruct": denoisers.Reconstruct}[
             objective](layout)
     raise ValueError(f"paradigm: expected bert, gpt or t5, got {layout.paradigm!r}")

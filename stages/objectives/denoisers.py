@@ -10,6 +10,11 @@
 - ``reconstruct``: the T5 paper's "BERT-style" objective (section 3.3.1, Table 4): 15% of the tokens are
   corrupted (90% to a mask token, here ``<extra_id_0>``, 10% to a random token) and the decoder writes out
   the whole original block.
+- ``bart``: BART's denoising (Lewis et al. 2020, section 2.2 and 5.1: text infilling with sentence
+  permutation): the block's sentences are shuffled, then spans with Poisson(3) lengths cover 30% of its
+  tokens and each span becomes one mask token (a span of length 0 inserts one); the decoder writes out the
+  original block. On T5's architecture: BART's own is the same encoder-decoder with learned positions and a
+  decoder that reads the shifted original, which T5's decoder does too.
 
 Every block gives an encoder input of ``seq_len`` and labels of one fixed width (padding is -100 in the
 labels and 0 in the attention mask), so blocks of different kinds share a batch.
@@ -113,3 +118,69 @@ class Reconstruct(_Denoiser):
         # random replacements from the ordinary vocabulary (below the sentinels; pad, </s>, unk are 0-2)
         noisy[swap] = rng.integers(3, lay.sentinel_top - lay.sentinels + 1, int(swap.sum()))
         return np.concatenate((noisy, [lay.eos_id])), np.concatenate((text, [lay.eos_id]))
+
+
+# Token pieces that end a sentence for BART's sentence permutation ("a document is divided into sentences
+# based on full stops"): a piece is a sentence end when its text, stripped of the tokenizer's word-boundary
+# marks, ends in one of these.
+SENTENCE_END = (".", "!", "?")
+
+
+def sentence_end_ids(tokenizer_json: str) -> tuple[int, ...]:
+    """The ids of a tokenizer's pieces that end a sentence (``SENTENCE_END``), from its JSON."""
+    import json
+
+    model = json.loads(tokenizer_json)["model"]
+    vocab = model["vocab"]
+    pieces = [(v[0], i) for i, v in enumerate(vocab)] if isinstance(vocab, list) else list(vocab.items())
+    return tuple(sorted(i for piece, i in pieces if piece.strip("\u2581\u0120# ").endswith(SENTENCE_END)))
+
+
+class TextInfilling(_Denoiser):
+    """BART's text infilling and sentence permutation (Lewis et al. 2020). Per block: the first ``seq_len - 1``
+    tokens are cut into sentences after every id in ``sentence_ends`` (the last one may be unfinished) and
+    the sentences shuffled; then ``round(mask_ratio * n)`` tokens are masked in spans whose lengths are drawn
+    from Poisson(``poisson_lambda``) until they cover that many (the last span cut to fit), each span
+    placed at a uniformly chosen gap between the kept tokens (so spans never overlap; two in one gap are two
+    masks) and replaced by one mask token. Target: the original block and ``</s>``."""
+
+    name = "bart"
+
+    def __init__(self, layout, *, sentence_ends=(), mask_ratio: float = 0.3, poisson_lambda: float = 3.0) -> None:
+        super().__init__(layout, layout.seq_len)
+        self.sentence_ends = np.asarray(sorted(sentence_ends), dtype=np.int64)
+        self.mask_ratio = mask_ratio
+        self.poisson_lambda = poisson_lambda
+
+    def permute(self, text: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        if not len(self.sentence_ends):
+            return text
+        ends = np.flatnonzero(np.isin(text, self.sentence_ends)) + 1
+        sentences = np.split(text, ends[ends < len(text)])
+        return np.concatenate([sentences[i] for i in rng.permutation(len(sentences))])
+
+    def span_lengths(self, total: int, rng: np.random.Generator) -> np.ndarray:
+        """Poisson lengths summing to exactly ``total`` (the last cut to fit)."""
+        lengths, covered = [], 0
+        while covered < total:
+            n = int(rng.poisson(self.poisson_lambda))
+            lengths.append(min(n, total - covered))
+            covered += lengths[-1]
+        return np.asarray(lengths, dtype=np.int64)
+
+    def pair(self, block, rng):
+        lay = self.layout
+        text = block[: lay.seq_len - 1]
+        noisy = self.permute(text, rng)
+        lengths = self.span_lengths(int(round(self.mask_ratio * len(noisy))), rng)
+        kept = len(noisy) - int(lengths.sum())
+        gaps = np.sort(rng.integers(0, kept + 1, len(lengths)))  # span k sits before kept token gaps[k]
+        starts = gaps + np.concatenate(([0], np.cumsum(lengths)[:-1]))  # where it starts in the noisy text
+        out, pos = [], 0
+        for start, length in zip(starts, lengths):
+            out.append(noisy[pos:start])
+            out.append(np.asarray([lay.sentinel_top], dtype=noisy.dtype))
+            pos = start + length
+        out.append(noisy[pos:])
+        inputs = np.concatenate(out)[: lay.seq_len - 1]
+        return np.concatenate((inputs, [lay.eos_id])), np.concatenate((text, [lay.eos_id]))

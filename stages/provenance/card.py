@@ -28,7 +28,8 @@ CARD_FILE = "README.md"
 OWN_OBJECTIVE = {"bert": "masked language modelling", "gpt": "causal (next-token) language modelling",
                  "t5": "span corruption"}
 T5_OBJECTIVES = {"span_corruption": "span corruption", "ul2": "UL2 mixture (span corruption and prefix LM)",
-                 "prefix_lm": "prefix language modelling", "reconstruct": "BERT-style corruption, whole block rebuilt"}
+                 "prefix_lm": "prefix language modelling", "reconstruct": "BERT-style corruption, whole block rebuilt",
+                 "bart": "BART denoising (text infilling and sentence permutation)"}
 ENDPOINT = {"bert": "fill_mask", "gpt": "generate", "t5": "text2text"}
 
 

@@ -56,8 +56,8 @@ class TrainConfig:
     mlm_select: masked LM only: the share of positions selected for prediction (BERT: 0.15; Wettig et al.
     2023, "Should You Mask 15% in Masked Language Modeling?", found higher rates better for small budgets).
     objective: T5: ``span_corruption`` (T5's own), ``ul2`` (span corruption and a prefix LM, half and
-    half, per block), ``prefix_lm`` or ``reconstruct`` (the T5 paper's BERT-style denoising);
-    ``stages.objectives.denoisers`` says what each does. BERT: ``masked_lm`` (its own) or ``electra``
+    half, per block), ``prefix_lm``, ``reconstruct`` (the T5 paper's BERT-style denoising) or ``bart``
+    (BART's text infilling with sentence permutation); ``stages.objectives.denoisers`` says what each does. BERT: ``masked_lm`` (its own) or ``electra``
     (replaced-token detection, ``stages.objectives.electra``; ``mlm_select`` is then the generator's masking
     rate and ``rtd_weight`` the discriminator loss's weight, ELECTRA's 50). "" = the paradigm's own objective.
     generator_size: ``electra`` only: a separate generator of this share of the model's width, sharing its word

@@ -1,5 +1,6 @@
 """The T5 paradigm's other encoder-decoder objectives: the prefix LM (Raffel et al. 2020, 3.3.1; UL2's
-S-denoiser), the UL2-style mixture with span corruption, and the T5 paper's "BERT-style" reconstruction."""
+S-denoiser), the UL2-style mixture with span corruption, the T5 paper's "BERT-style" reconstruction and BART's
+text infilling with sentence permutation (Lewis et al. 2020)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ import numpy as np
 import pytest
 
 from stages.objectives import for_paradigm
-from stages.objectives.denoisers import PREFIX_TARGETS, UL2, PrefixLM, Reconstruct, prefix_split
+from stages.objectives.denoisers import (PREFIX_TARGETS, UL2, PrefixLM, Reconstruct, TextInfilling, prefix_split,
+                                        sentence_end_ids)
 from stages.objectives.span_corruption import SpanCorruption
 from stages.tokenization.layout import BlockLayout
 
@@ -75,8 +77,65 @@ def test_reconstruct_corrupts_about_15_percent_and_targets_the_whole_block():
     assert (swapped >= 3).all() and (swapped <= TOP - 100).all()  # random ids never special or sentinels
 
 
+def test_bart_infilling_masks_30_percent_in_poisson_3_spans_and_targets_the_original():
+    import copy
+
+    rows = np.stack([np.arange(10, 10 + T5.block_len) + 141 * k for k in range(50)])  # distinct ids, none a mask
+    bart = TextInfilling(T5)
+    rng = np.random.default_rng(0)
+    for row in rows:
+        spans = bart.span_lengths(round(0.3 * 127), copy.deepcopy(rng))  # what pair() is about to draw
+        inputs, target = bart.pair(row, rng)
+        text = row[:127]
+        assert np.array_equal(target, np.concatenate((text, [EOS])))  # the decoder rebuilds the original
+        assert inputs[-1] == EOS and len(inputs) <= 128
+        kept = inputs[:-1][inputs[:-1] != TOP]
+        assert len(text) - len(kept) == round(0.3 * 127)  # exactly 30% of the tokens masked, every block
+        assert np.all(np.diff(np.searchsorted(text, kept)) > 0)  # the rest kept, in order
+        assert int((inputs == TOP).sum()) == len(spans)  # one mask per span, zero-length spans included
+    draws = [TextInfilling(T5).span_lengths(10_000, np.random.default_rng(s))[:-1] for s in range(3)]
+    lengths = np.concatenate(draws)  # Poisson(3) (the last of each draw, cut to fit, left out)
+    assert abs(lengths.mean() - 3) < 0.05 and abs((lengths == 0).mean() - np.exp(-3)) < 0.01
+    assert abs(lengths.var() - 3) < 0.15
+    out = bart(rows[:4], np.random.default_rng(1))
+    assert out["input_ids"].shape == (4, 128) and out["labels"].shape == (4, 128)
+
+
+def test_bart_permutes_whole_sentences_cut_after_full_stops():
+    stop = 7
+    text = np.arange(100, 227)
+    text[[5, 17, 18, 40, 41, 42, 90, 120]] = stop  # sentences end after these (one of one token, the last unfinished)
+    block = np.concatenate((text, np.full(T5.block_len - 127, 99)))
+    bart = TextInfilling(T5, sentence_ends=[stop], mask_ratio=0.0)
+    sentences = np.split(text, np.flatnonzero(text == stop) + 1)
+    orders = set()
+    rng = np.random.default_rng(0)
+    for _ in range(50):
+        inputs, target = bart.pair(block, rng)
+        assert np.array_equal(target[:-1], text) and inputs[-1] == EOS
+        shuffled, left, order = inputs[:-1], list(range(len(sentences))), []
+        while len(shuffled):  # the input is the text's whole sentences, each once, in some order
+            k = next(k for k in left if np.array_equal(shuffled[: len(sentences[k])], sentences[k]))
+            left.remove(k)
+            order.append(k)
+            shuffled = shuffled[len(sentences[k]):]
+        assert not left
+        orders.add(tuple(order))
+    assert len(orders) > 40  # shuffled anew each time (9 sentences: 362,880 orders)
+
+
+def test_bart_sentence_ends_come_from_the_tokenizer():
+    import json
+
+    vocab = [["<pad>", 0.0], ["</s>", 0.0], ["\u2581end.", -1.0], ["?", -2.0], ["\u2581word", -3.0], ["!", -4.0],
+             ["e.g", -5.0]]
+    assert sentence_end_ids(json.dumps({"model": {"type": "Unigram", "vocab": vocab}})) == (2, 3, 5)
+    wordpiece = {"[PAD]": 0, ".": 1, "##s": 2, "##.": 3, "a": 4}
+    assert sentence_end_ids(json.dumps({"model": {"type": "WordPiece", "vocab": wordpiece}})) == (1, 3)
+
+
 @pytest.mark.parametrize("name,cls", [("span_corruption", SpanCorruption), ("prefix_lm", PrefixLM), ("ul2", UL2),
-                                      ("reconstruct", Reconstruct)])
+                                      ("reconstruct", Reconstruct), ("bart", TextInfilling)])
 def test_for_paradigm_picks_the_t5_objective(name, cls):
     assert isinstance(for_paradigm(T5, objective=name), cls)
 

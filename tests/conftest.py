@@ -1,0 +1,20 @@
+"""Checks on the machine the tests run on, before any test."""
+
+from __future__ import annotations
+
+import pytest
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _no_workspace_above_the_temporary_folders(tmp_path_factory):
+    """`stages.lineage` takes the nearest folder at or above the current one holding a dvc.lock as the workspace
+    to verify against (as git finds its repository). The tests build projects in temporary folders and some
+    check a Bento with no workspace at all: a stray dvc.lock above those folders (a copy left in /tmp, say)
+    would make them verify against it and fail far from the cause. Say so instead."""
+    from stages.lineage import find_workspace
+
+    base = tmp_path_factory.getbasetemp()
+    stray = find_workspace(base)
+    if stray is not None:
+        pytest.exit(f"{stray / 'dvc.lock'}: a dvc.lock above the tests' temporary folder ({base}); the lineage "
+                    "tests would take it for their workspace. Move it away.", returncode=3)

@@ -206,9 +206,13 @@ def run_executor(records: list[dict]) -> tuple[float, int]:
     return seconds, len(kept)
 
 
-def versions() -> dict:
+PACKAGES = ("datatrove", "spacy", "regex", "numpy", "pyarrow", "huggingface_hub", "fsspec", "fasteners", "aiohttp")
+
+
+def versions(packages=PACKAGES) -> dict:
+    """Python, platform and the installed versions of ``packages`` (None where one is missing)."""
     out = {"python": platform.python_version(), "platform": platform.platform(), "cpu": platform.processor()}
-    for pkg in ("datatrove", "spacy", "regex", "numpy", "pyarrow", "huggingface_hub", "fsspec", "fasteners", "aiohttp"):
+    for pkg in packages:
         try:
             out[pkg] = metadata.version(pkg)
         except metadata.PackageNotFoundError:

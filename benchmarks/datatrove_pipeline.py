@@ -49,13 +49,11 @@ import argparse
 import hashlib
 import json
 import os
-import platform
 import shutil
 import sys
 import tempfile
 import time
 from collections import Counter
-from importlib import metadata
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -66,6 +64,7 @@ from datatrove_c4 import (  # noqa: E402
     C4_MIN_WORDS_PER_LINE,
     DEFAULT_BADWORDS_JSON,
     seed_badwords_cache,
+    versions,
 )
 
 C4_LANG_THRESHOLD = 0.99  # C4 / ours (langdetect)
@@ -490,17 +489,10 @@ def compare(args, rows, kept: dict, after_c4: dict | None, stage_ids: dict) -> d
 # --------------------------------------------------------------------------------------------- main
 
 
-def versions(engine: str) -> dict:
-    out = {"python": platform.python_version(), "platform": platform.platform()}
-    pkgs = {"datatrove": ("datatrove", "spacy", "fasttext-numpy2-wheel", "xxhash", "numpy", "pyarrow",
-                          "huggingface_hub", "regex"),
-            "dolma": ("dolma", "numpy", "pyarrow", "fasttext-wheel")}.get(engine, ())
-    for pkg in pkgs:
-        try:
-            out[pkg] = metadata.version(pkg)
-        except metadata.PackageNotFoundError:
-            out[pkg] = None
-    return out
+def engine_versions(engine: str) -> dict:
+    return versions({"datatrove": ("datatrove", "spacy", "fasttext-numpy2-wheel", "xxhash", "numpy", "pyarrow",
+                                   "huggingface_hub", "regex"),
+                     "dolma": ("dolma", "numpy", "pyarrow", "fasttext-wheel")}.get(engine, ()))
 
 
 def main(argv=None) -> int:
@@ -545,7 +537,7 @@ def main(argv=None) -> int:
               "written_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())} | result
     if args.ours:
         result["agreement_with_ours"] = compare(args, rows, kept, after_c4, stage_ids)
-    result["versions"] = versions(args.engine)
+    result["versions"] = engine_versions(args.engine)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     keys = ("input_mb", "docs_in", "docs_kept", "seconds", "mb_per_s")

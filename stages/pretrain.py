@@ -100,8 +100,8 @@ def run(cfg, *, paradigm: str, stage: str, tokens_dir: Path, corpus: str, tokeni
     from stages.tokenization.layout import load_layout
     from stages.training import distributed
     from stages.training.loop import train
-    from stages.training.models import (attach_rtd_head, build_model, electra_flops_per_token, flops_per_token,
-                                        load_model, save_model)
+    from stages.training.models import (attach_pair_head, attach_rtd_head, build_model, electra_flops_per_token,
+                                        flops_per_token, load_model, save_model)
 
     manifest_path = tokens_dir / "manifest.json"
     if not manifest_path.is_file():
@@ -128,7 +128,7 @@ def run(cfg, *, paradigm: str, stage: str, tokens_dir: Path, corpus: str, tokeni
     else:
         model = build_model(layout, cfg.model, seed=cfg.train.seed)
     options = objective_options(cfg.train, paradigm)
-    if options.get("objective") == "bart":  # its sentence permutation cuts after the tokenizer's full stops
+    if options.get("objective") in ("bart", "nsp", "sop"):  # they cut after the tokenizer's full stops
         from stages.objectives.denoisers import sentence_end_ids
 
         options["sentence_ends"] = sentence_end_ids((tokenizer_dir / "tokenizer.json").read_text(encoding="utf-8"))
@@ -145,6 +145,9 @@ def run(cfg, *, paradigm: str, stage: str, tokens_dir: Path, corpus: str, tokeni
     else:
         fpt = flops_per_token(model, layout, predicted_fraction=getattr(objective, "select", 1.0),
                               targets_len=getattr(objective, "targets_len", None))
+    if objective.name in ("nsp", "sop"):  # the pair head runs once per block: 6 x its size / seq_len per token
+        attach_pair_head(model, seed=cfg.train.seed, init=init)
+        fpt += 6 * sum(p.numel() for p in model.pair_head.parameters()) / layout.seq_len
     run_id = fingerprint(stage, paradigm, corpus, asdict(cfg), dist.world, manifest["corpora"][corpus],
                          manifest["tokenizer"]["sha256"], _file_sha(init / "model.safetensors") if init else None)
     with LiveLog(live_dir if dist.main else None) as live:  # the loop starts it where the run starts

@@ -16,8 +16,9 @@ if TYPE_CHECKING:
 
 # T5's objectives (train.objective): its own span corruption and the alternatives in stages.objectives.denoisers.
 T5_OBJECTIVES = ("span_corruption", "ul2", "prefix_lm", "reconstruct", "bart")
-# BERT's: masked LM and ELECTRA's replaced-token detection (stages.objectives.electra).
-BERT_OBJECTIVES = ("masked_lm", "electra")
+# BERT's: masked LM, ELECTRA's replaced-token detection (stages.objectives.electra), and masked LM with BERT's
+# next-sentence or ALBERT's sentence-order prediction (stages.objectives.sentence_pairs).
+BERT_OBJECTIVES = ("masked_lm", "electra", "nsp", "sop")
 
 
 def for_paradigm(layout: "BlockLayout", **kwargs):
@@ -31,6 +32,11 @@ def for_paradigm(layout: "BlockLayout", **kwargs):
 
             return ReplacedTokenDetection(layout, **kwargs)
         kwargs.pop("rtd_weight", None)
+        if objective in ("nsp", "sop"):
+            from stages.objectives.sentence_pairs import SentencePairs
+
+            return SentencePairs(layout, task=objective, **kwargs)
+        kwargs.pop("sentence_ends", None)
         from stages.objectives.masked_lm import MaskedLM
 
         return MaskedLM(layout, **kwargs)

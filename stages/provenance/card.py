@@ -24,7 +24,7 @@ UNKNOWN = "unknown (not in the lineage record)"
 CARD_FILE = "README.md"
 
 # What each paradigm's pre-training predicts when its train config names no other objective
-# (stages.objectives.for_paradigm; ``train.objective`` chooses T5's, and BERT's ``electra``).
+# (stages.objectives.for_paradigm; ``train.objective`` chooses T5's, and BERT's ``electra``, ``nsp`` or ``sop``).
 OWN_OBJECTIVE = {"bert": "masked language modelling", "gpt": "causal (next-token) language modelling",
                  "t5": "span corruption"}
 T5_OBJECTIVES = {"span_corruption": "span corruption", "ul2": "UL2 mixture (span corruption and prefix LM)",
@@ -131,6 +131,12 @@ def _objective(record: dict, stage: str) -> str:
         text = "replaced-token detection (ELECTRA; generator and discriminator tied)"
         if isinstance(select, (int, float)):
             text += f", {select:.0%} of the positions masked for the generator"
+    elif paradigm == "bert" and _stage_setting(record, stage, "train", "objective") in ("nsp", "sop"):
+        name = _stage_setting(record, stage, "train", "objective")
+        text += (" with next-sentence prediction (BERT's)" if name == "nsp"
+                 else " with sentence-order prediction (ALBERT's)")
+        if isinstance(select, (int, float)):
+            text += f", {select:.0%} of the positions selected for prediction"
     elif paradigm == "bert" and isinstance(select, (int, float)):
         text += f", {select:.0%} of the positions selected for prediction"
     return text

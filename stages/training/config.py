@@ -59,7 +59,9 @@ class TrainConfig:
     half, per block), ``prefix_lm``, ``reconstruct`` (the T5 paper's BERT-style denoising) or ``bart``
     (BART's text infilling with sentence permutation); ``stages.objectives.denoisers`` says what each does. BERT: ``masked_lm`` (its own) or ``electra``
     (replaced-token detection, ``stages.objectives.electra``; ``mlm_select`` is then the generator's masking
-    rate and ``rtd_weight`` the discriminator loss's weight, ELECTRA's 50). "" = the paradigm's own objective.
+    rate and ``rtd_weight`` the discriminator loss's weight, ELECTRA's 50), ``nsp`` or ``sop`` (masked LM plus
+    BERT's next-sentence or ALBERT's sentence-order prediction, ``stages.objectives.sentence_pairs``).
+    "" = the paradigm's own objective.
     generator_size: ``electra`` only: a separate generator of this share of the model's width, sharing its word
     embeddings (``stages.training.electra``; the paper's best: 1/4 to 1/2); 0 = generator and discriminator
     are one model, all weights tied.

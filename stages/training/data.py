@@ -127,11 +127,14 @@ def generators(seed: int, kind: int, epochs, ids) -> BlockStreams:
 
 def make_batch(objective, blocks: np.ndarray, ids, streams: BlockStreams) -> dict:
     """The objective's batch of blocks ``ids``: in one call where the objective draws per row
-    (``batched = True``), else block by block, each with its own generator, and stacked."""
+    (``batched = True``; with ``needs_corpus`` it also gets ``blocks``), else block by block, each with its own
+    generator, and stacked."""
     import torch
 
     ids = np.asarray(ids, dtype=np.int64)
     if getattr(objective, "batched", False):
+        if getattr(objective, "needs_corpus", False):  # draws from other blocks too (NSP's random segments)
+            return objective(np.asarray(blocks[ids]), streams, corpus=blocks)
         return objective(np.asarray(blocks[ids]), streams)
     parts = [objective(np.asarray(blocks[int(i): int(i) + 1]), g) for i, g in zip(ids, streams)]
     return {k: torch.cat([p[k] for p in parts]) for k in parts[0]}

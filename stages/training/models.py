@@ -196,6 +196,8 @@ def training_view(model, objective_name: str, *, rtd_weight: float = 50.0):
     body_name = next((n for n in ("bert", "deberta") if hasattr(model, n)), None)
     if objective_name == "electra":
         return _electra_view(model, body_name, rtd_weight), _masked_positions
+    if objective_name in ("nsp", "sop"):
+        return _pair_view(model, body_name), _masked_positions
     if objective_name != "masked_lm" or body_name is None or not hasattr(model, "cls"):
         return model, (lambda batch: batch)
 
@@ -254,33 +256,67 @@ def attach_rtd_head(model, *, seed: int, init=None) -> None:
     model.rtd_head = head.to(next(model.parameters()).device)
 
 
-def save_model(model, folder) -> None:
-    """``save_pretrained`` of the stock class; an ELECTRA discriminator head (and a separate generator) go
-    beside it in files of their own, so the folder still loads as the stock masked-LM model."""
+def attach_pair_head(model, *, seed: int, init=None) -> None:
+    """Give a masked-LM model BERT's sentence-pair head (its pooler, dense + tanh on ``[CLS]``, then two
+    logits) as the submodule ``pair_head`` (``stages.objectives.sentence_pairs``); with ``init`` (a model
+    folder holding one in ``pair_head.safetensors``, e.g. the general model DAPT continues) its weights."""
     from pathlib import Path
 
-    head = getattr(model, "rtd_head", None)
-    if head is None:
+    import torch
+
+    from stages.objectives.sentence_pairs import PAIR_HEAD_FILE
+
+    d = model.config.hidden_size
+    generator = torch.Generator().manual_seed(seed)
+    head = torch.nn.Sequential(torch.nn.Linear(d, d), torch.nn.Tanh(), torch.nn.Linear(d, 2))
+    with torch.no_grad():
+        for layer in (head[0], head[2]):
+            layer.weight.normal_(0.0, model.config.initializer_range, generator=generator)
+            layer.bias.zero_()
+    if init is not None and (Path(init) / PAIR_HEAD_FILE).is_file():
+        from safetensors.torch import load_file
+
+        head.load_state_dict(load_file(str(Path(init) / PAIR_HEAD_FILE)))
+    model.pair_head = head.to(next(model.parameters()).device)
+
+
+def side_heads() -> dict[str, str]:
+    """Submodules a pre-training objective attaches beside the stock model -> the file each is saved in."""
+    from stages.objectives.electra import RTD_HEAD_FILE
+    from stages.objectives.sentence_pairs import PAIR_HEAD_FILE
+
+    return {"rtd_head": RTD_HEAD_FILE, "pair_head": PAIR_HEAD_FILE}
+
+
+def save_model(model, folder) -> None:
+    """``save_pretrained`` of the stock class; an objective's own heads (ELECTRA's discriminator head and
+    separate generator, the sentence-pair head) go beside it in files of their own, so the folder still
+    loads as the stock masked-LM model."""
+    from pathlib import Path
+
+    heads = {name: getattr(model, name) for name in side_heads() if getattr(model, name, None) is not None}
+    generator = getattr(model, "electra_generator", None)
+    if not heads and generator is None:
         model.save_pretrained(str(folder))
         return
     from safetensors.torch import save_file
 
-    from stages.objectives.electra import RTD_HEAD_FILE
-
-    generator = getattr(model, "electra_generator", None)
-    del model.rtd_head
+    for name in heads:
+        delattr(model, name)
     if generator is not None:
         del model.electra_generator
     try:
         model.save_pretrained(str(folder))
-        save_file({k: v.detach().cpu().contiguous() for k, v in head.state_dict().items()},
-                  str(Path(folder) / RTD_HEAD_FILE))
+        for name, head in heads.items():
+            save_file({k: v.detach().cpu().contiguous() for k, v in head.state_dict().items()},
+                      str(Path(folder) / side_heads()[name]))
         if generator is not None:
             from stages.training.electra import save_generator
 
             save_generator(generator, folder)
     finally:
-        model.rtd_head = head
+        for name, head in heads.items():
+            setattr(model, name, head)
         if generator is not None:
             model.electra_generator = generator
 
@@ -356,3 +392,36 @@ def _electra_view(model, body_name, rtd_weight: float):
                                    labels=generator.labels, mlm_loss=generator.loss, rtd_loss=rtd)
 
     return _Electra(model)
+
+
+def _pair_view(model, body_name):
+    """The training module of masked LM with a sentence-pair task (``stages.objectives.sentence_pairs``): one
+    pass of the transformer, the masked-LM output layer at the selected positions and the pair head on
+    ``[CLS]``; the loss is their sum, as BERT's. In evaluation (the model in eval mode) the loss is the masked-LM
+    loss alone, comparable with masked-LM runs at the same rate; ``pair_accuracy`` says how well the head
+    tells the pairs apart."""
+    from types import SimpleNamespace
+
+    import torch
+
+    if body_name is None or not hasattr(model, "cls") or not hasattr(model, "pair_head"):
+        raise ValueError("nsp / sop: needs a masked-LM model with a pair_head "
+                         "(stages.training.models.attach_pair_head)")
+
+    class _Pairs(torch.nn.Module):
+        def __init__(self, inner) -> None:
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, input_ids, attention_mask=None, labels=None, positions=None, pair_labels=None, **kwargs):
+            hidden = getattr(self.inner, body_name)(input_ids=input_ids, attention_mask=attention_mask, **kwargs)[0]
+            picked = hidden.reshape(-1, hidden.size(-1)).index_select(0, positions)
+            mlm = _mlm_result(self.inner.cls(picked), labels.reshape(-1).index_select(0, positions), positions)
+            pair_logits = self.inner.pair_head(hidden[:, 0]).float()
+            pair = torch.nn.functional.cross_entropy(pair_logits, pair_labels)
+            accuracy = (pair_logits.argmax(-1) == pair_labels).float().mean()
+            loss = mlm.loss + pair if self.inner.training else mlm.loss
+            return SimpleNamespace(loss=loss, logits=mlm.logits, labels=mlm.labels, mlm_loss=mlm.loss,
+                                   pair_loss=pair, pair_accuracy=accuracy)
+
+    return _Pairs(model)

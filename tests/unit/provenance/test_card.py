@@ -237,3 +237,7 @@ def test_the_objective_line_names_electra_when_bert_pre_trained_with_it():
         "masked language modelling, 30% of the positions selected for prediction"
     electra = _objective(record({"objective": "electra"}), "pretrain@bert")
     assert electra.startswith("replaced-token detection (ELECTRA") and "15% of the positions masked" in electra
+    assert _objective(record({"objective": "sop", "mlm_select": 0.3}), "pretrain@bert") == (
+        "masked language modelling with sentence-order prediction (ALBERT's), 30% of the positions selected "
+        "for prediction")
+    assert "next-sentence prediction (BERT's)" in _objective(record({"objective": "nsp"}), "pretrain@bert")

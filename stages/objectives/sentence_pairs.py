@@ -1,0 +1,113 @@
+"""Sentence-pair objectives beside BERT's masked LM: next-sentence prediction (NSP; Devlin et al. 2019,
+section 3.1, task 2) and sentence-order prediction (SOP; Lan et al. 2020, ALBERT, section 4.1).
+
+Each block (``[CLS] sentences... [SEP] [PAD]...``, RoBERTa's FULL-SENTENCES packing) is cut in two at a
+sentence end: segment A, then segment B. The model sees ``[CLS] A [SEP] B' [SEP]`` and a head on ``[CLS]``
+says whether B' is the real continuation (label 0, as transformers' ``next_sentence_label``) or not (1):
+
+- NSP: half of the pairs keep B; the other half take B' from a random block of the same corpus (the paper:
+  "50% of the time B is a random sentence from the corpus"), from its first sentence on, as long as B;
+- SOP: half of the pairs keep the order; the other half are ``[CLS] B [SEP] A [SEP]``, the same two
+  consecutive segments swapped, so topic cannot tell the classes apart (ALBERT's reason to replace NSP).
+
+Then masked LM (``stages.objectives.masked_lm``) selects and replaces tokens of the pair as usual; its loss
+and the pair loss are summed (BERT's pre-training loss). The cut is at a sentence end (a ``.``, ``?`` or
+``!`` token, or a document boundary) drawn uniformly among those in the middle half of the block's text,
+or at a uniform point there when the middle half has none. Simplification, stated: a packed block can hold
+the end of one document and the start of the next, so for such blocks A and B may come from two documents
+(the papers draw both segments from one document); RoBERTa found NSP's removal harmless and this objective
+is here to let a user measure that on their own corpus. All draws come from the block's own random stream
+(the random block of NSP too, by its index in the corpus), so a block's pair does not depend on which other
+blocks share its micro-batch: the same on any device count and after a resume.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from stages.objectives.masked_lm import MaskedLM
+
+PAIR_HEAD_FILE = "pair_head.safetensors"
+TASKS = ("nsp", "sop")
+
+
+class SentencePairs(MaskedLM):
+    batched = True
+    needs_corpus = True  # ``make_batch`` passes the block array the rows come from (NSP's random blocks)
+
+    def __init__(self, layout, *, task: str, select: float = 0.15, sentence_ends: Sequence[int] = ()) -> None:
+        if task not in TASKS:
+            raise ValueError(f"sentence pairs: task must be one of {', '.join(TASKS)}, got {task!r}")
+        super().__init__(layout, select=select)
+        if layout.seq_len < 5:
+            raise ValueError("sentence pairs: seq_len must be at least 5 for [CLS] A [SEP] B [SEP]")
+        self.name = task
+        self.ends = np.asarray(sorted({int(i) for i in sentence_ends} | {int(layout.sep_id)}), dtype=np.int64)
+
+    def content(self, row: np.ndarray) -> np.ndarray:
+        """The text of a block: between its [CLS] and its final [SEP] (document separators kept)."""
+        row = np.asarray(row, dtype=np.int64)
+        seps = np.flatnonzero(row == self.layout.sep_id)
+        end = int(seps[-1]) if len(seps) else int(np.sum(row != self.layout.pad_id))
+        return row[1:end]
+
+    def cut(self, text: np.ndarray, u: float) -> int:
+        """Where A ends: a sentence end in the middle half of ``text`` (``u`` picks which), else a point there."""
+        n = len(text)
+        lo, hi = max(1, n // 4), max(1, (3 * n) // 4)
+        ends = np.flatnonzero(np.isin(text[: max(0, n - 1)], self.ends)) + 1  # cut after the end token
+        ends = ends[(ends >= lo) & (ends <= hi)]
+        if len(ends):
+            return int(ends[min(int(u * len(ends)), len(ends) - 1)])
+        return int(lo + min(int(u * (hi - lo + 1)), hi - lo))
+
+    def pair(self, row: np.ndarray, negative: bool, u_cut: float, other: np.ndarray | None) -> np.ndarray:
+        """The block rebuilt as ``[CLS] A [SEP] B' [SEP] [PAD]...`` (its label is ``negative``)."""
+        lay = self.layout
+        text = self.content(row)
+        if len(text) < 2:  # nothing to cut: the block as it is (counted as a positive by the caller)
+            return np.asarray(row, dtype=np.int64)
+        k = self.cut(text, u_cut)
+        a, b = text[:k], text[k:]
+        if len(a) and a[-1] == lay.sep_id:  # a document boundary: the pair's own [SEP] stands for it
+            a = a[:-1]
+        room = lay.seq_len - 3
+        a = a[:room - 1] if len(a) > room - 1 else a
+        b = b[: room - len(a)]
+        if negative and self.name == "sop":
+            first, second = b, a
+        elif negative:  # nsp: as many tokens of a random block's text, from its first sentence on
+            first, second = a, self.content(other)[: len(b)]
+        else:
+            first, second = a, b
+        out = np.full(lay.seq_len, lay.pad_id, dtype=np.int64)
+        parts = [[lay.cls_id], first, [lay.sep_id], second, [lay.sep_id]]
+        joined = np.concatenate([np.asarray(p, dtype=np.int64) for p in parts])
+        out[: len(joined)] = joined
+        return out
+
+    def __call__(self, rows: np.ndarray, rng, corpus: np.ndarray | None = None) -> dict:
+        import torch
+
+        rows = np.asarray(rows)
+        if self.name == "nsp" and (corpus is None or len(corpus) < 2):
+            raise ValueError("nsp: needs the corpus of at least 2 blocks its rows come from (random segments)")
+        u = rng.random((len(rows), 3))  # per block: negative?, where to cut, which random block (NSP)
+        negative = u[:, 0] < 0.5
+        pairs, labels = [], []
+        for r, row in enumerate(rows):
+            other = None
+            if self.name == "nsp" and negative[r]:
+                j = min(int(u[r, 2] * len(corpus)), len(corpus) - 1)
+                if np.array_equal(corpus[j], row):  # drew the block itself: the next one
+                    j = (j + 1) % len(corpus)
+                other = np.asarray(corpus[j], dtype=np.int64)
+            rebuilt = self.pair(row, bool(negative[r]), float(u[r, 1]), other)
+            usable = len(self.content(row)) >= 2
+            pairs.append(rebuilt)
+            labels.append(int(negative[r]) if usable else 0)
+        batch = super().__call__(np.stack(pairs), rng)
+        batch["pair_labels"] = torch.tensor(labels, dtype=torch.int64)
+        return batch

@@ -141,7 +141,7 @@ def to_device(batch: dict, device: str) -> dict:
 
 def evaluate(model, objective, blocks: np.ndarray, cfg: TrainConfig, device: str, bf16: bool) -> dict:
     """Loss over the held-out blocks, weighted by label tokens; perplexity (GPT) or masked-token accuracy
-    (BERT) or target-token accuracy (T5). Masks are fixed per block, so every evaluation is comparable."""
+    (BERT; with NSP / SOP also the pair head's accuracy) or target-token accuracy (T5). Masks are fixed per block, so every evaluation is comparable."""
     import torch
 
     from stages.training.models import training_view
@@ -151,6 +151,8 @@ def evaluate(model, objective, blocks: np.ndarray, cfg: TrainConfig, device: str
     loss_sum = torch.zeros((), device=device, dtype=torch.float64)
     correct = torch.zeros((), device=device, dtype=torch.int64)
     count = torch.zeros((), device=device, dtype=torch.int64)
+    pair_correct = torch.zeros((), device=device, dtype=torch.float64)  # NSP / SOP: the pair head's hits
+    pairs = 0
     was_training = model.training
     model.eval()
     with torch.no_grad(), torch.autocast(device_type=device.split(":")[0], dtype=torch.bfloat16, enabled=bf16):
@@ -168,11 +170,16 @@ def evaluate(model, objective, blocks: np.ndarray, cfg: TrainConfig, device: str
             loss_sum += out.loss.double() * tokens
             correct += ((logits.argmax(-1) == labels) & valid).sum()
             count += tokens
+            if getattr(out, "pair_accuracy", None) is not None:
+                pair_correct += out.pair_accuracy.double() * len(ids)
+                pairs += len(ids)
     model.train(was_training)
     loss = (loss_sum / count.clamp(min=1)).item()
     result = {"eval_loss": round(loss, 5), "eval_accuracy": round(correct.item() / max(count.item(), 1), 5)}
     if objective.name == "causal_lm":
         result["eval_perplexity"] = round(math.exp(min(loss, 50)), 3)
+    if pairs:
+        result["eval_pair_accuracy"] = round(pair_correct.item() / pairs, 5)
     return result
 
 

@@ -74,7 +74,35 @@ def test_pretrain_and_dapt_stages_train_sentence_order_prediction(datasets, tmp_
     out, dapt = tmp_path / "general", tmp_path / "dapt"
     assert main(datasets.args("bert", out, path, metrics=tmp_path / "m.json")) == 0
     metrics = json.loads((tmp_path / "m.json").read_text())
-    assert metrics["eval_loss"] > 0 and (out / PAIR_HEAD_FILE).is_file()
+    assert metrics["eval_loss"] > 0 and (out / PAIR_HEAD_FILE).is_file() and "eval_pair_accuracy" in metrics
     assert json.loads((out / "training.json").read_text())["config"]["train"]["objective"] == "sop"
     assert main(datasets.args("bert", dapt, path, section="dapt", corpus="domain", init=out)) == 0
     assert (dapt / PAIR_HEAD_FILE).is_file()
+
+
+def test_evaluation_reports_the_pair_heads_accuracy_over_the_held_out_blocks():
+    from stages.training.config import TrainConfig
+    from stages.training.data import EVAL_KEY
+    from stages.training.loop import evaluate
+
+    rng = np.random.default_rng(8)
+    blocks = rng.integers(5, BERT.vocab_size, size=(10, BERT.block_len)).astype(np.uint32)
+    blocks[:, 0], blocks[:, -1] = BERT.cls_id, BERT.sep_id
+    model = build_model(BERT, SMALL, seed=1)
+    attach_pair_head(model, seed=0)
+    objective = for_paradigm(BERT, objective="sop", select=0.3, sentence_ends=())
+    cfg = TrainConfig(micro_batch=4, eval_blocks=10, seed=3)
+    result = evaluate(model, objective, blocks, cfg, "cpu", False)
+    hits = 0
+    model.eval()
+    with torch.no_grad():
+        for lo in range(0, 10, 4):  # the same micro-batches and masks as the evaluation
+            ids = np.arange(lo, min(lo + 4, 10))
+            batch = make_batch(objective, blocks, ids, generators(3, EVAL_KEY, [0] * len(ids), ids))
+            hidden = model.deberta(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])[0] \
+                if hasattr(model, "deberta") else model.bert(input_ids=batch["input_ids"],
+                                                             attention_mask=batch["attention_mask"])[0]
+            hits += int((model.pair_head(hidden[:, 0]).argmax(-1) == batch["pair_labels"]).sum())
+    assert result["eval_pair_accuracy"] == round(hits / 10, 5)
+    assert "eval_pair_accuracy" not in evaluate(model, for_paradigm(BERT, objective="masked_lm", select=0.3),
+                                                blocks, cfg, "cpu", False)

@@ -141,7 +141,8 @@ def to_device(batch: dict, device: str) -> dict:
 
 def evaluate(model, objective, blocks: np.ndarray, cfg: TrainConfig, device: str, bf16: bool) -> dict:
     """Loss over the held-out blocks, weighted by label tokens; perplexity (GPT) or masked-token accuracy
-    (BERT; with NSP / SOP also the pair head's accuracy) or target-token accuracy (T5). Masks are fixed per block, so every evaluation is comparable."""
+    (BERT; with NSP / SOP also the pair head's accuracy) or target-token accuracy (T5). Masks are fixed per
+    block, so every evaluation is comparable."""
     import torch
 
     from stages.training.models import training_view

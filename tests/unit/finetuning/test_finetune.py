@@ -38,8 +38,25 @@ def test_stage_trains_and_saves_a_classifier(models, tmp_path, paradigm):
     rc, out = run(models, tmp_path, paradigm, "pretrained")
     assert rc == 0
     m = json.loads((tmp_path / "m.json").read_text())
-    assert m["test_examples"] == 24 and 0 <= m["test_macro_f1"] <= 1
+    assert m["test_examples"] == 24
     assert m["majority_test_accuracy"] == pytest.approx(1 / 3, abs=1e-3)
+    # the reported test score is the saved model's own on the test split (reloaded as the service loads it)
+    from transformers import AutoTokenizer
+
+    from stages.finetuning.core import predict
+    from stages.finetuning.heads import make_classifier
+
+    cfg = load_config(tmp_path / "params.yaml", paradigm)
+    tok = AutoTokenizer.from_pretrained(str(out))
+    again = make_classifier(paradigm, out, LABELS, tok, init="pretrained", seed=0, head=cfg.head,
+                            pooled_norm=cfg.pooled_norm)
+    again.model.eval()
+    test = read_task(models.task).query("split == 'test'")
+    got = scores(test["label"].map(LABELS.index).to_numpy(), predict(again, tok, test["text"].tolist(), cfg,
+                                                                     paradigm), len(LABELS))
+    seed = next(s for s in m["seeds"] if s["seed"] == m["saved_seed"])
+    assert got["macro_f1"] == pytest.approx(seed["test_macro_f1"], abs=1e-4)
+    assert got["accuracy"] == pytest.approx(seed["test_accuracy"], abs=1e-4)
     saved = json.loads((out / "finetune.json").read_text())
     assert saved["labels"] == LABELS and saved["curve"]
     assert (tmp_path / "curve.tsv").read_text().startswith("step\tepoch\tloss")

@@ -232,52 +232,45 @@ def _mlm_result(logits, target, positions):
     return SimpleNamespace(loss=loss, logits=logits, labels=target)
 
 
-def attach_rtd_head(model, *, seed: int, init=None) -> None:
-    """Give a masked-LM model ELECTRA's discriminator head (dense, GELU, one logit per token) as the
-    submodule ``rtd_head``, so the optimizer and checkpoints include it; with ``init`` (a model folder that
-    holds one in ``rtd_head.safetensors``, e.g. the general model DAPT continues) its trained weights."""
+def _attach_side_head(model, name: str, activation, outputs: int, *, seed: int, init=None) -> None:
+    """Attach ``dense(d, d) -> activation -> dense(d, outputs)`` as the submodule ``name`` (N(0,
+    initializer_range) weights from ``seed``, zero biases), so the optimizer and checkpoints include it; with
+    ``init`` (a model folder holding its file, ``side_heads()[name]``, e.g. the general model DAPT continues)
+    the trained weights."""
     from pathlib import Path
 
     import torch
 
-    from stages.objectives.electra import RTD_HEAD_FILE
-
     d = model.config.hidden_size
     generator = torch.Generator().manual_seed(seed)
-    head = torch.nn.Sequential(torch.nn.Linear(d, d), torch.nn.GELU(), torch.nn.Linear(d, 1))
+    head = torch.nn.Sequential(torch.nn.Linear(d, d), activation, torch.nn.Linear(d, outputs))
     with torch.no_grad():
         for layer in (head[0], head[2]):
             layer.weight.normal_(0.0, model.config.initializer_range, generator=generator)
             layer.bias.zero_()
-    if init is not None and (Path(init) / RTD_HEAD_FILE).is_file():
+    saved = Path(init) / side_heads()[name] if init is not None else None
+    if saved is not None and saved.is_file():
         from safetensors.torch import load_file
 
-        head.load_state_dict(load_file(str(Path(init) / RTD_HEAD_FILE)))
-    model.rtd_head = head.to(next(model.parameters()).device)
+        head.load_state_dict(load_file(str(saved)))
+    setattr(model, name, head.to(next(model.parameters()).device))
+
+
+def attach_rtd_head(model, *, seed: int, init=None) -> None:
+    """Give a masked-LM model ELECTRA's discriminator head (dense, GELU, one logit per token) as the
+    submodule ``rtd_head``; with ``init`` its trained weights from ``rtd_head.safetensors``."""
+    import torch
+
+    _attach_side_head(model, "rtd_head", torch.nn.GELU(), 1, seed=seed, init=init)
 
 
 def attach_pair_head(model, *, seed: int, init=None) -> None:
     """Give a masked-LM model BERT's sentence-pair head (its pooler, dense + tanh on ``[CLS]``, then two
-    logits) as the submodule ``pair_head`` (``stages.objectives.sentence_pairs``); with ``init`` (a model
-    folder holding one in ``pair_head.safetensors``, e.g. the general model DAPT continues) its weights."""
-    from pathlib import Path
-
+    logits) as the submodule ``pair_head`` (``stages.objectives.sentence_pairs``); with ``init`` its trained
+    weights from ``pair_head.safetensors``."""
     import torch
 
-    from stages.objectives.sentence_pairs import PAIR_HEAD_FILE
-
-    d = model.config.hidden_size
-    generator = torch.Generator().manual_seed(seed)
-    head = torch.nn.Sequential(torch.nn.Linear(d, d), torch.nn.Tanh(), torch.nn.Linear(d, 2))
-    with torch.no_grad():
-        for layer in (head[0], head[2]):
-            layer.weight.normal_(0.0, model.config.initializer_range, generator=generator)
-            layer.bias.zero_()
-    if init is not None and (Path(init) / PAIR_HEAD_FILE).is_file():
-        from safetensors.torch import load_file
-
-        head.load_state_dict(load_file(str(Path(init) / PAIR_HEAD_FILE)))
-    model.pair_head = head.to(next(model.parameters()).device)
+    _attach_side_head(model, "pair_head", torch.nn.Tanh(), 2, seed=seed, init=init)
 
 
 def side_heads() -> dict[str, str]:

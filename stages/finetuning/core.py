@@ -41,9 +41,9 @@ class FinetuneConfig:
     runs that the whole split cannot tell apart), ``sample`` keeps the sample's best score.
     aux_lm_weight: GPT-1's auxiliary LM loss weight for GPT (0 = off); aux_lm_fraction: the share of positions
     it is estimated on each step (1 = all). t5_prefix: T5's task prefix.
-    head: ``stock`` ([CLS] / last token / text to text) or ``pooled`` (masked mean, a norm, linear; see
-    stages.finetuning.heads); pooled_norm: ``batch`` or ``layer``; pool_from (T5): ``encoder``, ``decoder``
-    (the text through encoder and decoder, the decoder's states pooled) or ``both``.
+    head: ``stock`` ([CLS] / last token / text to text), ``prompt`` (BERT: a cloze) or ``pooled`` (masked mean,
+    a norm, linear; see stages.finetuning.heads); pooled_norm: ``batch`` or ``layer``; pool_from (T5):
+    ``encoder``, ``decoder`` (the text through encoder and decoder, the decoder's states pooled) or ``both``.
     seed: head initialisation, sample and order of one run.
     seeds: the stage's runs (mean and std are reported; the best on validation is saved).
     lr_grid: learning rates tried with the first seed; the best on validation is used for every seed
@@ -95,7 +95,7 @@ class FinetuneConfig:
         check(self.length_pool >= 0, "length_pool: must be >= 0")
         check(self.aux_lm_weight >= 0, "aux_lm_weight: must be >= 0")
         check(0 < self.aux_lm_fraction <= 1, "aux_lm_fraction: must be in (0, 1]")
-        check(self.head in ("stock", "pooled"), "head: one of stock, pooled")
+        check(self.head in ("stock", "pooled", "prompt"), "head: one of stock, pooled, prompt")
         check(self.pooled_norm in ("batch", "layer"), "pooled_norm: one of batch, layer")
         check(self.pool_from in ("encoder", "decoder", "both"), "pool_from: one of encoder, decoder, both")
         check(len(self.seeds) >= 1 and len(set(self.seeds)) == len(self.seeds), "seeds: one or more distinct seeds")

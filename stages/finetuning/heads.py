@@ -130,6 +130,55 @@ class TextToTextClassifier(_Classifier):
         return scores
 
 
+class PromptClassifier(_Classifier):
+    """BERT: the text with a [MASK] before its final [SEP], classified by the masked-LM head at that position,
+    restricted to one word per label (a cloze, as in PET, Schick and Schuetze 2021, and LM-BFF, Gao et al.
+    2021): the scores are the head's logits of the labels' words. The pre-trained model starts with the
+    position and the output layer its pre-training trained; random init learns both from the labels. A
+    label's word is its first word piece; labels must differ in it."""
+
+    def __init__(self, model_dir: Path, labels: list[str], tokenizer, *, init: str, seed: int) -> None:
+        from transformers import AutoModelForMaskedLM
+
+        torch.manual_seed(seed)
+        if init == "random":
+            self.model = AutoModelForMaskedLM.from_config(_config(model_dir))
+        else:
+            self.model = AutoModelForMaskedLM.from_pretrained(str(model_dir))
+        if tokenizer.mask_token_id is None or tokenizer.sep_token_id is None:
+            raise ValueError(f"{model_dir}: head prompt needs a tokenizer with [MASK] and [SEP]")
+        first = [tokenizer(lab, add_special_tokens=False)["input_ids"][:1] for lab in labels]
+        words = [w[0] if w else -1 for w in first]
+        clash = [lab for lab, w in zip(labels, words) if w < 0 or words.count(w) > 1]
+        if clash:
+            raise ValueError(f"head prompt: labels {', '.join(clash)} share a first word piece (or have none)")
+        self.words = torch.tensor(words)
+        self.mask_id, self.sep_id = tokenizer.mask_token_id, tokenizer.sep_token_id
+        self.body_name = next(n for n in ("deberta", "bert") if hasattr(self.model, n))
+
+    def to(self, device: str) -> None:
+        self.model.to(device)
+        self.words = self.words.to(device)
+        self.device = device
+
+    def logits(self, batch: dict) -> torch.Tensor:
+        ids, attn = batch["input_ids"], batch["attention_mask"]
+        n = attn.sum(1)  # the final [SEP] of each text is at n - 1
+        rows = torch.arange(ids.size(0), device=ids.device)
+        ids = torch.cat([ids, torch.zeros_like(ids[:, :1])], 1)
+        attn = torch.cat([attn, torch.zeros_like(attn[:, :1])], 1)
+        ids[rows, n - 1], ids[rows, n], attn[rows, n] = self.mask_id, self.sep_id, 1
+        hidden = getattr(self.model, self.body_name)(input_ids=ids, attention_mask=attn)[0]
+        return self.model.cls(hidden[rows, n - 1])[:, self.words]
+
+    def loss(self, batch: dict) -> torch.Tensor:
+        return torch.nn.functional.cross_entropy(self.logits(batch).float(), batch["labels"])
+
+    @torch.no_grad()
+    def scores(self, batch: dict) -> torch.Tensor:
+        return self.logits(batch).float()
+
+
 HEAD_FILE = "head.safetensors"
 
 
@@ -272,7 +321,7 @@ def _aux_lm(hidden, batch: dict, embedding, fraction: float) -> torch.Tensor:
         int(picked.sum()), 1)
 
 
-HEADS = ("stock", "pooled")
+HEADS = ("stock", "pooled", "prompt")
 
 
 def make_classifier(paradigm: str, model_dir: Path, labels: list[str], tokenizer, *, init: str, seed: int,
@@ -285,6 +334,10 @@ def make_classifier(paradigm: str, model_dir: Path, labels: list[str], tokenizer
     if head == "pooled":
         return PooledClassifier(paradigm, model_dir, labels, init=init, seed=seed, aux_lm_weight=aux_lm_weight,
                                 aux_lm_fraction=aux_lm_fraction, norm=pooled_norm, pool_from=pool_from)
+    if head == "prompt":
+        if paradigm != "bert":
+            raise ValueError(f"head: prompt is for the bert paradigm (a masked LM), not {paradigm}")
+        return PromptClassifier(model_dir, labels, tokenizer, init=init, seed=seed)
     if paradigm == "t5":
         return TextToTextClassifier(model_dir, labels, tokenizer, init=init, seed=seed)
     return EncoderClassifier(paradigm, model_dir, labels, init=init, seed=seed, aux_lm_weight=aux_lm_weight,

@@ -443,3 +443,53 @@ def test_live_log_has_the_curve_and_the_throughput_of_each_evaluation(models, tm
     assert len(f1_rows) == len(tps_rows) == len(flops_rows) == len(out["curve"]) > 1
     assert all(float(row.split("\t")[-1]) > 0 for row in tps_rows)
     assert not (plots / "train" / "mfu.tsv").exists()  # no known peak on a CPU
+
+
+def test_prompt_head_scores_the_label_words_at_a_mask_before_the_final_sep(models, tmp_path):
+    from stages.finetune import encode
+    from stages.finetuning.heads import PromptClassifier, make_classifier
+
+    cfg = load_config(write_params(tmp_path / "p.yaml", epochs=2, head="prompt"), "bert")
+    out = finetune(cfg, paradigm="bert", init="pretrained", model_dir=models.models["bert"],
+                   df=read_task(models.task), log=lambda m: None)
+    clf, tok = out["classifier"], out["tokenizer"]
+    assert isinstance(clf, PromptClassifier)
+    assert [tok.convert_ids_to_tokens(int(w)) for w in clf.words] == [
+        tok.tokenize(lab)[0] for lab in LABELS]
+    # the model sees [CLS] text [MASK] [SEP]: recorded from the body's input
+    seen = {}
+    body = getattr(clf.model, clf.body_name)
+    hook = body.register_forward_pre_hook(lambda mod, args, kw: seen.update(kw), with_kwargs=True)
+    texts = ["The farmer visited the castle.", "a market"]
+    batch = encode(tok, texts, cfg, "bert")
+    clf.model.eval()
+    scores_batch = clf.scores(batch)
+    hook.remove()
+    for row, text in zip(seen["input_ids"].tolist(), texts):
+        want = tok(text)["input_ids"]
+        assert row[: len(want) + 1] == want[:-1] + [tok.mask_token_id, tok.sep_token_id]
+    assert seen["attention_mask"].sum(1).tolist() == [len(tok(t)["input_ids"]) + 1 for t in texts]
+    # the scores are the masked-LM logits of the label words there; padding does not change them
+    alone = clf.scores(encode(tok, ["a market"], cfg, "bert"))
+    assert torch.allclose(alone[0], scores_batch[1], atol=1e-4)
+    ids = torch.tensor([tok(texts[1])["input_ids"][:-1] + [tok.mask_token_id, tok.sep_token_id]])
+    full = clf.model(input_ids=ids).logits[0, -2]
+    assert torch.allclose(full[clf.words], alone[0], atol=1e-4)
+    # saved as a stock masked LM, reloaded with the same scores
+    clf.model.save_pretrained(str(tmp_path / "saved"))
+    tok.save_pretrained(str(tmp_path / "saved"))
+    again = make_classifier("bert", tmp_path / "saved", LABELS, tok, init="pretrained", seed=7, head="prompt")
+    again.model.eval()
+    assert torch.allclose(again.scores(batch), scores_batch, atol=1e-5)
+
+
+def test_prompt_head_refuses_other_paradigms_and_labels_sharing_a_word(models, tmp_path):
+    from transformers import AutoTokenizer
+
+    from stages.finetuning.heads import make_classifier
+
+    tok = AutoTokenizer.from_pretrained(str(models.models["bert"]))
+    with pytest.raises(ValueError, match="river, river"):
+        make_classifier("bert", models.models["bert"], ["river", "river"], tok, init="random", seed=0, head="prompt")
+    with pytest.raises(ValueError, match="bert paradigm"):
+        make_classifier("gpt", models.models["gpt"], LABELS, tok, init="random", seed=0, head="prompt")

@@ -50,6 +50,9 @@ class FinetuneConfig:
     ([] = ``lr``). Chosen per initialisation: a pre-trained and a random body rarely share a best rate.
     scale_lr_by_rms: each tensor's rate is ``lr`` times its root mean square (as pre-training's option of the
     same name): T5's embedding (RMS 1) otherwise hardly moves; the rates are then about 10x plain AdamW's.
+    embedding_rms: BERT only: before the first step, the body's embedding tables are scaled by one factor so
+    that the word embeddings' RMS is this (0 = off): the same function (they feed a LayerNorm), but Adam moves
+    the vectors at the pace it moves a fresh initialisation's (``stages.finetuning.heads.rescale_embeddings``).
     workers: the stage's runs at a time (> 1: spawned processes of one torch thread each; on a few CPU
     cores two one-thread runs finish sooner than two two-thread runs one after the other).
     precision: ``auto`` runs the forward passes under bf16 autocast where the device multiplies bf16
@@ -80,6 +83,8 @@ class FinetuneConfig:
     seeds: tuple[int, ...] = (0,)
     lr_grid: tuple[float, ...] = ()
     scale_lr_by_rms: bool = False
+    embedding_rms: float = 0.0
+    init_relative_lr: bool = False
     workers: int = 1
     threads: int = 0
     precision: str = "auto"
@@ -106,6 +111,10 @@ class FinetuneConfig:
         check(self.workers >= 1, "workers: must be >= 1")
         check(self.precision in PRECISIONS, f"precision: one of {', '.join(PRECISIONS)}")
         check(self.val_select in ("full", "sample"), "val_select: one of full, sample")
+        check(self.embedding_rms >= 0, "embedding_rms: must be >= 0 (0 = off)")
+        check(not (self.init_relative_lr and self.scale_lr_by_rms), "init_relative_lr: not with scale_lr_by_rms")
+        check(not self.embedding_rms or self.head != "prompt",
+              "embedding_rms: not with head prompt (its output layer is the tied word embeddings)")
 
 
 def head_options(cfg: FinetuneConfig) -> dict:
@@ -228,6 +237,10 @@ def _finetune(cfg: FinetuneConfig, *, paradigm: str, init: str, model_dir: Path,
     tok = AutoTokenizer.from_pretrained(str(model_dir))
     clf = make_classifier(paradigm, model_dir, list(cfg.labels), tok, init=init, seed=cfg.seed,
                           **head_options(cfg))
+    if cfg.embedding_rms:
+        from stages.finetuning.heads import rescale_embeddings
+
+        rescale_embeddings(clf.model, cfg.embedding_rms)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     clf.to(device)
     train = sample_train(df, cfg, train_examples)
@@ -242,7 +255,12 @@ def _finetune(cfg: FinetuneConfig, *, paradigm: str, init: str, model_dir: Path,
     total = steps_per_epoch * epochs
     recipe = TrainConfig(lr=cfg.lr, warmup_fraction=cfg.warmup_fraction, weight_decay=cfg.weight_decay,
                          min_lr_ratio=0.0, budget_tokens=1, scale_lr_by_rms=cfg.scale_lr_by_rms)
-    optimizer = make_optimizer(clf.model, recipe, device)
+    lr_scales = None
+    if cfg.init_relative_lr:
+        from stages.finetuning.heads import init_scale_ratios
+
+        lr_scales = init_scale_ratios(clf.model)
+    optimizer = make_optimizer(clf.model, recipe, device, lr_scales=lr_scales)
     rng = np.random.default_rng(cfg.seed)
     texts = train["text"].tolist()
     lengths = token_lengths(tok, texts, cfg, paradigm)

@@ -342,3 +342,52 @@ def make_classifier(paradigm: str, model_dir: Path, labels: list[str], tokenizer
         return TextToTextClassifier(model_dir, labels, tokenizer, init=init, seed=seed)
     return EncoderClassifier(paradigm, model_dir, labels, init=init, seed=seed, aux_lm_weight=aux_lm_weight,
                              aux_lm_fraction=aux_lm_fraction)
+
+
+def rescale_embeddings(module, rms: float) -> float:
+    """Scale a BERT-style body's embedding tables (word, and position / token type where it has them) by one
+    factor, so that the word embeddings' root mean square becomes ``rms``; returns the factor. Their sum goes
+    straight into a LayerNorm, which is blind to a common scale, so the model computes exactly what it did:
+    only the parametrisation changes. What changes is how fast fine-tuning moves them: Adam's step is about
+    the same size for every weight, so a word vector trained to 4.7 times its initial scale (the DAPT model's
+    0.094 against the initialisation's 0.02) turns 4.7 times more slowly under the labels than a fresh one.
+    A random initialisation is already at ``initializer_range`` (a factor of about 1). Not for a head that
+    reads the tied masked-LM output layer (the cloze head), where the scale is part of the function."""
+    import torch
+
+    emb = next((m for m in module.modules() if hasattr(m, "word_embeddings") and hasattr(m, "LayerNorm")), None)
+    if emb is None:
+        raise ValueError("embedding_rms: needs a BERT-style body (embeddings summed into a LayerNorm)")
+    word = emb.word_embeddings.weight
+    factor = rms / float(word.detach().float().pow(2).mean().sqrt())
+    with torch.no_grad():
+        for child in emb.children():
+            if isinstance(child, torch.nn.Embedding):
+                child.weight.mul_(factor)
+    return factor
+
+
+def init_scale_ratios(module) -> dict:
+    """Each weight matrix of a classifier's body (parameter -> factor): its root mean square over that of the
+    same tensor in a fresh initialisation of the body's class and config, at least 1 (the head and vectors:
+    none). A pre-trained matrix grown to k times its initial scale gets k; a random initialisation 1 for all.
+    Adam's step is about the same size for every weight, so with ``lr`` x k a grown matrix moves at the
+    relative pace of a fresh one. The fresh copy draws from a forked random state: the run's own draws (head,
+    order) are those it makes without this."""
+    import torch
+
+    body = getattr(module, "body", module)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        fresh = type(body)(body.config)
+    reference = dict(fresh.named_parameters())
+    ratios = {}
+    with torch.no_grad():
+        for name, param in body.named_parameters():
+            ref = reference.get(name)
+            if param.dim() < 2 or ref is None or ref.shape != param.shape:
+                continue
+            scale = float(ref.float().pow(2).mean().sqrt())
+            if scale > 0:
+                ratios[param] = max(1.0, float(param.float().pow(2).mean().sqrt()) / scale)
+    return ratios

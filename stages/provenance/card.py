@@ -137,6 +137,10 @@ def _objective(record: dict, stage: str) -> str:
                  else " with sentence-order prediction (ALBERT's)")
         if isinstance(select, (int, float)):
             text += f", {select:.0%} of the positions selected for prediction"
+    elif paradigm == "bert" and _stage_setting(record, stage, "train", "objective") == "contrastive":
+        text += " with an in-batch contrastive loss between the two halves of each document"
+        if isinstance(select, (int, float)):
+            text += f", {select:.0%} of the positions selected for prediction"
     elif paradigm == "bert" and isinstance(select, (int, float)):
         text += f", {select:.0%} of the positions selected for prediction"
     return text

@@ -493,3 +493,78 @@ def test_prompt_head_refuses_other_paradigms_and_labels_sharing_a_word(models, t
         make_classifier("bert", models.models["bert"], ["river", "river"], tok, init="random", seed=0, head="prompt")
     with pytest.raises(ValueError, match="bert paradigm"):
         make_classifier("gpt", models.models["gpt"], LABELS, tok, init="random", seed=0, head="prompt")
+
+
+def test_embedding_rms_rescales_bert_embeddings_without_changing_what_the_model_computes(models, tmp_path):
+    from transformers import AutoTokenizer
+
+    from stages.finetuning.heads import make_classifier, rescale_embeddings
+
+    tok = AutoTokenizer.from_pretrained(str(models.models["bert"]))
+    clf = make_classifier("bert", models.models["bert"], LABELS, tok, init="pretrained", seed=0, head="pooled")
+    clf.model.eval()
+    emb = clf.model.body.embeddings.word_embeddings.weight
+    ids = torch.randint(5, emb.shape[0], (3, 12))
+    mask = torch.ones_like(ids)
+    mask[1, 8:] = 0
+    with torch.no_grad():
+        before = clf.model(ids, mask)
+        scale = float(emb.pow(2).mean().sqrt())
+        factor = rescale_embeddings(clf.model, 0.5 * scale)
+        after = clf.model(ids, mask)
+    assert factor == pytest.approx(0.5, rel=1e-5)
+    assert float(emb.detach().pow(2).mean().sqrt()) == pytest.approx(0.5 * scale, rel=1e-4)
+    torch.testing.assert_close(after, before, atol=1e-4, rtol=1e-4)
+    gpt = make_classifier("gpt", models.models["gpt"], LABELS, AutoTokenizer.from_pretrained(
+        str(models.models["gpt"])), init="pretrained", seed=0, head="pooled")
+    with pytest.raises(ValueError, match="BERT-style"):
+        rescale_embeddings(gpt.model, 0.02)
+
+
+def test_embedding_rms_is_applied_before_training_and_refused_with_the_cloze_head(models, tmp_path, monkeypatch):
+    from stages.config import ConfigError
+    from stages.finetuning import heads
+
+    with pytest.raises(ConfigError, match="embedding_rms"):
+        load_config(write_params(tmp_path / "p.yaml", head="prompt", embedding_rms=0.02), "bert")
+    with pytest.raises(ConfigError, match="init_relative_lr"):
+        load_config(write_params(tmp_path / "r.yaml", init_relative_lr=True, scale_lr_by_rms=True), "bert")
+    seen = []
+    original = heads.rescale_embeddings
+    monkeypatch.setattr(heads, "rescale_embeddings", lambda m, rms: seen.append(rms) or original(m, rms))
+    cfg = load_config(write_params(tmp_path / "q.yaml", head="pooled", embedding_rms=0.02, epochs=1), "bert")
+    out = finetune(cfg, paradigm="bert", init="pretrained", model_dir=models.models["bert"],
+                   df=read_task(models.task), log=lambda m: None)
+    assert seen == [0.02] and out["metrics"]["steps"] > 0
+
+
+def test_init_relative_lr_gives_grown_matrices_proportionally_larger_rates(models, tmp_path):
+    from transformers import AutoTokenizer
+
+    from stages.finetuning.heads import init_scale_ratios, make_classifier
+    from stages.training.config import TrainConfig
+    from stages.training.loop import make_optimizer, set_lr
+
+    tok = AutoTokenizer.from_pretrained(str(models.models["bert"]))
+    clf = make_classifier("bert", models.models["bert"], LABELS, tok, init="random", seed=0, head="pooled")
+    state = torch.random.get_rng_state()
+    ratios = init_scale_ratios(clf.model)
+    assert torch.equal(torch.random.get_rng_state(), state)  # the run's own draws are untouched
+    body = dict(clf.model.body.named_parameters())
+    word = body["embeddings.word_embeddings.weight"]
+    assert ratios and all(p.dim() >= 2 for p in ratios) and all(v == pytest.approx(1.0, abs=0.05)
+                                                                  for v in ratios.values())
+    with torch.no_grad():
+        word.mul_(3.0)  # as if pre-training had grown it to three times its initial scale
+    ratios = init_scale_ratios(clf.model)
+    assert ratios[word] == pytest.approx(3.0, rel=0.05)
+    assert not any(n.startswith("out") or n.startswith("norm") for n, p in clf.model.named_parameters()
+                   if p in ratios)  # the head is new: plain rate
+    optimizer = make_optimizer(clf.model, TrainConfig(lr=1e-3), "cpu", lr_scales=ratios)
+    set_lr(optimizer, 2e-3)
+    rates = {id(g["params"][0]): g["lr"] for g in optimizer.param_groups}
+    assert rates[id(word)] == pytest.approx(2e-3 * ratios[word])
+    head = next(p for n, p in clf.model.named_parameters() if not n.startswith("body."))
+    assert rates[id(head)] == pytest.approx(2e-3)
+    with pytest.raises(ValueError, match="scale_lr_by_rms"):
+        make_optimizer(clf.model, TrainConfig(lr=1e-3, scale_lr_by_rms=True), "cpu", lr_scales=ratios)

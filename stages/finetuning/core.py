@@ -53,6 +53,8 @@ class FinetuneConfig:
     embedding_rms: BERT only: before the first step, the body's embedding tables are scaled by one factor so
     that the word embeddings' RMS is this (0 = off): the same function (they feed a LayerNorm), but Adam moves
     the vectors at the pace it moves a fresh initialisation's (``stages.finetuning.heads.rescale_embeddings``).
+    reinit_layers: BERT only: the body's top this many transformer layers are drawn anew before the first step
+    (Zhang et al. 2021; ``stages.finetuning.heads.reinit_top_layers``); 0 = off. A random body stays random.
     workers: the stage's runs at a time (> 1: spawned processes of one torch thread each; on a few CPU
     cores two one-thread runs finish sooner than two two-thread runs one after the other).
     precision: ``auto`` runs the forward passes under bf16 autocast where the device multiplies bf16
@@ -85,6 +87,7 @@ class FinetuneConfig:
     scale_lr_by_rms: bool = False
     embedding_rms: float = 0.0
     init_relative_lr: bool = False
+    reinit_layers: int = 0
     workers: int = 1
     threads: int = 0
     precision: str = "auto"
@@ -115,6 +118,9 @@ class FinetuneConfig:
         check(not (self.init_relative_lr and self.scale_lr_by_rms), "init_relative_lr: not with scale_lr_by_rms")
         check(not self.embedding_rms or self.head != "prompt",
               "embedding_rms: not with head prompt (its output layer is the tied word embeddings)")
+        check(self.reinit_layers >= 0, "reinit_layers: must be >= 0 (0 = off)")
+        check(not self.reinit_layers or self.head != "prompt",
+              "reinit_layers: not with head prompt (it reads the top layer through the masked-LM head)")
 
 
 def head_options(cfg: FinetuneConfig) -> dict:
@@ -241,6 +247,10 @@ def _finetune(cfg: FinetuneConfig, *, paradigm: str, init: str, model_dir: Path,
         from stages.finetuning.heads import rescale_embeddings
 
         rescale_embeddings(clf.model, cfg.embedding_rms)
+    if cfg.reinit_layers:
+        from stages.finetuning.heads import reinit_top_layers
+
+        reinit_top_layers(clf.model, cfg.reinit_layers, seed=cfg.seed)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     clf.to(device)
     train = sample_train(df, cfg, train_examples)

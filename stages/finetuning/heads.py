@@ -12,9 +12,14 @@
   label string under the model and takes the most likely, so it is always a valid label.
 
 ``head: pooled`` puts the same small head on every paradigm instead (:class:`PooledClassifier`): the masked
-mean of the (encoder's) last hidden states, a LayerNorm and a linear layer. BERT's stock head reads the
-[CLS] position, which masked-LM pre-training never trains, so a pre-trained and a random BERT compared
-through it differ mostly by noise; the mean over all positions reads what pre-training did train.
+mean of the (encoder's) last hidden states, a BatchNorm (or LayerNorm) and a linear layer. BERT's stock head
+reads the [CLS] position, which masked-LM pre-training never trains, so a pre-trained and a random BERT
+compared through it differ mostly by noise; the mean over all positions reads what pre-training did train.
+``head: prompt`` (BERT only, :class:`PromptClassifier`) classifies as a cloze: the masked-LM head's scores at
+a [MASK] for one word per label (PET / LM-BFF).
+
+Before training, a BERT body can be reparametrised (:func:`rescale_embeddings`) and its top layers drawn
+anew (:func:`reinit_top_layers`); the finetune stage's ``embedding_rms`` and ``reinit_layers`` say how.
 
 ``init``: ``pretrained`` / ``dapt`` load the weights of ``model_dir``; ``random`` builds the same
 architecture from its config with fresh weights (the baseline that shows what pre-training buys).
@@ -391,3 +396,35 @@ def init_scale_ratios(module) -> dict:
             if scale > 0:
                 ratios[param] = max(1.0, float(param.float().pow(2).mean().sqrt()) / scale)
     return ratios
+
+
+def reinit_top_layers(module, n: int, seed: int = 0) -> None:
+    """Draw the top ``n`` transformer layers of a BERT-style body anew: normal(0, ``initializer_range``)
+    weights, zero biases, unit LayerNorms, from a generator seeded by ``seed`` (the run's seed), so each
+    fine-tuning seed gets its own draw. Zhang et al. 2021 ("Revisiting Few-sample BERT Fine-tuning") found
+    the layers nearest the pre-training head the most specialised to it and the least useful to a new task;
+    here (2 layers, masked LM) drawing the top one anew lifted the general model's whole-split validation
+    macro-F1 from 0.814 +- 0.014 to 0.825 +- 0.003 with all labels (benchmarks/README.md). The embeddings, the
+    lower layers and what lies between the layers (DeBERTa-v2's convolution and relative-position table) are
+    kept. Written out rather than through ``_init_weights``, which transformers 5 skips for weights loaded from
+    a checkpoint. A random body stays a random body (another draw of the same distribution)."""
+    import torch
+
+    body = getattr(module, "body", module)
+    layers = getattr(getattr(body, "encoder", None), "layer", None)
+    if layers is None:
+        raise ValueError("reinit_layers: needs a BERT-style body (encoder.layer)")
+    if not 0 < n <= len(layers):
+        raise ValueError(f"reinit_layers: {n} is not between 1 and the body's {len(layers)} layers")
+    std = getattr(body.config, "initializer_range", 0.02)
+    gen = torch.Generator().manual_seed(10_000 + seed)
+    with torch.no_grad():
+        for layer in list(layers)[len(layers) - n:]:
+            for m in layer.modules():
+                if isinstance(m, torch.nn.Linear):
+                    m.weight.copy_(torch.randn(m.weight.shape, generator=gen) * std)
+                    if m.bias is not None:
+                        m.bias.zero_()
+                elif isinstance(m, torch.nn.LayerNorm):
+                    m.weight.fill_(1.0)
+                    m.bias.zero_()

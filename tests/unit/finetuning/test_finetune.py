@@ -568,3 +568,62 @@ def test_init_relative_lr_gives_grown_matrices_proportionally_larger_rates(model
     assert rates[id(head)] == pytest.approx(2e-3)
     with pytest.raises(ValueError, match="scale_lr_by_rms"):
         make_optimizer(clf.model, TrainConfig(lr=1e-3, scale_lr_by_rms=True), "cpu", lr_scales=ratios)
+
+
+def test_reinit_top_layers_draws_only_the_top_layers_anew_per_seed(models, tmp_path):
+    from transformers import AutoTokenizer
+
+    from stages.finetuning.heads import make_classifier, reinit_top_layers
+
+    tok = AutoTokenizer.from_pretrained(str(models.models["bert"]))
+
+    def body(seed=None):
+        clf = make_classifier("bert", models.models["bert"], LABELS, tok, init="pretrained", seed=0, head="pooled")
+        if seed is not None:
+            reinit_top_layers(clf.model, 1, seed=seed)
+        return clf.model.body
+
+    kept, fresh, fresh_again, other = body(), body(0), body(0), body(1)
+    top = f"encoder.layer.{len(kept.encoder.layer) - 1}."
+    params = dict(fresh.named_parameters())
+    changed = []
+    for name, p in kept.named_parameters():
+        q = params[name]
+        if name.startswith(top):
+            if name.endswith("LayerNorm.weight"):
+                assert torch.all(q == 1.0)
+            elif name.endswith("bias"):
+                assert torch.all(q == 0.0)
+            else:  # a weight matrix, drawn at the config's initializer_range
+                assert float(q.detach().std()) == pytest.approx(kept.config.initializer_range, rel=0.2)
+                changed.append(name)
+                assert not torch.equal(q, dict(other.named_parameters())[name])  # each seed its own draw
+            assert torch.equal(q, dict(fresh_again.named_parameters())[name])  # the same seed, the same draw
+        else:  # embeddings, lower layers, the convolution and the relative positions are kept
+            assert torch.equal(p, q), name
+    assert changed and not torch.equal(dict(kept.named_parameters())[changed[0]], params[changed[0]])
+    with pytest.raises(ValueError, match="between 1 and"):
+        reinit_top_layers(make_classifier("bert", models.models["bert"], LABELS, tok, init="pretrained", seed=0,
+                                          head="pooled").model, len(kept.encoder.layer) + 1)
+    gpt = make_classifier("gpt", models.models["gpt"], LABELS, AutoTokenizer.from_pretrained(
+        str(models.models["gpt"])), init="pretrained", seed=0, head="pooled")
+    with pytest.raises(ValueError, match="BERT-style"):
+        reinit_top_layers(gpt.model, 1)
+
+
+def test_reinit_layers_is_applied_before_training_and_refused_with_the_cloze_head(models, tmp_path, monkeypatch):
+    from stages.config import ConfigError
+    from stages.finetuning import heads
+
+    with pytest.raises(ConfigError, match="reinit_layers"):
+        load_config(write_params(tmp_path / "p.yaml", head="prompt", reinit_layers=1), "bert")
+    with pytest.raises(ConfigError, match="reinit_layers"):
+        load_config(write_params(tmp_path / "n.yaml", head="pooled", reinit_layers=-1), "bert")
+    seen = []
+    original = heads.reinit_top_layers
+    monkeypatch.setattr(heads, "reinit_top_layers",
+                        lambda m, n, seed: seen.append((n, seed)) or original(m, n, seed=seed))
+    cfg = load_config(write_params(tmp_path / "q.yaml", head="pooled", reinit_layers=1, epochs=1, seed=3), "bert")
+    out = finetune(cfg, paradigm="bert", init="pretrained", model_dir=models.models["bert"],
+                   df=read_task(models.task), log=lambda m: None)
+    assert seen == [(1, 3)] and out["metrics"]["steps"] > 0

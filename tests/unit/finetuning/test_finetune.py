@@ -521,21 +521,28 @@ def test_embedding_rms_rescales_bert_embeddings_without_changing_what_the_model_
         rescale_embeddings(gpt.model, 0.02)
 
 
-def test_embedding_rms_is_applied_before_training_and_refused_with_the_cloze_head(models, tmp_path, monkeypatch):
+def test_bert_reparametrisations_are_applied_before_training_in_order_and_refused_with_the_cloze_head(
+        models, tmp_path, monkeypatch):
     from stages.config import ConfigError
     from stages.finetuning import heads
 
-    with pytest.raises(ConfigError, match="embedding_rms"):
-        load_config(write_params(tmp_path / "p.yaml", head="prompt", embedding_rms=0.02), "bert")
-    with pytest.raises(ConfigError, match="init_relative_lr"):
-        load_config(write_params(tmp_path / "r.yaml", init_relative_lr=True, scale_lr_by_rms=True), "bert")
+    refused = [({"head": "prompt", "embedding_rms": 0.02}, "embedding_rms"),
+               ({"init_relative_lr": True, "scale_lr_by_rms": True}, "init_relative_lr"),
+               ({"head": "prompt", "reinit_layers": 1}, "reinit_layers"),
+               ({"head": "pooled", "reinit_layers": -1}, "reinit_layers")]
+    for i, (overrides, key) in enumerate(refused):
+        with pytest.raises(ConfigError, match=key):
+            load_config(write_params(tmp_path / f"bad{i}.yaml", **overrides), "bert")
     seen = []
-    original = heads.rescale_embeddings
-    monkeypatch.setattr(heads, "rescale_embeddings", lambda m, rms: seen.append(rms) or original(m, rms))
-    cfg = load_config(write_params(tmp_path / "q.yaml", head="pooled", embedding_rms=0.02, epochs=1), "bert")
+    rescale, reinit = heads.rescale_embeddings, heads.reinit_top_layers
+    monkeypatch.setattr(heads, "rescale_embeddings", lambda m, rms: seen.append(("rescale", rms)) or rescale(m, rms))
+    monkeypatch.setattr(heads, "reinit_top_layers",
+                        lambda m, n, seed: seen.append(("reinit", n, seed)) or reinit(m, n, seed=seed))
+    cfg = load_config(write_params(tmp_path / "q.yaml", head="pooled", embedding_rms=0.02, reinit_layers=1, epochs=1,
+                                   seed=3), "bert")
     out = finetune(cfg, paradigm="bert", init="pretrained", model_dir=models.models["bert"],
                    df=read_task(models.task), log=lambda m: None)
-    assert seen == [0.02] and out["metrics"]["steps"] > 0
+    assert seen == [("rescale", 0.02), ("reinit", 1, 3)] and out["metrics"]["steps"] > 0
 
 
 def test_init_relative_lr_gives_grown_matrices_proportionally_larger_rates(models, tmp_path):
@@ -570,7 +577,7 @@ def test_init_relative_lr_gives_grown_matrices_proportionally_larger_rates(model
         make_optimizer(clf.model, TrainConfig(lr=1e-3, scale_lr_by_rms=True), "cpu", lr_scales=ratios)
 
 
-def test_reinit_top_layers_draws_only_the_top_layers_anew_per_seed(models, tmp_path):
+def test_reinit_top_layers_draws_only_the_top_layers_anew_per_seed(models):
     from transformers import AutoTokenizer
 
     from stages.finetuning.heads import make_classifier, reinit_top_layers
@@ -585,7 +592,7 @@ def test_reinit_top_layers_draws_only_the_top_layers_anew_per_seed(models, tmp_p
 
     kept, fresh, fresh_again, other = body(), body(0), body(0), body(1)
     top = f"encoder.layer.{len(kept.encoder.layer) - 1}."
-    params = dict(fresh.named_parameters())
+    params, again, others = (dict(b.named_parameters()) for b in (fresh, fresh_again, other))
     changed = []
     for name, p in kept.named_parameters():
         q = params[name]
@@ -597,8 +604,8 @@ def test_reinit_top_layers_draws_only_the_top_layers_anew_per_seed(models, tmp_p
             else:  # a weight matrix, drawn at the config's initializer_range
                 assert float(q.detach().std()) == pytest.approx(kept.config.initializer_range, rel=0.2)
                 changed.append(name)
-                assert not torch.equal(q, dict(other.named_parameters())[name])  # each seed its own draw
-            assert torch.equal(q, dict(fresh_again.named_parameters())[name])  # the same seed, the same draw
+                assert not torch.equal(q, others[name])  # each seed its own draw
+            assert torch.equal(q, again[name])  # the same seed, the same draw
         else:  # embeddings, lower layers, the convolution and the relative positions are kept
             assert torch.equal(p, q), name
     assert changed and not torch.equal(dict(kept.named_parameters())[changed[0]], params[changed[0]])
@@ -609,21 +616,3 @@ def test_reinit_top_layers_draws_only_the_top_layers_anew_per_seed(models, tmp_p
         str(models.models["gpt"])), init="pretrained", seed=0, head="pooled")
     with pytest.raises(ValueError, match="BERT-style"):
         reinit_top_layers(gpt.model, 1)
-
-
-def test_reinit_layers_is_applied_before_training_and_refused_with_the_cloze_head(models, tmp_path, monkeypatch):
-    from stages.config import ConfigError
-    from stages.finetuning import heads
-
-    with pytest.raises(ConfigError, match="reinit_layers"):
-        load_config(write_params(tmp_path / "p.yaml", head="prompt", reinit_layers=1), "bert")
-    with pytest.raises(ConfigError, match="reinit_layers"):
-        load_config(write_params(tmp_path / "n.yaml", head="pooled", reinit_layers=-1), "bert")
-    seen = []
-    original = heads.reinit_top_layers
-    monkeypatch.setattr(heads, "reinit_top_layers",
-                        lambda m, n, seed: seen.append((n, seed)) or original(m, n, seed=seed))
-    cfg = load_config(write_params(tmp_path / "q.yaml", head="pooled", reinit_layers=1, epochs=1, seed=3), "bert")
-    out = finetune(cfg, paradigm="bert", init="pretrained", model_dir=models.models["bert"],
-                   df=read_task(models.task), log=lambda m: None)
-    assert seen == [(1, 3)] and out["metrics"]["steps"] > 0

@@ -48,6 +48,8 @@ def _si(x: float | None, unit: str = "") -> str:
 
 
 def _noise(d: dict) -> str:
+    if d.get("seeds", 2) < 2:
+        return "one seed: no spread to judge it against"
     return f"pooled seed std {d['pooled_std']:.3f}, {'beyond' if d['resolved'] else 'within'} 2x"
 
 
@@ -76,7 +78,8 @@ def finetune_section(result: dict) -> list[str]:
     lines.append(f"| majority class | - | {_f(maj['test_accuracy'])} | {_f(maj['test_macro_f1'])} | - | - | - | - |")
     lines += ["", "Gains in test macro-F1. Pre-training: the better of `pretrained` / `dapt` (chosen on mean "
               "validation macro-F1, as the gate chooses) minus `random`; it counts when it is >= 0.03 and more "
-              "than twice the pooled seed std sqrt((s_a^2 + s_b^2) / 2). DAPT: `dapt` minus `pretrained`.", ""]
+              "than twice the pooled seed std sqrt((s_a^2 + s_b^2) / 2), over at least two seeds on each side. "
+              "DAPT: `dapt` minus `pretrained`.", ""]
     for p, g in result["gains"].items():
         pre, dapt = g["pretraining"], g["dapt"]
         lines.append(f"- {NAMES[p]}: pre-training ({g['best_init']}) {pre['difference']:+.3f} ({_noise(pre)}; "

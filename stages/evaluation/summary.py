@@ -4,9 +4,10 @@ gains. No I/O except :func:`read_training`.
 
 Noise: a fine-tuning run is repeated over seeds (sample, head initialisation, data order), and a
 difference of two means is called *resolved* only when it exceeds twice the pooled seed standard deviation
-``sqrt((s_a^2 + s_b^2) / 2)`` (the noise of one run; with one seed per run it is 0 and the test is vacuous,
-which the report says through the seed counts). A gain *counts* when it is also at least
-``MIN_GAIN`` (3 macro-F1 points), the smallest difference the project calls worth a pre-training run."""
+``sqrt((s_a^2 + s_b^2) / 2)`` (the noise of one run), which needs at least two seeds on each side: with one
+seed the std is 0 and says nothing, so such a difference is never resolved and never counts, whatever its
+size. A gain *counts* when it is also at least ``MIN_GAIN`` (3 macro-F1 points), the smallest difference the
+project calls worth a pre-training run."""
 
 from __future__ import annotations
 
@@ -59,8 +60,10 @@ def difference(table: dict, better: str, worse: str) -> dict:
     a, b = table[better], table[worse]
     diff = round(a["test_macro_f1"] - b["test_macro_f1"], 5)
     noise = pooled(a["test_macro_f1_std"], b["test_macro_f1_std"])
-    return {"difference": diff, "pooled_std": noise, "resolved": abs(diff) > 2 * noise,
-            "counts": diff >= MIN_GAIN and diff > 2 * noise, "seeds": min(a["seeds"], b["seeds"])}
+    seeds = min(a["seeds"], b["seeds"])
+    resolved = seeds >= 2 and abs(diff) > 2 * noise  # one seed has no spread to judge a difference against
+    return {"difference": diff, "pooled_std": noise, "resolved": resolved,
+            "counts": resolved and diff >= MIN_GAIN, "seeds": seeds}
 
 
 def best_pretrained(table: dict, paradigm: str) -> str:

@@ -55,7 +55,7 @@ def pretraining_effect(gains: dict) -> str:
         ok = "counts" if d["counts"] else "does not count"
         parts.append(f"{NAMES.get(p, p)} {d['difference']:+.3f} ({g['best_init']} vs random; {ok})")
     return (f"Pre-training gain with the full training sample: {'; '.join(parts)} (a gain counts when it is "
-            f">= {MIN_GAIN} and beyond twice the pooled seed std).")
+            f">= {MIN_GAIN} and beyond twice the pooled seed std, over at least two seeds).")
 
 
 def where_pretraining_matters(curve_gains: dict) -> str:

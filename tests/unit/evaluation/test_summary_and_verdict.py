@@ -48,6 +48,14 @@ def test_gains_use_the_pooled_seed_std_and_the_validation_choice():
     table["bert-random"] = run_row(record([0.53, 0.55, 0.57]))        # std 0.02: pooled 0.02
     pre = gains(table, ["bert"])["bert"]["pretraining"]
     assert pre["counts"] and pre["resolved"]
+    # one seed on a side: a std of 0 is no spread to judge against, so even +0.10 neither resolves nor counts
+    single = {"bert-pretrained": run_row(record([0.65], val=0.5)), "bert-dapt": run_row(record([0.6], val=0.4)),
+              "bert-random": run_row(record([0.55]))}
+    pre = gains(single, ["bert"])["bert"]["pretraining"]
+    assert pre["difference"] == pytest.approx(0.10) and pre["seeds"] == 1
+    assert not pre["resolved"] and not pre["counts"]
+    from stages.evaluation.report import _noise
+    assert _noise(pre) == "one seed: no spread to judge it against"
 
 
 def test_paradigm_row_sums_the_runs_and_carries_no_wall_time():

@@ -3,10 +3,13 @@
     python -m stages.lineage dist/lm-pipeline-<version>.bento          # an exported Bento, read in place
     python -m stages.lineage lm-pipeline:latest --verify               # a Bento in the store, checked here
     python -m stages.lineage ~/bentoml/models/lm-pipeline-classifier/<version> --json
+    python -m stages.lineage data/models/dapt/bert --card                # any model folder of this workspace
 
 Prints the chain from the raw sources (with their checksums) through cleaning, tokenizer, token datasets,
 pre-training, DAPT, fine-tuning, every gate and the evaluation to the Bento. The record travels inside the
-Bento (``lineage.json`` in the classifier model), so this works wherever the Bento was imported.
+Bento (``lineage.json`` in the classifier model), so this works wherever the Bento was imported. A model
+folder of a workspace (``data/models/...``) gets the record the package stage would build for it from
+``dvc.lock``; ``--card`` prints a model's card (``README.md``) rendered from its record instead of the chain.
 
 ``--verify`` recomputes hashes: the record's own consistency and the packaged models' files against it
 (anywhere), and, where there is a workspace (``--workspace``, default: the nearest folder at or above the
@@ -75,8 +78,9 @@ def main(argv: Iterable[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m stages.lineage", description=__doc__.split("\n\n")[0])
     ap.add_argument("target", help="an exported .bento file, a Bento or model tag, a Bento or model folder")
     ap.add_argument("--verify", action="store_true", help="recompute hashes; exit 1 on any mismatch")
-    ap.add_argument("--workspace", type=Path, help="the project folder to verify against (default: the nearest "
-                                                   "folder at or above the current one holding dvc.lock)")
+    ap.add_argument("--workspace", type=Path, help="the project folder to verify against (default: a workspace "
+                                                   "model folder's own; else the nearest folder at or above the "
+                                                   "current one holding dvc.lock)")
     ap.add_argument("--pin", metavar="SHA256", help="with --verify and a Bento (exported file, folder or tag): the "
                                                     "SHA-256 of its manifest (package.json manifest_sha256) or of the "
                                                     "exported archive (sha256), from a place its publisher cannot "
@@ -88,6 +92,8 @@ def main(argv: Iterable[str] | None = None) -> int:
                     help="with --verify: exit 1 unless every file of a Bento is bound by --pin or --public-key (an "
                          "audit that must prove origin, not only consistency)")
     ap.add_argument("--json", action="store_true", help="print the record (and the verdict) as JSON")
+    ap.add_argument("--card", action="store_true", help="print the model card rendered from the record (for a "
+                                                        "pre-trained or DAPT folder of a workspace, that model's)")
     args = ap.parse_args(list(argv) if argv is not None else None)
     from stages.provenance.chain import render
     from stages.provenance.record import LineageError
@@ -116,7 +122,7 @@ def main(argv: Iterable[str] | None = None) -> int:
             print(f"error: {exc}", file=sys.stderr)
             return 2
     if args.verify:
-        workspace = args.workspace or find_workspace(Path.cwd())
+        workspace = args.workspace or target.workspace or find_workspace(Path.cwd())
         if args.workspace is not None and not (workspace / "dvc.lock").is_file():
             print(f"error: {workspace}: no dvc.lock in this workspace", file=sys.stderr)
             return 2
@@ -127,13 +133,28 @@ def main(argv: Iterable[str] | None = None) -> int:
         verdict.notes.insert(0, f"workspace: {workspace.resolve()}" if workspace else
                              "workspace: none (no dvc.lock here or above; only the Bento's own files and the record's "
                              "own consistency were checked, not the data and code upstream)")
-    if args.json:
+    if args.card:
+        from stages.provenance.card import classifier_card, generative_card
+
+        by = "`python -m stages.lineage --card`"
+        if target.stage and not target.stage.startswith("finetune@"):
+            print(generative_card(target.record, target.folder, by=by), end="")
+        else:
+            print(classifier_card(target.record, by=by), end="")
+        if verdict is not None:
+            print()
+            print(report(verdict, workspace is not None))
+    elif args.json:
         out = {"bento": target.bento, "record": target.record}
         if verdict is not None:
             out["verify"] = verdict.as_dict()
         json.dump(out, sys.stdout, indent=2, sort_keys=True)
         sys.stdout.write("\n")
     else:
+        if target.folder:
+            print(f"Workspace model folder {target.folder} (written by {target.stage}); the record of the classifier "
+                  f"{target.record['model']['name']}" + ("" if target.stage.startswith("finetune@") else
+                                                        ", which it is upstream of") + ":")
         print(render(target.record, target.bento))
         if verdict is not None:
             print()

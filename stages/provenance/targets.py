@@ -1,6 +1,8 @@
 """What ``python -m stages.lineage`` can be pointed at, opened the same way: an exported ``.bento`` file
-(read in place, nothing imported), a Bento or model in the BentoML store (by tag), a Bento folder or a model
-folder holding ``lineage.json``.
+(read in place, nothing imported), a Bento or model in the BentoML store (by tag), a Bento folder, a model
+folder holding ``lineage.json``, or a model folder of a DVC workspace (``data/models/...``, written by a
+pretrain, dapt or finetune stage), whose record is built from the workspace's ``dvc.lock`` as the package
+stage builds it.
 
 Each gives the lineage record, a description of the Bento, and the MD5 of every file of every packaged
 model (so ``--verify`` checks the weights that would be served, not a copy in the workspace). A Bento (file,
@@ -33,6 +35,9 @@ class Target:
     irregular: list[str] = field(default_factory=list)  # members that are not regular files (links, devices)
     manifest: bytes | None = None  # provenance/manifest.json, as the Bento holds it
     signature: bytes | None = None  # provenance/manifest.json.sig
+    folder: str | None = None  # a workspace model folder: its path as dvc.lock names it
+    stage: str | None = None  # ... and the stage that wrote it
+    workspace: Path | None = None  # ... and the workspace it belongs to
 
 
 def _yaml(text: str) -> dict:
@@ -127,6 +132,58 @@ def from_model_folder(folder: Path, tag: str | None = None) -> Target:
                   packaged=[_model_folder_item(tag, folder)])
 
 
+def _workspace_of(folder: Path) -> Path | None:
+    return next((p for p in (folder, *folder.parents) if (p / "dvc.lock").is_file()), None)
+
+
+MODEL_STAGES = ("finetune", "pretrain", "dapt")
+
+
+def from_workspace_model(folder: Path, evaluate_stage: str = "evaluate") -> Target:
+    """A model folder of a DVC workspace, written by a finetune, pretrain or dapt stage: the lineage record the
+    package stage would build for it (a fine-tuned model's own; for a pre-trained or DAPT model, the record of
+    the classifier the model gate selected, which holds the folder upstream). The workspace must match its
+    ``dvc.lock``, as for packaging."""
+    from stages.provenance.record import Lock, collect
+
+    folder = folder.resolve()
+    root = _workspace_of(folder)
+    if root is None:
+        raise LineageError(f"{folder}: no lineage.json, and no dvc.lock at or above it (neither a packaged model "
+                           "nor a model folder of a workspace)")
+    rel = folder.relative_to(root).as_posix()
+    lock = Lock.read(root / "dvc.lock")
+
+    def model_out(stage: str) -> str | None:
+        return next((o["path"] for o in lock.stages[stage].get("outs", []) if "nfiles" in o), None)
+
+    stage = next((name for name, entry in lock.stages.items()
+                  if any(o.get("path") == rel for o in entry.get("outs", []))), None)
+    if stage is None or stage.split("@", 1)[0] not in MODEL_STAGES:
+        raise LineageError(f"{rel}: not a model folder a finetune, pretrain or dapt stage wrote "
+                           f"(per {root / 'dvc.lock'})")
+    if evaluate_stage not in lock.stages:
+        raise LineageError(f"{root / 'dvc.lock'}: no {evaluate_stage} stage, so no model gate to record")
+    gate = next((o["path"] for o in lock.stages[evaluate_stage].get("outs", [])
+                 if o["path"].endswith("model-gate.json")), None)
+    if gate is None:
+        raise LineageError(f"{root / 'dvc.lock'}: the {evaluate_stage} stage writes no model-gate.json")
+    if stage.startswith("finetune@"):
+        name, model_dir = stage.split("@", 1)[1], rel
+    else:
+        report = json.loads((root / gate).read_text(encoding="utf-8")) if (root / gate).is_file() else {}
+        finetunes = [s for s in lock.stages if s.startswith("finetune@") and model_out(s)]
+        name = report.get("selected") or (finetunes[0].split("@", 1)[1] if finetunes else None)
+        if not name or f"finetune@{name}" not in lock.stages or not model_out(f"finetune@{name}"):
+            raise LineageError(f"{rel}: no fine-tuned model in {root / 'dvc.lock'} whose record would hold it")
+        model_dir = model_out(f"finetune@{name}")
+    record = collect(root, model_name=name, model_dir=Path(model_dir), gate_report=Path(gate),
+                     evaluate_stage=evaluate_stage)
+    if rel not in record["files"]:
+        raise LineageError(f"{rel}: not upstream of the {evaluate_stage} stage in {root / 'dvc.lock'}")
+    return Target(record=json.loads(json.dumps(record)), folder=rel, stage=stage, workspace=root)
+
+
 def from_store(tag: str) -> Target:
     """A Bento tag (its models from the model store) or a model tag."""
     import os
@@ -215,7 +272,12 @@ def open_target(target: str) -> Target:
         if path.is_file():
             opened = from_bento_file(path)
         elif path.is_dir():
-            opened = from_bento_folder(path) if (path / "bento.yaml").is_file() else from_model_folder(path)
+            if (path / "bento.yaml").is_file():
+                opened = from_bento_folder(path)
+            elif (path / "lineage.json").is_file() or _workspace_of(path.resolve()) is None:
+                opened = from_model_folder(path)
+            else:
+                opened = from_workspace_model(path)
         else:
             opened = from_store(target)
     except (EOFError, lzma.LZMAError, UnicodeDecodeError, ValueError, KeyError, yaml.YAMLError, OSError) as exc:

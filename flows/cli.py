@@ -4,7 +4,7 @@
     lm-pipeline flow [--target evaluate] # the same as a Prefect flow (flows.pipeline)
     lm-pipeline ui [--port 4200]         # local Prefect server + scheduled deployment + reports server
     lm-pipeline serve [lm-pipeline:latest] [bentoml serve options]
-    lm-pipeline lineage BENTO [--verify] # the audit
+    lm-pipeline lineage BENTO [--verify] # the audit (or a model folder; --card)
     lm-pipeline clean --input docs.jsonl --output out/   # C4 cleaning of anyone's JSONL / Parquet
     lm-pipeline ingest|tokenizer|tokens|pretrain|finetune|evaluate|package ...   # one stage, as dvc.yaml runs it
 
@@ -31,7 +31,7 @@ HELP = {
     "serve": "bentoml serve a packaged pipeline (default lm-pipeline:latest) with bentoml's own options",
     "flow": "the pipeline as a Prefect flow", "ui": "local Prefect UI, scheduled deployment, reports server",
     "deploy": "only the scheduled deployment", "files": "the reports file server",
-    "lineage": "print or --verify what made a packaged model", "profile": "a profile's dvc exp run arguments",
+    "lineage": "print or --verify what made a packaged model or a model folder (--card: its model card)", "profile": "a profile's dvc exp run arguments",
     "clean": "C4 cleaning (a stage, or anyone's JSONL / Parquet)",
 }
 

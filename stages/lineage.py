@@ -39,13 +39,7 @@ import sys
 from collections.abc import Iterable
 from pathlib import Path
 
-
-def find_workspace(start: Path) -> Path | None:
-    """The nearest folder at or above ``start`` holding a ``dvc.lock`` (as git finds its repository)."""
-    for folder in (start, *start.parents):
-        if (folder / "dvc.lock").is_file():
-            return folder
-    return None
+from stages.provenance.record import find_workspace
 
 
 def report(verdict, with_workspace: bool) -> str:

@@ -197,13 +197,14 @@ def save_models(record: dict, cfg: PackageConfig, *, root: Path, model_dir: Path
     import bentoml
 
     from stages.provenance.card import CARD_FILE, classifier_card, generative_card
+    from stages.provenance.record import stored as as_stored
 
     for folder in (model_dir, *generative_dirs.values()):
         if (root / folder / CARD_FILE).exists():  # the card would replace a file the record vouches for
             raise FileExistsError(f"{folder}/{CARD_FILE}: the model folder has its own {CARD_FILE}, where "
                                   "packaging writes the model card")
     # the cards are rendered from the record as lineage.json stores it (keys sorted), as a verifier reads it
-    stored = json.loads(json.dumps(record, sort_keys=True, default=str))
+    stored = as_stored(record)
     labels, metadata = model_metadata(record)
     with bentoml.models.create(f"{cfg.name}-classifier", labels=labels, metadata=metadata) as m:
         _copy_files(root / model_dir, Path(m.path))

@@ -76,10 +76,7 @@ def _upstream(record: dict, stage: str | None) -> list[str]:
 
 def _producer(record: dict, path: str) -> str | None:
     """The stage whose outputs include ``path``."""
-    for name, entry in _stages(record).items():
-        if any(o.get("path") == path for o in entry.get("outs", [])):
-            return name
-    return None
+    return Lock(stages=_stages(record)).writer(path)
 
 
 def _stage_metrics(record: dict, stage: str) -> dict:

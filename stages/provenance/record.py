@@ -49,6 +49,11 @@ class Lock:
         data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
         return cls(stages=data.get("stages") or {})
 
+    def writer(self, path: str) -> str | None:
+        """The stage with an output exactly ``path`` (a model folder, say); None when no stage has one."""
+        return next((name for name, entry in self.stages.items()
+                     if any(o.get("path") == path for o in entry.get("outs", []))), None)
+
     def producers(self, path: str) -> list[str]:
         """The stages that wrote ``path``: an output equal to it, a folder holding it, or (for a dependency on
         a whole folder such as ``data/models/finetune``) outputs inside it."""
@@ -80,6 +85,17 @@ class Lock:
         for root in roots:
             visit(root)
         return list(seen)
+
+
+def find_workspace(start: Path) -> Path | None:
+    """The nearest folder at or above ``start`` holding a ``dvc.lock`` (as git finds its repository)."""
+    return next((folder for folder in (start, *start.parents) if (folder / "dvc.lock").is_file()), None)
+
+
+def stored(record: dict) -> dict:
+    """``record`` as ``lineage.json`` stores it and a verifier reads it back (keys sorted, plain JSON values):
+    what the model cards are rendered from."""
+    return json.loads(json.dumps(record, sort_keys=True, default=str))
 
 
 def git_state(root: Path) -> dict:

@@ -21,7 +21,7 @@ from pathlib import Path
 from stages.provenance.hashing import CHUNK, folder_manifest, md5_file
 from stages.provenance.manifest import (MANIFEST_FILE, SIGNATURE_FILE, bento_layout, folder_files, model_tags,
                                         sha256_path)
-from stages.provenance.record import LineageError
+from stages.provenance.record import LineageError, find_workspace
 
 
 @dataclass
@@ -132,10 +132,6 @@ def from_model_folder(folder: Path, tag: str | None = None) -> Target:
                   packaged=[_model_folder_item(tag, folder)])
 
 
-def _workspace_of(folder: Path) -> Path | None:
-    return next((p for p in (folder, *folder.parents) if (p / "dvc.lock").is_file()), None)
-
-
 MODEL_STAGES = ("finetune", "pretrain", "dapt")
 
 
@@ -144,10 +140,10 @@ def from_workspace_model(folder: Path, evaluate_stage: str = "evaluate") -> Targ
     package stage would build for it (a fine-tuned model's own; for a pre-trained or DAPT model, the record of
     the classifier the model gate selected, which holds the folder upstream). The workspace must match its
     ``dvc.lock``, as for packaging."""
-    from stages.provenance.record import Lock, collect
+    from stages.provenance.record import Lock, collect, find_workspace, stored
 
     folder = folder.resolve()
-    root = _workspace_of(folder)
+    root = find_workspace(folder)
     if root is None:
         raise LineageError(f"{folder}: no lineage.json, and no dvc.lock at or above it (neither a packaged model "
                            "nor a model folder of a workspace)")
@@ -157,8 +153,7 @@ def from_workspace_model(folder: Path, evaluate_stage: str = "evaluate") -> Targ
     def model_out(stage: str) -> str | None:
         return next((o["path"] for o in lock.stages[stage].get("outs", []) if "nfiles" in o), None)
 
-    stage = next((name for name, entry in lock.stages.items()
-                  if any(o.get("path") == rel for o in entry.get("outs", []))), None)
+    stage = lock.writer(rel)
     if stage is None or stage.split("@", 1)[0] not in MODEL_STAGES:
         raise LineageError(f"{rel}: not a model folder a finetune, pretrain or dapt stage wrote "
                            f"(per {root / 'dvc.lock'})")
@@ -181,7 +176,7 @@ def from_workspace_model(folder: Path, evaluate_stage: str = "evaluate") -> Targ
                      evaluate_stage=evaluate_stage)
     if rel not in record["files"]:
         raise LineageError(f"{rel}: not upstream of the {evaluate_stage} stage in {root / 'dvc.lock'}")
-    return Target(record=json.loads(json.dumps(record)), folder=rel, stage=stage, workspace=root)
+    return Target(record=stored(record), folder=rel, stage=stage, workspace=root)
 
 
 def from_store(tag: str) -> Target:
@@ -274,7 +269,7 @@ def open_target(target: str) -> Target:
         elif path.is_dir():
             if (path / "bento.yaml").is_file():
                 opened = from_bento_folder(path)
-            elif (path / "lineage.json").is_file() or _workspace_of(path.resolve()) is None:
+            elif (path / "lineage.json").is_file() or find_workspace(path.resolve()) is None:
                 opened = from_model_folder(path)
             else:
                 opened = from_workspace_model(path)

@@ -9,7 +9,10 @@
 ``random`` (the same architecture, fresh weights, the same recipe). Before training, a gate checks the task
 data (labels in ``finetune.labels``, no text in two splits, class shares in bounds). Training stops early
 when the validation macro-F1 has not improved for ``patience`` evaluations; the best model is kept and only
-then scored on the test split, which nothing else touches.
+then scored on the test split, which nothing else touches. The output folder carries its model card
+(``README.md``, rendered from ``card.json``: the pre-training behind the model from the ``--model`` folder's
+card, the task's sources and licences from the ``manifest.json`` beside ``--task``, the scores over the seeds;
+``stages.provenance.stagecard``).
 """
 
 from __future__ import annotations
@@ -151,11 +154,13 @@ def main(argv: Iterable[str] | None = None) -> int:
     args = ap.parse_args(list(argv) if argv is not None else None)
     if overlap_error(args, ["output", "metrics", "plot", "report", "live"], ["params", "task", "model"]):
         return 1
+    from stages.provenance import stagecard
     from stages.quality.gate import GateFailed
 
     try:
         cfg = load_config(args.params, args.paradigm)
         df = read_task(args.task)
+        task_sources = stagecard.corpora([args.task.parent / "manifest.json"])
         gate_task(df, cfg, args.report or args.output.parent / f"{args.output.name}.gate.json")
         if not (args.model / "config.json").is_file():
             raise FileNotFoundError(f"{args.model / 'config.json'}: no model (run the pretrain/dapt stage first)")
@@ -174,6 +179,10 @@ def main(argv: Iterable[str] | None = None) -> int:
                                                   "curve": out["curve"],
                                                   "init": args.init, "model": str(args.model),
                                                   "labels": list(cfg.labels)})
+        stagecard.write(tmp, stagecard.finetune_facts(
+            paradigm=args.paradigm, init=args.init, labels=list(cfg.labels), config=asdict(out["config"]),
+            metrics=metrics, sources=task_sources, model_dir=args.model,
+            parameters=stagecard.count_parameters(tmp)))
     if args.metrics:
         write_json_atomic(args.metrics, metrics)
     if args.plot:

@@ -18,7 +18,9 @@ stage's ``dvc.lock`` entry and every file they read or wrote. For a Bento (an ex
 or a tag in the store) it also checks every file, models included, against the Bento's manifest
 (``provenance/manifest.json``, the SHA-256 of each file, written by the package stage): a file that
 differs, is missing or is not listed is a mismatch, as is byte-code or a native extension under ``src/``.
-Each mismatch is printed with the file it concerns; the exit status is 1 when there is any (2 when the
+For a workspace model folder it also checks the model card its training stage wrote there
+(``README.md`` against the ``card.json`` beside it, and that file's sources and licences against the ingest
+manifests; ``stages.provenance.stagecard``). Each mismatch is printed with the file it concerns; the exit status is 1 when there is any (2 when the
 target cannot be read).
 
 The threat model: someone who can rewrite the Bento can rewrite a weight file, ``lineage.json`` and the
@@ -127,6 +129,15 @@ def main(argv: Iterable[str] | None = None) -> int:
         verdict.notes.insert(0, f"workspace: {workspace.resolve()}" if workspace else
                              "workspace: none (no dvc.lock here or above; only the Bento's own files and the record's "
                              "own consistency were checked, not the data and code upstream)")
+        if target.folder and target.workspace is not None:  # the card its stage wrote into the folder
+            from stages.provenance import stagecard
+
+            problems, verified = stagecard.check(target.workspace / target.folder, target.record.get("sources"))
+            verdict.checked += 1 + len((stagecard.read_facts(target.workspace / target.folder) or {}).get("corpora")
+                                       or {})
+            verdict.mismatches += problems
+            verdict.verified += [v for v in verified if not v.endswith("no folder card to check")]
+            verdict.notes += [v for v in verified if v.endswith("no folder card to check")]
     if args.card:
         from stages.provenance.card import classifier_card, generative_card
 

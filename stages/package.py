@@ -8,11 +8,12 @@
    fails with the gate's failed checks (the previous Bento, export and metrics stay as they were).
 2. Collects the lineage record (``stages.provenance.record``), refusing a workspace that differs from
    ``dvc.lock``.
-3. Saves the selected fine-tuned model (its ``save_pretrained`` folder, byte for byte, plus ``lineage.json``)
+3. Saves the selected fine-tuned model (its folder byte for byte, its own ``README.md`` aside, plus ``lineage.json``)
    and, as ``package.generative`` chooses, the pre-trained models into the BentoML model store with
    ``bentoml.models.create``; labels and metadata carry the commit, the upstream stages' ``dvc.lock`` hashes,
    the params, the gates' results and the evaluation metrics. Each model folder gets a ``README.md`` model
-   card rendered from the lineage record (``stages.provenance.card``).
+   card rendered from the lineage record (``stages.provenance.card``), in place of the card its training
+   stage wrote (``stages.provenance.stagecard``, which cannot know the gate's verdict).
 4. Builds a Bento from ``infra/service.py`` with the ``stages`` package inside (the service imports its
    pre/post-processing from there), its README the Bento's card, its image declared (this interpreter's
    Python version, the distribution, system packages, pinned Python packages) and its resources in the
@@ -199,15 +200,11 @@ def save_models(record: dict, cfg: PackageConfig, *, root: Path, model_dir: Path
     from stages.provenance.card import CARD_FILE, classifier_card, generative_card
     from stages.provenance.record import stored as as_stored
 
-    for folder in (model_dir, *generative_dirs.values()):
-        if (root / folder / CARD_FILE).exists():  # the card would replace a file the record vouches for
-            raise FileExistsError(f"{folder}/{CARD_FILE}: the model folder has its own {CARD_FILE}, where "
-                                  "packaging writes the model card")
     # the cards are rendered from the record as lineage.json stores it (keys sorted), as a verifier reads it
     stored = as_stored(record)
     labels, metadata = model_metadata(record)
     with bentoml.models.create(f"{cfg.name}-classifier", labels=labels, metadata=metadata) as m:
-        _copy_files(root / model_dir, Path(m.path))
+        _copy_files(root / model_dir, Path(m.path), skip=CARD_FILE)
         write_json_atomic(Path(m.path) / "lineage.json", record)
         (Path(m.path) / CARD_FILE).write_bytes(classifier_card(stored).encode("utf-8"))
     made.append(f"model {m.tag}")
@@ -222,7 +219,7 @@ def save_models(record: dict, cfg: PackageConfig, *, root: Path, model_dir: Path
                                    labels={"pipeline": "lm-pipeline", "paradigm": paradigm,
                                            "weights": cfg.generative_from, "git_commit": labels["git_commit"]},
                                    metadata=meta) as g:
-            _copy_files(root / folder, Path(g.path))
+            _copy_files(root / folder, Path(g.path), skip=CARD_FILE)
             (Path(g.path) / CARD_FILE).write_bytes(generative_card(stored, rel).encode("utf-8"))
         made.append(f"model {g.tag}")
         tags["generative"][paradigm] = str(g.tag)
@@ -242,9 +239,11 @@ def _remove(made: list[str]) -> None:
             pass
 
 
-def _copy_files(src: Path, dst: Path) -> None:
+def _copy_files(src: Path, dst: Path, skip: str | None = None) -> None:
+    """``src``'s files into ``dst``; ``skip``: a top-level file left behind (the folder's own model card, which
+    the card rendered from the lineage record replaces)."""
     for item in sorted(src.rglob("*")):
-        if item.is_file() and "__pycache__" not in item.parts:
+        if item.is_file() and "__pycache__" not in item.parts and item.relative_to(src).as_posix() != skip:
             target = dst / item.relative_to(src)
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(item, target)

@@ -14,7 +14,9 @@ stages.pretrain ...``; the plain command relaunches itself that way when ``LMPIP
 
 The output folder holds the model (``save_pretrained``, safetensors) and its tokenizer, so stock
 ``AutoModelFor...`` / ``AutoTokenizer`` / ``pipeline`` load it, plus ``training.json`` (config, inputs'
-hashes, results). A killed run resumes from ``--checkpoints`` when rerun with the same params and inputs.
+hashes, results) and its model card (``README.md``, rendered from ``card.json``: data and licences from the
+``--sources`` manifests, objective, size, tokens, held-out scores; ``stages.provenance.stagecard``). A killed
+run resumes from ``--checkpoints`` when rerun with the same params and inputs.
 """
 
 from __future__ import annotations
@@ -94,12 +96,15 @@ def objective_options(train, paradigm: str) -> dict:
 
 
 def run(cfg, *, paradigm: str, stage: str, tokens_dir: Path, corpus: str, tokenizer_dir: Path, init: Path | None,
-        output_dir: Path, checkpoint_dir: Path | None, log=print,
-        progress: bool = True, live_dir: Path | None = None) -> tuple[dict, str] | None:
+        output_dir: Path, checkpoint_dir: Path | None, log=print, progress: bool = True,
+        live_dir: Path | None = None, sources: list[Path] = ()) -> tuple[dict, str] | None:
     """Train and save; returns the metrics and the curve's TSV (on the main process; None on the others).
-    ``live_dir``: the run's live log (curve as it trains, and its timings; :mod:`stages.common.live`)."""
+    ``live_dir``: the run's live log (curve as it trains, and its timings; :mod:`stages.common.live`).
+    ``sources``: the ingest manifests of the corpora behind the model (its tokenizer's and its training's):
+    their sources and licence terms go into the folder's model card (``stages.provenance.stagecard``)."""
     from stages.common.live import LiveLog
     from stages.objectives import for_paradigm
+    from stages.provenance import stagecard
     from stages.tokenization.layout import load_layout
     from stages.training import distributed
     from stages.training.loop import train
@@ -120,6 +125,7 @@ def run(cfg, *, paradigm: str, stage: str, tokens_dir: Path, corpus: str, tokeni
         raise ValueError(f"{tokenizer_dir}: does not match the tokenizer the blocks in {tokens_dir} were made with")
     if corpus not in manifest["corpora"]:
         raise ValueError(f"{manifest_path}: no corpus {corpus!r} (has: {', '.join(manifest['corpora'])})")
+    corpora = stagecard.corpora(list(sources))
     train_blocks = load_npy(tokens_dir / corpus / "train.npy")
     eval_blocks = load_npy(tokens_dir / corpus / "heldout.npy")
 
@@ -184,6 +190,9 @@ def run(cfg, *, paradigm: str, stage: str, tokens_dir: Path, corpus: str, tokeni
                            "init": None if init is None else {"path": str(init),
                                                               "sha256": _file_sha(init / "model.safetensors")}},
                 "metrics": metrics, "history": result.history, "evals": result.evals})
+            stagecard.write(tmp, stagecard.pretrain_facts(kind=stage, paradigm=paradigm, corpus=corpus,
+                                                          config=asdict(cfg), metrics=metrics, sources=corpora,
+                                                          init=init))
         log(f"[{stage}] {paradigm} on {corpus}: {result.steps} steps, {result.tokens:,} tokens, train loss "
             f"{metrics['train_loss']}, eval " + ", ".join(f"{k} {v}" for k, v in final_eval.items() if k.startswith("eval"))
             + f"; {result.tokens_per_second:,.0f} tokens/s, {result.flops_per_second / 1e12:.3g} model TFLOP/s"
@@ -211,11 +220,14 @@ def main(argv: Iterable[str] | None = None) -> int:
     ap.add_argument("--plot", type=Path, help="TSV of the training curve for DVC plots")
     ap.add_argument("--live", type=Path, help="live log folder (DVCLive: the curve while it trains, tokens/s, "
                                               "MFU; untracked, see stages.common.live)")
+    ap.add_argument("--sources", type=Path, nargs="*", default=[],
+                    help="ingest manifests (data/ingested/<corpus>/manifest.json) of the corpora behind the model: "
+                         "their sources and licences go into its model card (README.md)")
     ap.add_argument("--no-progress", action="store_true")
     argv = list(argv) if argv is not None else sys.argv[1:]
     args = ap.parse_args(argv)
     if overlap_error(args, ["output", "checkpoints", "metrics", "plot", "live"],
-                     ["params", "tokens", "tokenizer", "init"]):
+                     ["params", "tokens", "tokenizer", "init", "sources"]):
         return 1
     from stages.training.checkpoint import CheckpointError
     from stages.training.launch import relaunch
@@ -229,7 +241,7 @@ def main(argv: Iterable[str] | None = None) -> int:
         outcome = run(cfg, paradigm=args.paradigm, stage=args.section, tokens_dir=args.tokens, corpus=args.corpus,
                       tokenizer_dir=args.tokenizer, init=args.init, output_dir=args.output,
                       checkpoint_dir=args.checkpoints, log=lambda m: print(m, file=sys.stderr),
-                      progress=not args.no_progress, live_dir=args.live)
+                      progress=not args.no_progress, live_dir=args.live, sources=args.sources)
     except (ConfigError, CheckpointError, TrainingDiverged, FileNotFoundError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

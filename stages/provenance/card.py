@@ -20,42 +20,14 @@ from __future__ import annotations
 from stages.provenance.chain import render as render_chain
 from stages.provenance.record import Lock
 
-UNKNOWN = "unknown (not in the lineage record)"
-CARD_FILE = "README.md"
+from stages.provenance.stagecard import (CARD_FILE, UNKNOWN, architecture_text, objective_text, task_name)  # noqa: F401
+from stages.provenance.stagecard import cell as _cell
+from stages.provenance.stagecard import count as _count
+from stages.provenance.stagecard import render_sections as _render
+from stages.provenance.stagecard import score as _score
+from stages.provenance.stagecard import table as _table
 
-# What each paradigm's pre-training predicts when its train config names no other objective
-# (stages.objectives.for_paradigm; ``train.objective`` chooses T5's, and BERT's ``electra``, ``nsp`` or ``sop``).
-OWN_OBJECTIVE = {"bert": "masked language modelling", "gpt": "causal (next-token) language modelling",
-                 "t5": "span corruption"}
-T5_OBJECTIVES = {"span_corruption": "span corruption", "ul2": "UL2 mixture (span corruption and prefix LM)",
-                 "prefix_lm": "prefix language modelling", "reconstruct": "BERT-style corruption, whole block rebuilt",
-                 "bart": "BART denoising (text infilling and sentence permutation)"}
 ENDPOINT = {"bert": "fill_mask", "gpt": "generate", "t5": "text2text"}
-
-
-# --------------------------------------------------------------------------------------------- formatting
-def _count(value) -> str:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return UNKNOWN
-    return f"{int(value):,}"
-
-
-def _score(value, std=None, seeds=None) -> str:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return UNKNOWN
-    text = f"{value:.3f}"
-    if isinstance(std, (int, float)) and not isinstance(std, bool):
-        text += f" ± {std:.3f}"
-        text += f" (mean ± std over {seeds} seeds)" if seeds else " (mean ± std over the seeds)"
-    return text
-
-
-def _cell(text: str) -> str:
-    return str(text).replace("|", "\\|").replace("\n", " ")
-
-
-def _table(rows: list[tuple[str, str]], head: tuple[str, str] = ("", "")) -> list[str]:
-    return [f"| {head[0]} | {head[1]} |", "|---|---|"] + [f"| {_cell(k)} | {_cell(v)} |" for k, v in rows]
 
 
 # --------------------------------------------------------------------------------------------- the record
@@ -114,49 +86,15 @@ def _training_stages(record: dict, stage: str | None) -> list[str]:
 
 
 def _objective(record: dict, stage: str) -> str:
-    paradigm = stage.partition("@")[2]
-    if paradigm == "t5":
-        name = _stage_setting(record, stage, "train", "objective")
-        if name:
-            return T5_OBJECTIVES.get(name, name)
-        return f"{OWN_OBJECTIVE['t5']} (T5's own; the params name no other)"
-    if paradigm not in OWN_OBJECTIVE:
-        return UNKNOWN
-    text = OWN_OBJECTIVE[paradigm]
-    select = _stage_setting(record, stage, "train", "mlm_select")
-    if paradigm == "bert" and _stage_setting(record, stage, "train", "objective") == "electra":
-        text = "replaced-token detection (ELECTRA; generator and discriminator tied)"
-        if isinstance(select, (int, float)):
-            text += f", {select:.0%} of the positions masked for the generator"
-    elif paradigm == "bert" and _stage_setting(record, stage, "train", "objective") in ("nsp", "sop"):
-        name = _stage_setting(record, stage, "train", "objective")
-        text += (" with next-sentence prediction (BERT's)" if name == "nsp"
-                 else " with sentence-order prediction (ALBERT's)")
-        if isinstance(select, (int, float)):
-            text += f", {select:.0%} of the positions selected for prediction"
-    elif paradigm == "bert" and _stage_setting(record, stage, "train", "objective") == "contrastive":
-        text += " with an in-batch contrastive loss between the two halves of each document"
-        if isinstance(select, (int, float)):
-            text += f", {select:.0%} of the positions selected for prediction"
-    elif paradigm == "bert" and isinstance(select, (int, float)):
-        text += f", {select:.0%} of the positions selected for prediction"
-    return text
+    return objective_text(stage.partition("@")[2], _stage_setting(record, stage, "train", "objective"),
+                          _stage_setting(record, stage, "train", "mlm_select"))
 
 
 def _architecture(record: dict, stage: str | None) -> str:
     if not stage:
         return UNKNOWN
-    model = {}
-    for key in ("arch", "layers", "d_model", "heads", "d_ff"):
-        value = _stage_setting(record, stage, "model", key)
-        if value is not None:
-            model[key] = value
-    if not model:
-        return UNKNOWN
-    parts = [str(model["arch"])] if "arch" in model else []
-    parts += [f"{model[k]} {label}" for k, label in (("layers", "layers"), ("d_model", "d_model"),
-                                                      ("heads", "heads"), ("d_ff", "d_ff")) if k in model]
-    return ", ".join(parts) + f" (params of {stage})"
+    model = {key: _stage_setting(record, stage, "model", key) for key in ("arch", "layers", "d_model", "heads", "d_ff")}
+    return architecture_text(model, f"params of {stage}")
 
 
 def _tokens_rows(record: dict, stages: list[str]) -> tuple[list[str], object]:
@@ -199,8 +137,7 @@ def _task_corpora(record: dict, stage: str | None) -> list[dict]:
 
 
 def _task_name(record: dict, stage: str | None) -> str | None:
-    kinds = {s.get("kind") for info in _task_corpora(record, stage) for s in info.get("sources") or []}
-    return "Debian package section classification" if "debian_descriptions" in kinds else None
+    return task_name(s.get("kind") for info in _task_corpora(record, stage) for s in info.get("sources") or [])
 
 
 def _gate_lines(record: dict, name: str | None = None) -> list[str]:
@@ -345,13 +282,6 @@ def _classifier_sections(record: dict) -> list[tuple[str, list[str]]]:
         ("Intended use", use),
         ("Limits", limits),
     ]
-
-
-def _render(title: str, intro: list[str], sections: list[tuple[str, list[str]]], level: int = 2) -> str:
-    lines = [f"{'#' * (level - 1)} {title}", "", *intro]
-    for heading, body in sections:
-        lines += ["", f"{'#' * level} {heading}", "", *body]
-    return "\n".join(lines).rstrip() + "\n"
 
 
 def classifier_card(record: dict, by: str = PACKAGE) -> str:

@@ -26,6 +26,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from stages.provenance.hashing import path_hashes
+from stages.provenance.stagecard import SOURCE_KEYS, count_parameters  # noqa: F401 (re-exported)
 
 SCHEMA = 1
 
@@ -145,36 +146,6 @@ def hash_entries(root: Path, entries: list[tuple[str, str, dict]]) -> dict[str, 
     return files
 
 
-# Tensors a state dict holds that are statistics, not parameters (BatchNorm's, in the pooled head).
-BUFFER_SUFFIXES = (".running_mean", ".running_var", ".num_batches_tracked")
-
-
-def count_parameters(folder: Path) -> int | None:
-    """The parameters of a model folder: the sizes of the tensors in its ``*.safetensors`` files (BatchNorm
-    statistics aside), read from their headers, no weights loaded. None when the folder has none, holds other
-    weight formats too, or a header is not readable, so a record never states a partial count."""
-    import math
-
-    folder = Path(folder)
-    files = sorted(folder.rglob("*.safetensors"))
-    others = [p for pattern in ("*.bin", "*.pt", "*.pth", "*.ckpt", "*.h5", "*.msgpack") for p in folder.rglob(pattern)]
-    if not files or others:
-        return None
-    total = 0
-    for path in files:
-        try:
-            with open(path, "rb") as f:
-                size = int.from_bytes(f.read(8), "little")
-                if not 0 < size <= min(path.stat().st_size - 8, 100 << 20):
-                    return None
-                header = json.loads(f.read(size))
-            total += sum(math.prod(t["shape"]) for name, t in header.items()
-                         if name != "__metadata__" and not name.endswith(BUFFER_SUFFIXES))
-        except (OSError, ValueError, TypeError, KeyError, AttributeError):
-            return None
-    return total
-
-
 def _read_json(path: Path) -> dict | None:
     try:
         return json.loads(path.read_text(encoding="utf-8"))
@@ -190,8 +161,6 @@ def gate_summary(report: dict) -> dict:
     return report  # the model gate is small and is kept whole
 
 
-# what the lineage keeps of each raw source of an ingest manifest: its licence terms travel with the model
-SOURCE_KEYS = ("kind", "description", "licence", "packages", "records", "files")
 
 
 def sources(root: Path, stage_names: list[str], lock: Lock) -> dict:

@@ -69,6 +69,8 @@ def verify_packaged(record: dict, packaged: list[dict], verdict: Verdict) -> Non
                 verdict.mismatches.append(f"{item['name']}: its source {item.get('source')!r} is not in the record")
                 continue
             expected = source
+        # the folder's own card (written by its stage) stays behind: the card its record renders replaces it
+        expected = {rel: md5 for rel, md5 in expected.items() if rel != CARD_FILE}
         verdict.checked += len(expected)
         verdict.mismatches += diff_manifests(f"{item['name']} (packaged)", expected, files)
         verdict.verified.append(f"{item['name']}: its {len(files)} files against the record's hashes"

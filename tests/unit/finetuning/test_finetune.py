@@ -60,6 +60,14 @@ def test_stage_trains_and_saves_a_classifier(models, tmp_path, paradigm):
     saved = json.loads((out / "finetune.json").read_text())
     assert saved["labels"] == LABELS and saved["curve"]
     assert (tmp_path / "curve.tsv").read_text().startswith("step\tepoch\tloss")
+    # its model card: the scores over the seeds, the task's terms (no ingest manifest beside this task file)
+    from stages.provenance import stagecard
+
+    card = (out / "README.md").read_text()
+    assert card == stagecard.render(stagecard.read_facts(out))
+    assert f"{m['test_macro_f1']:.3f} ± {m['test_macro_f1_std']:.3f} (mean ± std over {len(m['seeds'])} seeds)" in card
+    assert "sources and licences: unknown" in card and "Not known when this folder was written" in card
+    assert stagecard.read_facts(out)["parameters"] == stagecard.count_parameters(out)
     if paradigm != "t5":
         from transformers import AutoModelForSequenceClassification, AutoTokenizer
 

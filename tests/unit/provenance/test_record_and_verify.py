@@ -303,3 +303,49 @@ def test_a_workspace_model_folder_gets_its_record_its_card_and_a_check_against_i
     assert "data/ingested/task" in capsys.readouterr().err
     assert main([str(root / "data/ingested/task")]) == 2  # not a model folder
     assert "data/ingested/task: not a model folder a finetune, pretrain or dapt stage wrote" in capsys.readouterr().err
+
+
+def test_verify_on_a_workspace_folder_checks_the_card_its_stage_wrote(tmp_path, monkeypatch, capsys):
+    from stages.lineage import main
+    from stages.provenance import stagecard
+    from tests.unit.provenance.workspace import entry
+
+    root = make_workspace(tmp_path / "ws")
+    m2 = root / "data/models/finetune/m2"
+    monkeypatch.chdir(root)
+
+    def relock():  # what `dvc commit` would record for the folder as it now is
+        lock = yaml.safe_load((root / "dvc.lock").read_text())
+        lock["stages"]["finetune@m2"]["outs"] = entry(root, ["data/models/finetune/m2",
+                                                             "reports/metrics/finetune-m2.json"])
+        lock["stages"]["evaluate"]["deps"] = entry(root, ["data/models/finetune", "stages/evaluate.py"])
+        (root / "dvc.lock").write_text(yaml.safe_dump(lock, sort_keys=False))
+
+    def card(task_manifest):
+        stagecard.write(m2, stagecard.finetune_facts(
+            paradigm="bert", init="random", labels=["river", "market"], config={"head": "pooled", "max_len": 64},
+            metrics={"test_macro_f1": 0.4}, sources=stagecard.corpora([task_manifest]), model_dir=m2,
+            parameters=4))
+
+    card(root / "data/ingested/task/manifest.json")
+    relock()
+    assert main([str(m2), "--verify"]) == 0
+    out = capsys.readouterr().out
+    assert "data/models/finetune/m2/README.md: the card its card.json renders" in out
+    assert "the sources and licences of 1 corpora against their ingest manifests" in out
+
+    (m2 / "README.md").write_text((m2 / "README.md").read_text().replace("each package's own licence", "CC0"))
+    relock()  # an edited card that was committed: the hashes agree, the card does not
+    assert main([str(m2), "--verify"]) == 1
+    assert "README.md: not the card its card.json renders" in capsys.readouterr().out
+
+    other = tmp_path / "other/task"
+    other.mkdir(parents=True)
+    facts = json.loads((root / "data/ingested/task/manifest.json").read_text())
+    facts["sources"][0]["licence"] = "proprietary"
+    (other / "manifest.json").write_text(json.dumps(facts))
+    card(other / "manifest.json")  # a card whose licence is not the ingest manifest's
+    relock()
+    assert main([str(m2), "--verify"]) == 1
+    assert "the sources of corpus 'task' (licences included) differ from its ingest manifest's" in \
+        capsys.readouterr().out

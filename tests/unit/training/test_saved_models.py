@@ -192,3 +192,41 @@ def test_a_rerun_of_the_same_inputs_writes_the_same_bytes(pretrained, datasets, 
     assert summary["tokens_per_second"] > 0 and summary["train_seconds"] > 0 and summary["steps"] == 24
     loss_rows = (live / "plots" / "metrics" / "train" / "loss.tsv").read_text().splitlines()
     assert len(loss_rows) == 1 + 6 and (live / "plots" / "metrics" / "train" / "tokens_per_second.tsv").is_file()
+
+
+def test_the_stage_writes_a_model_card_from_its_inputs(datasets, tmp_path):
+    """``--sources`` manifests -> the folder's card.json and README.md; DAPT carries the general run's."""
+    import json
+
+    from stages.provenance import stagecard
+
+    manifests = []
+    for corpus, licence in (("general", "MIT, research use"), ("domain", "DFSG-free")):
+        (tmp_path / corpus).mkdir()
+        (tmp_path / corpus / "manifest.json").write_text(json.dumps({
+            "corpus": corpus, "counts": {"documents": 60},
+            "sources": [{"kind": "files", "description": corpus, "licence": licence, "records": 60}]}))
+        manifests.append(str(tmp_path / corpus / "manifest.json"))
+    params = write_params(tmp_path / "params.yaml")
+    pre, dapt = tmp_path / "pre", tmp_path / "dapt"
+    assert main(datasets.args("bert", pre, params, metrics=tmp_path / "m.json") + ["--sources", manifests[0]]) == 0
+    assert main(datasets.args("bert", dapt, params, section="dapt", corpus="domain", init=pre)
+                + ["--sources", manifests[1]]) == 0
+    facts = stagecard.read_facts(dapt)
+    metrics = read_json(tmp_path / "m.json")
+    assert facts["training"][0] == {"stage": "pretrain", "corpus": "general", "tokens": metrics["tokens"],
+                                    "objective": stagecard.objective_text("bert", "", 0.15)}
+    assert [t["stage"] for t in facts["training"]] == ["pretrain", "dapt"] and set(facts["corpora"]) == {
+        "general", "domain"}
+    for folder in (pre, dapt):
+        assert (folder / "README.md").read_text() == stagecard.render(stagecard.read_facts(folder))
+        assert stagecard.check(folder, {c: json.loads((tmp_path / c / "manifest.json").read_text())
+                                        for c in ("general", "domain")})[0] == []
+    assert "licence: DFSG-free" in (dapt / "README.md").read_text()
+
+
+def test_a_missing_sources_manifest_is_named_in_the_card(datasets, tmp_path):
+    params = write_params(tmp_path / "params.yaml")
+    out = tmp_path / "out"
+    assert main(datasets.args("gpt", out, params) + ["--sources", str(tmp_path / "nowhere" / "manifest.json")]) == 0
+    assert "sources and licences: unknown" in (out / "README.md").read_text()

@@ -1,0 +1,399 @@
+"""The model card a training stage writes into its model folder, from what that stage knows when it saves it.
+
+Every folder under ``data/models/`` (``pretrain/<paradigm>``, ``dapt/<paradigm>``, ``finetune/<name>``) holds
+``card.json``, the folder's record (its paradigm, architecture, parameters, objective, the tokens of each
+training stage behind it, the raw sources of every corpus behind it with their licence terms, and its own
+scores), and ``README.md``, rendered from ``card.json`` by :func:`render` and from nothing else. The record is
+made of the stage's declared inputs only (its params, the ingest manifests it is given, the ``card.json`` of
+the folder it starts from, and its own results), never of git or ``dvc.lock``, so the same inputs give the
+same folder, byte for byte.
+
+What the stage cannot know, the card says so: the model gate's verdict comes later (the evaluate stage), and
+``python -m stages.lineage <folder> --card`` renders the card with it from the workspace's lineage record;
+``--verify`` checks this README against its ``card.json`` and ``card.json``'s licences against the ingest
+manifests. The package stage gives a packaged model the card its lineage record renders instead
+(``stages.provenance.card``).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+CARD_FILE = "README.md"
+FACTS_FILE = "card.json"
+SCHEMA = 1
+UNKNOWN = "unknown (not in the lineage record)"
+
+# What the lineage keeps of each raw source of an ingest manifest: its licence terms travel with the model.
+SOURCE_KEYS = ("kind", "description", "licence", "packages", "records", "files")
+# ... and what a folder's card keeps of it (the downloads' hashes stay in the ingest manifest and the record).
+CARD_SOURCE_KEYS = ("kind", "description", "licence", "records")
+
+# What each paradigm's pre-training predicts when its train config names no other objective
+# (stages.objectives.for_paradigm; ``train.objective`` chooses T5's, and BERT's ``electra``, ``nsp``, ``sop`` or
+# ``contrastive``).
+OWN_OBJECTIVE = {"bert": "masked language modelling", "gpt": "causal (next-token) language modelling",
+                 "t5": "span corruption"}
+T5_OBJECTIVES = {"span_corruption": "span corruption", "ul2": "UL2 mixture (span corruption and prefix LM)",
+                 "prefix_lm": "prefix language modelling", "reconstruct": "BERT-style corruption, whole block rebuilt",
+                 "bart": "BART denoising (text infilling and sentence permutation)"}
+WEIGHTS = {"pretrain": "pre-trained", "dapt": "pre-trained, then domain-adapted (DAPT)"}
+
+
+# --------------------------------------------------------------------------------------------- formatting
+def count(value) -> str:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return UNKNOWN
+    return f"{int(value):,}"
+
+
+def score(value, std=None, seeds=None) -> str:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return UNKNOWN
+    text = f"{value:.3f}"
+    if isinstance(std, (int, float)) and not isinstance(std, bool):
+        text += f" ± {std:.3f}"
+        text += f" (mean ± std over {seeds} seeds)" if seeds else " (mean ± std over the seeds)"
+    return text
+
+
+def cell(text: str) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def table(rows: list[tuple[str, str]], head: tuple[str, str] = ("", "")) -> list[str]:
+    return [f"| {head[0]} | {head[1]} |", "|---|---|"] + [f"| {cell(k)} | {cell(v)} |" for k, v in rows]
+
+
+def render_sections(title: str, intro: list[str], sections: list[tuple[str, list[str]]], level: int = 2) -> str:
+    lines = [f"{'#' * (level - 1)} {title}", "", *intro]
+    for heading, body in sections:
+        lines += ["", f"{'#' * level} {heading}", "", *body]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def objective_text(paradigm: str, objective, select) -> str:
+    """What a pre-training run of ``paradigm`` predicts, from its ``train.objective`` and ``train.mlm_select``."""
+    if paradigm == "t5":
+        if objective:
+            return T5_OBJECTIVES.get(objective, objective)
+        return f"{OWN_OBJECTIVE['t5']} (T5's own; the params name no other)"
+    if paradigm not in OWN_OBJECTIVE:
+        return UNKNOWN
+    share = f"{select:.0%}" if isinstance(select, (int, float)) and not isinstance(select, bool) else None
+    text = OWN_OBJECTIVE[paradigm]
+    if paradigm != "bert":
+        return text
+    if objective == "electra":
+        return ("replaced-token detection (ELECTRA; generator and discriminator tied)"
+                + (f", {share} of the positions masked for the generator" if share else ""))
+    if objective == "nsp":
+        text += " with next-sentence prediction (BERT's)"
+    elif objective == "sop":
+        text += " with sentence-order prediction (ALBERT's)"
+    elif objective == "contrastive":
+        text += " with an in-batch contrastive loss between the two halves of each document"
+    return text + (f", {share} of the positions selected for prediction" if share else "")
+
+
+def architecture_text(model: dict | None, where: str | None = None) -> str:
+    """``deberta_v2, 2 layers, 128 d_model, ...`` from a model config section; ``where`` names its source."""
+    model = {k: v for k, v in (model or {}).items() if v is not None}
+    if not any(k in model for k in ("arch", "layers", "d_model", "heads", "d_ff")):
+        return UNKNOWN
+    parts = [str(model["arch"])] if "arch" in model else []
+    parts += [f"{model[k]} {label}" for k, label in (("layers", "layers"), ("d_model", "d_model"),
+                                                      ("heads", "heads"), ("d_ff", "d_ff")) if k in model]
+    return ", ".join(parts) + (f" ({where})" if where else "")
+
+
+def task_name(source_kinds) -> str | None:
+    return "Debian package section classification" if "debian_descriptions" in set(source_kinds) else None
+
+
+# --------------------------------------------------------------------------------------------- the facts
+# Tensors a state dict holds that are statistics, not parameters (BatchNorm's, in the pooled head).
+BUFFER_SUFFIXES = (".running_mean", ".running_var", ".num_batches_tracked")
+
+
+def count_parameters(folder: Path) -> int | None:
+    """The parameters of a model folder: the sizes of the tensors in its ``*.safetensors`` files (BatchNorm
+    statistics aside), read from their headers, no weights loaded. None when the folder has none, holds other
+    weight formats too, or a header is not readable, so a record never states a partial count."""
+    import math
+
+    folder = Path(folder)
+    files = sorted(folder.rglob("*.safetensors"))
+    others = [p for pattern in ("*.bin", "*.pt", "*.pth", "*.ckpt", "*.h5", "*.msgpack") for p in folder.rglob(pattern)]
+    if not files or others:
+        return None
+    total = 0
+    for path in files:
+        try:
+            with open(path, "rb") as f:
+                size = int.from_bytes(f.read(8), "little")
+                if not 0 < size <= min(path.stat().st_size - 8, 100 << 20):
+                    return None
+                header = json.loads(f.read(size))
+            total += sum(math.prod(t["shape"]) for name, t in header.items()
+                         if name != "__metadata__" and not name.endswith(BUFFER_SUFFIXES))
+        except (OSError, ValueError, TypeError, KeyError, AttributeError):
+            return None
+    return total
+
+
+def _read_json(path: Path) -> dict | None:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def corpora(manifests: list[Path]) -> dict:
+    """The raw sources of each corpus from its ingest ``manifest.json``: ``{corpus: {"documents", "sources"}}``.
+    A missing or unreadable manifest (a task file made by hand) gives its folder's name with sources ``None``:
+    the card then says the data's terms are unknown instead of leaving the corpus out."""
+    out = {}
+    for path in manifests:
+        manifest = _read_json(Path(path))
+        if not isinstance(manifest, dict) or "corpus" not in manifest:
+            out[Path(path).parent.name] = {"documents": None, "sources": None}
+            continue
+        out[manifest["corpus"]] = {
+            "documents": (manifest.get("counts") or {}).get("documents"),
+            "sources": [{k: s.get(k) for k in CARD_SOURCE_KEYS if k in s} for s in manifest.get("sources") or []]}
+    return out
+
+
+def read_facts(folder: Path) -> dict | None:
+    """A model folder's ``card.json`` (None when it has none: a folder written before cards)."""
+    facts = _read_json(Path(folder) / FACTS_FILE)
+    return facts if isinstance(facts, dict) else None
+
+
+def pretrain_facts(*, kind: str, paradigm: str, corpus: str, config: dict, metrics: dict, sources: dict,
+                   init: Path | None) -> dict:
+    """The record of a ``pretrain`` or ``dapt`` folder. ``config``: the run's config (``asdict``), ``metrics``:
+    the stage's, ``sources``: :func:`corpora` of the corpora it read, ``init``: the folder it continued."""
+    train = config.get("train") or {}
+    own = {"stage": kind, "corpus": corpus, "objective": objective_text(paradigm, train.get("objective"),
+                                                                         train.get("mlm_select")),
+           "tokens": metrics.get("tokens")}
+    upstream = read_facts(init) if init is not None else {}
+    model = config.get("model") or (upstream or {}).get("model_config")
+    return {
+        "schema": SCHEMA, "kind": kind, "paradigm": paradigm, "corpus": corpus,
+        "model_config": model, "parameters": metrics.get("parameters"),
+        "objective": own["objective"],
+        "training": ([*upstream.get("training", [])] if upstream else
+                     [] if init is None else [{"stage": f"{init} (no {FACTS_FILE})"}]) + [own],
+        "corpora": {**(upstream or {}).get("corpora", {}), **sources},
+        "scores": {k: metrics.get(k) for k in ("train_loss", "eval_loss", "eval_accuracy")},
+    }
+
+
+def finetune_facts(*, paradigm: str, init: str, labels: list[str], config: dict, metrics: dict, sources: dict,
+                   model_dir: Path, parameters: int) -> dict:
+    """The record of a ``finetune`` folder: ``model_dir`` the folder it started from (its ``card.json``: the
+    pre-training behind it; for random init its architecture only), ``sources`` the task's corpus."""
+    upstream = read_facts(model_dir) or {}
+    keys = ("train_examples", "steps", "lr", "test_macro_f1", "test_macro_f1_std", "test_accuracy",
+            "test_accuracy_std", "best_val_macro_f1", "best_val_macro_f1_std", "val_examples", "test_examples",
+            "majority_test_macro_f1", "majority_test_accuracy", "saved_seed")
+    seeds = metrics.get("seeds")
+    saved = next((s for s in seeds or [] if isinstance(s, dict) and s.get("seed") == metrics.get("saved_seed")), None)
+    return {
+        "schema": SCHEMA, "kind": "finetune", "paradigm": paradigm, "init": init, "labels": list(labels),
+        "task": task_name(s.get("kind") for c in sources.values() for s in c.get("sources") or []),
+        "model_config": upstream.get("model_config"), "parameters": parameters,
+        "head": config.get("head"), "max_len": config.get("max_len"),
+        "training": [] if init == "random" else upstream.get("training"),
+        "corpora": {**upstream.get("corpora", {}), **sources},
+        "scores": {**{k: metrics.get(k) for k in keys},
+                   "seeds": len(seeds) if isinstance(seeds, list) else None,
+                   "saved": {k: saved.get(k) for k in ("seed", "test_macro_f1", "test_accuracy")} if saved else None},
+    }
+
+
+# --------------------------------------------------------------------------------------------- rendering
+def corpora_lines(corpora_: dict) -> list[str]:
+    lines = []
+    for corpus, info in sorted((corpora_ or {}).items()):
+        lines.append(f"- **{corpus}** ({count(info.get('documents'))} documents after ingest)")
+        if info.get("sources") is None:
+            lines.append("  - sources and licences: unknown (no ingest manifest beside the data: check its terms "
+                         "before any use)")
+        for src in info.get("sources") or []:
+            lines.append(f"  - {src.get('kind') or UNKNOWN}: {src.get('description') or UNKNOWN}")
+            licence = src.get("licence") or "unknown (not recorded for this source: check its terms before any use)"
+            lines.append(f"    - licence: {licence}")
+            if src.get("records") is not None:
+                lines.append(f"    - records: {count(src.get('records'))}")
+    return lines or [f"- {UNKNOWN}"]
+
+
+def tokens_table(training: list[dict] | None) -> tuple[list[str], object]:
+    rows, total = ["| stage | corpus | objective | tokens |", "|---|---|---|---|"], 0
+    for t in training or []:
+        tokens = t.get("tokens")
+        if isinstance(tokens, (int, float)) and not isinstance(tokens, bool) and total is not None:
+            total += int(tokens)
+        else:
+            total = None
+        rows.append(f"| {cell(t.get('stage') or UNKNOWN)} | {cell(t.get('corpus') or UNKNOWN)} | "
+                    f"{cell(t.get('objective') or UNKNOWN)} | {count(tokens)} |")
+    return rows, total if training else None
+
+
+INTRO = ("Written by the stage that saved this folder, from `card.json` beside it: the folder's record, made of the "
+         "stage's params and inputs (the ingest manifests with the data's licence terms, the card of the model it "
+         "started from) and its own results. Every figure below is a value of that file; `unknown` marks one it "
+         "does not hold. `python -m stages.lineage <this folder> --verify` checks this card against it and its "
+         "licences against the ingest manifests; `--card` renders the card with the model gate's verdict from the "
+         "workspace's lineage record.")
+GATE_LATER = ("Not known when this folder was written: the evaluate stage's model gate chooses among the "
+              "fine-tuned classifiers on the validation split afterwards (`reports/evaluation.md`, "
+              "`reports/quality/model-gate.json`); `python -m stages.lineage <this folder> --card` shows its verdict.")
+TERMS = ("- The training data's terms (above) come with the model: read each source's before any use beyond "
+         "research.")
+
+
+def _classifier_sections(f: dict) -> list[tuple[str, list[str]]]:
+    labels, s = f.get("labels") or [], f.get("scores") or {}
+    rows, total = tokens_table(f.get("training"))
+    random = f.get("init") == "random"
+    about = table([
+        ("task", f"{f['task']}: a package description in, one of its {len(labels)} sections out"
+         if f.get("task") and labels else f"text classification into {len(labels)} labels" if labels else UNKNOWN),
+        ("labels", ", ".join(map(str, labels)) or UNKNOWN),
+        ("paradigm", str(f.get("paradigm") or UNKNOWN)),
+        ("initialisation", str(f.get("init") or UNKNOWN)),
+        ("architecture", architecture_text(f.get("model_config"))),
+        ("parameters", count(f.get("parameters"))),
+        ("fine-tuning objective", f"classification into the {len(labels)} labels (head `{f.get('head')}`)"),
+        ("pre-training tokens", "none (random initialisation: no pre-trained weights)" if random else count(total)),
+        ("fine-tuning examples", count(s.get("train_examples"))),
+    ], ("field", "value"))
+    training = (["No pre-training: the weights were initialised at random, then fine-tuned."] if random else
+                ["Pre-training (tokens seen, per stage):", "", *rows, "", f"Total: {count(total)} tokens."])
+    training += ["", f"Fine-tuning: {count(s.get('train_examples'))} training examples, {count(s.get('steps'))} "
+                     f"steps per seed, learning rate {s.get('lr', UNKNOWN)}, {count(s.get('seeds'))} seeds."]
+    saved, seeds = s.get("saved"), s.get("seeds")
+    evaluation = table([
+        ("test macro-F1", score(s.get("test_macro_f1"), s.get("test_macro_f1_std"), seeds)),
+        ("test accuracy", score(s.get("test_accuracy"), s.get("test_accuracy_std"), seeds)),
+        ("majority-class baseline, test macro-F1", score(s.get("majority_test_macro_f1"))),
+        ("majority-class baseline, test accuracy", score(s.get("majority_test_accuracy"))),
+        ("best validation macro-F1", score(s.get("best_val_macro_f1"), s.get("best_val_macro_f1_std"), seeds)),
+        ("test examples", count(s.get("test_examples"))),
+        ("these weights (seed)", f"seed {saved.get('seed')}: test macro-F1 {score(saved.get('test_macro_f1'))}, "
+                                 f"accuracy {score(saved.get('test_accuracy'))}" if saved else UNKNOWN),
+    ], ("metric", "value"))
+    task = f.get("task")
+    return [
+        ("Model", about),
+        ("Training data", ["Raw sources of every corpus behind this model (its tokenizer's, its pre-training's and "
+                           "the task's), as ingested, with their licence terms:", "", *corpora_lines(f.get("corpora"))]),
+        ("Training", training),
+        ("Evaluation", ["Test-split scores of this fine-tuning run, mean ± std over its seeds, with the "
+                        "majority-class baseline:", "", *evaluation]),
+        ("Model gate", [GATE_LATER]),
+        ("Intended use", [f"- Labelling {'Debian package descriptions with their archive section' if task else 'texts'}"
+                          f" among the {len(labels) or UNKNOWN} labels above; comparing paradigms and "
+                          "initialisations with the rest of the pipeline's evaluation."]),
+        ("Limits", [
+            f"- A tiny model ({count(f.get('parameters'))} parameters) from a pipeline built to train on CPU: far "
+            "below general-purpose language models in knowledge and robustness.",
+            "- A closed label set: every input gets one of the labels, also text unlike the training data.",
+            f"- Texts longer than {count(f.get('max_len'))} tokens are cut to that length.",
+            f"- Evaluated only on the held-out test split of its task data ({count(s.get('test_examples'))} "
+            "examples); any other use needs its own evaluation first.",
+            TERMS]),
+    ]
+
+
+def _generative_sections(f: dict) -> list[tuple[str, list[str]]]:
+    rows, total = tokens_table(f.get("training"))
+    s = f.get("scores") or {}
+    about = table([
+        ("paradigm", str(f.get("paradigm") or UNKNOWN)),
+        ("weights", WEIGHTS.get(f.get("kind"), UNKNOWN) + (f" (corpus: {f['corpus']})" if f.get("corpus") else "")),
+        ("architecture", architecture_text(f.get("model_config"))),
+        ("parameters", count(f.get("parameters"))),
+        ("objective", f.get("objective") or UNKNOWN),
+        ("training tokens", count(total)),
+    ], ("field", "value"))
+    return [
+        ("Model", about),
+        ("Training data", ["Raw sources of every corpus behind this model (its tokenizer's and its training's), "
+                           "with their licence terms:", "", *corpora_lines(f.get("corpora"))]),
+        ("Training", [*rows] if f.get("training") else [f"{UNKNOWN}."]),
+        ("Evaluation", table([("final training loss", score(s.get("train_loss"))),
+                              ("held-out loss", score(s.get("eval_loss"))),
+                              ("held-out accuracy (predicted tokens)", score(s.get("eval_accuracy")))],
+                             ("metric", "value"))),
+        ("Model gate", ["Not judged by the model gate, which chooses among fine-tuned classifiers; the "
+                        "classifiers fine-tuned from this model are (`reports/evaluation.md`)."]),
+        ("Intended use", ["- The starting point of fine-tuning and domain adaptation in this pipeline; trying a "
+                          "pre-trained model of this paradigm; comparing paradigms."]),
+        ("Limits", [
+            f"- A tiny language model ({count(f.get('parameters'))} parameters, {count(total)} training tokens, "
+            "trained on a CPU-scale budget): not instruction-tuned; do not expect fluent text.",
+            "- Pre-trained only: it predicts tokens like its training corpora; it answers no questions and states no "
+            "facts. Do not show its output to anyone as information.",
+            "- Evaluated only by its held-out loss; any other use needs its own evaluation first.",
+            TERMS]),
+    ]
+
+
+def render(facts: dict) -> str:
+    """A model folder's ``README.md`` from its ``card.json``."""
+    kind, paradigm = facts.get("kind"), facts.get("paradigm") or UNKNOWN
+    if kind == "finetune":
+        title = f"Model card: {paradigm}-{facts.get('init') or UNKNOWN} (lm-pipeline classifier, fine-tuned)"
+        return render_sections(title, [INTRO], _classifier_sections(facts))
+    title = f"Model card: {paradigm}, {WEIGHTS.get(kind, UNKNOWN)} (lm-pipeline)"
+    return render_sections(title, [INTRO], _generative_sections(facts))
+
+
+def write(folder: Path, facts: dict) -> None:
+    """``card.json`` and the ``README.md`` rendered from it, into ``folder`` (a stage's temporary output folder,
+    published atomically with the weights)."""
+    from stages.common.atomic import write_bytes_atomic
+
+    folder = Path(folder)
+    write_bytes_atomic(folder / FACTS_FILE,
+                       (json.dumps(facts, indent=2, sort_keys=True, ensure_ascii=False) + "\n").encode("utf-8"))
+    write_bytes_atomic(folder / CARD_FILE, render(read_facts(folder)).encode("utf-8"))
+
+
+def check(folder: Path, record_sources: dict | None = None) -> tuple[list[str], list[str]]:
+    """(mismatches, what was verified) of a model folder's card: its ``README.md`` is the one its ``card.json``
+    renders, and each corpus's sources in ``card.json`` are the ingest manifest's (``record_sources``: a lineage
+    record's ``sources``) on the keys the card keeps."""
+    folder = Path(folder)
+    facts = read_facts(folder)
+    if facts is None:
+        return [], [f"{folder}: no {FACTS_FILE} (written before model cards): no folder card to check"]
+    problems, verified = [], []
+    readme = folder / CARD_FILE
+    if not readme.is_file() or readme.read_text(encoding="utf-8") != render(facts):
+        problems.append(f"{readme}: not the card its {FACTS_FILE} renders (edited, or rendered by another version "
+                        "of stages.provenance.stagecard)")
+    else:
+        verified.append(f"{readme}: the card its {FACTS_FILE} renders")
+    for corpus, info in sorted((facts.get("corpora") or {}).items()):
+        recorded = (record_sources or {}).get(corpus)
+        if recorded is None:
+            problems.append(f"{folder / FACTS_FILE}: corpus {corpus!r} is not upstream of this folder in the "
+                            "lineage record")
+            continue
+        expected = [{k: s.get(k) for k in CARD_SOURCE_KEYS if k in s} for s in recorded.get("sources") or []]
+        if info.get("sources") != expected:
+            problems.append(f"{folder / FACTS_FILE}: the sources of corpus {corpus!r} (licences included) differ "
+                            "from its ingest manifest's")
+    if facts.get("corpora"):
+        verified.append(f"{folder / FACTS_FILE}: the sources and licences of {len(facts['corpora'])} corpora against "
+                        "their ingest manifests")
+    return problems, verified

@@ -80,9 +80,9 @@ def plot_tsv(history: list[dict], evals: list[dict]) -> str:
 
 def objective_options(train, paradigm: str) -> dict:
     """The objective's settings from the train config: BERT's selection rate, T5's objective."""
-    from stages.objectives import BERT_OBJECTIVES, T5_OBJECTIVES
+    from stages.objectives import BERT_OBJECTIVES, GPT_OBJECTIVES, T5_OBJECTIVES
 
-    own = {"bert": BERT_OBJECTIVES, "t5": T5_OBJECTIVES}.get(paradigm, ())
+    own = {"bert": BERT_OBJECTIVES, "gpt": GPT_OBJECTIVES, "t5": T5_OBJECTIVES}.get(paradigm, ())
     if train.objective and train.objective not in own:
         raise ValueError(f"objective: {train.objective!r} is not one of {paradigm}'s objectives "
                          f"({', '.join(own) or 'it has only its own'})")
@@ -109,7 +109,7 @@ def run(cfg, *, paradigm: str, stage: str, tokens_dir: Path, corpus: str, tokeni
     from stages.training import distributed
     from stages.training.loop import train
     from stages.training.models import (attach_pair_head, attach_rtd_head, build_model, electra_flops_per_token,
-                                        flops_per_token, load_model, save_model)
+                                        flops_per_token, load_model, permuted_flops_per_token, save_model)
 
     manifest_path = tokens_dir / "manifest.json"
     if not manifest_path.is_file():
@@ -151,6 +151,8 @@ def run(cfg, *, paradigm: str, stage: str, tokens_dir: Path, corpus: str, tokeni
         elif init is not None and (init / GENERATOR_CONFIG).is_file():
             raise ValueError(f"{init}: was trained with a separate ELECTRA generator; set train.generator_size")
         fpt = electra_flops_per_token(model, layout, select=objective.select)
+    elif objective.name == "permuted":  # the body runs over seq_len + c rows, the output layer at the c queries
+        fpt = permuted_flops_per_token(model, layout, objective.targets)
     else:
         fpt = flops_per_token(model, layout, predicted_fraction=getattr(objective, "select", 1.0),
                               targets_len=getattr(objective, "targets_len", None))

@@ -20,6 +20,8 @@ T5_OBJECTIVES = ("span_corruption", "ul2", "prefix_lm", "reconstruct", "bart")
 # next-sentence or ALBERT's sentence-order prediction (stages.objectives.sentence_pairs), and masked LM with a
 # contrastive loss between the two halves of a document (stages.objectives.contrastive).
 BERT_OBJECTIVES = ("masked_lm", "electra", "nsp", "sop", "contrastive")
+# GPT's: causal LM, and XLNet's permuted LM with two-stream attention (stages.objectives.permuted_lm).
+GPT_OBJECTIVES = ("causal_lm", "permuted")
 
 
 def for_paradigm(layout: "BlockLayout", **kwargs):
@@ -48,6 +50,13 @@ def for_paradigm(layout: "BlockLayout", **kwargs):
 
         return MaskedLM(layout, **kwargs)
     if layout.paradigm == "gpt":
+        objective = kwargs.get("objective", "causal_lm") or "causal_lm"
+        if objective not in GPT_OBJECTIVES:
+            raise ValueError(f"objective: one of {', '.join(GPT_OBJECTIVES)} for gpt; got {objective!r}")
+        if objective == "permuted":
+            from stages.objectives.permuted_lm import PermutedLM
+
+            return PermutedLM(layout)
         from stages.objectives.causal_lm import CausalLM
 
         return CausalLM(layout)

@@ -83,6 +83,8 @@ def objective_text(paradigm: str, objective, select) -> str:
         return UNKNOWN
     share = f"{select:.0%}" if isinstance(select, (int, float)) and not isinstance(select, bool) else None
     text = OWN_OBJECTIVE[paradigm]
+    if paradigm == "gpt" and objective == "permuted":
+        return "permuted language modelling (XLNet; two-stream attention, the last 1/6 of each order predicted)"
     if paradigm != "bert":
         return text
     if objective == "electra":

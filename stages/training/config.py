@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from stages.config import check, check_seed
-from stages.objectives import BERT_OBJECTIVES, T5_OBJECTIVES
+from stages.objectives import BERT_OBJECTIVES, GPT_OBJECTIVES, T5_OBJECTIVES
 
 
 # What ``precision`` may say (pre-training and fine-tuning): bf16 autocast where native, fp32, or bf16.
@@ -62,8 +62,9 @@ class TrainConfig:
     rate and ``rtd_weight`` the discriminator loss's weight, ELECTRA's 50), ``nsp`` or ``sop`` (masked LM plus
     BERT's next-sentence or ALBERT's sentence-order prediction, ``stages.objectives.sentence_pairs``) or
     ``contrastive`` (masked LM plus InfoNCE between the two halves of each block's longest document,
-    ``stages.objectives.contrastive``; ``contrast_weight`` and ``contrast_temperature`` set it).
-    "" = the paradigm's own objective.
+    ``stages.objectives.contrastive``; ``contrast_weight`` and ``contrast_temperature`` set it). GPT:
+    ``causal_lm`` (its own) or ``permuted`` (XLNet's permuted LM with two-stream attention and partial
+    prediction, ``stages.objectives.permuted_lm``). "" = the paradigm's own objective.
     generator_size: ``electra`` only: a separate generator of this share of the model's width, sharing its word
     embeddings (``stages.training.electra``; the paper's best: 1/4 to 1/2); 0 = generator and discriminator
     are one model, all weights tied.
@@ -100,8 +101,8 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         check(0 < self.mlm_select < 1, "mlm_select: must be in (0, 1)")
-        check(self.objective in ("", *T5_OBJECTIVES, *BERT_OBJECTIVES),
-              f"objective: one of '', {', '.join(T5_OBJECTIVES + BERT_OBJECTIVES)}")
+        check(self.objective in ("", *T5_OBJECTIVES, *BERT_OBJECTIVES, *GPT_OBJECTIVES),
+              f"objective: one of '', {', '.join(T5_OBJECTIVES + BERT_OBJECTIVES + GPT_OBJECTIVES)}")
         check(self.rtd_weight > 0, "rtd_weight: must be > 0")
         check(self.contrast_weight > 0, "contrast_weight: must be > 0")
         check(self.contrast_temperature > 0, "contrast_temperature: must be > 0")

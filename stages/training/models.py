@@ -201,6 +201,8 @@ def training_view(model, objective_name: str, *, rtd_weight: float = 50.0, contr
         return _pair_view(model, body_name), _masked_positions
     if objective_name == "contrastive":
         return _contrast_view(model, body_name, *contrast), _masked_positions
+    if objective_name == "permuted":
+        return _permuted_view(model), (lambda batch: batch)
     if objective_name != "masked_lm" or body_name is None or not hasattr(model, "cls"):
         return model, (lambda batch: batch)
 
@@ -317,6 +319,18 @@ def save_model(model, folder) -> None:
             model.electra_generator = generator
 
 
+def permuted_flops_per_token(model, layout: "BlockLayout", targets: int) -> float:
+    """Permuted LM on GPT-2 (``stages.objectives.permuted_lm``): the transformer runs over ``seq_len`` content
+    rows plus one query row per target, densely masked (attention over ``seq_len + targets`` keys), and the
+    tied output layer at the ``targets`` query rows only; per input token, as :func:`flops_per_token` counts."""
+    cfg = model.config
+    s, d = layout.seq_len, cfg.n_embd
+    rows = s + targets
+    output = cfg.vocab_size * d
+    body = sum(p.numel() for p in model.parameters()) - output
+    return 6 * body * rows / s + 6 * output * targets / s + 12 * cfg.n_layer * d * rows * rows / s
+
+
 def electra_flops_per_token(model, layout: "BlockLayout", *, select: float) -> float:
     """ELECTRA with tied generator and discriminator: the masked-LM pass of :func:`flops_per_token` (output
     layer at the selected share) plus a second pass of the transformer on the corrupted text and the
@@ -421,6 +435,37 @@ def _pair_view(model, body_name):
                                    pair_loss=pair, pair_accuracy=accuracy)
 
     return _Pairs(model)
+
+
+def _permuted_view(model):
+    """The training module of permuted LM (``stages.objectives.permuted_lm``): GPT-2's transformer over the
+    content and query rows with the two-stream mask and the query rows' positions, its tied output layer at the
+    query rows only; returns (loss, logits, labels) of the targets. The model saves as a stock
+    ``GPT2LMHeadModel``."""
+    from types import SimpleNamespace
+
+    import torch
+
+    if not hasattr(model, "transformer") or not hasattr(model, "lm_head"):
+        raise ValueError("permuted: needs a GPT-2 language model (GPT2LMHeadModel)")
+
+    class _Permuted(torch.nn.Module):
+        def __init__(self, inner) -> None:
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, input_ids, position_ids, attention_mask, labels, **kwargs):
+            if getattr(self.inner.config, "_attn_implementation", None) != "sdpa":  # eager adds the mask to scores
+                attention_mask = torch.zeros(attention_mask.shape, device=attention_mask.device).masked_fill(
+                    ~attention_mask, torch.finfo(torch.float32).min)
+            hidden = self.inner.transformer(input_ids=input_ids, position_ids=position_ids,
+                                            attention_mask=attention_mask, use_cache=False, **kwargs)[0]
+            queries = hidden[:, hidden.size(1) - labels.size(1):]
+            logits = self.inner.lm_head(queries)
+            loss = torch.nn.functional.cross_entropy(logits.float().reshape(-1, logits.size(-1)), labels.reshape(-1))
+            return SimpleNamespace(loss=loss, logits=logits, labels=labels)
+
+    return _Permuted(model)
 
 
 def _contrast_view(model, body_name, weight: float, temperature: float):

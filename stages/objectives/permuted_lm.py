@@ -1,0 +1,92 @@
+"""Permuted language modelling (XLNet, Yang et al. 2019) for the GPT paradigm (``train.objective: permuted``).
+
+XLNet maximises the likelihood of a block under a random factorisation order: each token is predicted from
+the tokens before it in a permutation ``z`` of the positions, so, over permutations, every token learns from
+context on both sides while the model stays autoregressive. Two details make that trainable, and both are
+kept here:
+
+- Partial prediction (XLNet section 2.3): only the last ``c`` tokens of the order are predicted, the targets,
+  ``c = ceil(seq_len / K)`` with XLNet's ``K = 6`` (section 3.1); the others are context only.
+- Two-stream attention (section 2.2): the content stream ``h`` of position ``z_t`` sees the content of
+  ``z_<=t``; the query stream ``g`` of a target ``z_t`` sees the content of ``z_<t`` and its own position, never
+  its own token, and predicts it. As in MPNet (Song et al. 2020, section 2.2), both streams run as one
+  sequence: the block's ``seq_len`` content tokens followed by one query token per target, with the target's
+  position id, and one attention mask that encodes both rules (a content row ``i`` attends to content ``j``
+  when ``rank(j) <= rank(i)``; the query row of target ``z_t`` attends to content ``j`` when
+  ``rank(j) < t``; no row attends to a query row, not even the query itself: XLNet's query stream takes its
+  keys and values from the content stream only).
+
+Documented simplifications against XLNet: no Transformer-XL memory or relative positions (GPT-2's learned
+absolute positions give each query its target's position), no span-based target selection (the targets are a
+uniform random ``c`` of the positions, as a uniform permutation makes them), and the query stream's initial
+vector ``w`` is the word embedding of one fixed token (GPT-2's ``<|endoftext|>``, id ``query_id``) rather than
+a separate parameter, so the saved model is a stock ``GPT2LMHeadModel``. The layers are shared by the two
+streams, as in XLNet. At fine-tuning time the model runs as a plain causal LM: the identity order, content
+stream only, as XLNet fine-tunes on its content stream.
+
+The batch holds ``input_ids`` (content, then queries), ``position_ids``, a 4-D boolean ``attention_mask``
+(``True`` = may attend) and ``labels`` (the targets' tokens, one per query). ``stages.training.models``' view
+runs GPT-2's transformer over it and its output layer at the query rows only.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+# XLNet's partial-prediction constant: 1/K of the tokens of each block are predicted.
+K = 6
+
+
+def permuted_masks(rank: np.ndarray, targets: np.ndarray) -> np.ndarray:
+    """The two-stream attention mask of one block: ``rank[i]`` is position ``i``'s place in the factorisation
+    order, ``targets`` the positions predicted (in order). Returns a ``(L + c, L + c)`` boolean matrix over
+    [content positions..., one query per target]: row = attending, column = attended."""
+    length, c = len(rank), len(targets)
+    allowed = np.zeros((length + c, length + c), dtype=bool)
+    allowed[:length, :length] = rank[None, :] <= rank[:, None]  # content: z_<=t, itself included
+    allowed[length:, :length] = rank[None, :] < rank[targets][:, None]  # query of z_t: the content of z_<t
+    return allowed
+
+
+class PermutedLM:
+    name = "permuted"
+    batched = True
+
+    def __init__(self, layout, *, k: int = K) -> None:
+        if k < 2:
+            raise ValueError("permuted: the partial-prediction constant K must be >= 2")
+        if layout.eos_id is None:
+            raise ValueError("permuted: the layout has no <|endoftext|> id for the query stream's input")
+        self.layout, self.k = layout, k
+        self.targets = math.ceil(layout.seq_len / k)
+        self.query_id = layout.eos_id
+        # the share of a block's positions the output layer runs at, and the extra rows the body runs over
+        self.select = self.targets / layout.seq_len
+
+    def draw(self, rows: int, length: int, rng) -> tuple[np.ndarray, np.ndarray]:
+        """(rank of each position in a uniform random order, the last ``c`` positions of that order), one row per
+        block: the order sorts the block's ``length`` uniform draws (``rng``: a numpy Generator, or the training
+        loop's per-block streams, whose row ``b`` depends on block ``b`` only)."""
+        order = np.argsort(rng.random((rows, length)), axis=1, kind="stable")
+        rank = np.argsort(order, axis=1, kind="stable")
+        return rank, order[:, length - self.targets:]
+
+    def __call__(self, rows: np.ndarray, rng) -> dict:
+        import torch
+
+        ids = np.asarray(rows, dtype=np.int64)
+        n, length = ids.shape
+        c = self.targets
+        rank, targets = self.draw(n, length, rng)
+        inputs = np.full((n, length + c), self.query_id, dtype=np.int64)
+        inputs[:, :length] = ids
+        positions = np.concatenate([np.broadcast_to(np.arange(length), (n, length)), targets], axis=1)
+        masks = np.stack([permuted_masks(rank[r], targets[r]) for r in range(n)])[:, None]
+        labels = np.take_along_axis(ids, targets, axis=1)
+        return {"input_ids": torch.from_numpy(inputs), "position_ids": torch.from_numpy(positions),
+                "attention_mask": torch.from_numpy(masks), "labels": torch.from_numpy(labels)}
+
+    def input_tokens(self, rows: int) -> int:
+        return rows * self.layout.seq_len

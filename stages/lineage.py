@@ -20,8 +20,8 @@ or a tag in the store) it also checks every file, models included, against the B
 differs, is missing or is not listed is a mismatch, as is byte-code or a native extension under ``src/``.
 For a workspace model folder it also checks the model card its training stage wrote there
 (``README.md`` against the ``card.json`` beside it, and that file's sources and licences against the ingest
-manifests; ``stages.provenance.stagecard``). Each mismatch is printed with the file it concerns; the exit status is 1 when there is any (2 when the
-target cannot be read).
+manifests; ``stages.provenance.stagecard``). Each mismatch is printed with the file it concerns; the exit
+status is 1 when there is any (2 when the target cannot be read).
 
 The threat model: someone who can rewrite the Bento can rewrite a weight file, ``lineage.json`` and the
 manifest together, and without a workspace they agree. What binds them is outside the Bento: ``--pin

@@ -8,8 +8,8 @@
    fails with the gate's failed checks (the previous Bento, export and metrics stay as they were).
 2. Collects the lineage record (``stages.provenance.record``), refusing a workspace that differs from
    ``dvc.lock``.
-3. Saves the selected fine-tuned model (its folder byte for byte, its own ``README.md`` aside, plus ``lineage.json``)
-   and, as ``package.generative`` chooses, the pre-trained models into the BentoML model store with
+3. Saves the selected fine-tuned model (its folder byte for byte, its own ``README.md`` aside, plus
+   ``lineage.json``) and, as ``package.generative`` chooses, the pre-trained models into the BentoML model store with
    ``bentoml.models.create``; labels and metadata carry the commit, the upstream stages' ``dvc.lock`` hashes,
    the params, the gates' results and the evaluation metrics. Each model folder gets a ``README.md`` model
    card rendered from the lineage record (``stages.provenance.card``), in place of the card its training

@@ -27,6 +27,7 @@ from pathlib import Path
 
 from stages.provenance.hashing import path_hashes
 from stages.provenance.stagecard import SOURCE_KEYS, count_parameters  # noqa: F401 (re-exported)
+from stages.provenance.stagecard import _read_json
 
 SCHEMA = 1
 
@@ -144,13 +145,6 @@ def hash_entries(root: Path, entries: list[tuple[str, str, dict]]) -> dict[str, 
         raise LineageError("the workspace differs from dvc.lock (run `dvc repro` or `dvc checkout`): "
                            + "; ".join(stale))
     return files
-
-
-def _read_json(path: Path) -> dict | None:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
 
 
 def gate_summary(report: dict) -> dict:

@@ -77,7 +77,8 @@ def run_stage(corpus: Path, params: Path, out: Path, workers: int, task: Path | 
            "--report", str(out.parent / f"report-{workers}.json"), "--metrics", str(out.parent / f"m-{workers}.json")]
     if task is not None:
         cmd += ["--task", str(task)]
-    env = {**os.environ, "GX_ANALYTICS_ENABLED": "false", "PYTHONPATH": str(ROOT)}
+    path = os.pathsep.join(x for x in (str(ROOT), os.environ.get("PYTHONPATH", "")) if x)  # keep a caller's site dirs
+    env = {**os.environ, "GX_ANALYTICS_ENABLED": "false", "PYTHONPATH": path}
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     peak = {"main": 0, "worker": 0, "total": 0}

@@ -217,7 +217,7 @@ def apply_profile(root: Path, name: str) -> dict:
     from dvc.utils.serialize import modify_yaml
 
     from stages.config import load_params
-    from stages.profile import apply, load_profiles, validate
+    from stages.profile import apply, load_profiles, set_value, validate
 
     profile, label = load_profiles(name, root)
     validate(apply(load_params(root / "params.yaml"), profile, label))
@@ -227,7 +227,7 @@ def apply_profile(root: Path, name: str) -> dict:
             *parents, last = str(dotted).split(".")
             for part in parents:
                 node = node[part]
-            node[last] = value
+            set_value(node, last, value)
     return profile
 
 

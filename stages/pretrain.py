@@ -47,11 +47,82 @@ class DaptConfig:
     train: TrainConfig = field(default_factory=TrainConfig)
 
 
-def load_config(params_path: Path, section_name: str, paradigm: str):
+def load_config(params_path: Path, section_name: str, paradigm: str, variant: str | None = None):
+    """The section's config; with ``variant``, that ``compare.objectives`` entry's objective and ``train``
+    settings over it (the objective comparison's runs: the same model and budget, another objective)."""
     params = load_params(params_path)
     merged = deep_merge(section(params, f"{section_name}.defaults"), section(params, f"{section_name}.{paradigm}") or {})
+    where = f"{section_name}.{paradigm}"
+    if variant is not None:
+        entry = compare_entry({variant: section(params, f"compare.objectives.{variant}")}, variant, paradigm)
+        merged = deep_merge(merged, {"train": {**(entry.get("train") or {}), "objective": entry["objective"]}})
+        where = f"{where} with compare.objectives.{variant}"
     cls = PretrainConfig if section_name == "pretrain" else DaptConfig
-    return build(cls, merged, f"{section_name}.{paradigm}")
+    return build(cls, merged, where)
+
+
+COMPARE_KEYS = ("paradigm", "objective", "train")
+
+
+def compare_entries(entries) -> list[dict]:
+    """``compare.objectives`` checked and listed: a mapping of names to ``{paradigm, objective[, train]}``, each
+    objective one of its paradigm's (``stages.objectives``), ``train`` the run's own settings; each entry comes
+    back as a dict with its ``name``."""
+    from stages.objectives import BERT_OBJECTIVES, GPT_OBJECTIVES, T5_OBJECTIVES
+
+    own = {"bert": BERT_OBJECTIVES, "gpt": GPT_OBJECTIVES, "t5": T5_OBJECTIVES}
+    if entries is None:
+        return []
+    if not isinstance(entries, dict):
+        raise ConfigError(f"compare.objectives: expected a mapping of names to {{paradigm, objective}}, got {entries!r}")
+    out = []
+    for name, e in entries.items():
+        where = f"compare.objectives.{name}"
+        name = str(name)
+        if not name[:1].isalpha() or not all(c.isalnum() or c in "-_" for c in name):
+            raise ConfigError(f"{where}: a name starts with a letter and holds letters, digits, '-' and '_' only "
+                              "(it names stages and folders)")
+        if not isinstance(e, dict):
+            raise ConfigError(f"{where}: expected a mapping with paradigm and objective, got {e!r}")
+        unknown = sorted(set(e) - set(COMPARE_KEYS))
+        missing = [k for k in COMPARE_KEYS[:2] if not e.get(k)]
+        if unknown or missing:
+            raise ConfigError(f"{where}: " + "; ".join(
+                ([f"unknown key(s) {', '.join(map(str, unknown))}"] if unknown else [])
+                + ([f"missing {', '.join(missing)}"] if missing else [])))
+        if e["paradigm"] not in own:
+            raise ConfigError(f"{where}.paradigm: {e['paradigm']!r} is not one of {', '.join(own)}")
+        if e["objective"] not in own[e["paradigm"]]:
+            raise ConfigError(f"{where}.objective: {e['objective']!r} is not one of {e['paradigm']}'s objectives "
+                              f"({', '.join(own[e['paradigm']])})")
+        if e.get("train") is not None and not isinstance(e["train"], dict):
+            raise ConfigError(f"{where}.train: expected a mapping of train settings, got {e['train']!r}")
+        out.append({"name": name, **e})
+    return out
+
+
+def compare_entry(entries, name: str, paradigm: str) -> dict:
+    """The ``compare.objectives`` entry called ``name`` (a ConfigError when there is none or its paradigm differs)."""
+    listed = compare_entries(entries)
+    entry = next((e for e in listed if e["name"] == name), None)
+    if entry is None:
+        known = ", ".join(e["name"] for e in listed) or "none"
+        raise ConfigError(f"compare.objectives: no entry named {name!r} (entries: {known})")
+    if entry["paradigm"] != paradigm:
+        raise ConfigError(f"compare.objectives.{name}.paradigm: {entry['paradigm']!r}, not --paradigm {paradigm}")
+    return entry
+
+
+def match_flops(cfg, reference: Path):
+    """``cfg`` with ``train.budget_flops`` set to the FLOPs of the run saved in ``reference`` (its tokens x its
+    FLOPs per token, from its ``training.json``): equal compute with that run, whatever this run's objective."""
+    import dataclasses
+
+    record = read_json(check_folder(reference) / "training.json")
+    m = record.get("metrics") or {}
+    if not m.get("tokens") or not m.get("flops_per_token"):
+        raise ValueError(f"{reference / 'training.json'}: no metrics.tokens / metrics.flops_per_token to match")
+    return dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, budget_flops=float(m["tokens"]) * float(m["flops_per_token"])))
 
 
 def fingerprint(*parts) -> str:
@@ -225,11 +296,15 @@ def main(argv: Iterable[str] | None = None) -> int:
     ap.add_argument("--sources", type=Path, nargs="*", default=[],
                     help="ingest manifests (data/ingested/<corpus>/manifest.json) of the corpora behind the model: "
                          "their sources and licences go into its model card (README.md)")
+    ap.add_argument("--variant", help="a compare.objectives entry's name: train with its objective and settings "
+                                       "(the objective comparison; see params.yaml's compare section)")
+    ap.add_argument("--match-flops", type=Path, help="a saved model folder: train on its run's FLOPs "
+                                                     "(its tokens x FLOPs per token) instead of the token budget")
     ap.add_argument("--no-progress", action="store_true")
     argv = list(argv) if argv is not None else sys.argv[1:]
     args = ap.parse_args(argv)
     if overlap_error(args, ["output", "checkpoints", "metrics", "plot", "live"],
-                     ["params", "tokens", "tokenizer", "init", "sources"]):
+                     ["params", "tokens", "tokenizer", "init", "sources", "match_flops"]):
         return 1
     from stages.training.checkpoint import CheckpointError
     from stages.training.launch import relaunch
@@ -239,7 +314,9 @@ def main(argv: Iterable[str] | None = None) -> int:
         code = relaunch("stages.pretrain", argv)  # LMPIPE_TRAIN_PROCESSES > 1: N processes under torchrun
         if code is not None:
             return code
-        cfg = load_config(args.params, args.section, args.paradigm)
+        cfg = load_config(args.params, args.section, args.paradigm, args.variant)
+        if args.match_flops is not None:
+            cfg = match_flops(cfg, args.match_flops)
         outcome = run(cfg, paradigm=args.paradigm, stage=args.section, tokens_dir=args.tokens, corpus=args.corpus,
                       tokenizer_dir=args.tokenizer, init=args.init, output_dir=args.output,
                       checkpoint_dir=args.checkpoints, log=lambda m: print(m, file=sys.stderr),

@@ -48,8 +48,19 @@ def load_profiles(spec: str | list[str] | tuple[str, ...], root: Path = Path("."
     return merged, " + ".join(f"profiles/{name}.yaml" for name in names)
 
 
+def set_value(node: dict, key: str, value: Any) -> None:
+    """``node[key] = value``, except that a mapping is merged into a mapping already there (recursively), as
+    ``dvc exp run -S ++key={...}`` merges it: a profile's ``compare.objectives`` adds to params.yaml's."""
+    if isinstance(value, dict) and isinstance(node.get(key), dict):
+        for k, v in value.items():
+            set_value(node[key], k, v)
+    else:
+        node[key] = copy.deepcopy(value)
+
+
 def apply(params: dict[str, Any], profile: dict[str, Any], where: str = "profile") -> dict[str, Any]:
-    """``params`` with the profile's dotted keys set; a key missing from params is a ConfigError."""
+    """``params`` with the profile's dotted keys set (a mapping merged into one there, see :func:`set_value`);
+    a key missing from params is a ConfigError."""
     out = copy.deepcopy(params)
     for dotted, value in profile.items():
         node = out
@@ -58,7 +69,7 @@ def apply(params: dict[str, Any], profile: dict[str, Any], where: str = "profile
             if not isinstance(node, dict) or part not in node:
                 raise ConfigError(f"{where}: {dotted}: no such key in params.yaml (at {'.'.join(parts[:i + 1])})")
             if i == len(parts) - 1:
-                node[part] = value
+                set_value(node, part, value)
             else:
                 node = node[part]
     return out
@@ -92,6 +103,12 @@ def validate(params: dict[str, Any]) -> None:
             for paradigm in params.get(name, {}):
                 if paradigm != "defaults":
                     loader(Path(fh.name), paradigm) if loader else pretrain_config(Path(fh.name), name, paradigm)
+        if "compare" in params:
+            from stages.compare import load_config as compare_config
+
+            for entry in compare_config(Path(fh.name)).entries():  # each objective's runs, as its stages build them
+                for name in ("pretrain", "dapt"):
+                    pretrain_config(Path(fh.name), name, entry["paradigm"], entry["name"])
         from stages.evaluate import load_config as evaluate_config
         from stages.finetune import load_config as finetune_config
 
@@ -108,11 +125,28 @@ def validate(params: dict[str, Any]) -> None:
         Path(fh.name).unlink()
 
 
+def _override(value: Any) -> str:
+    """A value in the override grammar ``dvc exp run -S`` parses (Hydra's): JSON scalars and lists, and mappings
+    as ``{key:value,...}`` with bare keys (Hydra reads no quoted keys)."""
+    if isinstance(value, dict):
+        for k in value:
+            if not str(k)[:1].isalpha() or not all(c.isalnum() or c in "-_" for c in str(k)):
+                raise ConfigError(f"{k!r}: a key of a mapping set by a profile is a bare name (letters, digits, - and _)")
+        return "{" + ",".join(f"{k}:{_override(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, list):
+        return "[" + ",".join(_override(v) for v in value) + "]"
+    return json.dumps(value)
+
+
 def set_args(profile: dict[str, Any]) -> list[str]:
-    """``dvc exp run`` arguments; values are written as JSON/YAML scalars (true, 0, "text")."""
+    """``dvc exp run`` arguments; values are written as JSON/YAML scalars (true, 0, "text"). A mapping is set
+    with ``++`` (Hydra's add-or-override: a plain ``-S`` cannot give a mapping keys it does not have)."""
     args = []
     for key, value in profile.items():
-        args += ["-S", f"{key}={json.dumps(value) if not isinstance(value, str) else value}"]
+        if isinstance(value, dict):
+            args += ["-S", f"++{key}={_override(value)}"]
+        else:
+            args += ["-S", f"{key}={_override(value) if not isinstance(value, str) else value}"]
     return args
 
 

@@ -87,7 +87,8 @@ def _training_stages(record: dict, stage: str | None) -> list[str]:
 
 def _objective(record: dict, stage: str) -> str:
     return objective_text(stage.partition("@")[2], _stage_setting(record, stage, "train", "objective"),
-                          _stage_setting(record, stage, "train", "mlm_select"))
+                          _stage_setting(record, stage, "train", "mlm_select"),
+                          _stage_setting(record, stage, "train", "generator_size"))
 
 
 def _architecture(record: dict, stage: str | None) -> str:

@@ -73,8 +73,9 @@ def render_sections(title: str, intro: list[str], sections: list[tuple[str, list
     return "\n".join(lines).rstrip() + "\n"
 
 
-def objective_text(paradigm: str, objective, select) -> str:
-    """What a pre-training run of ``paradigm`` predicts, from its ``train.objective`` and ``train.mlm_select``."""
+def objective_text(paradigm: str, objective, select, generator_size=None) -> str:
+    """What a pre-training run of ``paradigm`` predicts, from its ``train.objective`` and ``train.mlm_select``
+    (and, for ELECTRA, ``train.generator_size``)."""
     if paradigm == "t5":
         if objective:
             return T5_OBJECTIVES.get(objective, objective)
@@ -88,7 +89,10 @@ def objective_text(paradigm: str, objective, select) -> str:
     if paradigm != "bert":
         return text
     if objective == "electra":
-        return ("replaced-token detection (ELECTRA; generator and discriminator tied)"
+        generator = (f"a separate generator {generator_size:g} of the discriminator's width, sharing its word "
+                     "embeddings" if isinstance(generator_size, (int, float)) and generator_size > 0
+                     else "generator and discriminator tied")
+        return (f"replaced-token detection (ELECTRA; {generator})"
                 + (f", {share} of the positions masked for the generator" if share else ""))
     if objective == "nsp":
         text += " with next-sentence prediction (BERT's)"
@@ -180,7 +184,8 @@ def pretrain_facts(*, kind: str, paradigm: str, corpus: str, config: dict, metri
     the stage's, ``sources``: :func:`corpora` of the corpora it read, ``init``: the folder it continued."""
     train = config.get("train") or {}
     own = {"stage": kind, "corpus": corpus, "objective": objective_text(paradigm, train.get("objective"),
-                                                                         train.get("mlm_select")),
+                                                                         train.get("mlm_select"),
+                                                                         train.get("generator_size")),
            "tokens": metrics.get("tokens")}
     upstream = read_facts(init) if init is not None else {}
     model = config.get("model") or (upstream or {}).get("model_config")

@@ -81,9 +81,22 @@ def test_the_closure_follows_lazy_imports():
     assert Path("stages/training/loop.py") in files
 
 
-def expanded_stages() -> dict[str, tuple[str, list[str]]]:
-    """Every stage instance (``foreach`` expanded): its command and its declared params keys."""
+def params_with(*profiles: str) -> dict:
+    """params.yaml with the named profiles applied (the compare profile defines the comparison's stages)."""
+    from stages.config import load_params
+    from stages.profile import apply, load_profile
+
+    params = load_params(ROOT / "params.yaml")
+    for name in profiles:
+        params = apply(params, load_profile(name, ROOT))
+    return params
+
+
+def expanded_stages(params: dict | None = None) -> dict[str, tuple[str, list[str]]]:
+    """Every stage instance (``foreach`` expanded, a ``${params.key}`` list or mapping read from ``params``):
+    its command and its declared params keys."""
     spec = yaml.safe_load((ROOT / "dvc.yaml").read_text())
+    params = params_with() if params is None else params
     out = {}
     for name, stage in spec["stages"].items():
         items = stage.get("foreach")
@@ -91,6 +104,11 @@ def expanded_stages() -> dict[str, tuple[str, list[str]]]:
         if items is None:
             out[name] = (body["cmd"], [str(p) for p in body.get("params", [])])
             continue
+        if isinstance(items, str):  # foreach: ${compare.objectives}
+            node = params
+            for part in re.fullmatch(r"\$\{(.+)\}", items).group(1).split("."):
+                node = node[part]
+            items = node
         for key, item in (items.items() if isinstance(items, dict) else ((i, i) for i in items)):
             def sub(text: str, key=key, item=item) -> str:
                 text = text.replace("${key}", str(key))
@@ -102,7 +120,19 @@ def expanded_stages() -> dict[str, tuple[str, list[str]]]:
     return out
 
 
-def test_every_stage_declares_the_params_sections_its_config_reads(monkeypatch):
+def test_the_comparison_defines_no_stage_by_default_and_four_per_objective_with_its_profile():
+    default = expanded_stages()
+    assert not [n for n in default if n.startswith("compare-")]
+    params = params_with("compare")
+    names = set(expanded_stages(params))
+    entries = sorted(params["compare"]["objectives"])
+    assert len(entries) >= 4
+    for kind in ("pretrain", "dapt", "finetune"):
+        assert {f"compare-{kind}@{e}" for e in entries} <= names
+    assert "compare-report@objectives" in names
+
+
+def test_every_stage_declares_the_params_sections_its_config_reads(monkeypatch, tmp_path):
     # A params section a stage reads but dvc.yaml does not list would not make `dvc repro` run the stage again
     # when it changes (and one listed but never read re-runs it for nothing). Each stage's config loader is run
     # on the project's params.yaml with `section` recorded.
@@ -118,19 +148,21 @@ def test_every_stage_declares_the_params_sections_its_config_reads(monkeypatch):
         read.append(dotted)
         return real(params, dotted)
 
+    params_dict = params_with("compare")  # the comparison's stages too
+    params = tmp_path / "params.yaml"
+    params.write_text(yaml.safe_dump(params_dict, sort_keys=False))
     drift = {}
-    for name, (cmd, declared) in expanded_stages().items():
+    for name, (cmd, declared) in expanded_stages(params_dict).items():
         module = importlib.import_module(re.search(r"python -m (stages\.\w+)", cmd).group(1))
         for mod in [m for n, m in list(sys.modules.items()) if n.startswith("stages") and m is not None]:
             if getattr(mod, "section", None) is real:
                 monkeypatch.setattr(mod, "section", recording)
-        arg = {k: v for k, v in re.findall(r"--(corpus|paradigm|section) (\S+)", cmd)}
+        arg = {k: v for k, v in re.findall(r"--(corpus|paradigm|section|variant) (\S+)", cmd)}
         read.clear()
-        params = ROOT / "params.yaml"
         if module.__name__ in ("stages.ingest", "stages.clean"):
             module.load_config(params, arg["corpus"])
         elif module.__name__ == "stages.pretrain":
-            module.load_config(params, arg["section"], arg["paradigm"])
+            module.load_config(params, arg["section"], arg["paradigm"], arg.get("variant"))
         elif module.__name__ in ("stages.tokenizer", "stages.tokens", "stages.finetune"):
             module.load_config(params, arg["paradigm"])
         else:

@@ -125,3 +125,14 @@ def test_check_finds_an_edited_card_and_a_licence_that_is_not_the_manifests(tmp_
 def test_a_folder_without_card_json_is_noted_not_failed(tmp_path):
     problems, verified = stagecard.check(tmp_path)
     assert problems == [] and "no folder card to check" in verified[0]
+
+
+def test_the_electra_objective_says_whether_its_generator_is_tied_or_separate():
+    from stages.provenance.stagecard import objective_text
+
+    tied = objective_text("bert", "electra", 0.15)
+    separate = objective_text("bert", "electra", 0.15, 0.25)
+    assert "generator and discriminator tied" in tied and "15% of the positions masked" in tied
+    assert "a separate generator 0.25 of the discriminator's width" in separate and "tied" not in separate
+    assert objective_text("bert", "electra", 0.15, 0.0) == tied
+    assert objective_text("bert", "masked_lm", 0.3, 0.25) == objective_text("bert", "masked_lm", 0.3)

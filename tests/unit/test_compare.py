@@ -1,5 +1,5 @@
 """The objective comparison's configuration, equal-FLOPs budget, verdict and report (stages.compare, and the
-pre-training stage's --variant / --match-flops); the stages run end to end in tests/integration/test_compare.py."""
+pre-training stage's --variant / --match-flops); the stages run end to end in tests/integration/test_objective_compare.py."""
 
 from __future__ import annotations
 

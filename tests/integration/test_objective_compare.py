@@ -1,6 +1,10 @@
 """The objective comparison end to end, as DVC runs it: on a copy of the tiny project, three objectives of
 ``compare.objectives`` get their pre-training, DAPT and fine-tuning stages, train on the FLOPs of their
-paradigm's own runs, and ``compare-report@objectives`` writes the report."""
+paradigm's own runs, and ``compare-report@objectives`` writes the report.
+
+Named to run after test_kill_resume: in a CI run where this module built the shared tiny project first (before
+the DDP and Dask tests), the kill suite's forced re-run of pretrain@gpt gave other weights than the fixture's
+first run and its package case failed on the inconsistent workspace; under investigation (see the issue note)."""
 
 from __future__ import annotations
 

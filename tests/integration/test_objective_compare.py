@@ -3,8 +3,10 @@
 paradigm's own runs, and ``compare-report@objectives`` writes the report.
 
 Named to run after test_kill_resume: in a CI run where this module built the shared tiny project first (before
-the DDP and Dask tests), the kill suite's forced re-run of pretrain@gpt gave other weights than the fixture's
-first run and its package case failed on the inconsistent workspace; under investigation (see the issue note)."""
+the Dask tests), the kill suite's forced re-run of pretrain@gpt gave other weights than the fixture's first run
+and its package case failed on the inconsistent workspace. The cause: a Dask LocalCluster leaves
+OMP_NUM_THREADS=1 (its nanny's pre-spawn environment) in the process that starts it, so stages started after
+the Dask tests train on one thread and sum in another order."""
 
 from __future__ import annotations
 

@@ -32,6 +32,7 @@ from typing import Any
 from stages.cleaning.pipeline import CleanerConfig, CleanResult, EmptyInput, clean_corpus
 from stages.cleaning.task_guard import TaskConfig
 from stages.common.atomic import atomic_dir, refuse_overlap, work_dir, write_bytes_atomic, write_json_atomic
+from stages.common.cli import Stage
 from stages.config import ConfigError, build, check, deep_merge, load_params, section
 
 
@@ -248,8 +249,7 @@ def clean(cfg: CleanConfig, *, input_path: Path, output_dir: Path, report_path: 
     return result
 
 
-def main(argv: Iterable[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m stages.clean", description="Clean a corpus with C4's rules.")
+def _arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--input", type=Path, required=True, help="Parquet or JSONL(.gz/.zst) with a text field")
     ap.add_argument("--output", type=Path, required=True, help="output folder (replaced atomically)")
     ap.add_argument("--corpus", help="params section clean.<corpus> (default: C4's defaults)")
@@ -261,29 +261,31 @@ def main(argv: Iterable[str] | None = None) -> int:
     ap.add_argument("--workers", type=int, help="override the number of worker processes (0 = all cores)")
     ap.add_argument("--task", type=Path, help="labeled task documents: guard against its held-out splits "
                     "(and add its training texts when task.tapt is on)")
-    args = ap.parse_args(list(argv) if argv is not None else None)
+
+
+def _run(args: argparse.Namespace, log) -> dict:
+    import dataclasses
+
+    cfg = load_config(args.params, args.corpus) if args.corpus else CleanConfig()
+    if args.workers is not None:
+        cfg = dataclasses.replace(cfg, cleaner=dataclasses.replace(cfg.cleaner, workers=args.workers))
+    report = args.report or args.output.parent / f"{args.output.name}.gate.json"
+    result = clean(cfg, input_path=args.input, output_dir=args.output, report_path=report,
+                   cache_dir=args.cache_dir, task_path=args.task, log=log)
+    return {args.metrics: result.stats_json(), args.plot: drops_csv(result)}
+
+
+def _stage() -> Stage:
     from stages.quality.gate import GateFailed
     from stages.sources.base import SourceError
 
-    try:
-        cfg = load_config(args.params, args.corpus) if args.corpus else CleanConfig()
-        if args.workers is not None:
-            import dataclasses
+    return Stage("stages.clean", "Clean a corpus with C4's rules.", _arguments, _run,
+                 inputs=("input", "task", "params"), outputs=("metrics", "plot"),
+                 errors=(ConfigError, SourceError, GateFailed, FileNotFoundError, ValueError))
 
-            cfg = dataclasses.replace(cfg, cleaner=dataclasses.replace(cfg.cleaner, workers=args.workers))
-        report = args.report or args.output.parent / f"{args.output.name}.gate.json"
-        refuse_overlap({"metrics": args.metrics, "plot": args.plot},
-                       {"input": args.input, "task": args.task, "params": args.params})
-        result = clean(cfg, input_path=args.input, output_dir=args.output, report_path=report,
-                       cache_dir=args.cache_dir, task_path=args.task, log=lambda m: print(m, file=sys.stderr))
-    except (ConfigError, SourceError, GateFailed, FileNotFoundError, ValueError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-    if args.metrics:
-        write_json_atomic(args.metrics, result.stats_json())
-    if args.plot:
-        write_bytes_atomic(args.plot, drops_csv(result).encode("utf-8"))
-    return 0
+
+def main(argv: Iterable[str] | None = None) -> int:
+    return _stage().main(argv)
 
 
 if __name__ == "__main__":

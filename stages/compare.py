@@ -24,12 +24,11 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from stages.common.cli import entry, overlap_error
+from stages.common.cli import Stage, entry
 from stages.common.inputs import check_folder, read_json
 from stages.config import ConfigError, build, load_params, section
 
@@ -268,9 +267,7 @@ def metrics_json(result: dict) -> dict:
             "verdict": result["verdict"]}
 
 
-def main(argv: Iterable[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m stages.compare",
-                                 description="Compare the pre-training objectives of compare.objectives.")
+def _arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--params", type=Path, default=Path("params.yaml"))
     ap.add_argument("--task", type=Path, required=True)
     ap.add_argument("--compare", type=Path, required=True, help="folder of the comparison's pretrain/, dapt/, finetune/")
@@ -279,28 +276,26 @@ def main(argv: Iterable[str] | None = None) -> int:
     ap.add_argument("--dapt", type=Path, required=True, help="the default run's domain-adapted models")
     ap.add_argument("--report", type=Path, required=True)
     ap.add_argument("--metrics", type=Path, required=True)
-    args = ap.parse_args(list(argv) if argv is not None else None)
-    if overlap_error(args, ["report", "metrics"], ["params", "task", "compare", "finetuned", "pretrained", "dapt"]):
-        return 1
-    from stages.common.atomic import write_bytes_atomic, write_json_atomic
+
+
+def _run(args: argparse.Namespace, log) -> dict:
     from stages.finetune import read_task
 
-    log = (lambda m: print(m, file=sys.stderr))
-    try:
-        cfg = load_config(args.params)
-        if not cfg.objectives:
-            raise ConfigError("compare.objectives: empty, nothing to compare (profiles/compare.yaml lists some)")
-        result = compare_all(cfg, df=read_task(args.task), compare=args.compare, finetuned=args.finetuned,
-                             pretrained=args.pretrained, dapt=args.dapt, log=log)
-    except (ConfigError, FileNotFoundError, ValueError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-    write_bytes_atomic(args.report, markdown(result).encode("utf-8"))
-    write_json_atomic(args.metrics, metrics_json(result))
+    cfg = load_config(args.params)
+    if not cfg.objectives:
+        raise ConfigError("compare.objectives: empty, nothing to compare (profiles/compare.yaml lists some)")
+    result = compare_all(cfg, df=read_task(args.task), compare=args.compare, finetuned=args.finetuned,
+                         pretrained=args.pretrained, dapt=args.dapt, log=log)
     for v in result["verdict"]:
         log(f"[compare] {v['paradigm']} at {v['train_examples']} labels: {v['best']} "
             f"({v['test_macro_f1']:.3f} ± {v['test_macro_f1_std']:.3f})")
-    return 0
+    return {args.report: markdown(result), args.metrics: metrics_json(result)}
+
+
+STAGE = Stage("stages.compare", "Compare the pre-training objectives of compare.objectives.", _arguments, _run,
+              inputs=("params", "task", "compare", "finetuned", "pretrained", "dapt"), outputs=("report", "metrics"),
+              errors=(ConfigError, FileNotFoundError, ValueError))
+main = STAGE.main
 
 
 if __name__ == "__main__":

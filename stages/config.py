@@ -1,22 +1,31 @@
 """Typed, validated configuration loaded from ``params.yaml``.
 
 Every stage declares frozen, keyword-only dataclasses for the params section it reads and builds them with
-:func:`build`, which rejects unknown keys, missing keys and wrong types with a message naming the dotted
-key (``ingest.general.sources[0].package: expected str, got int``). A typo in params.yaml therefore fails
+:func:`build`. Pydantic validates the data against the dataclass's annotations, strictly as JSON types are (a
+string is not a number, a boolean is not an integer, an integer is a valid float, YAML lists fill tuples), and
+rejects unknown and missing keys; its errors are turned into one line naming the dotted key
+(``ingest.general.sources[0].package: expected a string, got int 5``). A typo in params.yaml therefore fails
 before any work starts instead of being silently ignored.
 
-Supported field types: ``bool``, ``int``, ``float`` (ints accepted), ``str``, ``Literal[...]``,
-``tuple[X, ...]`` (YAML lists), ``dict[str, X]``, ``X | None``, nested dataclasses, and unions of
-dataclasses told apart by a ``kind: Literal[...]`` field (tagged unions, e.g. the source kinds of ingest).
+Field types: ``bool``, ``int``, ``float``, ``str``, ``Literal[...]``, ``tuple[X, ...]``, ``dict[str, X]``,
+``X | None``, nested dataclasses, and unions of dataclasses told apart by a ``kind: Literal[...]`` field
+(tagged unions, e.g. the source kinds of ingest; an error names the member the data's ``kind`` picks).
+``__post_init__`` range checks raise ValueError with a message starting with the field (see :func:`check`).
 """
 
 from __future__ import annotations
 
+import copy
 import dataclasses
+import datetime
+import functools
+import json
 import types
 import typing
 from pathlib import Path
-from typing import Any, Literal, TypeVar, Union, get_args, get_origin
+from typing import Any, TypeVar, Union, get_args, get_origin
+
+import pydantic
 
 T = TypeVar("T")
 
@@ -74,8 +83,6 @@ def section(params: dict[str, Any], dotted: str) -> Any:
 
 def deep_merge(base: dict[str, Any], override: dict[str, Any] | None) -> dict[str, Any]:
     """``override`` applied over ``base``, recursively for mappings (presets are small diffs)."""
-    import copy
-
     out = copy.deepcopy(base)
     for k, v in (override or {}).items():
         out[k] = deep_merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else copy.deepcopy(v)
@@ -83,116 +90,139 @@ def deep_merge(base: dict[str, Any], override: dict[str, Any] | None) -> dict[st
 
 
 def build(cls: type[T], data: Any, where: str) -> T:
-    """Build dataclass ``cls`` from plain data, validating keys and types recursively."""
-    return _convert(cls, data, where)
-
-
-def _type_name(tp: Any) -> str:
-    return getattr(tp, "__name__", None) or str(tp).replace("typing.", "")
-
-
-def _got(value: Any) -> str:
-    return type(value).__name__ if value is not None else "null"
-
-
-def _convert(tp: Any, value: Any, where: str) -> Any:
-    origin = get_origin(tp)
-    if tp is Any:
-        return value
-    if dataclasses.is_dataclass(tp):
-        return _build_dataclass(tp, value, where)
-    if origin is Literal:
-        allowed = get_args(tp)
-        if value not in allowed or isinstance(value, bool) != any(isinstance(a, bool) for a in allowed):
-            raise ConfigError(f"{where}: expected one of {list(allowed)}, got {value!r}")
-        return value
-    if origin in (Union, types.UnionType):
-        return _convert_union(tp, value, where)
-    if origin is tuple:
-        args = get_args(tp)
-        if not isinstance(value, (list, tuple)):
-            raise ConfigError(f"{where}: expected a list, got {_got(value)}")
-        item_tp = args[0] if args else Any
-        return tuple(_convert(item_tp, v, f"{where}[{i}]") for i, v in enumerate(value))
-    if origin is dict:
-        key_tp, val_tp = get_args(tp) or (str, Any)
-        if not isinstance(value, dict):
-            raise ConfigError(f"{where}: expected a mapping, got {_got(value)}")
-        return {_convert(key_tp, k, f"{where}.{k}"): _convert(val_tp, v, f"{where}.{k}") for k, v in value.items()}
-    if tp is bool:
-        if not isinstance(value, bool):
-            raise ConfigError(f"{where}: expected true/false, got {value!r}")
-        return value
-    if tp is int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigError(f"{where}: expected an integer, got {value!r}")
-        return value
-    if tp is float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ConfigError(f"{where}: expected a number, got {value!r}")
-        return float(value)
-    if tp is str:
-        if not isinstance(value, str):
-            raise ConfigError(f"{where}: expected a string, got {_got(value)} {value!r}")
-        return value
-    raise TypeError(f"{where}: unsupported config field type {tp!r}")  # a programming error, not user input
-
-
-def _convert_union(tp: Any, value: Any, where: str) -> Any:
-    args = get_args(tp)
-    if value is None:
-        if type(None) in args:
-            return None
-        raise ConfigError(f"{where}: expected a value, got null")
-    members = [a for a in args if a is not type(None)]
-    tagged = [m for m in members if dataclasses.is_dataclass(m)]
-    if tagged and len(tagged) == len(members) and len(members) > 1:
-        if not isinstance(value, dict) or "kind" not in value:
-            raise ConfigError(f"{where}: expected a mapping with a 'kind' key")
-        kinds = {}
-        for m in tagged:
-            kind_tp = typing.get_type_hints(m)["kind"]
-            for k in get_args(kind_tp):
-                kinds[k] = m
-        if value["kind"] not in kinds:
-            raise ConfigError(f"{where}.kind: expected one of {sorted(kinds)}, got {value['kind']!r}")
-        return _build_dataclass(kinds[value["kind"]], value, where)
-    if len(members) == 1:
-        return _convert(members[0], value, where)
-    errors = []
-    for m in members:
+    """Build dataclass ``cls`` from plain data (a params section), validated by pydantic against the dataclass's
+    annotations: unknown keys, missing keys and wrong types are a ConfigError naming the dotted key."""
+    if isinstance(data, cls):
+        return data
+    data = {} if data is None else data
+    while True:
         try:
-            return _convert(m, value, where)
-        except ConfigError as exc:
-            errors.append(str(exc))
-    raise ConfigError(f"{where}: expected one of {[_type_name(m) for m in members]}, got {value!r}")
+            return _adapter(cls).validate_json(_as_json(data, where))
+        except pydantic.ValidationError as exc:
+            errors = exc.errors(include_url=False)
+        empty = next((e["loc"] for e in errors if e["type"] == "dataclass_type" and e["input"] is None), None)
+        if empty is None:
+            raise ConfigError(_message(cls, data, errors, where)) from None
+        data = _replaced(data, _walk(cls, data, empty)[0], {})  # an empty section (``key:``) means its defaults
 
 
-def _build_dataclass(cls: Any, value: Any, where: str) -> Any:
-    if isinstance(value, cls):
+@functools.cache
+def _adapter(cls: type) -> pydantic.TypeAdapter:
+    """Validation of ``cls`` the way params are read: strict JSON types (a string is not a number, a boolean
+    is not an integer, YAML lists fill tuples) and no unknown keys, in ``cls`` and every dataclass inside it."""
+    config = pydantic.ConfigDict(extra="forbid", strict=True)
+
+    def forbid(tp: Any) -> None:
+        if dataclasses.is_dataclass(tp) and tp.__dict__.get("__pydantic_config__") is not config:
+            tp.__pydantic_config__ = config
+            for hint in typing.get_type_hints(tp).values():
+                forbid(hint)
+        for arg in get_args(tp):
+            forbid(arg)
+
+    forbid(cls)
+    return pydantic.TypeAdapter(cls)
+
+
+def _as_json(data: Any, where: str) -> str:
+    def plain(value: Any) -> Any:
+        if isinstance(value, (datetime.date, datetime.time)):
+            return value.isoformat()  # YAML reads 2024-01-31 as a date; a string field takes it as written
+        if dataclasses.is_dataclass(value) and not isinstance(value, type):
+            return dataclasses.asdict(value)
+        raise ConfigError(f"{where}: {type(value).__name__} value {value!r} is not plain YAML data")
+
+    return json.dumps(data, default=plain)
+
+
+def _replaced(data: Any, path: list[Any], value: Any) -> Any:
+    if not path:
         return value
-    if value is None:
-        value = {}
-    if not isinstance(value, dict):
-        raise ConfigError(f"{where}: expected a mapping, got {_got(value)}")
-    hints = typing.get_type_hints(cls)
-    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
-    unknown = sorted(set(value) - set(fields))
-    if unknown:
-        raise ConfigError(f"{where}.{unknown[0]}: unknown key (allowed: {', '.join(sorted(fields))})")
-    kwargs = {}
-    for name, f in fields.items():
-        key = f"{where}.{name}" if where else name
-        if name in value:
-            kwargs[name] = _convert(hints[name], value[name], key)
-        elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
-            raise ConfigError(f"{key}: missing key")
-    try:
-        return cls(**kwargs)
-    except ConfigError:
-        raise
-    except (ValueError, TypeError) as exc:  # __post_init__ range checks, messages start with the field
-        raise ConfigError(f"{where}.{exc}" if where else str(exc)) from None
+    out = copy.copy(data)
+    out[path[0]] = _replaced(data[path[0]], path[1:], value)
+    return out
+
+
+def _members(tp: Any) -> list[Any]:
+    return [a for a in get_args(tp) if a is not type(None)] if get_origin(tp) in (Union, types.UnionType) else []
+
+
+def _kinds(tp: Any) -> dict[Any, Any]:
+    """A tagged union's ``kind`` values and the dataclass each picks ({} for any other type)."""
+    members = _members(tp)
+    tags = {m: get_args(typing.get_type_hints(m).get("kind")) if dataclasses.is_dataclass(m) else () for m in members}
+    return {k: m for m in members for k in tags[m]} if len(members) > 1 and all(tags.values()) else {}
+
+
+def _walk(tp: Any, value: Any, loc: tuple) -> tuple[list[Any], Any, Any, str | None]:
+    """Follow pydantic's error location ``loc`` through type ``tp`` and its data ``value``: the data path, the
+    type and value there, and why the error is not the data's own when it is not (``"other"``: it concerns a
+    union member the data's ``kind`` did not pick; ``"kind"``: the data picks no member)."""
+    path: list[Any] = []
+    parts = list(loc)
+    while True:
+        members = _members(tp)
+        if len(members) > 1:  # pydantic names the member it tried next in loc
+            tag = parts.pop(0) if parts and parts[0] in {getattr(m, "__name__", None) for m in members} else None
+            kinds = _kinds(tp)
+            if not isinstance(value, dict) or not isinstance(value.get("kind"), str) or value["kind"] not in kinds:
+                return path, tp, value, "kind"
+            if tag is not None and tag != kinds[value["kind"]].__name__:
+                return path, tp, value, "other"
+            tp = kinds[value["kind"]]
+        elif members:
+            tp = members[0]
+        if not parts:
+            return path, tp, value, None
+        part = parts.pop(0)
+        if dataclasses.is_dataclass(tp):
+            tp = typing.get_type_hints(tp).get(part, Any)
+        else:
+            tp = {tuple: (get_args(tp) or (Any,))[0], dict: (get_args(tp) or (str, Any))[-1]}.get(get_origin(tp), Any)
+        path.append(part)
+        try:
+            value = value[part]
+        except (KeyError, IndexError, TypeError):
+            value = None
+
+
+_EXPECTED = {"int": "an integer", "float": "a number", "bool": "true/false", "string": "a string",
+             "tuple": "a list", "list": "a list", "dict": "a mapping", "dataclass": "a mapping"}  # fmt: skip
+
+
+def _message(cls: type, data: Any, errors: list[dict[str, Any]], where: str) -> str:
+    """One line for the first of pydantic's ``errors`` that concerns what the data says (not a tagged union
+    member the data's ``kind`` did not pick), naming the dotted key."""
+    for err in errors:
+        path, tp, value, why = _walk(cls, data, err["loc"])
+        key = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in path)
+        key = f"{where}{key}" if where else key.lstrip(".")
+        kind, base = err["type"], err["type"].split("_")[0]
+        if why == "other":
+            continue
+        if why == "kind" and _kinds(tp):
+            if not isinstance(value, dict) or "kind" not in value:
+                return f"{key}: expected a mapping with a 'kind' key"
+            return f"{key}.kind: expected one of {sorted(_kinds(tp))}, got {value['kind']!r}"
+        if kind in ("extra_forbidden", "unexpected_keyword_argument"):
+            parent = _walk(cls, data, err["loc"][:-1])[1]
+            return f"{key}: unknown key (allowed: {', '.join(sorted(f.name for f in dataclasses.fields(parent)))})"
+        if kind == "missing":
+            return f"{key}: missing key"
+        if kind == "literal_error":
+            return f"{key}: expected one of {list(get_args(tp))}, got {value!r}"
+        if kind == "value_error":  # a __post_init__ check, its message starting with the field's name
+            text = str(err["ctx"]["error"]) if "ctx" in err else err["msg"]
+            return f"{key}.{text}" if key else text
+        if base in _EXPECTED:
+            got = (
+                repr(value)
+                if base in ("int", "float", "bool")
+                else f"{type(value).__name__ if value is not None else 'null'}"
+            )
+            return f"{key}: expected {_EXPECTED[base]}, got {got}" + (f" {value!r}" if base == "string" else "")
+        return f"{key}: {err['msg']}"
+    return f"{where}: {errors[0]['msg']}"
 
 
 def check(condition: bool, message: str) -> None:

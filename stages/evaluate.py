@@ -33,13 +33,11 @@ import dataclasses
 import os
 import sys
 import time
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 
-from stages.common.atomic import write_bytes_atomic, write_json_atomic
-from stages.common.cli import entry, overlap_error
+from stages.common.cli import Folder, Stage, entry
 from stages.common.inputs import check_folders, read_json
 from stages.config import ConfigError, build, check, check_seed, load_params, section
 from stages.evaluation.baseline import BaselineConfig
@@ -255,8 +253,7 @@ def metrics_json(result: dict) -> dict:
                  **{c["check"]: c["value"] for c in result["gate"]["checks"]}}}
 
 
-def main(argv: Iterable[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m stages.evaluate", description="Evaluate and compare the models.")
+def _arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--params", type=Path, default=Path("params.yaml"))
     ap.add_argument("--task", type=Path, required=True)
     ap.add_argument("--finetuned", type=Path, required=True, help="folder of the <paradigm>-<init> fine-tuned models")
@@ -271,41 +268,38 @@ def main(argv: Iterable[str] | None = None) -> int:
     ap.add_argument("--timings", type=Path, help="wall times and throughput of this workspace's runs (Markdown; "
                                                  "untracked: see stages.evaluation.timings)")
     ap.add_argument("--live", type=Path, default=Path("reports/live"), help="the runs' live logs (read)")
-    args = ap.parse_args(list(argv) if argv is not None else None)
-    if overlap_error(args, ["metrics", "plots", "report", "figures", "gate", "timings"],
-                     ["params", "task", "finetuned", "pretrained", "dapt", "tokens", "live"]):
-        return 1
-    from stages.common.atomic import atomic_dir
+
+
+def _run(args: argparse.Namespace, log) -> dict:
     from stages.evaluation.report import figures, markdown
     from stages.finetune import read_task
 
-    log = (lambda m: print(m, file=sys.stderr))
-    try:
-        cfg = load_config(args.params)
-        check_folders(args.finetuned, args.pretrained, args.dapt)  # every saved model read below, checked first
-        result = evaluate_all(cfg, df=read_task(args.task), finetuned=args.finetuned, pretrained=args.pretrained,
-                              dapt=args.dapt, tokens=args.tokens, log=log)
-    except (ConfigError, FileNotFoundError, ValueError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-    with atomic_dir(args.plots) as tmp:
-        for name, points in result["data_efficiency"].items():
-            (tmp / f"{name}.tsv").write_text(curve_tsv(points), encoding="utf-8")
-    with atomic_dir(args.figures) as tmp:
-        for name, svg in figures(result).items():
-            (tmp / name).write_text(svg, encoding="utf-8")
+    cfg = load_config(args.params)
+    check_folders(args.finetuned, args.pretrained, args.dapt)  # every saved model read below, checked first
+    result = evaluate_all(cfg, df=read_task(args.task), finetuned=args.finetuned, pretrained=args.pretrained,
+                          dapt=args.dapt, tokens=args.tokens, log=log)
     rel = Path(os.path.relpath(args.figures, args.report.parent or ".")).as_posix()
-    write_bytes_atomic(args.report, markdown(result, figures_dir=rel).encode("utf-8"))
-    write_json_atomic(args.metrics, metrics_json(result))
-    write_json_atomic(args.gate, result["gate"])
+    timings_md = None
     if args.timings:
         from stages.evaluation import timings
 
         t = timings.collect(args.live, result["timings"]["sections"], result["timings"]["tfidf_fit_seconds"])
-        write_bytes_atomic(args.timings, timings.markdown(t).encode("utf-8"))
+        timings_md = timings.markdown(t)
     verdict = "passed" if result["gate"]["passed"] else "FAILED (the package stage will not ship it)"
     log(f"[evaluate] model gate {verdict}: {result['gate']['selected']} (best validation macro-F1)")
-    return 0
+    return {args.plots: Folder({f"{name}.tsv": curve_tsv(points) for name, points in result["data_efficiency"].items()}),
+            args.figures: Folder(figures(result)),
+            args.report: markdown(result, figures_dir=rel),
+            args.metrics: metrics_json(result),
+            args.gate: result["gate"],
+            args.timings: timings_md}
+
+
+STAGE = Stage("stages.evaluate", "Evaluate and compare the models.", _arguments, _run,
+              inputs=("params", "task", "finetuned", "pretrained", "dapt", "tokens", "live"),
+              outputs=("metrics", "plots", "report", "figures", "gate", "timings"),
+              errors=(ConfigError, FileNotFoundError, ValueError))
+main = STAGE.main
 
 
 if __name__ == "__main__":

@@ -22,14 +22,14 @@ import csv
 import io
 import shutil
 import sys
-from collections.abc import Iterable
 from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
 
-from stages.common.atomic import atomic_dir, write_bytes_atomic, write_json_atomic
-from stages.common.cli import entry, overlap_error
+from stages.common.atomic import atomic_dir, write_json_atomic
+from stages.common.cli import Stage, entry
+from stages.quality.gate import GateFailed
 from stages.common.inputs import check_folder
 from stages.config import ConfigError
 from stages.finetuning.core import (  # noqa: F401  (the stage's names: tests, the curve and the service use them)
@@ -137,8 +137,7 @@ def curve_tsv(curve: list[dict]) -> str:
     return buf.getvalue()
 
 
-def main(argv: Iterable[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m stages.finetune", description="Fine-tune one paradigm on the task.")
+def _arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--paradigm", choices=PARADIGMS, required=True)
     ap.add_argument("--init", choices=INITS, required=True)
     ap.add_argument("--params", type=Path, default=Path("params.yaml"))
@@ -151,26 +150,20 @@ def main(argv: Iterable[str] | None = None) -> int:
     ap.add_argument("--live", type=Path, help="live log folder, one subfolder per run (DVCLive; untracked, see "
                                               "stages.common.live)")
     ap.add_argument("--no-progress", action="store_true")
-    args = ap.parse_args(list(argv) if argv is not None else None)
-    if overlap_error(args, ["output", "metrics", "plot", "report", "live"], ["params", "task", "model"]):
-        return 1
-    from stages.provenance import stagecard
-    from stages.quality.gate import GateFailed
 
-    try:
-        cfg = load_config(args.params, args.paradigm)
-        df = read_task(args.task)
-        task_sources = stagecard.corpora([args.task.parent / "manifest.json"])
-        gate_task(df, cfg, args.report or args.output.parent / f"{args.output.name}.gate.json")
-        if not (args.model / "config.json").is_file():
-            raise FileNotFoundError(f"{args.model / 'config.json'}: no model (run the pretrain/dapt stage first)")
-        check_folder(args.model)
-        out = finetune_seeds(cfg, paradigm=args.paradigm, init=args.init, model_dir=args.model, df=df,
-                             log=lambda m: print(m, file=sys.stderr), progress=not args.no_progress,
-                             live_dir=args.live)
-    except (ConfigError, GateFailed, FileNotFoundError, ValueError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
+
+def _run(args: argparse.Namespace, log) -> dict:
+    from stages.provenance import stagecard
+
+    cfg = load_config(args.params, args.paradigm)
+    df = read_task(args.task)
+    task_sources = stagecard.corpora([args.task.parent / "manifest.json"])
+    gate_task(df, cfg, args.report or args.output.parent / f"{args.output.name}.gate.json")
+    if not (args.model / "config.json").is_file():
+        raise FileNotFoundError(f"{args.model / 'config.json'}: no model (run the pretrain/dapt stage first)")
+    check_folder(args.model)
+    out = finetune_seeds(cfg, paradigm=args.paradigm, init=args.init, model_dir=args.model, df=df, log=log,
+                         progress=not args.no_progress, live_dir=args.live)
     metrics = out["metrics"]
     with atomic_dir(args.output) as tmp:
         out["classifier"].model.save_pretrained(str(tmp))
@@ -183,11 +176,13 @@ def main(argv: Iterable[str] | None = None) -> int:
             paradigm=args.paradigm, init=args.init, labels=list(cfg.labels), config=asdict(out["config"]),
             metrics=metrics, sources=task_sources, model_dir=args.model,
             parameters=stagecard.count_parameters(tmp)))
-    if args.metrics:
-        write_json_atomic(args.metrics, metrics)
-    if args.plot:
-        write_bytes_atomic(args.plot, curve_tsv(out["curve"]).encode("utf-8"))
-    return 0
+    return {args.metrics: metrics, args.plot: curve_tsv(out["curve"])}
+
+
+STAGE = Stage("stages.finetune", "Fine-tune one paradigm on the task.", _arguments, _run,
+              inputs=("params", "task", "model"), outputs=("output", "metrics", "plot", "report", "live"),
+              errors=(ConfigError, GateFailed, FileNotFoundError, ValueError))
+main = STAGE.main
 
 
 if __name__ == "__main__":

@@ -20,15 +20,16 @@ import platform
 import sys
 import time
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from stages.common.atomic import atomic_dir, refuse_overlap, write_json_atomic
-from stages.common.cli import entry, overlap_error
+from stages.common.cli import Stage, entry
 from stages.common.documents import LABELED_COLUMNS, Record, arrow_schema, doc_id, is_json_text, meta_json
 from stages.config import ConfigError, build, check, load_params, section
+from stages.quality.gate import GateFailed
 from stages.sources import Provenance, SourceConfig, SourceContext, SourceError, read_source
 from stages.sources.base import sha256_file
 from stages.sources.debian import DebianDescriptionsSource
@@ -334,34 +335,30 @@ def load_config(params_path: Path, corpus: str) -> CorpusConfig:
     return build(CorpusConfig, section(params, key), key)
 
 
-def main(argv: Iterable[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m stages.ingest", description=__doc__.split("\n\n")[0])
+def _arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--corpus", required=True, help="section name under ingest: in params (general, domain, task)")
     ap.add_argument("--params", type=Path, default=Path("params.yaml"))
     ap.add_argument("--cache-dir", type=Path, default=Path(".cache/sources"))
     ap.add_argument("--output", type=Path, required=True, help="output folder (replaced atomically)")
     ap.add_argument("--report", type=Path, required=True, help="gate report JSON")
     ap.add_argument("--metrics", type=Path, required=True, help="metrics JSON (DVC metrics)")
-    args = ap.parse_args(list(argv) if argv is not None else None)
-    if overlap_error(args, ["output", "report", "metrics"], ["params", "cache-dir"]):
-        return 1
-    from stages.quality.gate import GateFailed
 
-    try:
-        cfg = load_config(args.params, args.corpus)
-        # Local sources named in params are inputs too: an output over them would delete the user's files.
-        refuse_overlap({"output": args.output, "report": args.report, "metrics": args.metrics},
-                       local_source_paths(cfg, f"ingest.{args.corpus}"))
-        result = ingest(cfg, corpus=args.corpus, cache_dir=args.cache_dir, output_dir=args.output,
-                        report_path=args.report, log=lambda m: print(m, file=sys.stderr))
-    except (ConfigError, SourceError, GateFailed, ValueError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-    write_json_atomic(args.metrics, result.metrics)
+
+def _run(args: argparse.Namespace, log) -> dict:
+    cfg = load_config(args.params, args.corpus)
+    # Local sources named in params are inputs too: an output over them would delete the user's files.
+    refuse_overlap({"output": args.output, "report": args.report, "metrics": args.metrics},
+                   local_source_paths(cfg, f"ingest.{args.corpus}"))
+    result = ingest(cfg, corpus=args.corpus, cache_dir=args.cache_dir, output_dir=args.output,
+                    report_path=args.report, log=log)
     c = result.metrics
-    print(f"[ingest] {args.corpus}: {c['documents']} documents, {c['characters']:,} characters -> {args.output}",
-          file=sys.stderr)
-    return 0
+    log(f"[ingest] {args.corpus}: {c['documents']} documents, {c['characters']:,} characters -> {args.output}")
+    return {args.metrics: result.metrics}
+
+
+STAGE = Stage("stages.ingest", __doc__.split("\n\n")[0], _arguments, _run, inputs=("params", "cache-dir"),
+              outputs=("output", "report", "metrics"), errors=(ConfigError, SourceError, GateFailed, ValueError))
+main = STAGE.main
 
 
 if __name__ == "__main__":

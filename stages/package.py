@@ -36,12 +36,12 @@ import json
 import os
 import shutil
 import sys
-from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from stages.common.atomic import work_dir, write_json_atomic
-from stages.common.cli import entry, overlap_error
+from stages.common.cli import Stage, entry
+from stages.provenance.record import LineageError
 from stages.common.inputs import check_folder, read_json
 from stages.common.redact import redact_text, redact_url
 from stages.config import ConfigError, build, check, load_params, section
@@ -459,8 +459,7 @@ def lineage_md5(model_tag: str) -> str:
     return md5_file(Path(bentoml.models.get(model_tag).path) / "lineage.json")
 
 
-def main(argv: Iterable[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m stages.package", description="Package the gated model as a Bento.")
+def _arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--params", type=Path, default=Path("params.yaml"))
     ap.add_argument("--gate", type=Path, default=Path("reports/quality/model-gate.json"))
     ap.add_argument("--finetuned", type=Path, default=Path("data/models/finetune"))
@@ -469,28 +468,28 @@ def main(argv: Iterable[str] | None = None) -> int:
     ap.add_argument("--service", type=Path, default=Path("infra/service.py"))
     ap.add_argument("--metrics", type=Path, help="what was packaged (JSON)")
     ap.add_argument("--root", type=Path, default=Path("."), help="the workspace holding dvc.lock")
-    args = ap.parse_args(list(argv) if argv is not None else None)
-    if overlap_error(args, ["metrics"],
-                     ["params", "gate", "finetuned", "pretrained", "dapt", "service"]):
-        return 1
-    os.environ.setdefault("BENTOML_DO_NOT_TRACK", "True")
-    from stages.provenance.record import LineageError
 
+
+def _run(args: argparse.Namespace, log) -> dict:
+    os.environ.setdefault("BENTOML_DO_NOT_TRACK", "True")
+    cfg = load_config(args.params)
     try:
-        cfg = load_config(args.params)
         result = package(cfg, root=args.root, gate_path=args.gate, finetuned=args.finetuned,
-                         pretrained=args.pretrained, dapt=args.dapt, service=args.service,
-                         log=lambda m: print(m, file=sys.stderr))
-    except (ConfigError, PackageRefused, LineageError, OSError) as exc:
-        print(f"error: {redact_text(str(exc))}", file=sys.stderr)
-        return 1
+                         pretrained=args.pretrained, dapt=args.dapt, service=args.service, log=log)
+    except (ConfigError, PackageRefused, LineageError, OSError):
+        raise
     except Exception as exc:  # an exporter's error may quote the registry URL, credentials and all
         if redact_text(str(exc)) != str(exc):
             raise RuntimeError(f"{type(exc).__name__}: {redact_text(str(exc))}") from None
         raise
-    if args.metrics:
-        write_json_atomic(args.metrics, result)
-    return 0
+    return {args.metrics: result}
+
+
+STAGE = Stage("stages.package", "Package the gated model as a Bento.", _arguments, _run,
+              inputs=("params", "gate", "finetuned", "pretrained", "dapt", "service"), outputs=("metrics",),
+              errors=(ConfigError, PackageRefused, LineageError, OSError),
+              message=lambda exc: redact_text(str(exc)))
+main = STAGE.main
 
 
 if __name__ == "__main__":

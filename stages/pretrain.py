@@ -28,13 +28,14 @@ import io
 import json
 import shutil
 import sys
-from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from stages.common.atomic import atomic_dir, write_bytes_atomic, write_json_atomic
+from stages.common.atomic import atomic_dir, write_json_atomic
 from stages.common.inputs import check_folder, load_npy, read_json
-from stages.common.cli import entry, overlap_error
+from stages.common.cli import Stage, entry
+from stages.training.checkpoint import CheckpointError
+from stages.training.loop import TrainingDiverged
 from stages.config import ConfigError, build, deep_merge, load_params, section
 from stages.tokenization.trainers import PARADIGMS
 from stages.training.config import PretrainConfig, TrainConfig
@@ -278,8 +279,7 @@ def run(cfg, *, paradigm: str, stage: str, tokens_dir: Path, corpus: str, tokeni
     return outcome
 
 
-def main(argv: Iterable[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m stages.pretrain", description="Pre-train (or DAPT) one paradigm.")
+def _arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--paradigm", choices=PARADIGMS, required=True)
     ap.add_argument("--section", choices=("pretrain", "dapt"), default="pretrain", help="params section to read")
     ap.add_argument("--params", type=Path, default=Path("params.yaml"))
@@ -301,43 +301,43 @@ def main(argv: Iterable[str] | None = None) -> int:
     ap.add_argument("--match-flops", type=Path, help="a saved model folder: train on its run's FLOPs "
                                                      "(its tokens x FLOPs per token) instead of the token budget")
     ap.add_argument("--no-progress", action="store_true")
-    argv = list(argv) if argv is not None else sys.argv[1:]
-    args = ap.parse_args(argv)
-    if overlap_error(args, ["output", "checkpoints", "metrics", "plot", "live"],
-                     ["params", "tokens", "tokenizer", "init", "sources", "match_flops"]):
-        return 1
-    from stages.training.checkpoint import CheckpointError
-    from stages.training.launch import relaunch
-    from stages.training.loop import TrainingDiverged
 
+
+class _OutOfMemory(RuntimeError):
+    """A GPU out-of-memory error, worded with the setting to lower."""
+
+
+def _run(args: argparse.Namespace, log) -> dict | int:
+    from stages.training.launch import relaunch
+
+    code = relaunch("stages.pretrain", args.argv)  # LMPIPE_TRAIN_PROCESSES > 1: N processes under torchrun
+    if code is not None:
+        return code
+    cfg = load_config(args.params, args.section, args.paradigm, args.variant)
+    if args.match_flops is not None:
+        cfg = match_flops(cfg, args.match_flops)
     try:
-        code = relaunch("stages.pretrain", argv)  # LMPIPE_TRAIN_PROCESSES > 1: N processes under torchrun
-        if code is not None:
-            return code
-        cfg = load_config(args.params, args.section, args.paradigm, args.variant)
-        if args.match_flops is not None:
-            cfg = match_flops(cfg, args.match_flops)
         outcome = run(cfg, paradigm=args.paradigm, stage=args.section, tokens_dir=args.tokens, corpus=args.corpus,
                       tokenizer_dir=args.tokenizer, init=args.init, output_dir=args.output,
-                      checkpoint_dir=args.checkpoints, log=lambda m: print(m, file=sys.stderr),
-                      progress=not args.no_progress, live_dir=args.live, sources=args.sources)
-    except (ConfigError, CheckpointError, TrainingDiverged, FileNotFoundError, ValueError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
+                      checkpoint_dir=args.checkpoints, log=log, progress=not args.no_progress,
+                      live_dir=args.live, sources=args.sources)
     except Exception as exc:  # GPU out of memory: say which setting to lower
         if type(exc).__name__ == "OutOfMemoryError":
-            print(f"error: out of GPU memory ({str(exc).splitlines()[0]}); lower "
-                  f"{args.section}.{args.paradigm}.train.micro_batch and raise grad_accum to keep the global batch",
-                  file=sys.stderr)
-            return 1
+            raise _OutOfMemory(f"out of GPU memory ({str(exc).splitlines()[0]}); lower {args.section}."
+                               f"{args.paradigm}.train.micro_batch and raise grad_accum to keep the global batch"
+                               ) from None
         raise
-    if outcome is not None:
-        metrics, plot = outcome
-        if args.metrics:
-            write_json_atomic(args.metrics, metrics)
-        if args.plot:
-            write_bytes_atomic(args.plot, plot.encode("utf-8"))
-    return 0
+    if outcome is None:  # a process other than the first of a multi-process run: the first one publishes
+        return {}
+    metrics, plot = outcome
+    return {args.metrics: metrics, args.plot: plot}
+
+
+STAGE = Stage("stages.pretrain", "Pre-train (or DAPT) one paradigm.", _arguments, _run,
+              inputs=("params", "tokens", "tokenizer", "init", "sources", "match_flops"),
+              outputs=("output", "checkpoints", "metrics", "plot", "live"),
+              errors=(ConfigError, CheckpointError, TrainingDiverged, _OutOfMemory, FileNotFoundError, ValueError))
+main = STAGE.main
 
 
 if __name__ == "__main__":

@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from stages.common.atomic import atomic_dir, write_json_atomic
-from stages.common.cli import entry, named_path, overlap_error
+from stages.common.cli import Stage, entry, named_path
 from stages.config import ConfigError, build, load_params, section
 from stages.sources.base import sha256_file
 from stages.tokenization.corpus import texts_of
@@ -169,8 +169,7 @@ def load_config(params_path: Path, paradigm: str) -> tuple[TokenizerConfig, Spli
             build(SplitConfig, section(params, "split"), "split"))
 
 
-def main(argv: Iterable[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m stages.tokenizer", description="Train one paradigm's tokenizer.")
+def _arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--paradigm", choices=PARADIGMS, required=True)
     ap.add_argument("--params", type=Path, default=Path("params.yaml"))
     ap.add_argument("--train", type=Path, action="append", required=True,
@@ -179,20 +178,19 @@ def main(argv: Iterable[str] | None = None) -> int:
                     help="NAME=PATH: a documents Parquet file whose held-out split is measured (repeatable)")
     ap.add_argument("--output", type=Path, required=True, help="tokenizer folder (replaced atomically)")
     ap.add_argument("--metrics", type=Path, help="metrics JSON for DVC")
-    args = ap.parse_args(list(argv) if argv is not None else None)
-    if overlap_error(args, ["output", "metrics"], ["params", "train", "eval"]):
-        return 1
-    try:
-        cfg, split = load_config(args.params, args.paradigm)
-        metrics = train_tokenizer(cfg, split, paradigm=args.paradigm, train_path=args.train,
-                                  eval_paths=dict(args.eval), output_dir=args.output,
-                                  log=lambda m: print(m, file=sys.stderr))
-    except (ConfigError, TokenizerCheckFailed, FileNotFoundError, ValueError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-    if args.metrics:
-        write_json_atomic(args.metrics, metrics)
-    return 0
+
+
+def _run(args: argparse.Namespace, log) -> dict:
+    cfg, split = load_config(args.params, args.paradigm)
+    metrics = train_tokenizer(cfg, split, paradigm=args.paradigm, train_path=args.train,
+                              eval_paths=dict(args.eval), output_dir=args.output, log=log)
+    return {args.metrics: metrics}
+
+
+STAGE = Stage("stages.tokenizer", "Train one paradigm's tokenizer.", _arguments, _run,
+              inputs=("params", "train", "eval"), outputs=("output", "metrics"),
+              errors=(ConfigError, TokenizerCheckFailed, FileNotFoundError, ValueError))
+main = STAGE.main
 
 
 if __name__ == "__main__":

@@ -26,9 +26,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from stages.common.atomic import atomic_dir, write_json_atomic
-from stages.common.cli import entry, named_path, overlap_error
+from stages.common.cli import Stage, entry, named_path
 from stages.common.shards import open_shards
 from stages.config import ConfigError, build, check, deep_merge, load_params, section
+from stages.quality.gate import GateFailed
 from stages.quality.tokens_suite import TokensGateConfig
 from stages.sources.base import sha256_file
 from stages.tokenization.corpus import SPLITS, split_batches
@@ -206,8 +207,7 @@ def make_token_datasets(cfg: TokensConfig, split: SplitConfig, *, paradigm: str,
             "targets_len": layout.targets_len, "corpora": numbers}
 
 
-def main(argv: Iterable[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m stages.tokens", description="Tokenize and pack corpora into blocks.")
+def _arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--paradigm", choices=PARADIGMS, required=True)
     ap.add_argument("--params", type=Path, default=Path("params.yaml"))
     ap.add_argument("--tokenizer", type=Path, required=True, help="tokenizer folder from the tokenizer stage")
@@ -216,23 +216,20 @@ def main(argv: Iterable[str] | None = None) -> int:
     ap.add_argument("--output", type=Path, required=True, help="output folder (replaced atomically)")
     ap.add_argument("--report", type=Path, help="gate report JSON (default: OUTPUT.gate.json beside OUTPUT)")
     ap.add_argument("--metrics", type=Path, help="metrics JSON for DVC")
-    args = ap.parse_args(list(argv) if argv is not None else None)
-    if overlap_error(args, ["output", "report", "metrics"], ["params", "tokenizer", "corpus"]):
-        return 1
-    from stages.quality.gate import GateFailed
 
-    try:
-        cfg, split = load_config(args.params, args.paradigm)
-        report = args.report or args.output.parent / f"{args.output.name}.gate.json"
-        metrics = make_token_datasets(cfg, split, paradigm=args.paradigm, tokenizer_dir=args.tokenizer,
-                                      corpora=dict(args.corpus), output_dir=args.output, report_path=report,
-                                      log=lambda m: print(m, file=sys.stderr))
-    except (ConfigError, GateFailed, FileNotFoundError, ValueError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-    if args.metrics:
-        write_json_atomic(args.metrics, metrics)
-    return 0
+
+def _run(args: argparse.Namespace, log) -> dict:
+    cfg, split = load_config(args.params, args.paradigm)
+    report = args.report or args.output.parent / f"{args.output.name}.gate.json"
+    metrics = make_token_datasets(cfg, split, paradigm=args.paradigm, tokenizer_dir=args.tokenizer,
+                                  corpora=dict(args.corpus), output_dir=args.output, report_path=report, log=log)
+    return {args.metrics: metrics}
+
+
+STAGE = Stage("stages.tokens", "Tokenize and pack corpora into blocks.", _arguments, _run,
+              inputs=("params", "tokenizer", "corpus"), outputs=("output", "report", "metrics"),
+              errors=(ConfigError, GateFailed, FileNotFoundError, ValueError))
+main = STAGE.main
 
 
 if __name__ == "__main__":

@@ -1,13 +1,16 @@
-"""What the stages' command lines share: argument types, the input/output overlap check and the entry point
-that turns an error into one line."""
+"""What the stages' command lines share: argument types, the input/output overlap check, :class:`Stage` (the
+one shape of a stage's ``main``: parse, refuse overlaps, run the core, report a user's error in one line,
+publish the outputs atomically) and the entry point that turns any other error into one line."""
 
 from __future__ import annotations
 
 import argparse
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 
 def named_path(value: str) -> tuple[str, Path]:
@@ -40,6 +43,76 @@ def overlap_error(args: argparse.Namespace, outputs: list[str], inputs: list[str
         print(f"error: {exc}", file=sys.stderr)
         return True
     return False
+
+
+class Folder(dict):
+    """Files of a folder published as a whole (``{name: str | bytes | JSON data}``; replaced atomically)."""
+
+
+def publish(files: Mapping[Path | None, Any]) -> None:
+    """Write each ``path: content`` atomically, in order: a :class:`Folder` as a folder, ``bytes`` as they are,
+    ``str`` as UTF-8 text, anything else as JSON. A ``None`` path (an optional output not asked for) is
+    skipped."""
+    from stages.common.atomic import atomic_dir, write_bytes_atomic, write_json_atomic
+
+    def write(path: Path, content: Any) -> None:
+        if isinstance(content, bytes):
+            write_bytes_atomic(path, content)
+        elif isinstance(content, str):
+            write_bytes_atomic(path, content.encode("utf-8"))
+        else:
+            write_json_atomic(path, content)
+
+    for path, content in files.items():
+        if path is None:
+            continue
+        if isinstance(content, Folder):
+            with atomic_dir(path) as tmp:
+                for name, item in content.items():
+                    write(tmp / name, item)
+        else:
+            write(Path(path), content)
+
+
+Log = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class Stage:
+    """A stage's command line. ``main`` parses ``argv`` with the options ``arguments`` adds, refuses an output
+    option (``outputs``) that is, holds or lies inside an input option's path (``inputs``) before anything
+    runs, then calls ``run(args, log)``, the stage's core, which returns the files to publish
+    (:func:`publish`; they are written only once the core has succeeded, so a failed run leaves the previous
+    outputs as they were) or an exit status. An error of ``errors`` (a user's: a bad param, a missing input,
+    a failed gate) is one line ``error: ...`` on stderr (``message`` words it) and exit status 1; any other
+    goes to :func:`entry` (a traceback with ``--debug``)."""
+
+    prog: str
+    description: str
+    arguments: Callable[[argparse.ArgumentParser], None]
+    run: Callable[[argparse.Namespace, Log], Mapping[Path | None, Any] | int]
+    inputs: tuple[str, ...] = ()
+    outputs: tuple[str, ...] = ()
+    errors: tuple[type[BaseException], ...] = (ValueError, FileNotFoundError)
+    message: Callable[[BaseException], str] = str
+
+    def main(self, argv: Iterable[str] | None = None) -> int:
+        ap = argparse.ArgumentParser(prog=f"python -m {self.prog}", description=self.description)
+        self.arguments(ap)
+        argv = list(argv) if argv is not None else sys.argv[1:]
+        args = ap.parse_args(argv)
+        args.argv = argv  # the command line as given (a stage that starts copies of itself passes it on)
+        if overlap_error(args, list(self.outputs), list(self.inputs)):
+            return 1
+        try:
+            out = self.run(args, lambda m: print(m, file=sys.stderr))
+        except self.errors as exc:
+            print(f"error: {self.message(exc)}", file=sys.stderr)
+            return 1
+        if isinstance(out, int):
+            return out
+        publish(out)
+        return 0
 
 
 def describe(exc: BaseException) -> str:

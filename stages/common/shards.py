@@ -27,7 +27,7 @@ import os
 import sys
 from collections import deque
 from collections.abc import Callable, Iterable
-from contextlib import ExitStack
+from contextlib import contextmanager, ExitStack
 from typing import Any
 
 ENV = "LMPIPE_DASK"
@@ -92,6 +92,21 @@ class ProcessShards(Shards):
         self._ordered(lambda f, args: self._pool.submit(f, *args), fn, arg_lists, consume, desc)
 
 
+@contextmanager
+def environ_kept():
+    """This process's environment as it was before the block. Dask's nanny sets ``OMP_NUM_THREADS=1`` (and the
+    rest of ``distributed.nanny.pre-spawn-environ``) in the environment of the process that starts a
+    LocalCluster, to hand it to its workers, and leaves it there: a training run started from this process
+    afterwards would run on one thread and, its sums taken in another order, write other weights."""
+    saved = dict(os.environ)
+    try:
+        yield
+    finally:
+        if dict(os.environ) != saved:
+            os.environ.clear()
+            os.environ.update(saved)
+
+
 class DaskShards(Shards):
     """A Dask cluster: an existing one (``tcp://...``) or a LocalCluster started here."""
 
@@ -116,8 +131,9 @@ class DaskShards(Shards):
             if not count.isdigit():
                 raise ValueError(f"{ENV}={spec!r}: expected local, local:N or a scheduler address (tcp://host:8786)")
             n = int(count) or os.cpu_count() or 1
-            cluster = self._stack.enter_context(LocalCluster(
-                n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None))
+            with environ_kept():
+                cluster = self._stack.enter_context(LocalCluster(
+                    n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None))
             self.address = cluster.scheduler_address
         else:
             self.address = spec

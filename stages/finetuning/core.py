@@ -235,7 +235,8 @@ def _finetune(cfg: FinetuneConfig, *, paradigm: str, init: str, model_dir: Path,
     from stages.finetuning.heads import make_classifier
     from stages.finetuning.metrics import majority, scores
     from stages.training.config import TrainConfig
-    from stages.training.loop import lr_at, make_optimizer, peak_flops, set_lr, to_device
+    from stages.training.distributed import Dist
+    from stages.training.loop import EarlyStopping, bf16_enabled, lr_at, make_optimizer, peak_flops, run_loop
 
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
@@ -274,67 +275,40 @@ def _finetune(cfg: FinetuneConfig, *, paradigm: str, init: str, model_dir: Path,
     rng = np.random.default_rng(cfg.seed)
     texts = train["text"].tolist()
     lengths = token_lengths(tok, texts, cfg, paradigm)
-    curve, best, best_state, bad, step = [], -1.0, None, 0, 0
-    running, since = 0.0, 0
-    # Throughput for the live log: 6N FLOPs per real (unpadded) token, N the classifier's parameters (Kaplan
-    # et al. 2020's training estimate; attention left out), timed between evaluations (which are not counted).
-    flops_per_token = 6 * sum(p.numel() for p in clf.model.parameters())
-    peak = peak_flops(device, recipe)
-    timed_tokens, timed_since = 0, time.perf_counter()
-    clf.model.train()
-    stopped_early = False
+
+    def epochs_of_batches():  # each epoch a new order, cut into batches of similar lengths
+        for _ in range(epochs):
+            for idx in length_batches(rng.permutation(len(train)), lengths, cfg.micro_batch, cfg.length_pool, rng):
+                batch = encode(tok, [texts[i] for i in idx], cfg, paradigm)
+                batch["labels"] = torch.from_numpy(y_train[idx].astype(np.int64))
+                yield [batch]
+
+    def validate(step: int) -> dict:
+        val_scores = scores(y_val, predict(clf, tok, val["text"].tolist(), cfg, paradigm), len(cfg.labels))
+        return {"val_accuracy": val_scores["accuracy"], "val_macro_f1": val_scores["macro_f1"]}
+
+    stream = epochs_of_batches()
     bar = None
     if progress:
         from tqdm import tqdm
 
         bar = tqdm(total=total, unit="step", dynamic_ncols=True, mininterval=1.0, desc=f"{paradigm}-{init}")
-    for epoch in range(epochs):
-        order = rng.permutation(len(train))
-        for idx in length_batches(order, lengths, cfg.micro_batch, cfg.length_pool, rng):
-            batch = encode(tok, [texts[i] for i in idx], cfg, paradigm)
-            timed_tokens += int(batch["attention_mask"].sum())  # on the host, before the copy to the device
-            batch["labels"] = torch.from_numpy(y_train[idx].astype(np.int64))
-            batch = to_device(batch, device)
-            set_lr(optimizer, lr_at(step, total, recipe))
-            with autocast(cfg, device):
-                loss = clf.loss(batch)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(clf.model.parameters(), 1.0)
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
-            running, since, step = running + loss.item(), since + 1, step + 1
-            if bar is not None:
-                bar.update(1)
-            if step % cfg.eval_every == 0 or step == total:
-                if device.startswith("cuda"):
-                    torch.cuda.synchronize()
-                tps = timed_tokens / max(1e-9, time.perf_counter() - timed_since)
-                val_scores = scores(y_val, predict(clf, tok, val["text"].tolist(), cfg, paradigm), len(cfg.labels))
-                curve.append({"step": step, "epoch": epoch + 1, "loss": round(running / since, 5),
-                              "val_accuracy": val_scores["accuracy"], "val_macro_f1": val_scores["macro_f1"]})
-                live.log(step, {"train/loss": curve[-1]["loss"], "train/lr": optimizer.param_groups[0]["lr"],
-                                "val/accuracy": val_scores["accuracy"], "val/macro_f1": val_scores["macro_f1"],
-                                "train/tokens_per_second": round(tps, 1),
-                                "train/flops_per_second": float(f"{tps * flops_per_token:.4g}"),
-                                "train/mfu": round(tps * flops_per_token / peak, 4) if peak else None})
-                running, since = 0.0, 0
-                timed_tokens, timed_since = 0, time.perf_counter()
-                if bar is not None:
-                    bar.set_postfix(loss=f"{curve[-1]['loss']:.3f}", val_f1=f"{val_scores['macro_f1']:.3f}")
-                if val_scores["macro_f1"] > best:
-                    best, bad = val_scores["macro_f1"], 0
-                    best_state = {k: v.detach().clone() for k, v in clf.model.state_dict().items()}
-                else:
-                    bad += 1
-                    if bad >= cfg.patience and step < total:  # at the last step there is nothing to stop
-                        stopped_early = True
-                        break
-        if stopped_early:
-            break
-    if bar is not None:
-        bar.close()
-    if best_state is not None:
-        clf.model.load_state_dict(best_state)
+    try:
+        # Throughput for the live log: 6N FLOPs per real (unpadded) token, N the classifier's parameters (Kaplan
+        # et al. 2020's training estimate; attention left out), timed between evaluations (not counted).
+        run = run_loop(clf.model, optimizer, total=total, batches=lambda step: next(stream), loss=clf.loss,
+                       lr=lambda step: lr_at(step, total, recipe), clip=1.0, bf16=bf16_enabled(cfg.precision, device),
+                       log_every=cfg.eval_every, tokens=lambda batch: int(batch["attention_mask"].sum()),
+                       row=lambda step: {"epoch": (step - 1) // steps_per_epoch + 1}, evaluate=validate,
+                       eval_every=cfg.eval_every, early=EarlyStopping("val_macro_f1", cfg.patience),
+                       dist=Dist(device=device), flops_per_token=6 * sum(p.numel() for p in clf.model.parameters()),
+                       peak=peak_flops(device, recipe), live=live, bar=bar, log=log)
+    finally:
+        if bar is not None:
+            bar.close()
+    curve = [{"step": h["step"], "epoch": h["epoch"], "loss": h["loss"], "val_accuracy": e["val_accuracy"],
+              "val_macro_f1": e["val_macro_f1"]} for h, e in zip(run.history, run.evals)]
+    best, step, stopped_early = run.best, run.steps, run.stopped_early
     sample_best, val_examples = best, len(val)
     if cfg.val_select == "full" and len(val) < len(val_all):
         y_all = val_all["label"].map(label_id).to_numpy()

@@ -1,4 +1,6 @@
-"""The training loop shared by the three paradigms; the objective is the only part that differs.
+"""The one training loop (:func:`run_loop`): pre-training and DAPT of the three paradigms (:func:`train`; the
+objective is the only part that differs) and the fine-tuning stage's classifiers (early stopping on
+validation, best weights restored) run through it.
 
 AdamW (fused on GPU; no weight decay on biases and norms), linear warmup then cosine decay, gradient-norm
 clipping, gradient accumulation, bf16 autocast on GPU, optional ``torch.compile``, DDP across processes.
@@ -14,9 +16,10 @@ from __future__ import annotations
 import contextlib
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -45,6 +48,8 @@ class RunResult:
     train_seconds: float = 0.0     # training steps only (evaluation and checkpoint pauses excluded)
     flops_per_second: float = 0.0  # model FLOPs (flops_per_token x tokens/s): on any device
     mfu: float | None = None       # flops_per_second / the device's dense bf16 peak, where the peak is known
+    stopped_early: bool = False    # early stopping ended the run before ``steps``
+    best: float | None = None      # the early-stopping metric's best evaluation (its weights restored)
 
 
 def lr_at(step: int, total: int, cfg: TrainConfig) -> float:
@@ -191,13 +196,151 @@ def evaluate(model, objective, blocks: np.ndarray, cfg: TrainConfig, device: str
     return result
 
 
+@dataclass(frozen=True)
+class EarlyStopping:
+    """Stop after ``patience`` evaluations in a row without a gain in ``metric`` (higher is better; an
+    evaluation at the last step stops nothing), and end the run with the best evaluation's weights."""
+
+    metric: str
+    patience: int
+
+
+def run_loop(model, optimizer, *, total: int, batches: Callable[[int], Sequence[dict]], loss: Callable[[dict], Any],
+             lr: Callable[[int], float], clip: float | None, bf16: bool, log_every: int,
+             tokens: Callable[[dict], int], row: Callable[[int], dict] = lambda done: {},
+             evaluate: Callable[[int], dict] | None = None, eval_every: int = 0, early: EarlyStopping | None = None,
+             checkpoint_dir: Path | None = None, checkpoint_every: int = 0, fingerprint: str = "",
+             dist: Dist = Dist(), net=None, flops_per_token: float = 0.0, peak: float | None = None,
+             live=None, bar=None, log: Callable[[str], None] = print) -> RunResult:
+    """The one training loop of pre-training, DAPT and fine-tuning: ``total`` optimizer steps over
+    ``batches(step)`` (the micro-batches of a step, on the host; called once per step, in order), each
+    ``loss(batch)`` (on ``dist.device``, under bf16 autocast when ``bf16``) averaged over the micro-batches,
+    gradients clipped to ``clip`` and the rate set to ``lr(step)`` (:func:`set_lr`).
+
+    Every ``log_every`` steps (and at the last) the mean loss since the last row is read (a NaN or inf stops
+    the run: :class:`TrainingDiverged`) and a ``history`` row ``{step, **row(step), loss, lr}`` recorded;
+    every ``eval_every`` steps ``evaluate(step)`` is recorded in ``evals`` beside ``row(step)``, and with
+    ``early`` the run stops after ``early.patience`` evaluations without a gain and ends with the best
+    evaluation's weights (``result.best``). With ``checkpoint_dir``, every ``checkpoint_every`` steps the model,
+    the optimizer and the records are saved, and a run with the same ``fingerprint`` resumes from there (a
+    checkpoint of another fingerprint is left to be overwritten). ``tokens(batch)``: the tokens a host batch
+    trains on (throughput: tokens/s, model FLOP/s, MFU over ``peak``, in ``live`` and the result); ``net``:
+    what to call instead of ``model`` inside ``loss`` when it is wrapped (DDP, compiled), for ``no_sync``."""
+    import torch
+
+    device = dist.device
+    model.to(device)
+    model.train()
+    result = RunResult(steps=total, tokens=0)
+    running = torch.zeros((), device=device, dtype=torch.float64)  # the loss summed since the last row
+    start, since = 0, 0
+    state = ckpt.read_state(checkpoint_dir) if checkpoint_dir is not None else None
+    if state and state.get("fingerprint") == fingerprint:
+        step = state.get("step")
+        if not isinstance(step, int) or not 0 < step < total:  # a checkpoint is only saved before the end
+            raise ckpt.CheckpointError(f"{checkpoint_dir / 'state.json'}: step {step!r} is not within this "
+                                       f"run's 1..{total - 1}; delete {checkpoint_dir} to start over")
+        ckpt.load(checkpoint_dir, model, optimizer)
+        start = result.resumed_from = step
+        result.history, result.evals = state["history"], state["evals"]
+        running += float(state.get("running_loss", 0.0))  # the first row after a resume averages the same steps
+        since = int(state.get("steps_since_log", 0))
+        log(f"[train] resuming from the checkpoint at step {start} of {total} ({checkpoint_dir})")
+    elif state:
+        log(f"[train] {checkpoint_dir} holds another run (params or inputs changed): starting over")
+    if live is not None:
+        live.start(start)  # a resumed run keeps what it logged up to its checkpoint
+    if bar is not None and start:
+        bar.update(start)
+    best, bad, best_state, stopped = -math.inf, 0, None, False
+    timed_tokens, t_last = 0, time.perf_counter()  # tokens trained since the last row, in this process
+    train_seconds, tokens_run, done = 0.0, 0, start
+    for step in range(start, total):
+        rate = lr(step)
+        set_lr(optimizer, rate)
+        micro = batches(step)
+        for a, batch in enumerate(micro):
+            timed_tokens += tokens(batch)
+            batch = to_device(batch, device)
+            sync = dist.world == 1 or a == len(micro) - 1  # DDP all-reduces the gradients on the last one only
+            with contextlib.nullcontext() if sync else (net or model).no_sync():
+                with torch.autocast(device_type=device.split(":")[0], dtype=torch.bfloat16, enabled=bf16):
+                    value = loss(batch) / len(micro)
+                value.backward()
+            running += value.detach()
+        if clip:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        since, done = since + 1, step + 1
+        if bar is not None:
+            bar.update(1)
+        logged: dict = {}
+        if done % log_every == 0 or done == total:
+            mean = average(running / since, dist).item()
+            if not math.isfinite(mean):
+                raise TrainingDiverged(
+                    f"step {done}: the training loss is {mean}; stopped. The last good checkpoint "
+                    f"({_last_saved(checkpoint_dir)}) is kept; lower the learning rate or check the data.")
+            if device.startswith("cuda"):
+                torch.cuda.synchronize()
+            now = time.perf_counter()
+            tps = timed_tokens * dist.world / max(now - t_last, 1e-9)
+            tokens_run += timed_tokens * dist.world
+            train_seconds += now - t_last
+            result.history.append({"step": done, **row(done), "loss": round(mean, 5), "lr": rate})
+            logged = {"train/loss": round(mean, 5), "train/lr": rate, "train/tokens_per_second": round(tps, 1),
+                      "train/flops_per_second": float(f"{tps * flops_per_token:.4g}"),
+                      "train/mfu": round(tps * flops_per_token / peak, 4) if peak else None}
+            if bar is not None:
+                bar.set_postfix(loss=f"{mean:.3f}", tok_s=f"{tps:,.0f}")
+            running.zero_()
+            since, timed_tokens, t_last = 0, 0, time.perf_counter()
+        if evaluate is not None and (done % eval_every == 0 or done == total):
+            paused = time.perf_counter()
+            scores = evaluate(done)
+            result.evals.append({"step": done, **row(done), **scores})
+            logged.update({k.replace("_", "/", 1): v for k, v in scores.items()})
+            if bar is not None:
+                bar.write(f"[eval] step {done}: " + ", ".join(f"{k} {v}" for k, v in scores.items()))
+            if early is not None:
+                if scores[early.metric] > best:
+                    best, bad = scores[early.metric], 0
+                    best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+                else:
+                    bad += 1
+                    stopped = bad >= early.patience and done < total  # at the last step there is nothing to stop
+            t_last += time.perf_counter() - paused  # evaluation time is not training throughput
+        if live is not None and logged:
+            live.log(done, logged)
+        if checkpoint_dir is not None and dist.main and done % checkpoint_every == 0 and done < total and not stopped:
+            paused = time.perf_counter()
+            if since and not math.isfinite(running.item()):  # never save a diverged state
+                raise TrainingDiverged(f"step {done}: the training loss is {running.item()}; stopped. The last good "
+                                       f"checkpoint ({_last_saved(checkpoint_dir)}) is kept; lower the learning rate.")
+            ckpt.save(checkpoint_dir, model, optimizer, {
+                "fingerprint": fingerprint, "step": done, "history": result.history, "evals": result.evals,
+                "running_loss": running.item(), "steps_since_log": since})
+            t_last += time.perf_counter() - paused
+        if stopped:
+            break
+    if best_state is not None:
+        model.load_state_dict(best_state)
+    result.steps, result.stopped_early, result.best = done, stopped, (best if early is not None else None)
+    result.tokens_per_second = tokens_run / train_seconds if train_seconds else 0.0
+    result.train_seconds = train_seconds
+    result.flops_per_second = result.tokens_per_second * flops_per_token
+    result.mfu = result.flops_per_second / peak if peak else None
+    return result
+
+
 def train(model, objective, train_blocks: np.ndarray, eval_blocks: np.ndarray | None, cfg: TrainConfig, *,
           flops_per_token: float, seq_len: int, dist: Dist, checkpoint_dir: Path | None, fingerprint: str,
           log: Callable[[str], None] = print, progress: bool = True, live=None) -> RunResult:
-    """Train ``model`` on ``train_blocks`` with ``objective`` until the budget is spent; returns the record.
-    ``history`` rows hold what the inputs determine (step, tokens, loss, lr); the timings (tokens/s, model
-    FLOP/s, MFU) go to ``live`` (a :class:`stages.common.live.LiveLog` or anything with its ``start`` and
-    ``log``) with the same rows, as they happen, and into the result's totals."""
+    """Pre-train (or adapt) ``model`` on ``train_blocks`` with ``objective`` until the budget is spent
+    (:func:`run_loop`); returns the record. ``history`` rows hold what the inputs determine (step, tokens,
+    loss, lr); the timings (tokens/s, model FLOP/s, MFU) go to ``live`` (a :class:`stages.common.live.LiveLog`
+    or anything with its ``start`` and ``log``) with the same rows, as they happen, and into the result."""
     import torch
 
     from stages.training.distributed import wrap
@@ -205,125 +348,47 @@ def train(model, objective, train_blocks: np.ndarray, eval_blocks: np.ndarray | 
 
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
-    device = dist.device
-    model.to(device)
-    model.train()
-    bf16 = use_bf16(cfg, device)
-    optimizer = make_optimizer(model, cfg, device)
+    model.to(dist.device)
+    bf16 = use_bf16(cfg, dist.device)
+    optimizer = make_optimizer(model, cfg, dist.device)
     sampler = BlockSampler(rows=len(train_blocks), micro_batch=cfg.micro_batch, grad_accum=cfg.grad_accum,
                            world=dist.world, rank=dist.rank, seed=cfg.seed)
     tokens_per_step = sampler.global_batch * seq_len
     budget = cfg.budget_flops / flops_per_token if cfg.budget_flops else cfg.budget_tokens
     total = max(1, math.ceil(budget / tokens_per_step))
-    result = RunResult(steps=total, tokens=0)
-
-    start_step = 0
-    if checkpoint_dir is not None:
-        state = ckpt.read_state(checkpoint_dir)
-        if state and state.get("fingerprint") == fingerprint:
-            step = state.get("step")
-            if not isinstance(step, int) or not 0 < step < total:  # a checkpoint is only saved before the end
-                raise ckpt.CheckpointError(f"{checkpoint_dir / 'state.json'}: step {step!r} is not within this "
-                                           f"run's 1..{total - 1}; delete {checkpoint_dir} to start over")
-            ckpt.load(checkpoint_dir, model, optimizer)
-            start_step = step
-            result.history, result.evals = state["history"], state["evals"]
-            result.resumed_from = start_step
-            log(f"[train] resuming from the checkpoint at step {start_step} of {total} ({checkpoint_dir})")
-        elif state:
-            log(f"[train] {checkpoint_dir} holds another run (params or inputs changed): starting over")
-    if live is not None:
-        live.start(start_step)  # a resumed run keeps what it logged up to its checkpoint
     view, prepare = training_view(model, objective.name, rtd_weight=getattr(objective, "rtd_weight", 50.0),
                                   contrast=(getattr(objective, "weight", 1.0), getattr(objective, "temperature", 0.05)))
     net = wrap(view, dist)
     step_fn = torch.compile(net) if cfg.compile else net
-    peak = peak_flops(device, cfg)
     log(f"[train] {total} steps x {sampler.global_batch} blocks x {seq_len} tokens = {total * tokens_per_step:,} "
-        f"tokens on {dist.world} x {device}{' (bf16)' if bf16 else ''}; {flops_per_token / 1e6:.1f} MFLOP/token")
+        f"tokens on {dist.world} x {dist.device}{' (bf16)' if bf16 else ''}; {flops_per_token / 1e6:.1f} MFLOP/token")
+
+    def batches(step: int) -> list[dict]:
+        return [prepare(make_batch(objective, train_blocks, ids, generators(cfg.seed, TRAIN_KEY, epochs, ids)))
+                for ids, epochs in sampler.micro_batches(step)]
+
+    def evaluate_blocks(done: int) -> dict:
+        return evaluate(model, objective, eval_blocks, cfg, dist.device, bf16)
 
     bar = None
     if progress and dist.main:
         from tqdm import tqdm
 
-        bar = tqdm(total=total, initial=start_step, unit="step", dynamic_ncols=True, mininterval=1.0)
-    running = torch.zeros((), device=device)
-    since, timed, t_last = 0, 0, time.perf_counter()  # steps in the log row; steps timed in this process
-    if result.resumed_from:
-        running += float(state.get("running_loss", 0.0))
-        since = int(state.get("steps_since_log", 0))
-    train_seconds, tokens_run = 0.0, 0
-    for step in range(start_step, total):
-        lr = lr_at(step, total, cfg)
-        set_lr(optimizer, lr)
-        micro = sampler.micro_batches(step)
-        for a, (ids, epochs) in enumerate(micro):
-            batch = to_device(prepare(make_batch(objective, train_blocks, ids,
-                                                 generators(cfg.seed, TRAIN_KEY, epochs, ids))), device)
-            last = a == len(micro) - 1
-            with (net.no_sync() if dist.world > 1 and not last else contextlib.nullcontext()):
-                with torch.autocast(device_type=device.split(":")[0], dtype=torch.bfloat16, enabled=bf16):
-                    loss = step_fn(**batch).loss / len(micro)
-                loss.backward()  # DDP all-reduces the gradients on the last micro-batch only
-            running += loss.detach()
-        if cfg.clip:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.clip)
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        since += 1
-        timed += 1
-        done = step + 1
+        bar = tqdm(total=total, unit="step", dynamic_ncols=True, mininterval=1.0)
+    try:
+        result = run_loop(
+            model, optimizer, total=total, batches=batches, loss=lambda batch: step_fn(**batch).loss,
+            lr=lambda step: lr_at(step, total, cfg), clip=cfg.clip, bf16=bf16, log_every=cfg.log_every,
+            tokens=lambda batch: cfg.micro_batch * seq_len,
+            row=lambda done: {"tokens": done * tokens_per_step},
+            evaluate=evaluate_blocks if eval_blocks is not None and len(eval_blocks) else None,
+            eval_every=cfg.eval_every, checkpoint_dir=checkpoint_dir, checkpoint_every=cfg.checkpoint_every,
+            fingerprint=fingerprint, dist=dist, net=net, flops_per_token=flops_per_token,
+            peak=peak_flops(dist.device, cfg), live=live, bar=bar, log=log)
+    finally:
         if bar is not None:
-            bar.update(1)
-        if done % cfg.log_every == 0 or done == total:
-            mean_loss = average(running / since, dist).item()
-            if not math.isfinite(mean_loss):
-                raise TrainingDiverged(
-                    f"step {done}: the training loss is {mean_loss}; stopped. The last good checkpoint "
-                    f"({_last_saved(checkpoint_dir)}) is kept; lower the learning rate or check the data.")
-            if device.startswith("cuda"):
-                torch.cuda.synchronize()
-            now = time.perf_counter()
-            tps = timed * tokens_per_step / (now - t_last)
-            tokens_run += timed * tokens_per_step
-            train_seconds += now - t_last
-            row = {"step": done, "tokens": done * tokens_per_step, "loss": round(mean_loss, 5), "lr": lr}
-            result.history.append(row)
-            if live is not None:
-                live.log(done, {"train/loss": row["loss"], "train/lr": lr, "train/tokens_per_second": round(tps, 1),
-                                "train/flops_per_second": float(f"{tps * flops_per_token:.4g}"),
-                                "train/mfu": round(tps * flops_per_token / peak, 4) if peak else None})
-            if bar is not None:
-                bar.set_postfix(loss=f"{mean_loss:.3f}", tok_s=f"{tps:,.0f}")
-            running.zero_()
-            since, timed, t_last = 0, 0, time.perf_counter()
-        if eval_blocks is not None and len(eval_blocks) and (done % cfg.eval_every == 0 or done == total):
-            paused = time.perf_counter()
-            ev = {"step": done, "tokens": done * tokens_per_step,
-                  **evaluate(model, objective, eval_blocks, cfg, device, bf16)}
-            result.evals.append(ev)
-            if live is not None:
-                live.log(done, {f"eval/{k[5:]}": v for k, v in ev.items() if k.startswith("eval_")})
-            if bar is not None:
-                bar.write(f"[eval] step {done}: " + ", ".join(f"{k} {v}" for k, v in ev.items() if k.startswith("eval")))
-            t_last += time.perf_counter() - paused  # evaluation time is not training throughput
-        if checkpoint_dir is not None and dist.main and (done % cfg.checkpoint_every == 0) and done < total:
-            paused = time.perf_counter()
-            if since and not math.isfinite(running.item()):  # never save a diverged state
-                raise TrainingDiverged(f"step {done}: the training loss is {running.item()}; stopped. The last good "
-                                       f"checkpoint ({_last_saved(checkpoint_dir)}) is kept; lower the learning rate.")
-            ckpt.save(checkpoint_dir, model, optimizer, {
-                "fingerprint": fingerprint, "step": done, "history": result.history, "evals": result.evals,
-                # the loss summed since the last log row, so the first row after a resume averages the same steps
-                "running_loss": running.item(), "steps_since_log": since})
-            t_last += time.perf_counter() - paused
-    if bar is not None:
-        bar.close()
+            bar.close()
     result.tokens = total * tokens_per_step
-    result.tokens_per_second = tokens_run / train_seconds if train_seconds else 0.0
-    result.train_seconds = train_seconds
-    result.flops_per_second = result.tokens_per_second * flops_per_token
-    result.mfu = result.flops_per_second / peak if peak else None
     return result
 
 

@@ -21,8 +21,12 @@ distributed = pytest.importorskip("distributed")
 
 @pytest.fixture(scope="module")
 def cluster():
-    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                                  dashboard_address=None) as c, distributed.Client(c) as client:
+    from stages.common.shards import environ_kept
+
+    # environ_kept: the nanny's OMP_NUM_THREADS=1 would otherwise stay in this process's environment, and the
+    # stages later tests start would train on one thread (other weights than the tiny project's first run)
+    with environ_kept(), distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                                  dashboard_address=None) as c, distributed.Client(c) as client:
         yield c, client
 
 
@@ -136,3 +140,24 @@ def test_a_stage_maps_shards_on_dask_without_prefect(cluster, tmp_path):
                          timeout=240)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip().splitlines()[-1] == "[]"
+
+
+@pytest.mark.timeout(300)
+def test_a_local_cluster_started_by_a_stage_leaves_its_environment_as_it_was(monkeypatch):
+    """LMPIPE_DASK=local starts a LocalCluster in the stage's process; Dask's nanny sets OMP_NUM_THREADS=1 there
+    for its workers. The stage's environment must come back as it was (its later work, and what it starts,
+    would run on one thread)."""
+    import os
+
+    from stages.common.shards import ENV, open_shards
+
+    for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MALLOC_TRIM_THRESHOLD_"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv(ENV, "local:1")
+    before = dict(os.environ)
+    with open_shards(1, name="env") as engine:
+        assert engine.engine == "dask"
+        results = []
+        engine.map(operator.neg, [(1,), (2,)], results.append, desc="neg")
+        assert dict(os.environ) == before
+    assert results == [-1, -2] and dict(os.environ) == before

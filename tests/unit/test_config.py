@@ -130,3 +130,43 @@ def test_an_out_of_range_seed_names_its_key(tmp_path, where, seed):
             (evaluate_config if where == "evaluate" else lambda p: finetune_config(p, "bert"))(tmp_path / "params.yaml")
     assert "seed" in str(err.value) and f"from 0 to {2**32 - 1}, got {seed}" in str(err.value)
     assert str(err.value).startswith(where)
+
+
+def test_an_empty_section_stands_for_its_defaults():
+    """``inner:`` with nothing after it is YAML null: the section's defaults, as ``{}`` gives them; a null for
+    a field that is not a section stays an error."""
+    import yaml
+
+    cfg = build(Outer, yaml.safe_load("count: 2\ninner:\n"), "top")
+    assert cfg.inner == Inner() and build(Inner, None, "top.inner") == Inner()
+    with pytest.raises(ConfigError, match="top.count: expected an integer, got None"):
+        build(Outer, {"count": None}, "top")
+
+
+@pytest.mark.parametrize(
+    "data, message",
+    [
+        ({"count": 1, "parts": [5]}, "top.parts[0]: expected a mapping with a 'kind' key"),
+        ({"count": 1, "parts": [{"size": 1}]}, "top.parts[0]: expected a mapping with a 'kind' key"),
+        ({"count": 1, "parts": [{"kind": ["a"]}]}, "top.parts[0].kind: expected one of ['a', 'b'], got ['a']"),
+        ({"count": 1, "parts": [{"kind": "b"}, {"kind": "a"}]}, "top.parts[1].size: missing key"),
+        ({"count": 1, "inner": 3}, "top.inner: expected a mapping, got int"),
+        ({"count": 1.0}, "top.count: expected an integer, got 1.0"),
+    ],
+)
+def test_tagged_union_errors_name_the_member_the_kind_picks(data, message):
+    with pytest.raises(ConfigError) as err:
+        build(Outer, data, "top")
+    assert str(err.value).startswith(message)
+
+
+def test_yaml_dates_read_as_the_text_written_and_odd_values_are_named():
+    import datetime
+
+    @dataclass(frozen=True, kw_only=True)
+    class Dated:
+        day: str
+
+    assert build(Dated, {"day": datetime.date(2024, 1, 31)}, "top").day == "2024-01-31"
+    with pytest.raises(ConfigError, match="top: set value"):
+        build(Dated, {"day": {1, 2}}, "top")

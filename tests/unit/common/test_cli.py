@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -55,3 +56,64 @@ def test_a_stage_run_as_users_run_it_prints_no_traceback(tmp_path):
     assert proc.returncode == 1
     assert "Traceback" not in proc.stderr
     assert proc.stderr.splitlines()[0].startswith("error: ") and str(tmp_path / "blocker") in proc.stderr
+
+
+def _stage(run, errors=(ValueError,)):
+    from stages.common.cli import Stage
+
+    def arguments(ap):
+        ap.add_argument("--input", type=Path, required=True)
+        ap.add_argument("--report", type=Path)
+        ap.add_argument("--metrics", type=Path)
+        ap.add_argument("--plots", type=Path)
+
+    return Stage("stages.demo", "A demo stage.", arguments, run, inputs=("input",),
+                 outputs=("report", "metrics", "plots"), errors=errors)
+
+
+def test_a_stage_publishes_what_its_core_returns_only_after_it_succeeds(tmp_path):
+    from stages.common.cli import Folder
+
+    calls = []
+
+    def run(args, log):
+        calls.append(args.argv)
+        log("working")
+        return {args.report: "# report\n", args.metrics: {"f1": 0.5}, args.plots: Folder({"a.tsv": b"x\t1\n"}),
+                None: "an optional output not asked for"}
+
+    argv = ["--input", str(tmp_path / "in"), "--report", str(tmp_path / "r.md"), "--metrics",
+            str(tmp_path / "m.json"), "--plots", str(tmp_path / "plots")]
+    assert _stage(run).main(argv) == 0
+    assert calls == [argv]  # the command line as given, for a stage that relaunches itself
+    assert (tmp_path / "r.md").read_text() == "# report\n"
+    assert json.loads((tmp_path / "m.json").read_text()) == {"f1": 0.5}
+    assert (tmp_path / "plots" / "a.tsv").read_bytes() == b"x\t1\n"
+
+
+def test_a_users_error_is_one_line_and_leaves_the_previous_outputs(tmp_path, capsys):
+    (tmp_path / "m.json").write_text('{"previous": true}')
+
+    def run(args, log):
+        raise ValueError("params.yaml: train.lr: expected a number")
+
+    assert _stage(run).main(["--input", str(tmp_path / "in"), "--metrics", str(tmp_path / "m.json")]) == 1
+    assert capsys.readouterr().err == "error: params.yaml: train.lr: expected a number\n"
+    assert (tmp_path / "m.json").read_text() == '{"previous": true}'
+
+
+def test_an_output_over_an_input_is_refused_before_the_core_runs(tmp_path, capsys):
+    def run(args, log):
+        raise AssertionError("the core must not run")
+
+    assert _stage(run).main(["--input", str(tmp_path), "--report", str(tmp_path / "r.md")]) == 1
+    assert "error:" in capsys.readouterr().err and not (tmp_path / "r.md").exists()
+
+
+def test_other_errors_and_exit_statuses_pass_through(tmp_path):
+    def crash(args, log):
+        raise KeyError("a bug")
+
+    with pytest.raises(KeyError):
+        _stage(crash).main(["--input", str(tmp_path / "in")])
+    assert _stage(lambda args, log: 3).main(["--input", str(tmp_path / "in")]) == 3

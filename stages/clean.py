@@ -13,8 +13,9 @@ On anyone's data, with C4's defaults (JSONL, JSONL.gz/.zst or Parquet with a ``t
 
 The output folder gets ``documents.parquet`` (id, text, source, url, meta; ``meta.raw_id`` is the input
 id), ``stats.json`` (per filter: documents and lines dropped by reason, characters in and out) and
-``rejects.jsonl`` (a sample of dropped documents with filter and reason). It is written atomically, after
-the quality gate passes.
+``rejects.jsonl`` (a sample of dropped documents with filter and reason). The core (:func:`clean`) writes them
+into a temporary sibling of the folder and returns the quality gate; the stage's entry publishes the folder
+only after the gate passed.
 """
 
 from __future__ import annotations
@@ -27,13 +28,16 @@ import sys
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from stages.cleaning.pipeline import CleanerConfig, CleanResult, EmptyInput, clean_corpus
 from stages.cleaning.task_guard import TaskConfig
-from stages.common.atomic import atomic_dir, refuse_overlap, work_dir, write_bytes_atomic, write_json_atomic
+from stages.common.atomic import work_dir, write_bytes_atomic, write_json_atomic
 from stages.common.cli import Stage
 from stages.config import ConfigError, build, check, deep_merge, load_params, section
+
+if TYPE_CHECKING:
+    from stages.quality.gate import Gate
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -172,18 +176,19 @@ def timing_table(result: CleanResult) -> str:
     return "\n".join(lines)
 
 
-def clean(cfg: CleanConfig, *, input_path: Path, output_dir: Path, report_path: Path, cache_dir: Path,
-          task_path: Path | None = None, log=print) -> CleanResult:
-    """Clean ``input_path`` into ``output_dir`` (atomically, only if the gate passes). With ``task_path``
-    (a labeled task's documents), the task guard and TAPT texts of ``cfg.task`` apply, and the gate fails on
-    any published document of the task's held-out splits."""
+def clean(cfg: CleanConfig, *, input_path: Path, out: Path, cache_dir: Path, task_path: Path | None = None,
+          name: str = "clean", log=print) -> tuple[CleanResult, Gate]:
+    """Clean ``input_path`` into the folder ``out``; returns the result and the quality gate (``clean-<name>``)
+    that must pass before the folder is published. With ``task_path`` (a labeled task's documents), the task
+    guard and TAPT texts of ``cfg.task`` apply, and the gate fails on any document of the task's held-out
+    splits in the output."""
     from collections import Counter
 
     from stages.cleaning import task_guard
 
     from stages.cleaning.badwords import load_words
     from stages.quality.clean_suite import cleaned_suite
-    from stages.quality.gate import enforce
+    from stages.quality.gate import Expect, Gate
     from stages.quality.gate import preload as preload_gx
 
     words: list[str] = []
@@ -202,13 +207,11 @@ def clean(cfg: CleanConfig, *, input_path: Path, output_dir: Path, report_path: 
 
         read_task(task_path)  # a damaged task file stops the stage now, not after the whole corpus is cleaned
     drops: Counter = Counter()
-    refuse_overlap({"output": output_dir, "report": report_path},
-                   {"input": input_path, "task": task_path, "cache-dir": cache_dir})
-    with atomic_dir(output_dir) as tmp, work_dir(output_dir) as work:
+    with work_dir(out) as work:
         try:
             result = clean_corpus(read_records(input_path, drops), cfg.cleaner, work=Path(work),
-                                  out_parquet=tmp / "documents.parquet", words=words, log=log,
-                                  name=f"clean@{output_dir.name}", while_mapping=preload_gx)
+                                  out_parquet=out / "documents.parquet", words=words, log=log,
+                                  name=f"clean@{name}", while_mapping=preload_gx)
         except EmptyInput as exc:
             skipped = Counter({k: v for k, v in drops.items() if k != REPAIRED_UTF8}) + Counter(exc.args[0])
             why = ", ".join(f"{v} {k}" for k, v in sorted(skipped.items())) or "the input holds no record"
@@ -222,7 +225,7 @@ def clean(cfg: CleanConfig, *, input_path: Path, output_dir: Path, report_path: 
         result.docs_in += sum(drops.values())
         result.word_lists = lists
         if task_path is not None:
-            applied = task_guard.apply(cfg.task, tmp / "documents.parquet", task_path)
+            applied = task_guard.apply(cfg.task, out / "documents.parquet", task_path)
             gone = applied.pop("dropped_ids")
             if result.gate_features is not None and gone:  # the C4 checks cover what is published
                 result.gate_features = result.gate_features[~result.gate_features["id"].isin(gone)]
@@ -230,23 +233,20 @@ def clean(cfg: CleanConfig, *, input_path: Path, output_dir: Path, report_path: 
             log(f"[clean] task guard: {sum(applied['dropped'].values())} documents dropped "
                 f"{applied['dropped'] or ''}; TAPT: {applied['tapt_added']} task training texts added")
         log(timing_table(result))
-        write_json_atomic(tmp / "stats.json", result.stats_json())
-        write_bytes_atomic(tmp / "rejects.jsonl", "".join(json.dumps(r, ensure_ascii=False, sort_keys=True) + "\n"
+        write_json_atomic(out / "stats.json", result.stats_json())
+        write_bytes_atomic(out / "rejects.jsonl", "".join(json.dumps(r, ensure_ascii=False, sort_keys=True) + "\n"
                                                           for r in result.rejects).encode("utf-8"))
         import pyarrow.parquet as pq
 
-        columns = pq.read_schema(tmp / "documents.parquet").names
+        columns = pq.read_schema(out / "documents.parquet").names
         tables, expectations = cleaned_suite(result.gate_features, columns=columns,
                                              duplicate_lines=result.duplicate_lines, cfg=cfg,
                                              kept_fraction=result.stats_json()["kept_fraction"])
-        if task_path is not None:  # re-measured on the published file, whatever the guard did
-            from stages.quality.gate import Expect
-
-            tables["task_guard"] = task_guard.leaks(tmp / "documents.parquet", task_path, cfg.task.holdout_splits)
+        if task_path is not None:  # re-measured on the file to publish, whatever the guard did
+            tables["task_guard"] = task_guard.leaks(out / "documents.parquet", task_path, cfg.task.holdout_splits)
             expectations.append(Expect(table="task_guard", kind="ExpectColumnValuesToBeInSet",
                                        kwargs={"column": "leak", "value_set": [""]}))
-        enforce(f"clean-{output_dir.name}", tables, expectations, report_path)
-    return result
+    return result, Gate(f"clean-{name}", tables, expectations)
 
 
 def _arguments(ap: argparse.ArgumentParser) -> None:
@@ -270,9 +270,9 @@ def _run(args: argparse.Namespace, log) -> dict:
     if args.workers is not None:
         cfg = dataclasses.replace(cfg, cleaner=dataclasses.replace(cfg.cleaner, workers=args.workers))
     report = args.report or args.output.parent / f"{args.output.name}.gate.json"
-    result = clean(cfg, input_path=args.input, output_dir=args.output, report_path=report,
-                   cache_dir=args.cache_dir, task_path=args.task, log=log)
-    return {args.metrics: result.stats_json(), args.plot: drops_csv(result)}
+    result, gate = clean(cfg, input_path=args.input, out=args.staged.path, cache_dir=args.cache_dir,
+                         task_path=args.task, name=args.output.name, log=log)
+    return {report: gate, args.metrics: result.stats_json(), args.plot: drops_csv(result)}
 
 
 def _stage() -> Stage:
@@ -280,7 +280,7 @@ def _stage() -> Stage:
     from stages.sources.base import SourceError
 
     return Stage("stages.clean", "Clean a corpus with C4's rules.", _arguments, _run,
-                 inputs=("input", "task", "params"), outputs=("metrics", "plot"),
+                 inputs=("input", "task", "params", "cache-dir"), folder="output", outputs=("report", "metrics", "plot"),
                  errors=(ConfigError, SourceError, GateFailed, FileNotFoundError, ValueError))
 
 

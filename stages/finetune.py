@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from stages.common.atomic import atomic_dir, write_json_atomic
+from stages.common.atomic import write_json_atomic
 from stages.common.cli import Stage, entry
 from stages.quality.gate import GateFailed
 from stages.common.inputs import check_folder
@@ -165,22 +165,22 @@ def _run(args: argparse.Namespace, log) -> dict:
     out = finetune_seeds(cfg, paradigm=args.paradigm, init=args.init, model_dir=args.model, df=df, log=log,
                          progress=not args.no_progress, live_dir=args.live)
     metrics = out["metrics"]
-    with atomic_dir(args.output) as tmp:
-        out["classifier"].model.save_pretrained(str(tmp))
-        out["tokenizer"].save_pretrained(str(tmp))
-        write_json_atomic(tmp / "finetune.json", {"config": asdict(out["config"]), "metrics": metrics,
-                                                  "curve": out["curve"],
-                                                  "init": args.init, "model": str(args.model),
-                                                  "labels": list(cfg.labels)})
-        stagecard.write(tmp, stagecard.finetune_facts(
-            paradigm=args.paradigm, init=args.init, labels=list(cfg.labels), config=asdict(out["config"]),
-            metrics=metrics, sources=task_sources, model_dir=args.model,
-            parameters=stagecard.count_parameters(tmp)))
+    tmp = args.staged.path
+    out["classifier"].model.save_pretrained(str(tmp))
+    out["tokenizer"].save_pretrained(str(tmp))
+    write_json_atomic(tmp / "finetune.json", {"config": asdict(out["config"]), "metrics": metrics,
+                                              "curve": out["curve"],
+                                              "init": args.init, "model": str(args.model),
+                                              "labels": list(cfg.labels)})
+    stagecard.write(tmp, stagecard.finetune_facts(
+        paradigm=args.paradigm, init=args.init, labels=list(cfg.labels), config=asdict(out["config"]),
+        metrics=metrics, sources=task_sources, model_dir=args.model,
+        parameters=stagecard.count_parameters(tmp)))
     return {args.metrics: metrics, args.plot: curve_tsv(out["curve"])}
 
 
 STAGE = Stage("stages.finetune", "Fine-tune one paradigm on the task.", _arguments, _run,
-              inputs=("params", "task", "model"), outputs=("output", "metrics", "plot", "report", "live"),
+              inputs=("params", "task", "model"), folder="output", outputs=("metrics", "plot", "report", "live"),
               errors=(ConfigError, GateFailed, FileNotFoundError, ValueError))
 main = STAGE.main
 

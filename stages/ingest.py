@@ -6,8 +6,9 @@
 
 Core: :func:`ingest` reads every source of the corpus, gives each document its content-hash id, drops exact
 duplicates (and, for labeled data, texts whose copies disagree on the label), assigns splits by group, writes
-``documents.parquet`` and ``manifest.json`` into a temporary folder, runs the Great Expectations gate on it
-and only then renames it into place. A failed source or gate leaves the previous output untouched.
+``documents.parquet`` and ``manifest.json`` into the folder the stage's entry gives it (a temporary sibling of
+``--output``) and returns the Great Expectations gate; the entry (``stages.common.cli.Stage``) checks the gate and
+only then renames the folder into place. A failed source or gate leaves the previous output untouched.
 """
 
 from __future__ import annotations
@@ -25,11 +26,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from stages.common.atomic import atomic_dir, refuse_overlap, write_json_atomic
+from stages.common.atomic import refuse_overlap, write_json_atomic
 from stages.common.cli import Stage, entry
 from stages.common.documents import LABELED_COLUMNS, Record, arrow_schema, doc_id, is_json_text, meta_json
 from stages.config import ConfigError, build, check, load_params, section
-from stages.quality.gate import GateFailed
+from stages.quality.gate import Gate, GateFailed
 from stages.sources import Provenance, SourceConfig, SourceContext, SourceError, read_source
 from stages.sources.base import sha256_file
 from stages.sources.debian import DebianDescriptionsSource
@@ -109,6 +110,7 @@ class CorpusConfig:
 class IngestResult:
     metrics: dict[str, Any]
     manifest: dict[str, Any]
+    gate: Gate  # checked by the stage's entry before the folder is published
 
 
 def assign_split(group: str, cfg: SplitConfig) -> str:
@@ -235,9 +237,9 @@ def _table_counts(table) -> dict[str, Any]:
     return counts
 
 
-def ingest(cfg: CorpusConfig, *, corpus: str, cache_dir: Path, output_dir: Path, report_path: Path,
-           log=print) -> IngestResult:
-    """Read, normalise, gate and atomically publish one corpus. Raises SourceError or GateFailed.
+def ingest(cfg: CorpusConfig, *, corpus: str, cache_dir: Path, out: Path, log=print) -> IngestResult:
+    """Read and normalise one corpus into the folder ``out``; returns its metrics, manifest and gate (checked by
+    the stage's entry before it publishes the folder). Raises SourceError.
 
     Unlabeled corpora stream to disk (memory: ids and a few numbers per document); labeled corpora,
     which need a global view for label conflicts and class balance, are built in memory.
@@ -245,40 +247,38 @@ def ingest(cfg: CorpusConfig, *, corpus: str, cache_dir: Path, output_dir: Path,
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from stages.quality.gate import enforce
     from stages.quality.suites import combine, documents_suite, labeled_suite
 
     t0 = time.perf_counter()
     ctx = SourceContext(cache_dir=cache_dir)
     g = cfg.gate
-    with atomic_dir(output_dir) as tmp:
-        path = tmp / "documents.parquet"
-        if cfg.labeled:
-            rows, provs, dropped = collect_labeled(cfg, ctx, log=log)
-            table = pa.Table.from_pylist(rows, schema=arrow_schema(True)) if rows else \
-                arrow_schema(True).empty_table()
-            pq.write_table(table, path, compression="zstd", row_group_size=2048)
-            df = table.to_pandas()
-            labels = gate_labels(cfg) or tuple(sorted(df["label"].unique()))
-            tables, expectations = combine(
-                documents_suite(df, min_rows=g.min_rows, max_rows=g.max_rows,
-                                min_nonempty_ratio=g.min_nonempty_ratio, extra_columns=LABELED_COLUMNS[5:]),
-                labeled_suite(df, labels=labels, splits=SPLITS, min_class_share=g.min_class_share,
-                              max_class_share=g.max_class_share))
-            counts = _table_counts(table)
-            del rows, table, df
-        else:
-            provs, dropped, light, text_chars, meta_ok, counts = stream_documents(cfg, ctx, path, log=log)
-            tables, expectations = documents_suite(
-                light, min_rows=g.min_rows, max_rows=g.max_rows, min_nonempty_ratio=g.min_nonempty_ratio,
-                text_chars=text_chars, meta_is_json=meta_ok, columns=pq.read_schema(path).names)
-        manifest = build_manifest(cfg, corpus, counts, provs, dropped, path)
-        write_json_atomic(tmp / "manifest.json", manifest)
-        gate = enforce(f"ingest-{corpus}", tables, expectations, report_path)  # raises: tmp is discarded
-    # No wall-clock figures in metrics: the same input and params must give byte-identical files.
-    metrics = manifest["counts"] | {"gate_passed": gate.success}
-    log(f"[ingest] {corpus}: published in {time.perf_counter() - t0:.1f}s")
-    return IngestResult(metrics=metrics, manifest=manifest)
+    path = out / "documents.parquet"
+    if cfg.labeled:
+        rows, provs, dropped = collect_labeled(cfg, ctx, log=log)
+        table = pa.Table.from_pylist(rows, schema=arrow_schema(True)) if rows else \
+            arrow_schema(True).empty_table()
+        pq.write_table(table, path, compression="zstd", row_group_size=2048)
+        df = table.to_pandas()
+        labels = gate_labels(cfg) or tuple(sorted(df["label"].unique()))
+        tables, expectations = combine(
+            documents_suite(df, min_rows=g.min_rows, max_rows=g.max_rows,
+                            min_nonempty_ratio=g.min_nonempty_ratio, extra_columns=LABELED_COLUMNS[5:]),
+            labeled_suite(df, labels=labels, splits=SPLITS, min_class_share=g.min_class_share,
+                          max_class_share=g.max_class_share))
+        counts = _table_counts(table)
+        del rows, table, df
+    else:
+        provs, dropped, light, text_chars, meta_ok, counts = stream_documents(cfg, ctx, path, log=log)
+        tables, expectations = documents_suite(
+            light, min_rows=g.min_rows, max_rows=g.max_rows, min_nonempty_ratio=g.min_nonempty_ratio,
+            text_chars=text_chars, meta_is_json=meta_ok, columns=pq.read_schema(path).names)
+    manifest = build_manifest(cfg, corpus, counts, provs, dropped, path)
+    write_json_atomic(out / "manifest.json", manifest)
+    # No wall-clock figures in metrics: the same input and params must give byte-identical files. They are
+    # published only when the gate passed.
+    metrics = manifest["counts"] | {"gate_passed": True}
+    log(f"[ingest] {corpus}: made in {time.perf_counter() - t0:.1f}s")
+    return IngestResult(metrics=metrics, manifest=manifest, gate=Gate(f"ingest-{corpus}", tables, expectations))
 
 
 def _portable(path: str) -> str:
@@ -349,15 +349,14 @@ def _run(args: argparse.Namespace, log) -> dict:
     # Local sources named in params are inputs too: an output over them would delete the user's files.
     refuse_overlap({"output": args.output, "report": args.report, "metrics": args.metrics},
                    local_source_paths(cfg, f"ingest.{args.corpus}"))
-    result = ingest(cfg, corpus=args.corpus, cache_dir=args.cache_dir, output_dir=args.output,
-                    report_path=args.report, log=log)
+    result = ingest(cfg, corpus=args.corpus, cache_dir=args.cache_dir, out=args.staged.path, log=log)
     c = result.metrics
     log(f"[ingest] {args.corpus}: {c['documents']} documents, {c['characters']:,} characters -> {args.output}")
-    return {args.metrics: result.metrics}
+    return {args.report: result.gate, args.metrics: result.metrics}
 
 
 STAGE = Stage("stages.ingest", __doc__.split("\n\n")[0], _arguments, _run, inputs=("params", "cache-dir"),
-              outputs=("output", "report", "metrics"), errors=(ConfigError, SourceError, GateFailed, ValueError))
+              folder="output", outputs=("report", "metrics"), errors=(ConfigError, SourceError, GateFailed, ValueError))
 main = STAGE.main
 
 

@@ -28,10 +28,11 @@ import io
 import json
 import shutil
 import sys
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from stages.common.atomic import atomic_dir, write_json_atomic
+from stages.common.atomic import write_json_atomic
 from stages.common.inputs import check_folder, load_npy, read_json
 from stages.common.cli import Stage, entry
 from stages.training.checkpoint import CheckpointError
@@ -168,9 +169,10 @@ def objective_options(train, paradigm: str) -> dict:
 
 
 def run(cfg, *, paradigm: str, stage: str, tokens_dir: Path, corpus: str, tokenizer_dir: Path, init: Path | None,
-        output_dir: Path, checkpoint_dir: Path | None, log=print, progress: bool = True,
+        out: Callable[[], Path], checkpoint_dir: Path | None, log=print, progress: bool = True,
         live_dir: Path | None = None, sources: list[Path] = ()) -> tuple[dict, str] | None:
-    """Train and save; returns the metrics and the curve's TSV (on the main process; None on the others).
+    """Train and save into the folder ``out()`` (asked for only by the process that saves); returns the metrics
+    and the curve's TSV (on the main process; None on the others).
     ``live_dir``: the run's live log (curve as it trains, and its timings; :mod:`stages.common.live`).
     ``sources``: the ingest manifests of the corpora behind the model (its tokenizer's and its training's):
     their sources and licence terms go into the folder's model card (``stages.provenance.stagecard``)."""
@@ -250,23 +252,23 @@ def run(cfg, *, paradigm: str, stage: str, tokens_dir: Path, corpus: str, tokeni
                    "flops_per_token": fpt, "devices": dist.world,
                    "train_loss": result.history[-1]["loss"] if result.history else None,
                    **{k: v for k, v in final_eval.items() if k.startswith("eval_")}}
-        with atomic_dir(output_dir) as tmp:
-            save_model(model, tmp)
-            for f in sorted(tokenizer_dir.iterdir()):
-                if f.is_file():
-                    shutil.copy2(f, tmp / ("tokenizer_provenance.json" if f.name == "provenance.json" else f.name))
-            write_json_atomic(tmp / "training.json", {
-                "stage": stage, "paradigm": paradigm, "corpus": corpus, "fingerprint": run_id,
-                "config": asdict(cfg), "layout": layout.to_json(),
-                "inputs": {"tokens": {"path": str(tokens_dir), "manifest_sha256": _file_sha(manifest_path),
-                                      "corpus": manifest["corpora"][corpus]},
-                           "tokenizer": {"path": str(tokenizer_dir), "sha256": manifest["tokenizer"]["sha256"]},
-                           "init": None if init is None else {"path": str(init),
-                                                              "sha256": _file_sha(init / "model.safetensors")}},
-                "metrics": metrics, "history": result.history, "evals": result.evals})
-            stagecard.write(tmp, stagecard.pretrain_facts(kind=stage, paradigm=paradigm, corpus=corpus,
-                                                          config=asdict(cfg), metrics=metrics, sources=corpora,
-                                                          init=init))
+        tmp = out()
+        save_model(model, tmp)
+        for f in sorted(tokenizer_dir.iterdir()):
+            if f.is_file():
+                shutil.copy2(f, tmp / ("tokenizer_provenance.json" if f.name == "provenance.json" else f.name))
+        write_json_atomic(tmp / "training.json", {
+            "stage": stage, "paradigm": paradigm, "corpus": corpus, "fingerprint": run_id,
+            "config": asdict(cfg), "layout": layout.to_json(),
+            "inputs": {"tokens": {"path": str(tokens_dir), "manifest_sha256": _file_sha(manifest_path),
+                                  "corpus": manifest["corpora"][corpus]},
+                       "tokenizer": {"path": str(tokenizer_dir), "sha256": manifest["tokenizer"]["sha256"]},
+                       "init": None if init is None else {"path": str(init),
+                                                          "sha256": _file_sha(init / "model.safetensors")}},
+            "metrics": metrics, "history": result.history, "evals": result.evals})
+        stagecard.write(tmp, stagecard.pretrain_facts(kind=stage, paradigm=paradigm, corpus=corpus,
+                                                      config=asdict(cfg), metrics=metrics, sources=corpora,
+                                                      init=init))
         log(f"[{stage}] {paradigm} on {corpus}: {result.steps} steps, {result.tokens:,} tokens, train loss "
             f"{metrics['train_loss']}, eval " + ", ".join(f"{k} {v}" for k, v in final_eval.items() if k.startswith("eval"))
             + f"; {result.tokens_per_second:,.0f} tokens/s, {result.flops_per_second / 1e12:.3g} model TFLOP/s"
@@ -318,7 +320,7 @@ def _run(args: argparse.Namespace, log) -> dict | int:
         cfg = match_flops(cfg, args.match_flops)
     try:
         outcome = run(cfg, paradigm=args.paradigm, stage=args.section, tokens_dir=args.tokens, corpus=args.corpus,
-                      tokenizer_dir=args.tokenizer, init=args.init, output_dir=args.output,
+                      tokenizer_dir=args.tokenizer, init=args.init, out=lambda: args.staged.path,
                       checkpoint_dir=args.checkpoints, log=log, progress=not args.no_progress,
                       live_dir=args.live, sources=args.sources)
     except Exception as exc:  # GPU out of memory: say which setting to lower
@@ -335,7 +337,7 @@ def _run(args: argparse.Namespace, log) -> dict | int:
 
 STAGE = Stage("stages.pretrain", "Pre-train (or DAPT) one paradigm.", _arguments, _run,
               inputs=("params", "tokens", "tokenizer", "init", "sources", "match_flops"),
-              outputs=("output", "checkpoints", "metrics", "plot", "live"),
+              folder="output", outputs=("checkpoints", "metrics", "plot", "live"),
               errors=(ConfigError, CheckpointError, TrainingDiverged, _OutOfMemory, FileNotFoundError, ValueError))
 main = STAGE.main
 

@@ -23,7 +23,7 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from stages.common.atomic import atomic_dir, write_json_atomic
+from stages.common.atomic import write_json_atomic
 from stages.common.cli import Stage, entry, named_path
 from stages.config import ConfigError, build, load_params, section
 from stages.sources.base import sha256_file
@@ -108,13 +108,13 @@ def check_saved(out_dir: Path, cfg: TokenizerConfig) -> None:
         if getattr(t, attr) != value:
             problems.append(f"{attr} is {getattr(t, attr)}, expected {value}")
     if problems:
-        raise TokenizerCheckFailed(f"{out_dir}: " + "; ".join(problems))
+        raise TokenizerCheckFailed(f"the saved {cfg.kind} tokenizer does not reload as trained: " + "; ".join(problems))
 
 
 def train_tokenizer(cfg: TokenizerConfig, split: SplitConfig, *, paradigm: str, train_path: Path | list[Path],
-                    eval_paths: dict[str, Path], output_dir: Path, log=print) -> dict:
-    """Train on the train split of one or more corpora (read in the order given), save (atomically, after
-    the reload check passes) and measure; returns the metrics. A tokenizer that will read domain text
+                    eval_paths: dict[str, Path], out: Path, log=print) -> dict:
+    """Train on the train split of one or more corpora (read in the order given), save into the folder ``out``,
+    check that it reloads as trained (raises :class:`TokenizerCheckFailed`) and measure; returns the metrics. A tokenizer that will read domain text
     should be trained on it too, or domain words are shredded into pieces (Gururangan et al. 2020 §6)."""
     from tokenizers import Tokenizer
 
@@ -141,14 +141,13 @@ def train_tokenizer(cfg: TokenizerConfig, split: SplitConfig, *, paradigm: str, 
     mb = chars[0] / 1e6  # characters, the unit the corpus stages report
     log(f"[tokenizer] {paradigm}: {cfg.kind} trained on {docs[0]} documents, {mb:.1f} M chars in {seconds:.1f}s; "
         f"vocabulary {tok.get_vocab_size()}")
-    with atomic_dir(output_dir) as tmp:
-        save(tok, cfg, tmp, model_max_length=cfg.model_max_length)
-        check_saved(tmp, cfg)
-        provenance = {"paradigm": paradigm, "config": asdict(cfg), "split": asdict(split),
-                      "train": {"paths": [{"path": str(p), "sha256": sha256_file(p)} for p in train_paths],
-                                "documents": docs[0], "characters": chars[0]}}
-        write_json_atomic(tmp / "provenance.json", provenance)
-    tok = Tokenizer.from_file(str(output_dir / "tokenizer.json"))
+    save(tok, cfg, out, model_max_length=cfg.model_max_length)
+    check_saved(out, cfg)
+    provenance = {"paradigm": paradigm, "config": asdict(cfg), "split": asdict(split),
+                  "train": {"paths": [{"path": str(p), "sha256": sha256_file(p)} for p in train_paths],
+                            "documents": docs[0], "characters": chars[0]}}
+    write_json_atomic(out / "provenance.json", provenance)
+    tok = Tokenizer.from_file(str(out / "tokenizer.json"))
     tok.encode_special_tokens = True  # measure text as text: a literal "[MASK]" in a page is not the mask token
     unk = special_tokens(cfg).get("unk_token")
     heldout = {name: measure(tok, texts_of(path, split, "heldout", batch_docs=cfg.batch_docs), unk_token=unk,
@@ -183,12 +182,12 @@ def _arguments(ap: argparse.ArgumentParser) -> None:
 def _run(args: argparse.Namespace, log) -> dict:
     cfg, split = load_config(args.params, args.paradigm)
     metrics = train_tokenizer(cfg, split, paradigm=args.paradigm, train_path=args.train,
-                              eval_paths=dict(args.eval), output_dir=args.output, log=log)
+                              eval_paths=dict(args.eval), out=args.staged.path, log=log)
     return {args.metrics: metrics}
 
 
 STAGE = Stage("stages.tokenizer", "Train one paradigm's tokenizer.", _arguments, _run,
-              inputs=("params", "train", "eval"), outputs=("output", "metrics"),
+              inputs=("params", "train", "eval"), folder="output", outputs=("metrics",),
               errors=(ConfigError, TokenizerCheckFailed, FileNotFoundError, ValueError))
 main = STAGE.main
 

@@ -12,7 +12,8 @@ input hashes, counts). The split is the tokenizer stage's (``split`` in params.y
 runs on every core (``tokenizers`` parallelises each batch); packing a batch overlaps with encoding the next.
 With ``LMPIPE_DASK`` set (``stages.common.shards``) the batches are encoded on a Dask cluster instead, as
 Prefect tasks, and packed here in input order: the same bytes either way.
-The folder is replaced atomically, and only after the gate (``stages.quality.tokens_suite``) passes.
+The core writes into a temporary sibling of the folder and returns its gate (``stages.quality.tokens_suite``);
+the stage's entry publishes the folder only after the gate passed.
 """
 
 from __future__ import annotations
@@ -25,11 +26,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from stages.common.atomic import atomic_dir, write_json_atomic
+from stages.common.atomic import write_json_atomic
 from stages.common.cli import Stage, entry, named_path
 from stages.common.shards import open_shards
 from stages.config import ConfigError, build, check, deep_merge, load_params, section
-from stages.quality.gate import GateFailed
+from stages.quality.gate import Gate, GateFailed
 from stages.quality.tokens_suite import TokensGateConfig
 from stages.sources.base import sha256_file
 from stages.tokenization.corpus import SPLITS, split_batches
@@ -162,11 +163,10 @@ def tokenize_corpus(path: Path, layout, tok, split: SplitConfig, out_dir: Path, 
 
 
 def make_token_datasets(cfg: TokensConfig, split: SplitConfig, *, paradigm: str, tokenizer_dir: Path,
-                        corpora: dict[str, Path], output_dir: Path, report_path: Path, log=print) -> dict:
-    """Tokenize and pack every corpus, gate the blocks, and replace ``output_dir``; returns the metrics."""
+                        corpora: dict[str, Path], out: Path, log=print) -> tuple[dict, Gate]:
+    """Tokenize and pack every corpus into the folder ``out``; returns the metrics and the blocks' gate."""
     import numpy as np
 
-    from stages.quality.gate import enforce
     from stages.quality.tokens_suite import paths_of, tokens_suite
     from stages.tokenization.blockfile import dtype_for
     from stages.tokenization.layout import load_layout
@@ -178,33 +178,32 @@ def make_token_datasets(cfg: TokensConfig, split: SplitConfig, *, paradigm: str,
     results = {}
     # One machine: the Rust tokenizer's own threads already use every core, so there is no local pool
     # (workers=1); a Dask engine when LMPIPE_DASK is set.
-    with atomic_dir(output_dir) as tmp, open_shards(1, name=f"tokens@{paradigm}") as engine:
+    with open_shards(1, name=f"tokens@{paradigm}") as engine:
         shards = engine if engine.engine == "dask" else None
         for name, path in corpora.items():
-            results[name], speed = tokenize_corpus(path, layout, tok, split, tmp / name, batch_docs=cfg.batch_docs,
+            results[name], speed = tokenize_corpus(path, layout, tok, split, out / name, batch_docs=cfg.batch_docs,
                                                    shards=shards)
             r = results[name]
             log(f"[tokens] {paradigm} {name}: " + ", ".join(
                 f"{s} {r[s]['documents']} docs -> {r[s]['blocks']} blocks of {layout.block_len}" for s in SPLITS)
                 + f"; {speed:,} tokens/s")
-        files = {k: np.load(p, mmap_mode="r") for k, p in paths_of(tmp, list(corpora)).items()}
-        tables, checks = tokens_suite(files, layout, cfg.gate)
-        for key, table in tables.items():
-            corpus, _, s = key.rpartition("_")
-            if corpus in results and s in SPLITS and len(table):
-                results[corpus][s]["pad_fraction"] = round(float(table["pad_fraction"].mean()), 4)
-                results[corpus][s]["unk_fraction"] = round(float(table["unk_fraction"].mean()), 6)
-        del files
-        enforce(f"tokens-{paradigm}", tables, checks, report_path)
-        manifest = {"paradigm": paradigm, "layout": layout.to_json(), "dtype": np.dtype(dtype_for(layout.vocab_size)).name,
-                    "tokenizer": {"path": str(tokenizer_dir), "sha256": sha256_file(Path(tokenizer_dir) / "tokenizer.json")},
-                    "split": asdict(split), "corpora": results}
-        write_json_atomic(tmp / "manifest.json", manifest)
+    files = {k: np.load(p, mmap_mode="r") for k, p in paths_of(out, list(corpora)).items()}
+    tables, checks = tokens_suite(files, layout, cfg.gate)
+    for key, table in tables.items():
+        corpus, _, s = key.rpartition("_")
+        if corpus in results and s in SPLITS and len(table):
+            results[corpus][s]["pad_fraction"] = round(float(table["pad_fraction"].mean()), 4)
+            results[corpus][s]["unk_fraction"] = round(float(table["unk_fraction"].mean()), 6)
+    del files
+    manifest = {"paradigm": paradigm, "layout": layout.to_json(), "dtype": np.dtype(dtype_for(layout.vocab_size)).name,
+                "tokenizer": {"path": str(tokenizer_dir), "sha256": sha256_file(Path(tokenizer_dir) / "tokenizer.json")},
+                "split": asdict(split), "corpora": results}
+    write_json_atomic(out / "manifest.json", manifest)
     # Metrics are the numbers; paths and hashes live in the manifest.
     numbers = {c: {"mchars": r["input"]["mchars"],
                    **{s: {k: v for k, v in r[s].items() if k != "file"} for s in SPLITS}} for c, r in results.items()}
-    return {"paradigm": paradigm, "seq_len": layout.seq_len, "block_len": layout.block_len,
-            "targets_len": layout.targets_len, "corpora": numbers}
+    return ({"paradigm": paradigm, "seq_len": layout.seq_len, "block_len": layout.block_len,
+             "targets_len": layout.targets_len, "corpora": numbers}, Gate(f"tokens-{paradigm}", tables, checks))
 
 
 def _arguments(ap: argparse.ArgumentParser) -> None:
@@ -221,13 +220,13 @@ def _arguments(ap: argparse.ArgumentParser) -> None:
 def _run(args: argparse.Namespace, log) -> dict:
     cfg, split = load_config(args.params, args.paradigm)
     report = args.report or args.output.parent / f"{args.output.name}.gate.json"
-    metrics = make_token_datasets(cfg, split, paradigm=args.paradigm, tokenizer_dir=args.tokenizer,
-                                  corpora=dict(args.corpus), output_dir=args.output, report_path=report, log=log)
-    return {args.metrics: metrics}
+    metrics, gate = make_token_datasets(cfg, split, paradigm=args.paradigm, tokenizer_dir=args.tokenizer,
+                                        corpora=dict(args.corpus), out=args.staged.path, log=log)
+    return {report: gate, args.metrics: metrics}
 
 
 STAGE = Stage("stages.tokens", "Tokenize and pack corpora into blocks.", _arguments, _run,
-              inputs=("params", "tokenizer", "corpus"), outputs=("output", "report", "metrics"),
+              inputs=("params", "tokenizer", "corpus"), folder="output", outputs=("report", "metrics"),
               errors=(ConfigError, GateFailed, FileNotFoundError, ValueError))
 main = STAGE.main
 

@@ -28,23 +28,51 @@ def _owner() -> str:
     return f"{os.getpid()}@{_HOST}"
 
 
+class Staged:
+    """An output folder written in a temporary sibling of ``target`` (made on first use of :attr:`path`, so a
+    process that never writes, such as a launcher or a non-first rank, leaves nothing) and renamed over
+    ``target`` by :meth:`publish`; :meth:`discard` removes it and leaves ``target`` exactly as it was."""
+
+    def __init__(self, target: str | Path) -> None:
+        self.target = Path(target)
+        self._tmp: Path | None = None
+
+    @property
+    def path(self) -> Path:
+        if self._tmp is None:
+            self.target.parent.mkdir(parents=True, exist_ok=True)
+            sweep_stale(self.target)
+            self._tmp = Path(tempfile.mkdtemp(prefix=f".{self.target.name}.tmp-{_owner()}-", dir=self.target.parent))
+        return self._tmp
+
+    @property
+    def used(self) -> bool:
+        return self._tmp is not None
+
+    def publish(self) -> None:
+        if self._tmp is not None:
+            os.chmod(self._tmp, 0o755)  # mkdtemp makes 0700; a published output is as readable as any other
+            replace_dir(self._tmp, self.target)
+            self._tmp = None
+
+    def discard(self) -> None:
+        if self._tmp is not None:
+            shutil.rmtree(self._tmp, ignore_errors=True)
+            self._tmp = None
+
+
 @contextlib.contextmanager
 def atomic_dir(target: str | Path) -> Iterator[Path]:
     """Yield a fresh temporary folder next to ``target``; on success it replaces ``target``.
 
     On an exception the temporary folder is removed and ``target`` is left exactly as it was.
     """
-    target = Path(target)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    sweep_stale(target)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-{_owner()}-", dir=target.parent))
+    staged = Staged(target)
     try:
-        yield tmp
-        os.chmod(tmp, 0o755)  # mkdtemp makes 0700; a published output is as readable as any other folder
-        replace_dir(tmp, target)
+        yield staged.path
+        staged.publish()
     finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
+        staged.discard()
 
 
 def work_dir(target: str | Path) -> tempfile.TemporaryDirectory:

@@ -1,6 +1,6 @@
 """What the stages' command lines share: argument types, the input/output overlap check, :class:`Stage` (the
-one shape of a stage's ``main``: parse, refuse overlaps, run the core, report a user's error in one line,
-publish the outputs atomically) and the entry point that turns any other error into one line."""
+one shape of a stage's ``main``: parse, refuse overlaps, run the core, check its gates, report a user's error in
+one line, publish the outputs atomically) and the entry point that turns any other error into one line."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import sys
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 
 def named_path(value: str) -> tuple[str, Path]:
@@ -43,6 +43,14 @@ def overlap_error(args: argparse.Namespace, outputs: list[str], inputs: list[str
         print(f"error: {exc}", file=sys.stderr)
         return True
     return False
+
+
+@runtime_checkable
+class Check(Protocol):
+    """A gate a core returns under its report path (``stages.quality.gate.Gate``): ``check`` validates, writes the
+    report and raises when a check failed."""
+
+    def check(self, report_path: Path) -> Any: ...
 
 
 class Folder(dict):
@@ -81,11 +89,15 @@ Log = Callable[[str], None]
 class Stage:
     """A stage's command line. ``main`` parses ``argv`` with the options ``arguments`` adds, refuses an output
     option (``outputs``) that is, holds or lies inside an input option's path (``inputs``) before anything
-    runs, then calls ``run(args, log)``, the stage's core, which returns the files to publish
-    (:func:`publish`; they are written only once the core has succeeded, so a failed run leaves the previous
-    outputs as they were) or an exit status. An error of ``errors`` (a user's: a bad param, a missing input,
-    a failed gate) is one line ``error: ...`` on stderr (``message`` words it) and exit status 1; any other
-    goes to :func:`entry` (a traceback with ``--debug``)."""
+    runs, then calls ``run(args, log)``, the stage's core. When the stage has an output folder (the option
+    ``folder``), ``args.staged`` is a :class:`stages.common.atomic.Staged` for it: the core writes into
+    ``args.staged.path`` and never into the folder itself. The core returns the files to publish
+    (:func:`publish`) and its gates (a :class:`Check` under its report path), or an exit status. The gates are
+    checked first (each writes its report); only when the core and every gate succeeded is the folder renamed
+    into place and are the files written, so a failed run or gate leaves the previous outputs as they were.
+    An error of ``errors`` (a user's: a bad param, a missing input, a failed gate) is one line ``error: ...``
+    on stderr (``message`` words it) and exit status 1; any other goes to :func:`entry` (a traceback with
+    ``--debug``)."""
 
     prog: str
     description: str
@@ -95,23 +107,39 @@ class Stage:
     outputs: tuple[str, ...] = ()
     errors: tuple[type[BaseException], ...] = (ValueError, FileNotFoundError)
     message: Callable[[BaseException], str] = str
+    folder: str | None = None
 
     def main(self, argv: Iterable[str] | None = None) -> int:
+        from stages.common.atomic import Staged
+
         ap = argparse.ArgumentParser(prog=f"python -m {self.prog}", description=self.description)
         self.arguments(ap)
         argv = list(argv) if argv is not None else sys.argv[1:]
         args = ap.parse_args(argv)
         args.argv = argv  # the command line as given (a stage that starts copies of itself passes it on)
-        if overlap_error(args, list(self.outputs), list(self.inputs)):
+        if overlap_error(args, list(self.outputs) + ([self.folder] if self.folder else []), list(self.inputs)):
             return 1
+        target = getattr(args, self.folder) if self.folder else None
+        args.staged = Staged(target) if target is not None else None
         try:
             out = self.run(args, lambda m: print(m, file=sys.stderr))
+            if isinstance(out, int):
+                return out
+            files = {}
+            for path, item in out.items():
+                if isinstance(item, Check):
+                    item.check(path)  # raises when the gate failed: nothing is published
+                else:
+                    files[path] = item
+            if args.staged is not None:
+                args.staged.publish()
         except self.errors as exc:
             print(f"error: {self.message(exc)}", file=sys.stderr)
             return 1
-        if isinstance(out, int):
-            return out
-        publish(out)
+        finally:
+            if args.staged is not None:
+                args.staged.discard()  # unless published
+        publish(files)
         return 0
 
 

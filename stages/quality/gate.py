@@ -1,7 +1,8 @@
 """A thin runner of Great Expectations (GX 1.x) checks on pandas DataFrames.
 
 A *gate* is a named set of checks that stands between two stages: the stage that made the data
-calls `enforce`, which validates, always writes a JSON report (so a failed run leaves evidence for
+returns a `Gate` (its tables and checks) with its outputs, and the stage's entry (`stages.common.cli.Stage`)
+checks it before publishing anything; `enforce` validates, always writes a JSON report (so a failed run leaves evidence for
 the auditor) and raises `GateFailed` if any check failed, so nothing downstream runs on bad data.
 
 The checks are described by `Expect`, our own small, JSON-serialisable record (table, GX class name,
@@ -44,6 +45,7 @@ if TYPE_CHECKING:  # only for annotations; pandas is imported lazily like GX
 __all__ = [
     "CheckResult",
     "Expect",
+    "Gate",
     "GateFailed",
     "GateResult",
     "enforce",
@@ -291,6 +293,19 @@ def enforce(
         docs = f"; Data Docs: {result.data_docs}" if result.data_docs else ""
         raise GateFailed(f"gate {gate} failed: {reasons} (report: {report_path}{docs})")
     return result
+
+
+@dataclass(frozen=True)
+class Gate:
+    """A gate's name, tables and checks, as a stage's core returns it under its report path: the stage's entry
+    calls :meth:`check` before publishing anything, so a failed gate leaves every previous output as it was."""
+
+    name: str
+    tables: Mapping[str, Any]
+    checks: Sequence[Expect]
+
+    def check(self, report_path: str | Path) -> GateResult:
+        return enforce(self.name, self.tables, self.checks, report_path)
 
 
 # --- GX plumbing -----------------------------------------------------------------------------

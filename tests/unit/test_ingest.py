@@ -8,6 +8,7 @@ import pandas as pd
 import pytest
 import yaml
 
+from stages.common.atomic import Staged
 from stages.config import build
 from stages.ingest import CorpusConfig, SplitConfig, assign_split, ingest, main
 from stages.quality.gate import GateFailed
@@ -25,8 +26,15 @@ def _cfg(path, **extra):
 
 
 def _run(cfg, tmp_path, name="out"):
-    return ingest(cfg, corpus="test", cache_dir=tmp_path / "cache", output_dir=tmp_path / name,
-                  report_path=tmp_path / "reports" / f"{name}.json", log=lambda m: None)
+    """The core, then what the stage's entry does with its result: check the gate, publish the folder."""
+    staged = Staged(tmp_path / name)
+    try:
+        result = ingest(cfg, corpus="test", cache_dir=tmp_path / "cache", out=staged.path, log=lambda m: None)
+        result.gate.check(tmp_path / "reports" / f"{name}.json")
+        staged.publish()
+    finally:
+        staged.discard()
+    return result
 
 
 def test_documents_follow_the_schema_with_content_hash_ids_and_exact_dedup(tmp_path):

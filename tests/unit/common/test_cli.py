@@ -63,12 +63,65 @@ def _stage(run, errors=(ValueError,)):
 
     def arguments(ap):
         ap.add_argument("--input", type=Path, required=True)
+        ap.add_argument("--output", type=Path)
         ap.add_argument("--report", type=Path)
         ap.add_argument("--metrics", type=Path)
         ap.add_argument("--plots", type=Path)
 
-    return Stage("stages.demo", "A demo stage.", arguments, run, inputs=("input",),
+    return Stage("stages.demo", "A demo stage.", arguments, run, inputs=("input",), folder="output",
                  outputs=("report", "metrics", "plots"), errors=errors)
+
+
+class _Gate:
+    """A gate as a core returns it (the shape of stages.quality.gate.Gate): writes its report, raises on failure."""
+
+    def __init__(self, passed: bool) -> None:
+        self.passed = passed
+
+    def check(self, report_path):
+        Path(report_path).write_text(json.dumps({"success": self.passed}))
+        if not self.passed:
+            raise ValueError("gate demo failed")
+
+
+def _previous(tmp_path):
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "old.txt").write_text("previous")
+    (tmp_path / "m.json").write_text('{"previous": true}')
+    return ["--input", str(tmp_path / "in"), "--output", str(tmp_path / "out"), "--report",
+            str(tmp_path / "gate.json"), "--metrics", str(tmp_path / "m.json")]
+
+
+def _core(passed):
+    def run(args, log):
+        (args.staged.path / "new.txt").write_text("new")
+        assert not (args.output / "new.txt").exists()  # the core never writes the published folder
+        return {args.report: _Gate(passed), args.metrics: {"previous": False}}
+
+    return run
+
+
+def test_the_folder_and_files_are_published_only_after_the_gate_passed(tmp_path, capsys):
+    argv = _previous(tmp_path)
+    assert _stage(_core(False)).main(argv) == 1
+    assert capsys.readouterr().err == "error: gate demo failed\n"
+    assert json.loads((tmp_path / "gate.json").read_text()) == {"success": False}  # the evidence stays
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["old.txt"]
+    assert (tmp_path / "m.json").read_text() == '{"previous": true}'
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["gate.json", "m.json", "out"]  # no staging left
+
+    assert _stage(_core(True)).main(argv) == 0
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["new.txt"]
+    assert json.loads((tmp_path / "m.json").read_text()) == {"previous": False}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["gate.json", "m.json", "out"]
+
+
+def test_a_core_that_writes_no_folder_leaves_the_previous_one(tmp_path):
+    argv = _previous(tmp_path)
+    assert _stage(lambda args, log: 0).main(argv) == 0  # e.g. a launcher whose children publish
+    assert _stage(lambda args, log: {args.metrics: {"previous": False}}).main(argv) == 0  # a non-first rank
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["old.txt"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.json", "out"]
 
 
 def test_a_stage_publishes_what_its_core_returns_only_after_it_succeeds(tmp_path):

@@ -211,7 +211,7 @@ def run_loop(model, optimizer, *, total: int, batches: Callable[[int], Sequence[
              evaluate: Callable[[int], dict] | None = None, eval_every: int = 0, early: EarlyStopping | None = None,
              checkpoint_dir: Path | None = None, checkpoint_every: int = 0, fingerprint: str = "",
              dist: Dist = Dist(), net=None, flops_per_token: float = 0.0, peak: float | None = None,
-             live=None, bar=None, log: Callable[[str], None] = print) -> RunResult:
+             live=None, bar=None, log: Callable[[str], None] = print, sum_dtype: str = "float64") -> RunResult:
     """The one training loop of pre-training, DAPT and fine-tuning: ``total`` optimizer steps over
     ``batches(step)`` (the micro-batches of a step, on the host; called once per step, in order), each
     ``loss(batch)`` (on ``dist.device``, under bf16 autocast when ``bf16``) averaged over the micro-batches,
@@ -225,14 +225,16 @@ def run_loop(model, optimizer, *, total: int, batches: Callable[[int], Sequence[
     the optimizer and the records are saved, and a run with the same ``fingerprint`` resumes from there (a
     checkpoint of another fingerprint is left to be overwritten). ``tokens(batch)``: the tokens a host batch
     trains on (throughput: tokens/s, model FLOP/s, MFU over ``peak``, in ``live`` and the result); ``net``:
-    what to call instead of ``model`` inside ``loss`` when it is wrapped (DDP, compiled), for ``no_sync``."""
+    what to call instead of ``model`` inside ``loss`` when it is wrapped (DDP, compiled), for ``no_sync``;
+    ``sum_dtype``: the dtype the logged loss is summed in between rows (pre-training keeps float32, as it always
+    had, so the curves of earlier runs reproduce to the last digit)."""
     import torch
 
     device = dist.device
     model.to(device)
     model.train()
     result = RunResult(steps=total, tokens=0)
-    running = torch.zeros((), device=device, dtype=torch.float64)  # the loss summed since the last row
+    running = torch.zeros((), device=device, dtype=getattr(torch, sum_dtype))  # the loss summed since the last row
     start, since = 0, 0
     state = ckpt.read_state(checkpoint_dir) if checkpoint_dir is not None else None
     if state and state.get("fingerprint") == fingerprint:
@@ -384,7 +386,7 @@ def train(model, objective, train_blocks: np.ndarray, eval_blocks: np.ndarray | 
             evaluate=evaluate_blocks if eval_blocks is not None and len(eval_blocks) else None,
             eval_every=cfg.eval_every, checkpoint_dir=checkpoint_dir, checkpoint_every=cfg.checkpoint_every,
             fingerprint=fingerprint, dist=dist, net=net, flops_per_token=flops_per_token,
-            peak=peak_flops(dist.device, cfg), live=live, bar=bar, log=log)
+            peak=peak_flops(dist.device, cfg), live=live, bar=bar, log=log, sum_dtype="float32")
     finally:
         if bar is not None:
             bar.close()

@@ -45,10 +45,6 @@ class Staged:
             self._tmp = Path(tempfile.mkdtemp(prefix=f".{self.target.name}.tmp-{_owner()}-", dir=self.target.parent))
         return self._tmp
 
-    @property
-    def used(self) -> bool:
-        return self._tmp is not None
-
     def publish(self) -> None:
         if self._tmp is not None:
             os.chmod(self._tmp, 0o755)  # mkdtemp makes 0700; a published output is as readable as any other

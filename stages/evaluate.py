@@ -11,8 +11,9 @@ GPT's in-context learning, intrinsic scores before and after DAPT, and the model
   and per paradigm the gains of pre-training and of DAPT against the pooled seed noise.
 - Data efficiency: for ``evaluate.curve.paradigms`` x ``inits``, fine-tune on ``sizes`` training examples,
   each over ``seeds`` (mean, standard deviation, range; ``workers`` runs at a time); the full-size point is
-  the finetune stage's seeds. The TF-IDF + logistic-regression baseline (:mod:`stages.evaluation.baseline`)
-  on the same samples is the series ``tfidf-logreg``.
+  the finetune stage's seeds. The practitioner baselines (:mod:`stages.evaluation.baselines`: TF-IDF + a
+  linear classifier and fastText, each searched on validation) on the same samples are the series ``tfidf``
+  and ``fasttext``; every neural series is compared with the best of them at each label count.
 - Paradigms: parameters, pre-training tokens and FLOPs, training time and final losses next to the
   fine-tuned score, from each model's ``training.json``.
 - In-context learning: the GPT models of ``evaluate.icl.inits`` scored with 0 / 1 / 5 demonstrations over
@@ -40,8 +41,8 @@ from pathlib import Path
 from stages.common.cli import Folder, Stage, entry
 from stages.common.inputs import check_folders, read_json
 from stages.config import ConfigError, build, check, check_seed, load_params, section
-from stages.evaluation.baseline import BaselineConfig
-from stages.evaluation.curve import baseline, data_efficiency, full_point, source
+from stages.evaluation.baselines import BaselineConfig
+from stages.evaluation.curve import baselines, data_efficiency, source
 from stages.evaluation.gate import ModelGateConfig
 from stages.evaluation.icl import IclConfig
 from stages.finetune import INITS
@@ -183,7 +184,7 @@ def evaluate_all(cfg: EvaluateConfig, *, df, finetuned: Path, pretrained: Path, 
                  log=print) -> dict:
     from stages.evaluation.gate import decide
     from stages.evaluation.intrinsic import read_layout
-    from stages.evaluation.summary import curve_gains, gains, run_row
+    from stages.evaluation.summary import curve_gains, gains, run_row, versus_baselines
 
     runs = read_runs(finetuned)
     model_dirs = {f"{stage}-{p}": root / p for stage, root in (("pretrain", pretrained), ("dapt", dapt))
@@ -206,12 +207,13 @@ def evaluate_all(cfg: EvaluateConfig, *, df, finetuned: Path, pretrained: Path, 
 
     gate = decide({n: r["metrics"] for n, r in runs.items()}, cfg.gate)
     gain = gains(table, PARADIGMS)
-    base = (timed("tf-idf baseline", lambda: baseline(cfg, runs, gate["selected"], df, log))
-            if cfg.baseline.enabled else None)
+    base = (timed("baselines", lambda: baselines(cfg, runs, gate["selected"], df, log))
+            if cfg.baseline.series() else {})
     de = timed("data-efficiency curve", lambda: data_efficiency(cfg, runs, df, model_dirs, log))
-    if base is not None:
-        de["tfidf-logreg"] = [{k: pt[k] for k in ("train_examples", "macro_f1", "accuracy", "val_macro_f1")}
-                              for pt in base["points"]]
+    for name, b in base.items():
+        de[name] = [{k: pt[k] for k in ("train_examples", "macro_f1", "accuracy", "val_macro_f1")}
+                    for pt in b["points"]]
+    neural_de = {name: pts for name, pts in de.items() if name not in base}
     result = {
         "finetune": table,
         "majority": majority,
@@ -219,13 +221,14 @@ def evaluate_all(cfg: EvaluateConfig, *, df, finetuned: Path, pretrained: Path, 
         "gate": gate,
         "full_n": runs[gate["selected"]]["metrics"]["train_examples"],
         "paradigms": paradigms(runs, model_dirs, gain),
-        "baseline": base,
+        "baselines": base,
+        "versus_baselines": versus_baselines(de, table, list(base)),
         "intrinsic": timed("intrinsic scores", lambda: intrinsic(cfg, model_dirs, tokens, log)),
         "icl": timed("in-context learning", lambda: in_context(cfg, runs, df, model_dirs,
                                                                read_layout(tokens / "gpt").seq_len, log)
                      if cfg.icl.inits else {}),
         "data_efficiency": de,
-        "curve_gains": curve_gains(de, {p: g["best_init"] for p, g in gain.items()}),
+        "curve_gains": curve_gains(neural_de, {p: g["best_init"] for p, g in gain.items()}),
         "curves": {name: r["curve"] for name, r in runs.items()},
         "labels": list(next(iter(runs.values()))["labels"]),
         "config": dataclasses.asdict(cfg),
@@ -233,22 +236,22 @@ def evaluate_all(cfg: EvaluateConfig, *, df, finetuned: Path, pretrained: Path, 
     from stages.evaluation.verdict import verdict
 
     result["verdict"] = verdict(result)
-    full = full_point(base, result["full_n"]) if base else None
     # wall times: beside the result, never in the tracked report or metrics (stages.evaluation.timings)
-    result["timings"] = {"sections": sections, "tfidf_fit_seconds": full["seconds"] if full else None}
+    result["timings"] = {"sections": sections, "baseline_seconds": {
+        name: next(pt["seconds"] for pt in b["points"] if pt["train_examples"] == result["full_n"])
+        for name, b in base.items()}}
     return result
 
 
 def metrics_json(result: dict) -> dict:
     """The numbers ``dvc metrics diff`` compares (no curves, no config, no per-run lists)."""
-    base = result["baseline"]
     return {k: result[k] for k in ("finetune", "majority", "gains", "paradigms", "intrinsic", "icl",
-                                   "data_efficiency", "curve_gains")} | {
-        "baseline": {str(pt["train_examples"]): {"test_macro_f1": pt["macro_f1"]["mean"],
-                                                 "test_macro_f1_std": pt["macro_f1"]["std"],
-                                                 "test_accuracy": pt["accuracy"]["mean"],
-                                                 "test_accuracy_std": pt["accuracy"]["std"], "runs": pt["macro_f1"]["runs"]}
-                     for pt in base["points"]} if base else {},
+                                   "data_efficiency", "curve_gains", "versus_baselines")} | {
+        "baselines": {name: {str(pt["train_examples"]): {
+            "test_macro_f1": pt["macro_f1"]["mean"], "test_macro_f1_std": pt["macro_f1"]["std"],
+            "test_accuracy": pt["accuracy"]["mean"], "test_accuracy_std": pt["accuracy"]["std"],
+            "val_macro_f1": pt["val_macro_f1"]["mean"], "runs": pt["macro_f1"]["runs"], "settings": pt["settings"],
+            "at_bound": pt["at_bound"]} for pt in b["points"]} for name, b in result["baselines"].items()},
         "gate": {"passed": result["gate"]["passed"], "selected": result["gate"]["selected"],
                  **{c["check"]: c["value"] for c in result["gate"]["checks"]}}}
 
@@ -283,7 +286,7 @@ def _run(args: argparse.Namespace, log) -> dict:
     if args.timings:
         from stages.evaluation import timings
 
-        t = timings.collect(args.live, result["timings"]["sections"], result["timings"]["tfidf_fit_seconds"])
+        t = timings.collect(args.live, result["timings"]["sections"], result["timings"]["baseline_seconds"])
         timings_md = timings.markdown(t)
     verdict = "passed" if result["gate"]["passed"] else "FAILED (the package stage will not ship it)"
     log(f"[evaluate] model gate {verdict}: {result['gate']['selected']} (best validation macro-F1)")

@@ -1,6 +1,6 @@
 """The data-efficiency curve (test macro-F1 against the number of training labels; Howard & Ruder 2018,
-figure 3): many small, independent fine-tuning runs, optionally in a process pool, plus the TF-IDF
-baseline's series on the same samples.
+figure 3): many small, independent fine-tuning runs, optionally in a process pool, plus the practitioner
+baselines' series on the same samples (:mod:`stages.evaluation.baselines`).
 
 Every job is a pure function of its own description (paradigm, initialisation, training size, seed), so its
 result does not depend on which worker runs it or when; :func:`run_ordered` returns the results in the
@@ -81,10 +81,19 @@ def data_efficiency(cfg, runs: dict[str, dict], df, model_dirs: dict[str, Path],
             for name, pts in out.items()}
 
 
-def baseline(cfg, runs: dict[str, dict], selected: str, df, log) -> dict:
-    """TF-IDF + logistic regression at the curve's sizes (its seeds), at the selected model's training sample
-    (the finetune stage's seeds) and on the whole training split."""
-    from stages.evaluation.baseline import run_baseline
+def settings_text(settings: dict) -> str:
+    """A baseline run's chosen settings in a few words (``word+char, svm, balanced, C 0.1``; ``lr 1, 40 epochs``)."""
+    if "constant" in settings:
+        return "one class in the sample"
+    if "c" in settings:
+        return f"{settings['features']}, {settings['classifier']}, {settings['class_weight']}, C {settings['c']:.3g}"
+    return f"lr {settings['lr']:g}, {settings['epochs']} epochs"
+
+
+def baselines(cfg, runs: dict[str, dict], selected: str, df, log) -> dict[str, dict]:
+    """Each baseline of ``cfg.baseline`` at the curve's sizes (its seeds), at the selected model's training
+    sample (the finetune stage's seeds) and on the whole training split: series name -> ``{"points": [...]}``."""
+    from stages.evaluation.baselines import run_baselines
     from stages.evaluation.summary import seed_runs, summarise
 
     record = runs[selected]
@@ -93,19 +102,26 @@ def baseline(cfg, runs: dict[str, dict], selected: str, df, log) -> dict:
     points.append((full, [s["seed"] for s in seed_runs(record)]))
     if full < int((df["split"] == "train").sum()):
         points.append((0, [0]))
-    out = []
-    for pt in run_baseline(df, list(record["labels"]), cfg.baseline, points, workers=cfg.curve.workers):
-        r = pt["runs"]
-        out.append({"train_examples": pt["train_examples"], "macro_f1": summarise([x["test_macro_f1"] for x in r]),
-                    "accuracy": summarise([x["test_accuracy"] for x in r]),
-                    "val_macro_f1": summarise([x["best_val_macro_f1"] for x in r]), "c": [x["c"] for x in r],
-                    "features": max(x["features"] for x in r), "parameters": max(x["parameters"] for x in r),
-                    "seconds": round(sum(x["seconds"] for x in r) / len(r), 3)})
-        log(f"[evaluate] tfidf-logreg, {pt['train_examples']} examples: test macro-F1 {out[-1]['macro_f1']['mean']:.3f}"
-            f" ± {out[-1]['macro_f1']['std']:.3f} (C {', '.join(map(str, out[-1]['c']))})")
-    return {"points": out}
+    out = {}
+    fitted = run_baselines(df, list(record["labels"]), cfg.baseline, points, workers=cfg.curve.workers)
+    for name, pts in fitted.items():
+        series = out.setdefault(name, {"points": []})["points"]
+        for pt in pts:
+            r = pt["runs"]
+            series.append({"train_examples": pt["train_examples"],
+                           "macro_f1": summarise([x["test_macro_f1"] for x in r]),
+                           "accuracy": summarise([x["test_accuracy"] for x in r]),
+                           "val_macro_f1": summarise([x["best_val_macro_f1"] for x in r]),
+                           "settings": [x["settings"] for x in r], "at_bound": any(x["at_bound"] for x in r),
+                           "fits": sum(x["fits"] for x in r), "features": max(x["features"] for x in r),
+                           "parameters": max(x["parameters"] for x in r),
+                           "seconds": round(sum(x["seconds"] for x in r) / len(r), 3)})
+            log(f"[evaluate] {name}, {pt['train_examples']} examples: test macro-F1 "
+                f"{series[-1]['macro_f1']['mean']:.3f} ± {series[-1]['macro_f1']['std']:.3f} (chosen on validation: "
+                + "; ".join(settings_text(x["settings"]) for x in r) + ")")
+    return out
 
 
-def full_point(base: dict, full_n: int) -> dict:
-    """The TF-IDF baseline's point with every training example (``full_n``; else its largest)."""
-    return next((pt for pt in base["points"] if pt["train_examples"] == full_n), base["points"][-1])
+def full_point(points: list[dict], full_n: int) -> dict:
+    """A baseline's point with every training example of the fine-tuning sample (``full_n``; else its largest)."""
+    return next((pt for pt in points if pt["train_examples"] == full_n), points[-1])

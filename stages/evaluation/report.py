@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from stages.evaluation.curve import full_point
+from stages.evaluation.baselines import describe
+from stages.evaluation.curve import full_point, settings_text
 from stages.evaluation.svg import line_chart
 from stages.finetuning.core import INITS
 from stages.tokenization.trainers import PARADIGMS
@@ -27,6 +28,14 @@ def figures(result: dict) -> dict[str, str]:
                    for n, pts in de.items()},
             title="Data efficiency: test macro-F1 (mean; bars: range over seeds)", xlabel="training examples",
             ylabel="macro-F1", logx=True)
+    versus = result.get("versus_baselines") or {}
+    if versus.get("series"):
+        zero = [(int(n), 0.0) for n in versus["best"]]
+        out["versus-baseline.svg"] = line_chart(
+            {"best baseline": zero} | {name: [(int(n), d["difference"]) for n, d in pts.items()]
+                                       for name, pts in versus["series"].items()},
+            title="Test macro-F1 minus the best baseline's (chosen on validation at each label count)",
+            xlabel="training examples", ylabel="difference in macro-F1", logx=True)
     return out
 
 
@@ -89,7 +98,7 @@ def finetune_section(result: dict) -> list[str]:
 
 
 def paradigm_section(result: dict) -> list[str]:
-    rows, base = result["paradigms"], result.get("baseline")
+    rows, base = result["paradigms"], result.get("baselines")
     lines = ["## Paradigms: cost and result", "",
              "Parameters, pre-training tokens (general + DAPT), training FLOPs per token "
              "`6N + 12 * layers * d_model * seq_len` (Kaplan et al. 2020; T5's decoder terms scaled by "
@@ -107,9 +116,9 @@ def paradigm_section(result: dict) -> list[str]:
         lines.append(f"| {NAMES[p]} | {_si(r['parameters'])} | {_si(r['tokens'])} ({_si(r['pretrain_tokens'])} + "
                      f"{_si(r['dapt_tokens'])}) | {_si(r['flops_per_token'])} | {_si(r['flops'])} | {loss} | "
                      f"{_pm(r['test_macro_f1'], r['test_macro_f1_std'])} ({r['best_init']}) |")
-    if base:
-        full = full_point(base, result["full_n"])
-        lines.append(f"| TF-IDF + logistic regression | {_si(full['parameters'])} | 0 | - | 0 | - | "
+    for name, b in (base or {}).items():
+        full = full_point(b["points"], result["full_n"])
+        lines.append(f"| baseline: {describe(name)} | {_si(full['parameters'])} | 0 | - | 0 | - | "
                      f"{_pm(full['macro_f1']['mean'], full['macro_f1']['std'])} ({full['train_examples']} examples) |")
     lines += ["", "Equal compute instead of equal data: by default each paradigm trains on `budget_tokens` tokens "
               "(equal data, unequal FLOPs). Setting `pretrain.<paradigm>.train.budget_flops` (and "
@@ -128,10 +137,9 @@ def curve_section(result: dict, figures_dir: str) -> list[str]:
     lines += [f"Series: {', '.join(de)}. Points below the full sample are repeated over seeds "
               f"{', '.join(map(str, c['seeds']))} (sample, head initialisation and order; for random init also the "
               f"body) with at least {c['min_steps']} updates; the full-sample point is the finetune stage's seeds. "
-              "`tfidf-logreg`: TF-IDF (word 1-2 grams, sublinear tf) + logistic regression, C chosen on "
-              "validation macro-F1 from " + ", ".join(f"{x:g}" for x in cfg["baseline"]["c_grid"]) + ", on the "
-              "same training samples (its last point, when larger, is the whole training split). Paradigms and "
-              "initialisations not listed were not run in this profile (`evaluate.curve`).", "",
+              "The baselines (next section) are fitted on the same training samples (their last point, when "
+              "larger, is the whole training split). Paradigms and initialisations not listed were not run in "
+              "this profile (`evaluate.curve`).", "",
               "| series | training examples | test macro-F1 mean | std | range | runs |", "|---|---|---|---|---|---|"]
     for name, pts in de.items():
         for pt in pts:
@@ -146,7 +154,60 @@ def curve_section(result: dict, figures_dir: str) -> list[str]:
             lines.append(f"- {NAMES[p]}: " + ", ".join(
                 f"{pt['train_examples']}: {pt['gain']:+.3f} ({pt.get('init', g['init'])}, ± {pt['pooled_std']:.3f})"
                 for pt in g["points"]))
-    return lines + ["", f"![data efficiency]({figures_dir}/data-efficiency.svg)"]
+    return lines + ["", f"![data efficiency]({figures_dir}/data-efficiency.svg)"] + baseline_section(result, figures_dir)
+
+
+def _search_words(name: str, cfg: dict) -> str:
+    """What a baseline's search tried, from its config."""
+    if name == "tfidf":
+        return (f"`tfidf`: TF-IDF (sublinear tf, L2 rows) over {' / '.join(cfg['features'])} features (word "
+                f"{cfg['word_ngrams'][0]}-{cfg['word_ngrams'][1]} grams, `char_wb` {cfg['char_ngrams'][0]}-"
+                f"{cfg['char_ngrams'][1]} grams) x classifier {' / '.join(cfg['classifiers'])} (`svm`: linear SVM, "
+                f"`logreg`: logistic regression) x class weights {' / '.join(cfg['class_weights'])}, each with a walk "
+                f"over C from {cfg['c_start']:g} in steps of x{cfg['c_step']:.3g} both ways until {cfg['patience']} "
+                f"steps bring no better validation macro-F1 (bounds {cfg['c_min']:g}-{cfg['c_max']:g}).")
+    if name == "fasttext":
+        return (f"`fasttext`: fastText (Joulin et al. 2017; word 1-{cfg['word_ngrams']} grams and character "
+                f"{cfg['char_ngrams'][0]}-{cfg['char_ngrams'][1]} grams, {cfg['dim']} dimensions), learning rate "
+                f"{' / '.join(f'{x:g}' for x in cfg['lrs'])} x epochs {' / '.join(map(str, cfg['epochs']))}.")
+    return f"`{name}`."
+
+
+def baseline_section(result: dict, figures_dir: str) -> list[str]:
+    base, versus, cfg = result.get("baselines") or {}, result.get("versus_baselines") or {}, result["config"]
+    lines = ["", "## Against the practitioner baselines", ""]
+    if not base:
+        return lines + ["Not run in this profile (`evaluate.baseline`)."]
+    lines += ["Models that need no pre-training, each searched the way a careful practitioner would, on the "
+              "validation split only (the test split scores the chosen settings once), on the very training "
+              "samples and seeds of the neural runs:", ""]
+    lines += [f"- {_search_words(name, cfg['baseline'][name])}" for name in base]
+    lines += ["", "What each search chose (per seed), with its scores:", "",
+              "| baseline | training examples | test macro-F1 | validation macro-F1 | chosen on validation | fits |",
+              "|---|---|---|---|---|---|"]
+    for name, b in base.items():
+        for pt in b["points"]:
+            bound = " (at a bound of the C range)" if pt["at_bound"] else ""
+            lines.append(f"| {name} | {pt['train_examples']} | {_pm(pt['macro_f1']['mean'], pt['macro_f1']['std'])} | "
+                         f"{_pm(pt['val_macro_f1']['mean'], pt['val_macro_f1']['std'])} | "
+                         f"{'; '.join(settings_text(x) for x in pt['settings'])}{bound} | {pt['fits']} |")
+    if not versus.get("best"):
+        return lines
+    sizes = list(versus["best"])
+    lines += ["", "Every neural model against the **best baseline at each label count** (the baseline with the best "
+              "mean validation macro-F1 there): test macro-F1 difference, neural minus baseline; **bold** when it "
+              "is beyond twice the pooled seed std (the baseline's single whole-split fit counts as noise-free).", "",
+              "| series | " + " | ".join(sizes) + " |", "|---|" + "---|" * len(sizes),
+              "| best baseline | " + " | ".join(f"{versus['best'][n]['series']} {versus['best'][n]['test_macro_f1']:.3f}"
+                                                  for n in sizes) + " |"]
+    for name, pts in versus["series"].items():
+        cells = []
+        for n in sizes:
+            d = pts.get(n)
+            cell = "-" if d is None else f"{d['difference']:+.3f} (± {d['pooled_std']:.3f})"
+            cells.append(f"**{cell}**" if d and d["resolved"] else cell)
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return lines + ["", f"![against the best baseline]({figures_dir}/versus-baseline.svg)"]
 
 
 def _orderings(cfg: dict) -> str:
@@ -183,6 +244,22 @@ def icl_section(result: dict) -> list[str]:
     return lines + ["", "(The majority class is scored on the whole test split.)"]
 
 
+def shipped_vs_baseline(result: dict) -> list[str]:
+    """How the model the gate ships compares with the best baseline on the same training sample."""
+    versus, won = result.get("versus_baselines") or {}, result["gate"]["selected"]
+    row = result["finetune"][won]
+    key = str(row["train_examples"])
+    best, d = versus.get("best", {}).get(key), versus.get("series", {}).get(won, {}).get(key)
+    if best is None or d is None:
+        return []
+    rel = "above" if d["difference"] > 0 else "below" if d["difference"] < 0 else "level with"
+    return ["", f"Against the best baseline on the same {key} labels ({best['series']}, chosen on validation: test "
+            f"macro-F1 {_pm(best['test_macro_f1'], best['test_macro_f1_std'])}), the shipped model "
+            f"({_pm(row['test_macro_f1'], row['test_macro_f1_std'])}) is {abs(d['difference']):.3f} {rel} it, "
+            f"{'beyond' if d['resolved'] else 'within'} twice the pooled seed std ({d['pooled_std']:.3f}). The gate "
+            "chooses among the language models only: the Bento ships a language model."]
+
+
 def markdown(result: dict, *, figures_dir: str) -> str:
     ft, gate = result["finetune"], result["gate"]
     lines = ["# Evaluation", "",
@@ -204,6 +281,7 @@ def markdown(result: dict, *, figures_dir: str) -> str:
               "| check | value | minimum | passed |", "|---|---|---|---|"]
     lines += [f"| {c['check']} | {c['value']:+.3f} | {c['minimum']:+.3f} | {'yes' if c['passed'] else 'no'} |"
               for c in gate["checks"]]
+    lines += shipped_vs_baseline(result)
     lines += curve_section(result, figures_dir)
     lines += icl_section(result)
     lines += ["", "## Intrinsic: held-out general and domain text, before and after DAPT", "",

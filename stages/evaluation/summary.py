@@ -116,7 +116,7 @@ def curve_gains(de: dict, best_init: dict[str, str]) -> dict:
     choose; the test split only measures the gain); a point without validation scores counts as the lowest,
     and ties go to the init chosen for the table (``best_init``), then to the later name."""
     out = {}
-    for p in {name.split("-", 1)[0] for name in de if name.split("-", 1)[0] != "tfidf"}:
+    for p in {name.split("-", 1)[0] for name in de if "-" in name}:  # neural series: <paradigm>-<init>
         if f"{p}-random" not in de:
             continue
         inits = [i for i in PRETRAINED_INITS if f"{p}-{i}" in de]
@@ -142,3 +142,44 @@ def curve_gains(de: dict, best_init: dict[str, str]) -> dict:
 
 def point_at(points: list[dict], n: int) -> dict | None:
     return next((pt for pt in points if pt["train_examples"] == n), None)
+
+
+def table_point(row: dict) -> dict:
+    """A fine-tuning table row (:func:`run_row`) as one curve point."""
+    return {"train_examples": row["train_examples"],
+            "macro_f1": {"mean": row["test_macro_f1"], "std": row["test_macro_f1_std"], "runs": row["seeds"]},
+            "val_macro_f1": {"mean": row["best_val_macro_f1"], "std": row["best_val_macro_f1_std"]}}
+
+
+def versus_baselines(de: dict, table: dict, baselines: list[str]) -> dict:
+    """Every neural series against the best baseline (chosen on validation) at each label count the baselines
+    were fitted at: ``{"best": {n: {series, test_macro_f1, test_macro_f1_std, val_macro_f1}},
+    "series": {name: {n: {difference, pooled_std, resolved}}}}`` (``n`` as a string; differences in test
+    macro-F1, neural minus baseline; resolved as in :func:`difference`, the baseline's single whole-split fit
+    counting as noise-free). The fine-tuning ``table`` supplies each model's full-sample point."""
+    from stages.evaluation.baselines import best_at
+
+    neural = {name: list(pts) for name, pts in de.items() if name not in baselines}
+    for name, row in table.items():
+        pts = neural.setdefault(name, [])
+        if point_at(pts, row["train_examples"]) is None:
+            pts.append(table_point(row))
+    sizes = sorted({pt["train_examples"] for b in baselines for pt in de.get(b, [])})
+    out: dict = {"best": {}, "series": {}}
+    for n in sizes:
+        best = best_at({b: de[b] for b in baselines if b in de}, n)
+        if best is None:
+            continue
+        b = point_at(de[best], n)
+        out["best"][str(n)] = {"series": best, "test_macro_f1": b["macro_f1"]["mean"],
+                               "test_macro_f1_std": b["macro_f1"]["std"], "val_macro_f1": b["val_macro_f1"]["mean"]}
+        for name, pts in sorted(neural.items()):
+            pt = point_at(pts, n)
+            if pt is None:
+                continue
+            diff = round(pt["macro_f1"]["mean"] - b["macro_f1"]["mean"], 5)
+            noise = pooled(pt["macro_f1"]["std"], b["macro_f1"]["std"])
+            resolved = pt["macro_f1"].get("runs", 1) >= 2 and abs(diff) > 2 * noise
+            out["series"].setdefault(name, {})[str(n)] = {"difference": diff, "pooled_std": noise,
+                                                          "resolved": resolved}
+    return out

@@ -11,7 +11,7 @@ from stages.common.live import read_summary
 from stages.tokenization.trainers import PARADIGMS
 
 
-def collect(live_root: Path, sections: dict[str, float], tfidf_fit_seconds: float | None) -> dict:
+def collect(live_root: Path, sections: dict[str, float], baseline_seconds: dict[str, float]) -> dict:
     """Pre-training and DAPT runs' summaries, fine-tuning stages' run times, the evaluate stage's sections."""
     training = {f"{stage}-{p}": read_summary(live_root / f"{stage}-{p}")
                 for stage in ("pretrain", "dapt") for p in PARADIGMS}
@@ -22,7 +22,7 @@ def collect(live_root: Path, sections: dict[str, float], tfidf_fit_seconds: floa
         if runs:
             finetune[folder.name] = {"runs": len(runs), "seconds": round(sum(runs), 1)}
     return {"training": {k: v for k, v in training.items() if v}, "finetune": finetune,
-            "evaluate": {k: round(v, 1) for k, v in sections.items()}, "tfidf_fit_seconds": tfidf_fit_seconds}
+            "evaluate": {k: round(v, 1) for k, v in sections.items()}, "baseline_seconds": baseline_seconds}
 
 
 def _duration(seconds: float | None) -> str:
@@ -50,7 +50,7 @@ def markdown(t: dict) -> str:
     lines += [f"| {name} | {f['runs']} | {_duration(f['seconds'])} |" for name, f in t["finetune"].items()]
     lines += ["", "## Evaluation", "", "| part | time |", "|---|---|"]
     lines += [f"| {name} | {_duration(s)} |" for name, s in t["evaluate"].items()]
-    if t.get("tfidf_fit_seconds") is not None:
-        lines.append(f"| TF-IDF + logistic regression, one fit on all labels (every C of the grid) | "
-                     f"{_duration(t['tfidf_fit_seconds'])} |")
+    for name, seconds in (t.get("baseline_seconds") or {}).items():
+        lines.append(f"| baseline {name}: its whole search on the fine-tuning sample (one seed) | "
+                     f"{_duration(seconds)} |")
     return "\n".join(lines) + "\n"

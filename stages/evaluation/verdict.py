@@ -1,6 +1,6 @@
 """The report's closing verdict, written from the numbers of this run (never a fixed sentence): which
 paradigm fine-tunes best, whether DAPT helped each paradigm, at which label count pre-training matters
-most, and how the best neural model compares with the TF-IDF baseline. Differences are judged against twice
+most, and how the neural models compare with the best practitioner baseline at each label count. Differences are judged against twice
 the pooled seed standard deviation (:mod:`stages.evaluation.summary`)."""
 
 from __future__ import annotations
@@ -8,7 +8,6 @@ from __future__ import annotations
 from stages.evaluation.summary import MIN_GAIN, point_at, pooled
 
 NAMES = {"bert": "BERT", "gpt": "GPT", "t5": "T5"}
-BASELINE = "tfidf-logreg"
 
 
 def _noise(diff: float, std: float) -> str:
@@ -79,54 +78,84 @@ def where_pretraining_matters(curve_gains: dict) -> str:
 
 def _best_neural(de: dict, n: int) -> tuple[str, dict] | None:
     """The neural series with the best mean *validation* macro-F1 at ``n`` labels (test only measures it)."""
-    cands = [(name, pt) for name, pts in de.items() if name != BASELINE
+    cands = [(name, pt) for name, pts in de.items() if "-" in name  # neural series: <paradigm>-<init>
              for pt in [point_at(pts, n)] if pt is not None]
     best = (lambda c: (c[1].get("val_macro_f1", c[1]["macro_f1"])["mean"], c[0]))
     return max(cands, key=best) if cands else None
 
 
-def _table_points(table: dict) -> dict:
-    """The fine-tuning table as one-point series (the full-sample runs, curve or not)."""
-    return {name: [{"train_examples": r["train_examples"],
-                    "macro_f1": {"mean": r["test_macro_f1"], "std": r["test_macro_f1_std"]},
-                    "val_macro_f1": {"mean": r["best_val_macro_f1"], "std": r["best_val_macro_f1_std"]}}]
-            for name, r in table.items()}
+def _neural_points(de: dict, table: dict | None) -> dict:
+    """The curve's neural series, each with its full-sample point from the fine-tuning ``table``."""
+    from stages.evaluation.summary import table_point
+
+    out = {name: list(pts) for name, pts in de.items() if "-" in name}
+    for name, row in (table or {}).items():
+        pts = out.setdefault(name, [])
+        if point_at(pts, row["train_examples"]) is None:
+            pts.append(table_point(row))
+    return out
 
 
-def against_baseline(de: dict, full_n: int, table: dict | None = None) -> list[str]:
-    """The best neural model (chosen on validation) against the baseline at each curve size below the full
-    sample and with the full sample (there from the fine-tuning ``table`` when given)."""
-    if BASELINE not in de:
-        return ["No TF-IDF baseline in this run (`evaluate.baseline.enabled` is false)."]
-    out = []
-    small = sorted(pt["train_examples"] for pt in de[BASELINE] if pt["train_examples"] < full_n)
-    for n in small + [full_n]:
-        neural = _best_neural(_table_points(table) if table and n == full_n else de, n)
-        base = point_at(de[BASELINE], n)
-        if neural is None or base is None:
+def against_baselines(result: dict) -> list[str]:
+    """At each label count: the best neural model (chosen on validation) against the best baseline (chosen on
+    validation), and how many pre-trained models beat that baseline beyond noise; then one line saying where
+    pre-training beats the baselines (the pre-trained model chosen on validation above the best baseline by
+    more than twice the pooled seed std) and where it does not."""
+    versus, base = result.get("versus_baselines") or {}, result.get("baselines") or {}
+    if not versus.get("best"):
+        return ["No practitioner baseline in this run (`evaluate.baseline`)."]
+    from stages.evaluation.baselines import describe
+    from stages.evaluation.curve import settings_text
+
+    de, full_n = result["data_efficiency"], result["full_n"]
+    neural = _neural_points(de, result.get("finetune"))
+    out, wins, losses = [], [], []
+    for key, b in versus["best"].items():
+        n = int(key)
+        pick = _best_neural(neural, n)
+        if pick is None:
             continue
-        name, pt = neural
-        a, b = pt["macro_f1"], base["macro_f1"]
-        diff = a["mean"] - b["mean"]
-        rel = "above" if diff > 0 else "below" if diff < 0 else "level with"
+        name, pt = pick
+        a = pt["macro_f1"]
+        d = versus["series"][name][key]
+        rel = "above" if d["difference"] > 0 else "below" if d["difference"] < 0 else "level with"
+        chosen = point_at(base[b["series"]]["points"], n)["settings"]
         label = f"With all {n} labels of the fine-tuning sample" if n == full_n else f"At {n} labels"
-        out.append(f"{label} the best neural model on validation ({name}, test {a['mean']:.3f} ± {a['std']:.3f}) is "
-                   f"{abs(diff):.3f} {rel} TF-IDF + logistic regression ({b['mean']:.3f} ± {b['std']:.3f}), "
-                   f"{_noise(diff, pooled(a['std'], b['std']))}.")
-    whole = max(de[BASELINE], key=lambda pt: pt["train_examples"])
-    if whole["train_examples"] > full_n:
-        out.append(f"On the whole training split ({whole['train_examples']} labels) the baseline reaches "
-                   f"{whole['macro_f1']['mean']:.3f}.")
+        pre = {s: v[key] for s, v in versus["series"].items() if key in v and not s.endswith("-random")}
+        above = sorted(s for s, v in pre.items() if v["resolved"] and v["difference"] > 0)
+        below = sorted(s for s, v in pre.items() if v["resolved"] and v["difference"] < 0)
+        top = _best_neural({s: pts for s, pts in neural.items() if not s.endswith("-random")}, n)
+        d_top = versus["series"][top[0]][key] if top else None
+        (wins if d_top and d_top["resolved"] and d_top["difference"] > 0 else losses).append(n)
+        out.append(f"{label} the best baseline on validation is {describe(b['series'])} ({settings_text(chosen[0])}"
+                   f"{' ...' if len(chosen) > 1 else ''}; test {b['test_macro_f1']:.3f} ± {b['test_macro_f1_std']:.3f}); "
+                   f"the best neural model on validation ({name}, test {a['mean']:.3f} ± {a['std']:.3f}) is "
+                   f"{abs(d['difference']):.3f} {rel} it, {_noise(d['difference'], d['pooled_std'])}. "
+                   f"Pre-trained models above it beyond noise: {len(above)} of {len(pre)}"
+                   f"{' (' + ', '.join(above) + ')' if above else ''}; below it: {len(below)}.")
+    if wins and not losses:
+        out.append("Pre-training beats the best baseline at every label count measured (the pre-trained model "
+                   "chosen on validation, by more than twice the pooled seed std).")
+    elif wins:
+        out.append(f"**Pre-training beats the best baseline at {', '.join(map(str, wins))} labels and not at "
+                   f"{', '.join(map(str, losses))} labels** (at this compute; the pre-trained model chosen on "
+                   "validation counts when it is above the baseline by more than twice the pooled seed std).")
+    else:
+        out.append(f"**Pre-training does not beat the best baseline at any label count measured "
+                   f"({', '.join(map(str, losses))})** at this compute: the pre-trained model chosen on validation "
+                   "is never above the baseline by more than twice the pooled seed std, so for this task and these "
+                   "labels the baseline serves as well or better.")
     return out
 
 
 def verdict(result: dict) -> list[str]:
     """The verdict's sentences from ``result`` (keys ``gains``, ``curve_gains``, ``data_efficiency``, ``full_n``,
-    optionally ``finetune``: the table, whose runs then make the full-sample comparison)."""
+    optionally ``finetune`` (the table, whose runs make the full-sample comparison), ``baselines`` and
+    ``versus_baselines``)."""
     gains = result["gains"]
     lines = [best_paradigm(gains)]
     lines += [dapt_effect(p, g) for p, g in gains.items()]
     lines.append(pretraining_effect(gains))
     lines.append(where_pretraining_matters(result["curve_gains"]))
-    lines += against_baseline(result["data_efficiency"], result["full_n"], result.get("finetune"))
+    lines += against_baselines(result)
     return lines

@@ -1,5 +1,5 @@
 """The evaluate stage end to end on tiny models: nine fine-tuned runs in, the metrics, the data-efficiency
-series (with the TF-IDF baseline), the report with its figures and verdict, and the gate verdict out."""
+series (with the practitioner baselines), the report with its figures and verdict, and the gate verdict out."""
 
 from __future__ import annotations
 
@@ -19,7 +19,8 @@ EVALUATE = {"curve": {"paradigms": ["bert"], "inits": ["pretrained", "random"], 
                       "seeds": [0, 1], "min_steps": 6, "workers": 2},
             "icl": {"inits": ["pretrained", "dapt"], "shots": [0, 1], "max_examples": 6, "separator": "\nSection:",
                     "seed": 0, "orderings": 2, "content_free": ["N/A", ""]},
-            "baseline": {"enabled": True, "c_grid": [1.0, 10.0]},
+            "baseline": {"enabled": True, "tfidf": {"features": ["word", "char"], "class_weights": ["none"]},
+                         "fasttext": {"lrs": [0.5], "epochs": [10]}},
             "intrinsic": {"eval_blocks": 4, "micro_batch": 4},
             "gate": {"candidates": [], "min_macro_f1_margin": -1.0, "min_accuracy_margin": -1.0}}
 
@@ -59,19 +60,36 @@ def test_stage_writes_metrics_series_report_and_gate(models, workspace):
     assert 0 < metrics["majority"]["test_accuracy"] < 1
 
     # data efficiency: the sizes below the full sample, each over both seeds, then the finetune stage's seeds
-    for series in ("bert-pretrained", "bert-random", "tfidf-logreg"):
+    baselines = ("tfidf", "fasttext")
+    for series in ("bert-pretrained", "bert-random", *baselines):
         rows = [line.split("\t") for line in (out / "plots" / f"{series}.tsv").read_text().splitlines()]
         assert rows[0][:2] == ["train_examples", "macro_f1"]
         full = metrics["finetune"]["bert-pretrained"]["train_examples"]
         assert [int(r[0]) for r in rows[1:]] == [10, 30, full]           # 1000 > the sample: skipped
-        seeds = metrics["finetune"][series if series != "tfidf-logreg" else metrics["gate"]["selected"]]["seeds"]
+        seeds = metrics["finetune"][series if series not in baselines else metrics["gate"]["selected"]]["seeds"]
         assert [int(r[-1]) for r in rows[1:]] == [2, 2, seeds]
-        if series != "tfidf-logreg":
+        if series not in baselines:
             assert float(rows[-1][1]) == pytest.approx(metrics["finetune"][series]["test_macro_f1"], abs=1e-5)
         for r in rows[1:]:
             assert float(r[3]) <= float(r[1]) <= float(r[4])              # min <= mean <= max
     assert not (out / "plots" / "gpt-random.tsv").exists()
-    assert set(metrics["baseline"]) == {"10", "30", str(full)} and metrics["baseline"][str(full)]["test_macro_f1"] > 0.5
+    assert set(metrics["baselines"]) == set(baselines)
+    for name in baselines:
+        assert set(metrics["baselines"][name]) == {"10", "30", str(full)}
+        assert all(len(pt["settings"]) == pt["runs"] for pt in metrics["baselines"][name].values())
+    assert metrics["baselines"]["tfidf"][str(full)]["test_macro_f1"] > 0.5
+    assert metrics["baselines"]["tfidf"]["10"]["settings"][0]["features"] in ("word", "char")
+
+    # every neural series against the best baseline on validation at each size; the nine at the full sample
+    versus = metrics["versus_baselines"]
+    for n, best in versus["best"].items():
+        assert best["val_macro_f1"] == max(metrics["baselines"][b][n]["val_macro_f1"] for b in baselines)
+    assert set(versus["series"]["bert-random"]) == {"10", "30", str(full)}
+    assert all(str(full) in versus["series"][name] for name in metrics["finetune"]) and "gpt-random" in versus["series"]
+    d = versus["series"]["bert-pretrained"][str(full)]
+    best = versus["best"][str(full)]
+    assert d["difference"] == pytest.approx(metrics["finetune"]["bert-pretrained"]["test_macro_f1"] - best["test_macro_f1"],
+                                            abs=1e-4)
 
     # seeds and gains in the table, the cost of each paradigm from its training.json
     for name, row in metrics["finetune"].items():
@@ -101,11 +119,14 @@ def test_stage_writes_metrics_series_report_and_gate(models, workspace):
     for p in PARADIGMS:
         assert report.count(f"| {dict(bert='BERT', gpt='GPT', t5='T5')[p]} (") >= 3
     assert "| majority class |" in report and "Verdict: **passed**" in report
-    assert "| TF-IDF + logistic regression |" in report and "budget_flops" in report and "6N + 12" in report
+    assert "| baseline: TF-IDF + linear classifier |" in report and "| baseline: fastText |" in report
+    assert "budget_flops" in report and "6N + 12" in report and "## Against the practitioner baselines" in report
+    assert "Against the best baseline on the same" in report  # the shipped model against it, in the gate section
     verdict = report.split("## Verdict", 1)[1]
-    assert "fine-tunes best" in verdict and verdict.count("DAPT ") >= 3 and "TF-IDF" in verdict
+    assert "fine-tunes best" in verdict and verdict.count("DAPT ") >= 3 and "the best baseline on validation" in verdict
+    assert "Pre-training beats the best baseline" in verdict or "Pre-training does not beat the best baseline" in verdict
     assert f"**{gate['selected']}**" in report and "chosen on the validation split" in report
-    for name in ("finetune-loss.svg", "finetune-val-f1.svg", "data-efficiency.svg"):
+    for name in ("finetune-loss.svg", "finetune-val-f1.svg", "data-efficiency.svg", "versus-baseline.svg"):
         assert f"(../out/figures/{name})" not in report and f"(figures/{name})" in report
         ET.fromstring((out / "figures" / name).read_text())              # well-formed SVG
 
@@ -143,7 +164,7 @@ def test_wall_times_go_to_the_untracked_timings_file_only(models, workspace):
     for p in PARADIGMS:
         for init in INITS:  # one live folder per fine-tuning run: 2 rates of the grid are not asked here, 1 run each
             assert f"| finetune-{p}-{init} | 1 |" in text
-    assert "| data-efficiency curve |" in text and "| TF-IDF + logistic regression" in text
+    assert "| data-efficiency curve |" in text and "| baseline tfidf:" in text and "| baseline fasttext:" in text
     report = (root / "out" / "evaluation.md").read_text()
     assert "training time" not in report and "reports/timings.md" in report
     assert "second" not in (root / "out" / "evaluation.json").read_text()

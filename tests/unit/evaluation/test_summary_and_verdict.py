@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from stages.evaluation.summary import curve_gains, gains, paradigm_row, run_row, seed_runs
+from stages.evaluation.summary import curve_gains, gains, paradigm_row, run_row, seed_runs, versus_baselines
 from stages.evaluation.verdict import verdict
 from stages.finetune import INITS
 from stages.tokenization.trainers import PARADIGMS
@@ -84,10 +84,18 @@ def synthetic(strong: str, dapt_delta: float, small_gain: float, base_small: flo
     de = {f"{p}-{i}": [point(100, 0.3 + (0 if i == "random" else small_gain)),
                        point(300, 0.4 + (0 if i == "random" else 0.05)),
                        point(500, table[f"{p}-{i}"]["test_macro_f1"])] for p in PARADIGMS for i in INITS}
-    de["tfidf-logreg"] = [point(100, base_small), point(300, base_small), point(500, 0.6), point(2000, 0.65)]
     g = gains(table, PARADIGMS)
-    return {"gains": g, "data_efficiency": de, "full_n": 500, "finetune": table,
-            "curve_gains": curve_gains(de, {p: v["best_init"] for p, v in g.items()})}
+    cg = curve_gains(de, {p: v["best_init"] for p, v in g.items()})
+    settings = {"features": "word", "classifier": "svm", "class_weight": "none", "c": 1.0}
+    base = [point(100, base_small), point(300, base_small), point(500, 0.6), point(2000, 0.65)]
+    fast = [point(100, 0.05), point(300, 0.05), point(500, 0.9), point(2000, 0.9)]  # best on test, not validation
+    for pts, val in ((base, 0.5), (fast, 0.4)):
+        for pt in pts:
+            pt["val_macro_f1"], pt["settings"] = {"mean": val, "std": 0.0}, [settings] if pts is base else [{"lr": 1.0, "epochs": 5}]
+    de["tfidf"], de["fasttext"] = base, fast
+    return {"gains": g, "data_efficiency": de, "full_n": 500, "finetune": table, "curve_gains": cg,
+            "baselines": {"tfidf": {"points": base}, "fasttext": {"points": fast}},
+            "versus_baselines": versus_baselines(de, table, ["tfidf", "fasttext"])}
 
 
 def test_the_verdict_follows_the_numbers():
@@ -100,11 +108,18 @@ def test_the_verdict_follows_the_numbers():
     assert all(s.startswith("DAPT hurt") and "-0.050" in s for s in b[1:4])
     assert any("matters most at **100 labels**" in s for s in a)      # the gain 0.3 at 100 labels
     assert any("matters most at **300 labels**" in s for s in b)      # 0.05 at 300 beats 0.01 at 100
-    assert any(s.startswith("At 100 labels") and "above TF-IDF" in s for s in a)
-    assert any(s.startswith("At 100 labels") and "below TF-IDF" in s for s in b)
-    assert any("With all 500 labels" in s and "(gpt-dapt, test 0.750" in s for s in a)
-    assert any("whole training split (2000 labels)" in s for s in a)
+    # the best baseline is the one better on validation (tfidf), though fasttext is better on test
+    assert all("best baseline on validation is TF-IDF + linear classifier (word, svm, none, C 1" in s
+               for s in a + b if s.startswith(("At ", "With all")))
+    assert any(s.startswith("At 100 labels") and "is 0.500 above it" in s for s in a)
+    assert any(s.startswith("At 100 labels") and "below it" in s for s in b)
+    assert any("With all 500 labels" in s and "(gpt-dapt, test 0.750" in s and "above it" in s for s in a)
     assert any("With all 500 labels" in s and "(t5-pretrained, test 0.700" in s and "above" in s for s in b)
+    assert any(s.startswith("At 300 labels") and "Pre-trained models above it beyond noise: 0 of 6; below it: 6" in s
+               for s in b)
+    assert not any("2000 labels" in s for s in a)  # no neural model there: nothing to compare
+    assert a[-1].startswith("Pre-training beats the best baseline at every label count measured")
+    assert b[-1].startswith("**Pre-training beats the best baseline at 500 labels and not at 100, 300 labels")
 
 
 def test_curve_gains_choose_the_init_per_label_count_on_validation_not_test():

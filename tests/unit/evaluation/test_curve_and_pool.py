@@ -1,68 +1,13 @@
-"""The TF-IDF baseline (same samples as the neural runs, C chosen on validation, deterministic) and the
-curve's process pool (results in job order, the same for one worker or two)."""
+"""The data-efficiency curve's process pool (results in job order, the same for one worker or two; workers
+leave with their parent)."""
 
 from __future__ import annotations
 
-import random
-
-import pandas as pd
 import pytest
 
-from stages.evaluation.baseline import BaselineConfig, fit_score, run_baseline
 from stages.common.pool import run_ordered
-from stages.finetune import FinetuneConfig, sample_train
 
 LABELS = ["river", "market", "castle"]
-WORDS = {"river": ["harbour", "bridge", "canal"], "market": ["factory", "station", "shop"],
-         "castle": ["museum", "theatre", "tower"]}
-
-
-def task(n_per_label: int = 30) -> pd.DataFrame:
-    rng = random.Random(0)
-    rows = []
-    for label, words in WORDS.items():
-        for i in range(n_per_label):
-            text = f"we saw the {rng.choice(words)} and the {rng.choice(sum(WORDS.values(), []))} on day {i}"
-            rows.append({"text": text, "label": label, "split": ("test", "validation", "train", "train", "train")[i % 5]})
-    return pd.DataFrame(rows)
-
-
-def test_baseline_learns_and_chooses_c_on_validation():
-    df = task()
-    cfg = BaselineConfig(c_grid=(0.01, 10.0))
-    points = run_baseline(df, LABELS, cfg, [(12, [0, 1]), (0, [5, 6])])
-    assert [p["train_examples"] for p in points] == [12, 54]
-    assert [r["seed"] for r in points[0]["runs"]] == [0, 1] and len(points[1]["runs"]) == 1  # whole split: once
-    whole = points[1]["runs"][0]
-    assert whole["test_macro_f1"] > 0.9 and whole["c"] in cfg.c_grid and whole["features"] > 10
-    again = run_baseline(df, LABELS, cfg, [(12, [0, 1])])[0]["runs"]
-    drop = (lambda r: {k: v for k, v in r.items() if k != "seconds"})  # deterministic, timings aside
-    assert [drop(r) for r in again] == [drop(r) for r in points[0]["runs"]]
-    pooled = run_baseline(df, LABELS, cfg, [(12, [0, 1]), (0, [5, 6])], workers=2)  # two processes: same fits
-    assert [[drop(r) for r in p["runs"]] for p in pooled] == [[drop(r) for r in p["runs"]] for p in points]
-
-
-def test_baseline_trains_on_the_neural_runs_samples(monkeypatch):
-    df = task()
-    seen = []
-    import stages.evaluation.baseline as baseline
-
-    real = baseline.fit_score
-    monkeypatch.setattr(baseline, "fit_score", lambda train, *a, **k: seen.append(train[0]) or real(train, *a, **k))
-    run_baseline(df, LABELS, BaselineConfig(c_grid=(1.0,)), [(15, [3])])
-    expected = sample_train(df, FinetuneConfig(labels=tuple(LABELS), seed=3), 15)["text"].tolist()
-    assert seen == [expected]
-
-
-def test_validation_not_test_chooses_c():
-    # train and validation agree on the words of each label, test contradicts them: C must not follow test
-    import numpy as np
-
-    train = (["alpha river", "beta market", "gamma castle"] * 4, np.array([0, 1, 2] * 4))
-    val = (["alpha", "beta", "gamma"], np.array([0, 1, 2]))
-    test = (["alpha", "beta", "gamma"], np.array([1, 2, 0]))
-    r = fit_score(train, val, test, 3, BaselineConfig(c_grid=(1.0, 3.0)))
-    assert r["best_val_macro_f1"] == 1.0 and r["test_macro_f1"] == 0.0 and r["c"] == 1.0  # tie: smaller C
 
 
 def cheap(state, job):
@@ -122,7 +67,7 @@ def test_pool_workers_leave_when_the_parent_is_killed(tmp_path):
     root = Path(__file__).resolve().parents[3]
     parent = subprocess.Popen([sys.executable, "-c", (
         "from stages.common.pool import run_ordered\n"
-        "from tests.unit.evaluation.test_baseline_and_curve import sleepy\n"
+        "from tests.unit.evaluation.test_curve_and_pool import sleepy\n"
         f"run_ordered(sleepy, {{'dir': {str(tmp_path)!r}}}, [120, 120], workers=2)\n")],
         cwd=root, env={**os.environ, "PYTHONPATH": str(root)})
 

@@ -1,0 +1,162 @@
+"""TF-IDF features + a linear classifier, searched the way a careful practitioner searches it, on validation.
+
+Features (Manning, Raghavan & Schuetze 2008, ch. 6; Wang & Manning 2012): ``word`` n-grams, ``char``
+n-grams inside word boundaries (scikit-learn's ``char_wb``), or ``word+char`` side by side; sublinear tf
+(1 + log tf), rows L2-normalised, fitted on the training sample only. Classifier: a linear SVM (``svm``,
+liblinear's one-vs-rest squared hinge) or multinomial logistic regression (``logreg``), each with class
+weights ``none`` or ``balanced`` (inversely proportional to the sample's label counts).
+
+Every feature set x classifier x class weighting gets its own walk over the regularisation strength ``C``
+on a log grid (``c_start`` times powers of ``c_step``): from ``c_start`` upwards and downwards, each
+direction going on until ``patience`` steps in a row brought no better validation macro-F1 or it reaches
+``c_min`` / ``c_max``. So the chosen ``C`` always has tried neighbours on both sides unless it sits on a
+bound, which the result says (``at_bound``). The best validation macro-F1 over all of it chooses the
+settings (ties: the earlier feature set, classifier and weighting in the config's order, then the smaller
+C); the test split scores that one model and chooses nothing."""
+
+from __future__ import annotations
+
+import math
+import time
+import warnings
+from dataclasses import dataclass
+
+import numpy as np
+
+FEATURES = ("word", "char", "word+char")
+CLASS_WEIGHTS = ("none", "balanced")
+CLASSIFIERS = ("svm", "logreg")
+
+
+@dataclass(frozen=True, kw_only=True)
+class TfidfConfig:
+    """enabled: fit this baseline. features: feature sets searched (word, char, word+char). classifiers: svm
+    and/or logreg (logreg is 10-50x slower on these sizes). class_weights: none and/or balanced.
+    word_ngrams / char_ngrams: the n-gram ranges (min, max). min_df: training documents a term must occur in.
+    c_start, c_step, c_min, c_max, patience: the walk over C (see the module). max_iter: solver iterations."""
+
+    enabled: bool = True
+    features: tuple[str, ...] = FEATURES
+    classifiers: tuple[str, ...] = ("svm",)
+    class_weights: tuple[str, ...] = CLASS_WEIGHTS
+    word_ngrams: tuple[int, int] = (1, 2)
+    char_ngrams: tuple[int, int] = (2, 5)
+    min_df: int = 1
+    c_start: float = 1.0
+    c_step: float = math.sqrt(10.0)
+    c_min: float = 1e-3
+    c_max: float = 1e3
+    patience: int = 2
+    max_iter: int = 2000
+
+    def __post_init__(self) -> None:
+        from stages.config import check
+
+        for name, values, allowed in (("features", self.features, FEATURES),
+                                      ("classifiers", self.classifiers, CLASSIFIERS),
+                                      ("class_weights", self.class_weights, CLASS_WEIGHTS)):
+            check(len(values) >= 1 and all(v in allowed for v in values) and len(set(values)) == len(values),
+                  f"{name}: one or more of {', '.join(allowed)}, each once")
+        for name, (lo, hi) in (("word_ngrams", self.word_ngrams), ("char_ngrams", self.char_ngrams)):
+            check(1 <= lo <= hi, f"{name}: [min, max] with 1 <= min <= max")
+        check(self.min_df >= 1, "min_df: must be >= 1")
+        check(0 < self.c_min <= self.c_start <= self.c_max, "c_start: must lie in [c_min, c_max], all > 0")
+        check(self.c_step > 1, "c_step: must be > 1")
+        check(self.patience >= 1, "patience: must be >= 1")
+        check(self.max_iter >= 1, "max_iter: must be >= 1")
+
+
+def _vectorizer(kind: str, cfg: TfidfConfig):
+    from sklearn.feature_extraction.text import TfidfVectorizer
+
+    if kind == "word":
+        return TfidfVectorizer(ngram_range=tuple(cfg.word_ngrams), sublinear_tf=True, min_df=cfg.min_df)
+    return TfidfVectorizer(analyzer="char_wb", ngram_range=tuple(cfg.char_ngrams), sublinear_tf=True,
+                           min_df=cfg.min_df)
+
+
+def featurise(texts: tuple[list[str], list[str], list[str]], cfg: TfidfConfig) -> dict[str, tuple]:
+    """Feature set -> (train, validation, test) matrices; each vectoriser is fitted on the training texts."""
+    from scipy import sparse
+
+    base = {}
+    for kind in {k for f in cfg.features for k in f.split("+")}:
+        vec = _vectorizer(kind, cfg)
+        base[kind] = (vec.fit_transform(texts[0]), vec.transform(texts[1]), vec.transform(texts[2]))
+    return {f: base[f] if "+" not in f else
+            tuple(sparse.hstack([base[k][i] for k in f.split("+")]).tocsr() for i in range(3))
+            for f in cfg.features}
+
+
+def _classifier(kind: str, c: float, weight: str, cfg: TfidfConfig, seed: int):
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.svm import LinearSVC
+
+    cw = None if weight == "none" else "balanced"
+    if kind == "svm":
+        return LinearSVC(C=c, class_weight=cw, max_iter=cfg.max_iter, random_state=seed)
+    return LogisticRegression(C=c, class_weight=cw, max_iter=cfg.max_iter, random_state=seed)
+
+
+def walk(score, cfg: TfidfConfig) -> list[tuple[float, float, object]]:
+    """``(C, validation macro-F1, model)`` for every C the walk tried, smallest C first; ``score(C)`` fits one."""
+    tried = {}
+
+    def visit(k: int) -> float:
+        c = cfg.c_start * cfg.c_step ** k
+        tried[k] = (round(c, 6), *score(c))
+        return tried[k][1]
+
+    best = visit(0)
+    for direction, bound in ((1, cfg.c_max), (-1, cfg.c_min)):
+        k, since, top = 0, 0, best
+        while since < cfg.patience:
+            k += direction
+            c = cfg.c_start * cfg.c_step ** k
+            if c > bound * (1 + 1e-9) if direction > 0 else c < bound * (1 - 1e-9):
+                break
+            f1 = visit(k)
+            since = 0 if f1 > top else since + 1
+            top = max(top, f1)
+    return [tried[k] for k in sorted(tried)]
+
+
+def fit_score(train: tuple[list[str], np.ndarray], val: tuple[list[str], np.ndarray],
+              test: tuple[list[str], np.ndarray], num_labels: int, cfg: TfidfConfig, *, seed: int = 0) -> dict:
+    """Search on ``val``, score the chosen model on ``test``. Pure: same in, same out."""
+    from stages.finetuning.metrics import scores
+
+    start = time.perf_counter()
+    if len(np.unique(train[1])) < 2:  # a sample with one class: the classifier is that class
+        only = int(train[1][0])
+        val_f1 = scores(val[1], np.full(len(val[1]), only), num_labels)["macro_f1"]
+        s = scores(test[1], np.full(len(test[1]), only), num_labels)
+        return {"train_examples": len(train[0]), "settings": {"constant": only}, "best_val_macro_f1": val_f1,
+                "test_macro_f1": s["macro_f1"], "test_accuracy": s["accuracy"], "features": 0, "parameters": 0,
+                "fits": 0, "at_bound": False, "seconds": round(time.perf_counter() - start, 3)}
+    matrices = featurise((train[0], val[0], test[0]), cfg)
+    best, fits = None, 0
+    for feats in cfg.features:
+        x_train, x_val, x_test = matrices[feats]
+        for kind in cfg.classifiers:
+            for weight in cfg.class_weights:
+                def score(c: float):
+                    with warnings.catch_warnings():  # a walk's far end may stop short of convergence; it loses
+                        warnings.simplefilter("ignore")
+                        clf = _classifier(kind, c, weight, cfg, seed).fit(x_train, train[1])
+                    return scores(val[1], clf.predict(x_val), num_labels)["macro_f1"], clf
+
+                path = walk(score, cfg)
+                fits += len(path)
+                c, f1, clf = max(path, key=lambda t: (t[1], -t[0]))
+                at_bound = (c == path[-1][0] and c * cfg.c_step > cfg.c_max * (1 + 1e-9)) or \
+                           (c == path[0][0] and c / cfg.c_step < cfg.c_min * (1 - 1e-9))
+                if best is None or f1 > best["best_val_macro_f1"]:
+                    best = {"settings": {"features": feats, "classifier": kind, "class_weight": weight, "c": c},
+                            "best_val_macro_f1": f1, "model": clf, "x_test": x_test, "at_bound": at_bound,
+                            "features": x_train.shape[1]}
+    clf = best.pop("model")
+    s = scores(test[1], clf.predict(best.pop("x_test")), num_labels)
+    return {"train_examples": len(train[0]), **best, "test_macro_f1": s["macro_f1"], "test_accuracy": s["accuracy"],
+            "parameters": int(clf.coef_.size + np.size(clf.intercept_)), "fits": fits,
+            "seconds": round(time.perf_counter() - start, 3)}

@@ -198,6 +198,14 @@ def _classifier_scores(record: dict) -> dict:
     return merged
 
 
+def _baseline(record: dict, scores: dict) -> str:
+    """The best baseline on the same training labels (chosen on validation by the evaluate stage), if any."""
+    best = ((_evaluation(record).get("versus_baselines") or {}).get("best") or {}).get(str(scores.get("train_examples")))
+    if not isinstance(best, dict):
+        return UNKNOWN
+    return f"{_score(best.get('test_macro_f1'), best.get('test_macro_f1_std'))} ({_cell(str(best.get('series')))})"
+
+
 def _classifier_sections(record: dict) -> list[tuple[str, list[str]]]:
     model = record.get("model") or {}
     stage = model.get("stage")
@@ -247,6 +255,7 @@ def _classifier_sections(record: dict) -> list[tuple[str, list[str]]]:
         ("test accuracy", _score(scores.get("test_accuracy"), scores.get("test_accuracy_std"), seeds)),
         ("majority-class baseline, test macro-F1", _score(scores.get("majority_test_macro_f1"))),
         ("majority-class baseline, test accuracy", _score(scores.get("majority_test_accuracy"))),
+        ("best practitioner baseline (no pre-training), test macro-F1", _baseline(record, scores)),
         ("best validation macro-F1", _score(scores.get("best_val_macro_f1"), scores.get("best_val_macro_f1_std"),
                                             seeds)),
         ("test examples", _count(scores.get("test_examples"))),

@@ -139,6 +139,9 @@ def test_the_c_walk_looks_past_its_best_both_ways(peak):
     assert max(path, key=lambda t: t[1])[0] == pytest.approx(10.0 ** bounded)
     # from C = 1 towards the best, then two worse values beyond it on each side, unless a bound came first
     lo, hi = max(min(0, bounded) - 2, -3), min(max(0, bounded) + 2, 3)
+    one = walk(lambda c: (-abs(np.log10(c) - peak), None), TfidfConfig(c_step=10.0, patience=1))
+    assert [c for c, _, _ in one] == pytest.approx([10.0 ** k for k in range(max(min(0, bounded) - 1, -3),
+                                                                             min(max(0, bounded) + 1, 3) + 1)])
     assert cs == pytest.approx([10.0 ** k for k in range(lo, hi + 1)])
 
 

@@ -182,8 +182,8 @@ def baseline_section(result: dict, figures_dir: str) -> list[str]:
               "validation split only (the test split scores the chosen settings once), on the very training "
               "samples and seeds of the neural runs:", ""]
     lines += [f"- {_search_words(name, cfg['baseline'][name])}" for name in base]
-    lines += ["", "What each search chose (per seed), with its scores:", "",
-              "| baseline | training examples | test macro-F1 | validation macro-F1 | chosen on validation | fits |",
+    lines += ["", "What each search chose, with its scores (mean ± std over the seeds):", "",
+              "| baseline | training examples | test macro-F1 | validation macro-F1 | chosen on validation (per seed) | fits, all seeds |",
               "|---|---|---|---|---|---|"]
     for name, b in base.items():
         for pt in b["points"]:

@@ -187,7 +187,7 @@ def baseline_section(result: dict, figures_dir: str) -> list[str]:
               "|---|---|---|---|---|---|"]
     for name, b in base.items():
         for pt in b["points"]:
-            bound = " (at a bound of the C range)" if pt["at_bound"] else ""
+            bound = " (at the edge of its search for some seed)" if pt["at_bound"] else ""
             lines.append(f"| {name} | {pt['train_examples']} | {_pm(pt['macro_f1']['mean'], pt['macro_f1']['std'])} | "
                          f"{_pm(pt['val_macro_f1']['mean'], pt['val_macro_f1']['std'])} | "
                          f"{'; '.join(settings_text(x) for x in pt['settings'])}{bound} | {pt['fits']} |")

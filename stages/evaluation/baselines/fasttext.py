@@ -4,7 +4,8 @@ trained by SGD. The library is ``fasttext-community`` (the maintained build of F
 as ``fasttext``); one thread and a fixed seed make a fit repeatable.
 
 The learning rate and the number of epochs are chosen on validation macro-F1 from ``lrs`` x ``epochs`` (ties:
-the earlier pair in that order); the test split scores the chosen model only."""
+the earlier pair in that order); the test split scores the chosen model only. A choice at the edge of either
+grid is reported (``at_bound``): a wider grid might do better."""
 
 from __future__ import annotations
 
@@ -82,4 +83,10 @@ def fit_score(train: tuple[list[str], np.ndarray], val: tuple[list[str], np.ndar
     return {"train_examples": len(train[0]), "settings": settings, "best_val_macro_f1": f1,
             "test_macro_f1": s["macro_f1"], "test_accuracy": s["accuracy"], "features": words,
             "parameters": int(rows * cfg.dim + len(model.labels) * cfg.dim), "fits": len(cfg.lrs) * len(cfg.epochs),
-            "at_bound": False, "seconds": round(time.perf_counter() - start, 3)}
+            "at_bound": _at_edge(settings["lr"], cfg.lrs) or _at_edge(settings["epochs"], cfg.epochs),
+            "seconds": round(time.perf_counter() - start, 3)}
+
+
+def _at_edge(value, grid) -> bool:
+    """The chosen value is the grid's largest or smallest of several: the grid may not reach the best one."""
+    return len(set(grid)) > 1 and value in (min(grid), max(grid))

@@ -162,6 +162,8 @@ def test_fasttext_learns_and_repeats_itself():
     b = fasttext_fit(train, val, test, 3, cfg, seed=3)
     assert a["test_macro_f1"] >= 0.7 and a["settings"]["lr"] in cfg.lrs and a["fits"] == 2  # chance: about 0.33
     assert {x: v for x, v in a.items() if x != "seconds"} == {x: v for x, v in b.items() if x != "seconds"}
+    assert a["at_bound"]  # one of two rates is always an edge of that grid
+    assert not fasttext_fit(train, val, test, 3, FastTextConfig(lrs=(0.5,), epochs=(50,)))["at_bound"]
 
 
 QUICK = BaselineConfig(tfidf=TfidfConfig(features=("word",), class_weights=("none",)),

@@ -81,19 +81,10 @@ def data_efficiency(cfg, runs: dict[str, dict], df, model_dirs: dict[str, Path],
             for name, pts in out.items()}
 
 
-def settings_text(settings: dict) -> str:
-    """A baseline run's chosen settings in a few words (``word+char, svm, balanced, C 0.1``; ``lr 1, 40 epochs``)."""
-    if "constant" in settings:
-        return "one class in the sample"
-    if "c" in settings:
-        return f"{settings['features']}, {settings['classifier']}, {settings['class_weight']}, C {settings['c']:.3g}"
-    return f"lr {settings['lr']:g}, {settings['epochs']} epochs"
-
-
 def baselines(cfg, runs: dict[str, dict], selected: str, df, log) -> dict[str, dict]:
     """Each baseline of ``cfg.baseline`` at the curve's sizes (its seeds), at the selected model's training
     sample (the finetune stage's seeds) and on the whole training split: series name -> ``{"points": [...]}``."""
-    from stages.evaluation.baselines import run_baselines
+    from stages.evaluation.baselines import run_baselines, settings_words
     from stages.evaluation.summary import seed_runs, summarise
 
     record = runs[selected]
@@ -118,7 +109,7 @@ def baselines(cfg, runs: dict[str, dict], selected: str, df, log) -> dict[str, d
                            "seconds": round(sum(x["seconds"] for x in r) / len(r), 3)})
             log(f"[evaluate] {name}, {pt['train_examples']} examples: test macro-F1 "
                 f"{series[-1]['macro_f1']['mean']:.3f} ± {series[-1]['macro_f1']['std']:.3f} (chosen on validation: "
-                + "; ".join(settings_text(x["settings"]) for x in r) + ")")
+                + "; ".join(settings_words(name, x["settings"]) for x in r) + ")")
     return out
 
 

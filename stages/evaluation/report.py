@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from stages.evaluation.baselines import describe
-from stages.evaluation.curve import full_point, settings_text
+from stages.evaluation.baselines import search_words, settings_words, title
+from stages.evaluation.curve import full_point
 from stages.evaluation.svg import line_chart
 from stages.finetuning.core import INITS
 from stages.tokenization.trainers import PARADIGMS
@@ -118,7 +118,7 @@ def paradigm_section(result: dict) -> list[str]:
                      f"{_pm(r['test_macro_f1'], r['test_macro_f1_std'])} ({r['best_init']}) |")
     for name, b in (base or {}).items():
         full = full_point(b["points"], result["full_n"])
-        lines.append(f"| baseline: {describe(name)} | {_si(full['parameters'])} | 0 | - | 0 | - | "
+        lines.append(f"| baseline: {title(name)} | {_si(full['parameters'])} | 0 | - | 0 | - | "
                      f"{_pm(full['macro_f1']['mean'], full['macro_f1']['std'])} ({full['train_examples']} examples) |")
     lines += ["", "Equal compute instead of equal data: by default each paradigm trains on `budget_tokens` tokens "
               "(equal data, unequal FLOPs). Setting `pretrain.<paradigm>.train.budget_flops` (and "
@@ -157,22 +157,6 @@ def curve_section(result: dict, figures_dir: str) -> list[str]:
     return lines + ["", f"![data efficiency]({figures_dir}/data-efficiency.svg)"] + baseline_section(result, figures_dir)
 
 
-def _search_words(name: str, cfg: dict) -> str:
-    """What a baseline's search tried, from its config."""
-    if name == "tfidf":
-        return (f"`tfidf`: TF-IDF (sublinear tf, L2 rows) over {' / '.join(cfg['features'])} features (word "
-                f"{cfg['word_ngrams'][0]}-{cfg['word_ngrams'][1]} grams, `char_wb` {cfg['char_ngrams'][0]}-"
-                f"{cfg['char_ngrams'][1]} grams) x classifier {' / '.join(cfg['classifiers'])} (`svm`: linear SVM, "
-                f"`logreg`: logistic regression) x class weights {' / '.join(cfg['class_weights'])}, each with a walk "
-                f"over C from {cfg['c_start']:g} in steps of x{cfg['c_step']:.3g} both ways until {cfg['patience']} "
-                f"steps bring no better validation macro-F1 (bounds {cfg['c_min']:g}-{cfg['c_max']:g}).")
-    if name == "fasttext":
-        return (f"`fasttext`: fastText (Joulin et al. 2017; word 1-{cfg['word_ngrams']} grams and character "
-                f"{cfg['char_ngrams'][0]}-{cfg['char_ngrams'][1]} grams, {cfg['dim']} dimensions), learning rate "
-                f"{' / '.join(f'{x:g}' for x in cfg['lrs'])} x epochs {' / '.join(map(str, cfg['epochs']))}.")
-    return f"`{name}`."
-
-
 def baseline_section(result: dict, figures_dir: str) -> list[str]:
     base, versus, cfg = result.get("baselines") or {}, result.get("versus_baselines") or {}, result["config"]
     lines = ["", "## Against the practitioner baselines", ""]
@@ -181,7 +165,7 @@ def baseline_section(result: dict, figures_dir: str) -> list[str]:
     lines += ["Models that need no pre-training, each searched the way a careful practitioner would, on the "
               "validation split only (the test split scores the chosen settings once), on the very training "
               "samples and seeds of the neural runs:", ""]
-    lines += [f"- {_search_words(name, cfg['baseline'][name])}" for name in base]
+    lines += [f"- `{name}`: {search_words(name, cfg['baseline'][name])}" for name in base]
     lines += ["", "What each search chose, with its scores (mean ± std over the seeds):", "",
               "| baseline | training examples | test macro-F1 | validation macro-F1 | chosen on validation (per seed) | fits, all seeds |",
               "|---|---|---|---|---|---|"]
@@ -190,7 +174,7 @@ def baseline_section(result: dict, figures_dir: str) -> list[str]:
             bound = " (at the edge of its search for some seed)" if pt["at_bound"] else ""
             lines.append(f"| {name} | {pt['train_examples']} | {_pm(pt['macro_f1']['mean'], pt['macro_f1']['std'])} | "
                          f"{_pm(pt['val_macro_f1']['mean'], pt['val_macro_f1']['std'])} | "
-                         f"{'; '.join(settings_text(x) for x in pt['settings'])}{bound} | {pt['fits']} |")
+                         f"{'; '.join(settings_words(name, x) for x in pt['settings'])}{bound} | {pt['fits']} |")
     if not versus.get("best"):
         return lines
     sizes = list(versus["best"])

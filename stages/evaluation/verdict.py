@@ -104,8 +104,7 @@ def against_baselines(result: dict) -> list[str]:
     versus, base = result.get("versus_baselines") or {}, result.get("baselines") or {}
     if not versus.get("best"):
         return ["No practitioner baseline in this run (`evaluate.baseline`)."]
-    from stages.evaluation.baselines import describe
-    from stages.evaluation.curve import settings_text
+    from stages.evaluation.baselines import settings_words, title
 
     de, full_n = result["data_efficiency"], result["full_n"]
     neural = _neural_points(de, result.get("finetune"))
@@ -127,7 +126,7 @@ def against_baselines(result: dict) -> list[str]:
         top = _best_neural({s: pts for s, pts in neural.items() if not s.endswith("-random")}, n)
         d_top = versus["series"][top[0]][key] if top else None
         (wins if d_top and d_top["resolved"] and d_top["difference"] > 0 else losses).append(n)
-        out.append(f"{label} the best baseline on validation is {describe(b['series'])} ({settings_text(chosen[0])}"
+        out.append(f"{label} the best baseline on validation is {title(b['series'])} ({settings_words(b['series'], chosen[0])}"
                    f"{' ...' if len(chosen) > 1 else ''}; test {b['test_macro_f1']:.3f} ± {b['test_macro_f1_std']:.3f}); "
                    f"the best neural model on validation ({name}, test {a['mean']:.3f} ± {a['std']:.3f}) is "
                    f"{abs(d['difference']):.3f} {rel} it, {_noise(d['difference'], d['pooled_std'])}. "

@@ -2,8 +2,9 @@
 each searched on the validation split and fitted on the very training samples (and seeds) of the neural runs.
 
 One entry of :data:`SERIES` per baseline: its series name (as it appears in the report, the metrics and the
-plots), its config field on :class:`BaselineConfig` and its ``fit_score(train, val, test, num_labels, cfg,
-seed=...)``. Adding a baseline is a module with a config and ``fit_score`` plus one entry here.
+plots) -> (its config field on :class:`BaselineConfig`, its module). The module has ``fit_score(train, val,
+test, num_labels, cfg, *, seed)``, ``TITLE``, ``search_words(cfg)`` and ``settings_words(settings)`` (the
+report's words). Adding a baseline is such a module with its config plus one entry here and one field.
 
 At each label count the *best baseline* is the series with the best mean validation macro-F1 over the seeds
 (:func:`best_at`); the report, the verdict and the metrics compare every neural model with it."""
@@ -17,10 +18,10 @@ import numpy as np
 from stages.evaluation.baselines.fasttext import FastTextConfig
 from stages.evaluation.baselines.tfidf import TfidfConfig
 
-# series name -> (config field, module with fit_score, words for the report)
+# series name -> (config field on BaselineConfig, module)
 SERIES = {
-    "tfidf": ("tfidf", "stages.evaluation.baselines.tfidf", "TF-IDF + linear classifier"),
-    "fasttext": ("fasttext", "stages.evaluation.baselines.fasttext", "fastText"),
+    "tfidf": ("tfidf", "stages.evaluation.baselines.tfidf"),
+    "fasttext": ("fasttext", "stages.evaluation.baselines.fasttext"),
 }
 
 
@@ -34,25 +35,40 @@ class BaselineConfig:
 
     def series(self) -> list[str]:
         """The baselines this config fits, in :data:`SERIES` order."""
-        return [name for name, (attr, _, _) in SERIES.items() if self.enabled and getattr(self, attr).enabled]
+        return [name for name, (attr, _) in SERIES.items() if self.enabled and getattr(self, attr).enabled]
 
 
-def describe(name: str) -> str:
-    return SERIES[name][2]
+def module(name: str):
+    """The module of baseline series ``name``."""
+    import importlib
+
+    return importlib.import_module(SERIES[name][1])
+
+
+def title(name: str) -> str:
+    return module(name).TITLE
+
+
+def search_words(name: str, cfg: dict) -> str:
+    """What baseline ``name``'s search tries, from its config (a dict, as the report's config holds it)."""
+    return module(name).search_words(cfg)
+
+
+def settings_words(name: str, settings: dict) -> str:
+    """One run's chosen settings in a few words."""
+    return "one class in the sample" if "constant" in settings else module(name).settings_words(settings)
 
 
 def _fit_job(state: dict, job: tuple[str, int, int]) -> dict:
     """One (baseline, training size, seed) fit of :func:`run_baselines` (module level, so a worker can run it)."""
-    import importlib
-
     from stages.finetuning.core import FinetuneConfig, sample_train
 
     name, n, seed = job
-    attr, module, _ = SERIES[name]
+    attr = SERIES[name][0]
     labels, index = state["labels"], {lab: i for i, lab in enumerate(state["labels"])}
     sample = sample_train(state["df"], FinetuneConfig(labels=tuple(labels), seed=seed), n)
     train = (sample["text"].tolist(), sample["label"].map(index).to_numpy())
-    fit = importlib.import_module(module).fit_score
+    fit = module(name).fit_score
     return {"seed": seed, **fit(train, state["val"], state["test"], len(labels), getattr(state["cfg"], attr),
                                 seed=seed)}
 

@@ -42,6 +42,21 @@ class FastTextConfig:
         check(self.dim >= 1 and self.bucket >= 1, "dim: dim and bucket must be >= 1")
 
 
+TITLE = "fastText"
+
+
+def search_words(cfg: dict) -> str:
+    """What the search tries, from the config (as the report states it)."""
+    return (f"fastText (Joulin et al. 2017; word 1-{cfg['word_ngrams']} grams and character "
+            f"{cfg['char_ngrams'][0]}-{cfg['char_ngrams'][1]} grams, {cfg['dim']} dimensions), learning rate "
+            f"{' / '.join(f'{x:g}' for x in cfg['lrs'])} x epochs {' / '.join(map(str, cfg['epochs']))}.")
+
+
+def settings_words(settings: dict) -> str:
+    """One run's chosen settings in a few words: ``lr 1, 40 epochs``."""
+    return f"lr {settings['lr']:g}, {settings['epochs']} epochs"
+
+
 def _line(text: str) -> str:
     return " ".join(text.split())  # fastText reads one example a line
 

@@ -66,6 +66,24 @@ class TfidfConfig:
         check(self.max_iter >= 1, "max_iter: must be >= 1")
 
 
+TITLE = "TF-IDF + linear classifier"
+
+
+def search_words(cfg: dict) -> str:
+    """What the search tries, from the config (as the report states it)."""
+    return (f"TF-IDF (sublinear tf, L2 rows) over {' / '.join(cfg['features'])} features (word "
+            f"{cfg['word_ngrams'][0]}-{cfg['word_ngrams'][1]} grams, `char_wb` {cfg['char_ngrams'][0]}-"
+            f"{cfg['char_ngrams'][1]} grams) x classifier {' / '.join(cfg['classifiers'])} (`svm`: linear SVM, "
+            f"`logreg`: logistic regression) x class weights {' / '.join(cfg['class_weights'])}, each with a walk "
+            f"over C from {cfg['c_start']:g} in steps of x{cfg['c_step']:.3g} both ways until {cfg['patience']} "
+            f"steps bring no better validation macro-F1 (bounds {cfg['c_min']:g}-{cfg['c_max']:g}).")
+
+
+def settings_words(settings: dict) -> str:
+    """One run's chosen settings in a few words: ``word+char, svm, balanced, C 0.1``."""
+    return f"{settings['features']}, {settings['classifier']}, {settings['class_weight']}, C {settings['c']:.3g}"
+
+
 def _vectorizer(kind: str, cfg: TfidfConfig):
     from sklearn.feature_extraction.text import TfidfVectorizer
 

@@ -151,6 +151,17 @@ def table_point(row: dict) -> dict:
             "val_macro_f1": {"mean": row["best_val_macro_f1"], "std": row["best_val_macro_f1_std"]}}
 
 
+def neural_points(de: dict, table: dict | None) -> dict:
+    """The curve's neural series (``<paradigm>-<init>``), each with its full-sample point from the fine-tuning
+    ``table`` when the curve lacks it."""
+    out = {name: list(pts) for name, pts in de.items() if "-" in name}
+    for name, row in (table or {}).items():
+        pts = out.setdefault(name, [])
+        if point_at(pts, row["train_examples"]) is None:
+            pts.append(table_point(row))
+    return out
+
+
 def versus_baselines(de: dict, table: dict, baselines: list[str]) -> dict:
     """Every neural series against the best baseline (chosen on validation) at each label count the baselines
     were fitted at: ``{"best": {n: {series, test_macro_f1, test_macro_f1_std, val_macro_f1}},
@@ -159,11 +170,7 @@ def versus_baselines(de: dict, table: dict, baselines: list[str]) -> dict:
     counting as noise-free). The fine-tuning ``table`` supplies each model's full-sample point."""
     from stages.evaluation.baselines import best_at
 
-    neural = {name: list(pts) for name, pts in de.items() if name not in baselines}
-    for name, row in table.items():
-        pts = neural.setdefault(name, [])
-        if point_at(pts, row["train_examples"]) is None:
-            pts.append(table_point(row))
+    neural = neural_points(de, table)
     sizes = sorted({pt["train_examples"] for b in baselines for pt in de.get(b, [])})
     out: dict = {"best": {}, "series": {}}
     for n in sizes:

@@ -5,7 +5,7 @@ the pooled seed standard deviation (:mod:`stages.evaluation.summary`)."""
 
 from __future__ import annotations
 
-from stages.evaluation.summary import MIN_GAIN, point_at, pooled
+from stages.evaluation.summary import MIN_GAIN, neural_points, point_at, pooled
 
 NAMES = {"bert": "BERT", "gpt": "GPT", "t5": "T5"}
 
@@ -84,18 +84,6 @@ def _best_neural(de: dict, n: int) -> tuple[str, dict] | None:
     return max(cands, key=best) if cands else None
 
 
-def _neural_points(de: dict, table: dict | None) -> dict:
-    """The curve's neural series, each with its full-sample point from the fine-tuning ``table``."""
-    from stages.evaluation.summary import table_point
-
-    out = {name: list(pts) for name, pts in de.items() if "-" in name}
-    for name, row in (table or {}).items():
-        pts = out.setdefault(name, [])
-        if point_at(pts, row["train_examples"]) is None:
-            pts.append(table_point(row))
-    return out
-
-
 def against_baselines(result: dict) -> list[str]:
     """At each label count: the best neural model (chosen on validation) against the best baseline (chosen on
     validation), and how many pre-trained models beat that baseline beyond noise; then one line saying where
@@ -107,7 +95,7 @@ def against_baselines(result: dict) -> list[str]:
     from stages.evaluation.baselines import settings_words, title
 
     de, full_n = result["data_efficiency"], result["full_n"]
-    neural = _neural_points(de, result.get("finetune"))
+    neural = neural_points(de, result.get("finetune"))
     out, wins, losses = [], [], []
     for key, b in versus["best"].items():
         n = int(key)

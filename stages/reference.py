@@ -1,0 +1,185 @@
+"""The params reference (docs/params.md), generated from the config classes' field docs.
+
+Each option is documented once, as the docstring under its field in the config dataclass (the string literal
+that follows ``name: type = default``). ``python -m stages.reference`` writes docs/params.md from them;
+``--check`` exits 1 when the committed page differs from what the code would generate, and the unit tests
+run that check, so a field cannot change without its reference changing too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import dataclasses
+import functools
+import inspect
+import json
+import sys
+import textwrap
+import types
+import typing
+from pathlib import Path
+from typing import Any, Literal, Union, get_args, get_origin
+
+from stages.clean import CleanConfig
+from stages.cleaning.pipeline import CleanerConfig
+from stages.compare import CompareConfig
+from stages.evaluate import EvaluateConfig
+from stages.finetuning.core import FinetuneConfig
+from stages.ingest import CorpusConfig
+from stages.package import PackageConfig
+from stages.pretrain import DaptConfig
+from stages.tokenization.split import SplitConfig
+from stages.tokenization.trainers import TokenizerConfig
+from stages.tokens import TokensConfig
+from stages.training.config import PretrainConfig
+
+PAGE = Path("docs/params.md")
+
+# params.yaml's sections: (heading, key prefix, how the section is read, the config classes of its keys). A section
+# with several classes lists them side by side at the same level (clean: the cleaner's keys, task, gate).
+SECTIONS: tuple[tuple[str, str, str, tuple[type, ...]], ...] = (
+    ("ingest", "ingest.<corpus>", "one section per corpus: general, domain, task", (CorpusConfig,)),
+    ("clean", "clean.<corpus>", "clean.defaults, with each corpus's section merged over it", (CleanerConfig, CleanConfig)),
+    ("split", "split", "the held-out split of the cleaned corpora", (SplitConfig,)),
+    ("tokenizer", "tokenizer.<paradigm>", "one section per paradigm: bert, gpt, t5", (TokenizerConfig,)),
+    ("tokens", "tokens.<paradigm>", "tokens.defaults, with each paradigm's section merged over it", (TokensConfig,)),
+    ("pretrain", "pretrain.<paradigm>", "pretrain.defaults, with each paradigm's section merged over it", (PretrainConfig,)),
+    ("dapt", "dapt.<paradigm>", "dapt.defaults, with each paradigm's section merged over it", (DaptConfig,)),
+    ("finetune", "finetune.<paradigm>", "finetune.defaults, with each paradigm's section merged over it", (FinetuneConfig,)),
+    ("evaluate", "evaluate", "one section", (EvaluateConfig,)),
+    ("compare", "compare", "the objective comparison; profiles/compare.yaml fills it", (CompareConfig,)),
+    ("package", "package", "one section", (PackageConfig,)),
+)
+SKIP = {CleanConfig: {"cleaner"}}  # CleanConfig.cleaner is CleanerConfig's keys, listed at the section's level
+
+
+@functools.cache
+def field_docs(cls: type) -> dict[str, str]:
+    """``{field: docstring}`` from the string literals that follow each annotated field in ``cls``'s body."""
+    tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
+    body = tree.body[0].body  # type: ignore[attr-defined]
+    docs = {}
+    for node, nxt in zip(body, body[1:]):
+        if (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and isinstance(nxt, ast.Expr)
+                and isinstance(nxt.value, ast.Constant) and isinstance(nxt.value.value, str)):
+            docs[node.target.id] = " ".join(inspect.cleandoc(nxt.value.value).split())
+    return docs
+
+
+def _members(tp: Any) -> list[Any]:
+    return [a for a in get_args(tp) if a is not type(None)] if get_origin(tp) in (Union, types.UnionType) else []
+
+
+def type_name(tp: Any) -> str:
+    """A field's type in the words of params.yaml (YAML types)."""
+    members = _members(tp)
+    if len(members) > 1 and all(dataclasses.is_dataclass(m) for m in members):
+        return "mapping with a `kind` (below)"
+    if get_origin(tp) is tuple and len(_members(get_args(tp)[0])) > 1:
+        return "list of " + type_name(get_args(tp)[0]).replace("mapping with", "mappings, each with")
+    if members:
+        named = " or ".join(type_name(m) for m in members)
+        return f"{named} or null" if type(None) in get_args(tp) else named
+    origin = get_origin(tp)
+    if origin is Literal:
+        return "one of " + ", ".join(f"`{a}`" for a in get_args(tp))
+    if origin is tuple:
+        return f"list of {type_name(get_args(tp)[0])}" if get_args(tp) else "list"
+    if origin is dict:
+        return f"mapping of name to {type_name(get_args(tp)[1])}"
+    if dataclasses.is_dataclass(tp):
+        return "mapping"
+    return {bool: "true/false", int: "integer", float: "number", str: "string"}.get(tp, getattr(tp, "__name__", str(tp)))
+
+
+def default_text(f: dataclasses.Field) -> str:
+    if f.default is not dataclasses.MISSING:
+        value = f.default
+    elif f.default_factory is not dataclasses.MISSING:
+        value = f.default_factory()
+    else:
+        return "required"
+    if dataclasses.is_dataclass(value):
+        return ""
+    return "`" + json.dumps(value if not isinstance(value, tuple) else list(value)) + "`"
+
+
+def rows(cls: type, prefix: str, missing: list[str]) -> tuple[list[str], list[tuple[str, type]]]:
+    """Table rows for ``cls``'s plain fields and the nested mappings (key, class) to describe after them."""
+    hints = typing.get_type_hints(cls)
+    docs = field_docs(cls)
+    out, nested = [], []
+    for f in dataclasses.fields(cls):
+        if f.name in SKIP.get(cls, ()):
+            continue
+        key, tp = f"{prefix}{f.name}", hints[f.name]
+        if f.name not in docs:
+            missing.append(f"{cls.__module__}.{cls.__qualname__}.{f.name}")
+        inner = _members(tp) or [tp]
+        if all(dataclasses.is_dataclass(m) for m in inner):
+            nested += [(key, m) for m in inner]
+            if len(inner) == 1:
+                continue
+        elif get_origin(tp) in (tuple, dict) and dataclasses.is_dataclass(get_args(tp)[-1] if get_args(tp) else None):
+            nested.append((key + ("[]" if get_origin(tp) is tuple else ".<name>"), get_args(tp)[-1]))
+        elif get_origin(tp) is tuple and _members(get_args(tp)[0]):
+            nested += [(key + "[]", m) for m in _members(get_args(tp)[0])]
+        out.append(f"| `{key}` | {type_name(tp)} | {default_text(f)} | {docs.get(f.name, '')} |")
+    return out, nested
+
+
+def describe(cls: type, prefix: str, missing: list[str], depth: int = 2) -> list[str]:
+    lines, nested = rows(cls, "", missing)
+    out = ["| key | type | default | what it does |", "|---|---|---|---|", *lines] if lines else []
+    for key, sub in nested:
+        kind = get_args(typing.get_type_hints(sub).get("kind", str))
+        title = f"`{prefix}{key}` with `kind: {kind[0]}`" if kind else f"`{prefix}{key}`"
+        doc = " ".join(inspect.cleandoc(sub.__doc__ or "").split())
+        out += ["", f"{'#' * min(depth + 1, 6)} {title}", ""] + ([doc, ""] if doc else [])
+        out += describe(sub, f"{prefix}{key}.", missing, depth + 1)
+    return out
+
+
+def render() -> tuple[str, list[str]]:
+    """The page and the fields that have no docstring (each as ``module.Class.field``)."""
+    missing: list[str] = []
+    out = [
+        "# Every parameter",
+        "",
+        "Generated from the config classes by `python -m stages.reference` (do not edit by hand; a unit test",
+        "compares this page with the code). params.yaml sets the default run's values; a key it leaves out takes",
+        "the default below. Nested keys are written relative to the table's heading.",
+        "",
+    ]
+    for name, prefix, note, classes in SECTIONS:
+        out += [f"## {name}", "", f"`{prefix}`: {note}.", ""]
+        for cls in classes:
+            out += describe(cls, f"{prefix}.", missing)
+            out.append("")
+    return "\n".join(out).rstrip() + "\n", missing
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m stages.reference", description=__doc__.splitlines()[0])
+    ap.add_argument("--output", type=Path, default=PAGE)
+    ap.add_argument("--check", action="store_true", help="exit 1 if --output differs from what would be written")
+    args = ap.parse_args(argv)
+    page, missing = render()
+    missing = sorted(set(missing))
+    if missing:
+        print(f"error: {len(missing)} config fields have no docstring: {', '.join(missing)}", file=sys.stderr)
+        return 1
+    if args.check:
+        current = args.output.read_text(encoding="utf-8") if args.output.is_file() else ""
+        if current != page:
+            print(f"error: {args.output} is out of date: run python -m stages.reference", file=sys.stderr)
+            return 1
+        return 0
+    args.output.write_text(page, encoding="utf-8")
+    print(f"wrote {args.output}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

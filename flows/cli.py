@@ -61,11 +61,12 @@ def run(argv: list[str]) -> int:
 
     try:
         profile, label = load_profiles(args.profile)
-        validate(apply(load_params("params.yaml"), profile, label))
+        params = load_params("params.yaml")
+        validate(apply(params, profile, label))
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    command = [_tool("dvc"), "exp", "run", *set_args(profile)]
+    command = [_tool("dvc"), "exp", "run", *set_args(profile, params)]
     print("+ " + " ".join(shlex.quote(c) for c in command), file=sys.stderr, flush=True)
     return subprocess.call(command, env=env)
 

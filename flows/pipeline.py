@@ -226,7 +226,7 @@ def apply_profile(root: Path, name: str) -> dict:
             node = data
             *parents, last = str(dotted).split(".")
             for part in parents:
-                node = node[part]
+                node = node.setdefault(part, {})  # a key params.yaml leaves to its default (apply checked it)
             set_value(node, last, value)
     return profile
 

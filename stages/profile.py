@@ -58,20 +58,51 @@ def set_value(node: dict, key: str, value: Any) -> None:
         node[key] = copy.deepcopy(value)
 
 
+def schema_depth(dotted: str) -> int:
+    """When ``dotted`` names a field of the config class that reads its section (stages.reference.SECTIONS),
+    the depth of the section's prefix (``pretrain.<paradigm>``: 2), else 0. A profile may set such a key when
+    params.yaml leaves it to its default, below a prefix params.yaml has."""
+    import dataclasses
+    import typing
+
+    from stages.reference import SECTIONS
+
+    parts = dotted.split(".")
+    for name, prefix, _, classes in SECTIONS:
+        depth = len(prefix.split("."))
+        if parts[0] != name or len(parts) <= depth:
+            continue
+        candidates: tuple = classes
+        for part in parts[depth:]:
+            hit = next((c for c in candidates if dataclasses.is_dataclass(c) and part in
+                        {f.name for f in dataclasses.fields(c)}), None)
+            if hit is None:
+                return 0
+            tp = typing.get_type_hints(hit)[part]
+            if not dataclasses.is_dataclass(tp):
+                return depth  # a leaf, a list, a mapping or a union: its value is validated when the config is built
+            candidates = (tp,)
+        return depth
+    return 0
+
+
 def apply(params: dict[str, Any], profile: dict[str, Any], where: str = "profile") -> dict[str, Any]:
-    """``params`` with the profile's dotted keys set (a mapping merged into one there, see :func:`set_value`);
-    a key missing from params is a ConfigError."""
+    """``params`` with the profile's dotted keys set (a mapping merged into one there, see :func:`set_value`).
+    A key params.yaml leaves out is added when it is a config field (:func:`schema_depth`); any other missing
+    key is a ConfigError."""
     out = copy.deepcopy(params)
     for dotted, value in profile.items():
         node = out
         parts = str(dotted).split(".")
+        depth = schema_depth(str(dotted))
         for i, part in enumerate(parts):
-            if not isinstance(node, dict) or part not in node:
-                raise ConfigError(f"{where}: {dotted}: no such key in params.yaml (at {'.'.join(parts[:i + 1])})")
+            here = ".".join(parts[: i + 1])
+            if not isinstance(node, dict) or (part not in node and not (depth and i >= depth)):
+                raise ConfigError(f"{where}: {dotted}: no such key in params.yaml (at {here})")
             if i == len(parts) - 1:
                 set_value(node, part, value)
             else:
-                node = node[part]
+                node = node.setdefault(part, {})
     return out
 
 
@@ -138,16 +169,26 @@ def _override(value: Any) -> str:
     return json.dumps(value)
 
 
-def set_args(profile: dict[str, Any]) -> list[str]:
-    """``dvc exp run`` arguments; values are written as JSON/YAML scalars (true, 0, "text"). A mapping is set
-    with ``++`` (Hydra's add-or-override: a plain ``-S`` cannot give a mapping keys it does not have)."""
+def set_args(profile: dict[str, Any], params: dict[str, Any] | None = None) -> list[str]:
+    """``dvc exp run`` arguments; values are written as JSON/YAML scalars (true, 0, "text"). A mapping, and a
+    key ``params`` does not have, is set with ``++`` (Hydra's add-or-override: plain ``-S`` only overrides)."""
     args = []
     for key, value in profile.items():
         if isinstance(value, dict):
             args += ["-S", f"++{key}={_override(value)}"]
         else:
-            args += ["-S", f"{key}={_override(value) if not isinstance(value, str) else value}"]
+            add = "++" if params is not None and not _has(params, str(key)) else ""
+            args += ["-S", f"{add}{key}={_override(value) if not isinstance(value, str) else value}"]
     return args
+
+
+def _has(params: dict[str, Any], dotted: str) -> bool:
+    node: Any = params
+    for part in dotted.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return False
+        node = node[part]
+    return True
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -158,11 +199,12 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         profile, label = load_profiles(argv)
-        validate(apply(load_params("params.yaml"), profile, label))
+        params = load_params("params.yaml")
+        validate(apply(params, profile, label))
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    print(" ".join(shlex.quote(a) for a in set_args(profile)))
+    print(" ".join(shlex.quote(a) for a in set_args(profile, params)))
     return 0
 
 

@@ -26,8 +26,23 @@ def test_unknown_keys_and_invalid_values_are_named():
         validate(apply(params, {"clean.defaults.workers": -1}))
     with pytest.raises(ConfigError, match=r"pretrain\.bert\.model\.heads: d_model must be a multiple"):
         validate(apply(params, {"pretrain.defaults.model.heads": 3}))  # 128 is not a multiple of 3
+    with pytest.raises(ConfigError, match=r"pretrain.bret.train.lr: no such key in params.yaml \(at pretrain.bret\)"):
+        apply(params, {"pretrain.bret.train.lr": 0.1})  # a paradigm params.yaml does not have
     with pytest.raises(ConfigError, match="no such profile"):
         load_profile("tpu")
+
+
+def test_a_key_params_leaves_to_its_default_is_added_and_validated():
+    params = {"finetune": {"defaults": {"lr": 0.001}, "bert": {}}}
+    merged = apply(params, {"finetune.defaults.eval_every": 7, "finetune.bert.gate.min_class_share": 0.01})
+    assert merged["finetune"]["defaults"] == {"lr": 0.001, "eval_every": 7}
+    assert merged["finetune"]["bert"] == {"gate": {"min_class_share": 0.01}}
+    assert "eval_every" not in params["finetune"]["defaults"]  # the base is untouched
+    # set with Hydra's add-or-override, since plain -S only overrides keys the file has
+    assert set_args({"finetune.defaults.eval_every": 7, "finetune.defaults.lr": 0.01}, params) == [
+        "-S", "++finetune.defaults.eval_every=7", "-S", "finetune.defaults.lr=0.01"]
+    with pytest.raises(ConfigError, match=r"finetune.defaults.eval_evry: no such key"):
+        apply(params, {"finetune.defaults.eval_evry": 7})
 
 
 def test_cli_prints_dvc_set_arguments(capsys):

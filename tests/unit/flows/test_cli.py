@@ -24,7 +24,7 @@ def test_a_subcommand_takes_its_modules_arguments(capsys, monkeypatch):
     monkeypatch.chdir(ROOT)
     assert main(["profile", "tiny"]) == 0  # stages.profile: the dvc exp run arguments of profiles/tiny.yaml
     out = capsys.readouterr().out
-    assert "-S ingest.domain.max_docs=3000" in out and "-S dapt.t5.train.budget_tokens=16000" in out
+    assert "-S ++ingest.domain.max_docs=3000" in out and "-S dapt.t5.train.budget_tokens=16000" in out
     with pytest.raises(SystemExit) as exc:
         main(["lineage", "--help"])
     assert exc.value.code == 0 and "--verify" in capsys.readouterr().out

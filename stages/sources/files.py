@@ -36,7 +36,7 @@ class FilesSource:
     path: str
     """A file, a folder (read recursively, in sorted order) or a glob pattern."""
     format: Literal["auto", "jsonl", "parquet", "txt", "wet"] = "auto"
-    """File format; `auto` picks by suffix (.jsonl[.gz|.zst], .parquet, .txt, .warc.wet[.gz])."""
+    """File format; `auto` picks by suffix: .jsonl (also .gz, .zst), .parquet, .txt, .warc.wet (also .gz)."""
     name: str | None = None
     """The `source` value written for these documents; null = the path's file or folder name."""
     text_field: str = "text"

@@ -42,19 +42,17 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True, kw_only=True)
 class CleanGateConfig:
-    """Bounds of the post-cleaning gate.
-
-    min_rows: at least this many documents must survive.
-    min_kept_fraction / max_kept_fraction: the share of input documents kept must fall in this band
-        (too low: a rule or the input broke; too high: the rules did not run on noisy input).
-    min_english_agreement: share of kept documents that an independent language identifier (py3langid)
-        must also call English, when the language filter is on.
-    """
+    """Bounds of the post-cleaning quality gate (Great Expectations); a failed bound stops the stage."""
 
     min_rows: int = 1
+    """Fewest documents that must survive cleaning."""
     min_kept_fraction: float = 0.0
+    """Least share of input documents kept, in [0, 1]; lower means a rule or the input broke."""
     max_kept_fraction: float = 1.0
+    """Most share of input documents kept, in [0, 1]; higher means the rules did not bite on noisy input."""
     min_english_agreement: float = 0.95
+    """Least share of the sampled kept documents that py3langid, independently, also calls English (only with
+    `language` on)."""
 
     def __post_init__(self) -> None:
         check(0 <= self.min_kept_fraction <= self.max_kept_fraction <= 1,
@@ -64,12 +62,15 @@ class CleanGateConfig:
 
 @dataclass(frozen=True, kw_only=True)
 class CleanConfig:
-    """A ``clean.<corpus>`` section after merging it over ``clean.defaults``: the cleaner, the task guard
-    and TAPT texts (``task``, see :mod:`stages.cleaning.task_guard`) and the gate."""
+    """A `clean.<corpus>` section merged over `clean.defaults`: the cleaner's keys (above), the task guard
+    and TAPT texts, and the gate.
+    """
 
     cleaner: CleanerConfig = field(default_factory=CleanerConfig)
     task: TaskConfig = field(default_factory=TaskConfig)
+    """The task guard and task-adaptive texts: what of the labeled task this corpus must drop or add."""
     gate: CleanGateConfig = field(default_factory=CleanGateConfig)
+    """The post-cleaning gate's bounds."""
 
 
 def config_from_section(data: dict[str, Any], where: str) -> CleanConfig:

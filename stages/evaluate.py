@@ -51,17 +51,23 @@ from stages.tokenization.trainers import PARADIGMS
 
 @dataclass(frozen=True, kw_only=True)
 class CurveConfig:
-    """paradigms x inits: the series; sizes: training examples (below the finetune stage's sample; that
-    sample, over the finetune stage's seeds, is the last point); seeds: repeats of each smaller point;
-    min_steps: updates for a small sample; workers: small runs at a time (processes of one torch thread
-    each; 1 = in this process). The results do not depend on ``workers`` (see :mod:`stages.evaluation.curve`)."""
+    """The data-efficiency curve: each series fine-tuned on smaller samples of the task's training split; the
+    finetune stage's runs on all of it are the last point.
+    """
 
     paradigms: tuple[str, ...] = PARADIGMS
+    """Paradigms of the series (`bert`, `gpt`, `t5`)."""
     inits: tuple[str, ...] = INITS
+    """Initialisations of the series (`pretrained`, `dapt`, `random`)."""
     sizes: tuple[int, ...] = (100, 300, 1000)
+    """Training examples per smaller point; sizes not below the full training split are skipped."""
     seeds: tuple[int, ...] = (0, 1, 2)
+    """Seeds each smaller point is repeated over (sample, head initialisation, order)."""
     min_steps: int = 60
+    """Fewest optimizer updates of a small-sample run, however small the sample."""
     workers: int = 2
+    """Runs at a time for the curve, in-context learning and the baselines (processes of one torch thread; 1 = in
+    this process)."""
 
     def __post_init__(self) -> None:
         check(all(p in PARADIGMS for p in self.paradigms), f"paradigms: each one of {', '.join(PARADIGMS)}")
@@ -75,8 +81,14 @@ class CurveConfig:
 
 @dataclass(frozen=True, kw_only=True)
 class IntrinsicConfig:
+    """Intrinsic scores: each pre-trained and DAPT model's loss on the held-out blocks of the general and domain
+    corpora.
+    """
+
     eval_blocks: int = 128
+    """Held-out blocks scored per corpus and model, >= 1."""
     micro_batch: int = 16
+    """Blocks per forward pass, >= 1."""
 
     def __post_init__(self) -> None:
         check(self.eval_blocks >= 1 and self.micro_batch >= 1, "eval_blocks: eval_blocks and micro_batch must be >= 1")
@@ -85,10 +97,15 @@ class IntrinsicConfig:
 @dataclass(frozen=True, kw_only=True)
 class EvaluateConfig:
     curve: CurveConfig = field(default_factory=CurveConfig)
+    """The data-efficiency curve."""
     icl: IclConfig = field(default_factory=IclConfig)
+    """In-context learning of the GPT models."""
     intrinsic: IntrinsicConfig = field(default_factory=IntrinsicConfig)
+    """Held-out loss of the pre-trained and DAPT models."""
     gate: ModelGateConfig = field(default_factory=ModelGateConfig)
+    """Which fine-tuned model is shipped, and the margins it must clear."""
     baseline: BaselineConfig = field(default_factory=BaselineConfig)
+    """Models without pre-training, fitted on the same samples."""
 
 
 def load_config(params_path: Path) -> EvaluateConfig:

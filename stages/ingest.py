@@ -40,16 +40,16 @@ SPLITS = ("train", "validation", "test")
 
 @dataclass(frozen=True, kw_only=True)
 class SplitConfig:
-    """How labeled examples are split. Whole groups (e.g. a Debian source package) go to one split, chosen
-    by a seeded hash of the group name, so near-identical texts of one group never straddle splits.
-
-    validation / test: the expected shares of groups; train gets the rest.
-    seed: changes the assignment without changing the shares.
+    """How labeled examples are split: whole groups (e.g. a Debian source package) go to one split, chosen by
+    a seeded hash of the group name, so near-identical texts of one group never straddle splits.
     """
 
     validation: float = 0.1
+    """Expected share of groups in the validation split, in [0, 1)."""
     test: float = 0.1
+    """Expected share of groups in the test split, in [0, 1); train gets what validation and test leave."""
     seed: int = 0
+    """Seed of the group hash: changes which groups land where without changing the shares."""
 
     def __post_init__(self) -> None:
         check(0 <= self.validation < 1, "validation: must be in [0, 1)")
@@ -59,20 +59,20 @@ class SplitConfig:
 
 @dataclass(frozen=True, kw_only=True)
 class IngestGateConfig:
-    """Bounds of the ingest quality gate (Great Expectations).
-
-    min_rows / max_rows: the row count after deduplication must fall within these.
-    min_nonempty_ratio: at least this share of documents must have non-blank text.
-    labels: the allowed labels (labeled corpora); empty = the ``sections`` of a debian_descriptions source.
-    min_class_share / max_class_share: every label's share of all examples must lie within these.
-    """
+    """Bounds of the ingest quality gate (Great Expectations); a failed bound stops the stage."""
 
     min_rows: int = 1
+    """Fewest documents the gate accepts, counted after deduplication."""
     max_rows: int = 100_000_000
+    """Most documents the gate accepts, counted after deduplication."""
     min_nonempty_ratio: float = 0.99
+    """Least share of documents with non-blank text, in [0, 1]."""
     labels: tuple[str, ...] = ()
+    """Allowed labels (labeled corpora); empty = the `sections` of its debian_descriptions sources, else any."""
     min_class_share: float = 0.0
+    """Least share of all examples that every allowed label must have, in [0, 1]."""
     max_class_share: float = 1.0
+    """Most share of all examples that any one label may have, in [0, 1]."""
 
     def __post_init__(self) -> None:
         check(self.min_rows >= 0, "min_rows: must be >= 0")
@@ -84,22 +84,20 @@ class IngestGateConfig:
 
 @dataclass(frozen=True, kw_only=True)
 class CorpusConfig:
-    """One corpus to ingest (a section ``ingest.<corpus>`` of params.yaml).
-
-    sources: one or more sources, read in order; see ``stages/sources`` for each kind's keys.
-    labeled: the corpus carries labels; adds ``label`` and ``split`` columns.
-    dedup: drop documents whose text is byte-identical to an earlier one (ids are content hashes).
-    max_docs: stop after this many documents (quick trials on big corpora); null = all.
-    split: how labeled examples are split (ignored for unlabeled corpora).
-    gate: the quality gate's bounds.
-    """
+    """One corpus to ingest (a section `ingest.<corpus>` of params.yaml)."""
 
     sources: tuple[SourceConfig, ...]
+    """One or more sources, read in order; each kind's keys are below."""
     labeled: bool = False
+    """The corpus carries labels: adds `label` and `split` columns; every record must have a label."""
     dedup: bool = True
+    """Drop byte-identical copies of a text; labeled: also drop texts whose copies disagree on the label."""
     max_docs: int | None = None
+    """Stop after this many documents over all sources (quick trials on big corpora); null = all."""
     split: SplitConfig = field(default_factory=SplitConfig)
+    """How labeled examples are split into train, validation and test (unused for unlabeled corpora)."""
     gate: IngestGateConfig = field(default_factory=IngestGateConfig)
+    """The quality gate's bounds."""
 
     def __post_init__(self) -> None:
         check(len(self.sources) > 0, "sources: at least one source is needed")

@@ -50,14 +50,18 @@ from stages.tokenization.trainers import PARADIGMS
 
 @dataclass(frozen=True, kw_only=True)
 class LimitsConfig:
-    """Per request: texts (``max_texts``) of at most ``max_chars`` characters; generation of at most
-    ``max_new_tokens``; ``max_top_k`` mask candidates; ``timeout_s`` seconds before the server gives up."""
+    """Request limits of the service; a request beyond them is rejected before it reaches a model."""
 
     max_texts: int = 64
+    """Most texts in one `classify` request."""
     max_chars: int = 4000
+    """Most characters of one text or prompt."""
     max_new_tokens: int = 64
+    """Most tokens a `generate` or `text2text` request may ask for."""
     max_top_k: int = 20
+    """Most candidates a `fill_mask` request may ask for."""
     timeout_s: int = 60
+    """Seconds the server gives a request before it gives up."""
 
     def __post_init__(self) -> None:
         check(min(self.max_texts, self.max_chars, self.max_new_tokens, self.max_top_k, self.timeout_s) >= 1,
@@ -66,14 +70,15 @@ class LimitsConfig:
 
 @dataclass(frozen=True, kw_only=True)
 class BatchingConfig:
-    """BentoML adaptive batching of ``classify``: concurrent requests merged up to ``max_batch_size`` texts.
-    ``max_latency_ms`` bounds a request's wait plus compute: the batcher answers 503 to requests it predicts
-    would exceed it, so it must be well above the time of a full batch (a 64-text T5 batch takes about
-    0.4 s on 2 CPU cores; 100 ms made almost every request under load a 503)."""
+    """BentoML adaptive batching of `classify`: concurrent requests share one forward pass."""
 
     enabled: bool = True
+    """Merge concurrent `classify` requests into batches."""
     max_batch_size: int = 64
+    """Most texts in one merged batch (also the classifier's batch size)."""
     max_latency_ms: int = 10000
+    """Bound on a request's wait plus compute, in ms; the batcher answers 503 to requests predicted to exceed it, so
+    keep it well above a full batch's time."""
 
     def __post_init__(self) -> None:
         check(self.max_batch_size >= 1 and self.max_latency_ms >= 1, "batching: sizes must be >= 1")
@@ -81,14 +86,14 @@ class BatchingConfig:
 
 @dataclass(frozen=True, kw_only=True)
 class ResourcesConfig:
-    """What one replica of the service asks of the machine that runs it (BentoML's service ``resources``,
-    read by BentoCloud and by deployment tooling; ``bentoml serve`` runs whatever it is given). ``cpu``: cores
-    (a 64-text batch of the largest classifier takes about 0.4 s on 2); ``memory``: Kubernetes-style
-    quantity (``Mi``/``Gi``); torch with one of the pipeline's models loaded peaks near 0.4 GiB, and the
-    four models of a full Bento are a few MB each."""
+    """What one replica of the service declares it needs (BentoML's service `resources`, read by BentoCloud and
+    deployment tooling; `bentoml serve` runs whatever it is given).
+    """
 
     cpu: float = 2.0
+    """CPU cores, > 0."""
     memory: str = "2Gi"
+    """Memory as a Kubernetes-style quantity (e.g. `512Mi`, `2Gi`)."""
 
     def __post_init__(self) -> None:
         import re
@@ -108,22 +113,26 @@ EXPORT_SUFFIX = {"bento": ".bento", "gz": ".tar.gz", "tar": ".tar"}
 
 @dataclass(frozen=True, kw_only=True)
 class PackageConfig:
-    """name: the Bento's name (models are ``<name>-classifier``, ``<name>-bert`` ...). generative: the
-    pre-trained models to ship beside the classifier (fill_mask / generate / text2text); generative_from:
-    ``pretrained`` or ``dapt`` weights for them. registry: where the ``.bento`` is exported (folder or fsspec
-    URL such as ``s3://bucket/bentos``). export_format: ``bento`` (BentoML's own, an xz tarball named
-    ``.bento``), ``gz`` (``.tar.gz``) or ``tar``: model weights barely compress, and xz writes them at about
-    1.6 MB/s against gzip's 30 (same size within 1%), so large models export as ``gz``; ``bentoml import`` and
-    ``stages.lineage`` read all three. resources: what the service declares it needs."""
+    """The package stage: the model the gate chose, as a BentoML service (a Bento), exported to a registry."""
 
     name: str = "lm-pipeline"
+    """The Bento's name (lower-case letters, digits, `-_.`); its models are `<name>-classifier`, `<name>-bert`, ..."""
     generative: tuple[str, ...] = ("bert", "gpt", "t5")
+    """Paradigms whose pre-trained models ship beside the classifier (`fill_mask` / `generate` / `text2text`)."""
     generative_from: str = "pretrained"
+    """Which weights those models ship: `pretrained` or `dapt`."""
     registry: str = "dist"
+    """Where the Bento archive (`<name>-<version>` + the format's suffix) is exported: a folder or an fsspec URL
+    (`s3://...`)."""
     export_format: str = "bento"
+    """`bento` (BentoML's xz tarball), `gz` (`.tar.gz`: much faster to write, about as small) or `tar`; `bentoml
+    import` reads all three."""
     limits: LimitsConfig = field(default_factory=LimitsConfig)
+    """The service's request limits."""
     batching: BatchingConfig = field(default_factory=BatchingConfig)
+    """Adaptive batching of `classify`."""
     resources: ResourcesConfig = field(default_factory=ResourcesConfig)
+    """What one replica declares it needs."""
 
     def __post_init__(self) -> None:
         import re

@@ -40,15 +40,18 @@ from stages.tokenization.trainers import PARADIGMS
 
 @dataclass(frozen=True, kw_only=True)
 class TokensConfig:
-    """seq_len: tokens the model sees per example (T5: the encoder input; its stored raw block is longer).
-    noise_density / mean_span: T5's span corruption, which sets the raw block length (ignored otherwise).
-    batch_docs: documents encoded per batch. gate: bounds of the quality gate."""
+    """One paradigm's token datasets: the general and domain corpora encoded and packed into fixed-length blocks."""
 
     seq_len: int = 128
+    """Tokens per example the model sees (T5: the encoder input; its stored raw block is longer), >= 8."""
     noise_density: float = 0.15
+    """T5 span corruption: share of tokens corrupted, in (0, 1); sets the raw block length. Ignored otherwise."""
     mean_span: float = 3.0
+    """T5 span corruption: mean corrupted span length in tokens, >= 1. Ignored otherwise."""
     batch_docs: int = 1000
+    """Documents encoded per batch."""
     gate: TokensGateConfig = field(default_factory=TokensGateConfig)
+    """The token datasets' quality gate."""
 
     def __post_init__(self) -> None:
         check(self.seq_len >= 8, "seq_len: must be >= 8")

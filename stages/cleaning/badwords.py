@@ -20,15 +20,15 @@ from stages.cleaning.base import Doc, Filter
 
 @dataclass(frozen=True, kw_only=True)
 class BadWordsConfig:
-    """enabled: apply the filter. package: npm spec of the word lists. language: which list (en.json).
-
-    naughty-words 1.0.2's en.json is the 377-word LDNOOBW English list that tensorflow_datasets pins for
-    C4 (commit 25e679f0); later releases add words (1.2.0 has 403) and would drop more pages than C4.
-    """
+    """C4's bad-words filter: drop a page whose lower-cased text contains a listed word as a whole word."""
 
     enabled: bool = True
+    """Apply the filter."""
     package: str = "naughty-words@1.0.2"
+    """npm spec of the word lists; naughty-words@1.0.2's en.json is the 377-word LDNOOBW list C4 pins (later
+    releases add words)."""
     language: str = "en"
+    """Which list of the package: `<language>.json`."""
 
 
 def load_words(cfg: BadWordsConfig, cache_dir: Path) -> tuple[list[str], dict]:

@@ -29,33 +29,34 @@ CITATION_RE = re.compile(r"\[\d*\]|\[edit\]|\[citation needed\]")
 
 @dataclass(frozen=True, kw_only=True)
 class C4Rules:
-    """C4's line and page rules; the defaults are C4's. Set a threshold to 0 or a flag to false to switch
-    that rule off.
-
-    max_page_chars: pages longer than this (raw) are dropped (c4_utils.is_valid_length, 1.9e5).
-    max_word_chars: a line with a longer whitespace-separated word is dropped (1000).
-    citations: remove ``[1]``, ``[edit]``, ``[citation needed]`` markers.
-    end_marks: a kept line must end with one of these; empty = no end-mark rule.
-    drop_ellipsis: a line ending in ``...`` is dropped even though it ends in ``.``.
-    min_words_per_line: lines with fewer whitespace-separated words are dropped (5).
-    lorem_ipsum / curly_brace: a kept-so-far line containing "lorem ipsum" / "{" drops the whole page.
-    javascript / policy: lines mentioning "javascript" / a policy phrase are dropped.
-    policy_substrings: the policy phrases (C4's six).
-    min_sentences: pages with fewer Punkt sentences are dropped (3); checked again after line dedup.
+    """C4's page and line rules, as tensorflow_datasets' c4_utils.py; the defaults are C4's. A threshold of
+    0 or a flag set to false switches that rule off.
     """
 
     max_page_chars: int = 190_000
+    """Drop pages longer than this many characters, before any other rule (C4: 190,000); 0 = off."""
     max_word_chars: int = 1000
+    """Drop lines holding a whitespace-separated word longer than this many characters (C4: 1000); 0 = off."""
     citations: bool = True
+    """Remove citation markers `[1]`, `[edit]`, `[citation needed]` from lines."""
     end_marks: tuple[str, ...] = (".", "?", "!", '"')
+    """A kept line must end with one of these strings; empty = no end-mark rule."""
     drop_ellipsis: bool = True
+    """Drop lines ending in `...` even though they end in `.`."""
     min_words_per_line: int = 5
+    """Drop lines with fewer whitespace-separated words (C4: 5); 0 = off."""
     lorem_ipsum: bool = True
+    """Drop the whole page when a line kept so far contains "lorem ipsum" (any case)."""
     javascript: bool = True
+    """Drop lines that contain "javascript" (any case)."""
     curly_brace: bool = True
+    """Drop the whole page when a line kept so far contains `{`."""
     policy: bool = True
+    """Drop lines that contain one of `policy_substrings` (any case)."""
     policy_substrings: tuple[str, ...] = POLICY_SUBSTRINGS
+    """The phrases of the `policy` rule (C4's six: terms of use, privacy policy, cookie phrases)."""
     min_sentences: int = 3
+    """Drop pages whose kept lines hold fewer Punkt sentences (C4: 3); 0 = off."""
 
     def __post_init__(self) -> None:
         check(self.max_page_chars >= 0, "max_page_chars: must be >= 0 (0 = off)")

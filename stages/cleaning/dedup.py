@@ -30,12 +30,16 @@ from stages.config import check
 
 @dataclass(frozen=True, kw_only=True)
 class LineDedupConfig:
-    """enabled: remove lines seen on another page. buckets: hash buckets processed one at a time (more
-    buckets = less memory). min_sentences: the sentence check after dedup (C4: 3; 0 = off)."""
+    """C4's line deduplication: each line (stripped, lower-cased) is kept on one page of the corpus, the page
+    whose URL (or id) has the smallest MD5.
+    """
 
     enabled: bool = True
+    """Remove lines that another page keeps, and repeats within a page."""
     buckets: int = 16
+    """Hash buckets the selection table is built in, one at a time (more = less memory), 1..4096."""
     min_sentences: int = 3
+    """Drop pages with fewer Punkt sentences after dedup (C4: 3); 0 = off."""
 
     def __post_init__(self) -> None:
         check(1 <= self.buckets <= 4096, "buckets: must be in 1..4096")

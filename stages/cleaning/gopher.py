@@ -25,32 +25,50 @@ _WORD = re.compile(r"\S+")
 
 @dataclass(frozen=True, kw_only=True)
 class GopherQualityConfig:
-    """Thresholds from Gopher Table A1; ``enabled`` switches the whole filter."""
+    """Gopher's quality filter (Rae et al. 2021, Appendix A.1.1); the defaults are Gopher Table A1's."""
 
     enabled: bool = False
+    """Apply the filter (C4 does not)."""
     min_words: int = 50
+    """Drop pages with fewer whitespace-separated words."""
     max_words: int = 100_000
+    """Drop pages with more whitespace-separated words."""
     min_mean_word_chars: float = 3.0
+    """Drop pages whose mean word length, in characters, is below this."""
     max_mean_word_chars: float = 10.0
+    """Drop pages whose mean word length, in characters, is above this."""
     max_symbol_word_ratio: float = 0.1
+    """Drop pages whose count of `#`, or of ellipses, per word is above this."""
     max_bullet_lines: float = 0.9
+    """Drop pages whose share of non-blank lines starting with a bullet is above this."""
     max_ellipsis_lines: float = 0.3
+    """Drop pages whose share of non-blank lines ending in an ellipsis is above this."""
     min_alpha_words: float = 0.8
+    """Drop pages whose share of words containing a letter is below this."""
     min_stop_words: int = 2
+    """Drop pages holding fewer of the 8 stop words (the, be, to, of, and, that, have, with)."""
 
 
 @dataclass(frozen=True, kw_only=True)
 class GopherRepetitionConfig:
-    """Thresholds from Gopher Table A1; ``enabled`` switches the whole filter."""
+    """Gopher's repetition filter (Rae et al. 2021, Appendix A.1.1); the defaults are Gopher Table A1's."""
 
     enabled: bool = False
+    """Apply the filter (C4 does not)."""
     max_dup_line_fraction: float = 0.30
+    """Drop pages whose share of non-blank lines repeating an earlier line is above this."""
     max_dup_para_fraction: float = 0.30
+    """Drop pages whose share of paragraphs (split on blank lines) repeating an earlier one is above this."""
     max_dup_line_char_fraction: float = 0.20
+    """Drop pages whose share of characters in repeated lines is above this."""
     max_dup_para_char_fraction: float = 0.20
+    """Drop pages whose share of characters in repeated paragraphs is above this."""
     top_ngram_char_fraction: dict[str, float] = field(default_factory=lambda: {"2": 0.20, "3": 0.18, "4": 0.16})
+    """n -> limit: drop pages where the most frequent word n-gram covers more than this share of word characters."""
     dup_ngram_char_fraction: dict[str, float] = field(
         default_factory=lambda: {"5": 0.15, "6": 0.14, "7": 0.13, "8": 0.12, "9": 0.11, "10": 0.10})
+    """n -> limit: drop pages where word n-grams occurring more than once cover more than this share of word
+    characters."""
 
 
 class GopherQualityFilter(Filter):

@@ -25,14 +25,20 @@ _WORD = re.compile(r"\w+")
 
 @dataclass(frozen=True, kw_only=True)
 class MinHashConfig:
-    """enabled: run near-dup removal. ngram: words per shingle. num_perm / bands: signature size and LSH
-    bands (num_perm must be a multiple of bands). seed: picks the hash functions."""
+    """MinHash near-duplicate removal with LSH banding: documents that agree on a whole band are clustered,
+    and each cluster keeps the document with the smallest id.
+    """
 
     enabled: bool = False
+    """Remove near-duplicate pages (C4 does not)."""
     ngram: int = 5
+    """Words per shingle, >= 1."""
     num_perm: int = 128
+    """Hash functions in the MinHash signature; a multiple of `bands`."""
     bands: int = 16
+    """LSH bands the signature is cut into; with 128 / 16, pairs of Jaccard similarity 0.71 collide half the time."""
     seed: int = 0
+    """Seed that picks the hash functions."""
 
     def __post_init__(self) -> None:
         check(self.ngram >= 1, "ngram: must be >= 1")

@@ -40,15 +40,16 @@ SHARD_COLUMNS = ("id", "text", "source", "url", "meta", "timestamp", "raw_id")
 
 @dataclass(frozen=True, kw_only=True)
 class LanguageConfig:
-    """enabled: keep only pages in ``language`` (C4: English by langdetect, probability >= 0.99, seed 0).
-    backend: ``langdetect`` (C4's) or ``py3langid`` (faster; agreement in benchmarks/).
-    second_opinion_docs: about how many kept documents the gate's independent identifier (py3langid) checks,
-    a sample chosen by content hash, the same on any worker count (0 = every kept document)."""
+    """C4's language filter: keep English pages only."""
 
     enabled: bool = True
+    """Keep only pages identified as English (C4: langdetect, seed 0)."""
     min_probability: float = 0.99
+    """Least confidence of the English decision, in [0, 1] (C4: 0.99)."""
     backend: str = "langdetect"
+    """Identifier: `langdetect` (C4's) or `py3langid` (faster; agreement in benchmarks/)."""
     second_opinion_docs: int = 4000
+    """About how many kept documents the gate re-checks with py3langid, a content-hash sample; 0 = every one."""
 
     def __post_init__(self) -> None:
         check(0 <= self.min_probability <= 1, "min_probability: must be in [0, 1]")
@@ -61,17 +62,30 @@ class CleanerConfig:
     """Everything the filters need; the stage's params section maps onto it (see stages/clean.py)."""
 
     c4: C4Rules = field(default_factory=C4Rules)
+    """C4's page and line rules."""
     url_dedup: bool = True
-    url_dedup_rule: str = "newest"  # or "tfds" (stages.cleaning.dedup.url_dedup)
+    """Keep one page per normalised URL and drop exact-duplicate texts (pages without a URL: only the latter)."""
+    url_dedup_rule: str = "newest"
+    """Which page of a URL survives: `newest` = latest timestamp (C4's paper), `tfds` = largest MD5 of the text
+    (TFDS's code)."""
     line_dedup: LineDedupConfig = field(default_factory=LineDedupConfig)
+    """C4's corpus-wide line deduplication."""
     language: LanguageConfig = field(default_factory=LanguageConfig)
+    """C4's language filter."""
     badwords: BadWordsConfig = field(default_factory=BadWordsConfig)
+    """C4's bad-words page filter."""
     gopher_quality: GopherQualityConfig = field(default_factory=GopherQualityConfig)
+    """Gopher's quality filter (not in C4)."""
     gopher_repetition: GopherRepetitionConfig = field(default_factory=GopherRepetitionConfig)
+    """Gopher's repetition filter (not in C4)."""
     minhash: MinHashConfig = field(default_factory=MinHashConfig)
+    """MinHash near-duplicate page removal (not in C4)."""
     workers: int = 2
+    """Worker processes for the sharded phases; 0 = one per core, 1 = in this process; `LMPIPE_DASK` overrides."""
     shard_docs: int = 500
+    """Documents per shard, the unit of work handed to a worker."""
     reject_samples: int = 20
+    """Rejected documents kept for audit, per filter and reason; 0 = none."""
 
     def __post_init__(self) -> None:
         check(self.workers >= 0, "workers: must be >= 0 (0 = one per CPU core)")

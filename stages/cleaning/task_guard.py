@@ -34,12 +34,18 @@ _WORD = re.compile(r"[^\W_]+")
 
 @dataclass(frozen=True, kw_only=True)
 class TaskConfig:
-    """guard: drop documents of the task's held-out splits (needs ``--task``). tapt: append the task's
-    training texts. holdout_splits: the splits nothing in a pre-training corpus may come from."""
+    """The labeled task a pre-training corpus is scored on: the leakage guard and task-adaptive (TAPT) text.
+    The stage's gate fails on any output document that matches the held-out splits.
+    """
 
     guard: bool = False
+    """Drop documents naming a held-out package or source package, or whose normalised text equals a held-out
+    one (needs `--task`)."""
     tapt: bool = False
+    """Append the task's training texts, unlabeled and not rewritten by the rules (TAPT, Gururangan et al. 2020;
+    needs `--task`)."""
     holdout_splits: tuple[str, ...] = ("validation", "test")
+    """Task splits nothing in the corpus may come from; at least one, never `train`."""
 
     def __post_init__(self) -> None:
         check(len(self.holdout_splits) >= 1, "holdout_splits: need at least one split")

@@ -14,12 +14,16 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True, kw_only=True)
 class ModelGateConfig:
-    """candidates: fine-tuned runs (``<paradigm>-<init>``) that may be shipped ([] = all).
-    min_macro_f1_margin / min_accuracy_margin: test score minus the majority baseline's, at least."""
+    """The model gate: the candidate with the best validation macro-F1 is shipped if its test scores beat the
+    majority-class baseline by the margins.
+    """
 
     candidates: tuple[str, ...] = ()
+    """Fine-tuned runs (`<paradigm>-<init>`) that may be shipped; [] = all."""
     min_macro_f1_margin: float = 0.05
+    """Least test macro-F1 above the majority baseline's."""
     min_accuracy_margin: float = 0.0
+    """Least test accuracy above the majority baseline's."""
 
 
 def decide(runs: dict[str, dict], cfg: ModelGateConfig) -> dict:

@@ -32,20 +32,26 @@ import numpy as np
 
 @dataclass(frozen=True, kw_only=True)
 class IclConfig:
-    """shots: the k values to score. max_examples: test examples scored (a seeded sample; 0 = all).
-    separator: what follows each text (the label comes after it). inits: which GPT models to score.
-    orderings: demonstration lists for k > 0 (each drawn and ordered anew). demonstrations:
-    ``shared`` (one set per ordering for all queries) or ``per_query``. content_free: the inputs that
-    estimate the prompt's label bias for contextual calibration."""
+    """In-context learning (Brown et al. 2020): the GPT models classify test texts from k demonstrations in the
+    prompt, without weight changes; reported uncalibrated and calibrated (Zhao et al. 2021).
+    """
 
     shots: tuple[int, ...] = (0, 1, 5)
+    """The k values scored (demonstrations per prompt), each >= 0."""
     max_examples: int = 300
+    """Test examples scored, a seeded sample; 0 = all."""
     separator: str = "\nSection:"
+    """Text between an example's text and its label (the query ends with it); not empty."""
     inits: tuple[str, ...] = ("pretrained", "dapt")
+    """GPT models scored in context (`pretrained`, `dapt`, `random`); [] = skip."""
     seed: int = 0
+    """Seed of the test sample and the demonstrations."""
     orderings: int = 3
+    """Demonstration lists per k > 0, each drawn and ordered anew; the mean and spread over them are reported."""
     demonstrations: str = "shared"
+    """`shared`: one list per ordering for every query (Zhao et al. 2021); `per_query`: a new list for each query."""
     content_free: tuple[str, ...] = ("N/A", "", "[MASK]")
+    """Inputs put in place of the query to estimate the prompt's label bias (contextual calibration)."""
 
     def __post_init__(self) -> None:
         from stages.config import check, check_seed

@@ -28,14 +28,18 @@ CORRUPTION = "t5_corruption"
 
 @dataclass(frozen=True, kw_only=True)
 class TokensGateConfig:
-    """min_train_blocks / min_heldout_blocks: per corpus. max_unk_fraction / max_pad_fraction: bounds on the
-    mean over blocks. corruption_sample: T5 blocks span-corrupted to check the lengths (0 = none)."""
+    """Bounds of the token datasets' quality gate (Great Expectations), checked on every block file."""
 
     min_train_blocks: int = 1
+    """Fewest training blocks each corpus must yield."""
     min_heldout_blocks: int = 1
+    """Fewest held-out blocks each corpus must yield."""
     max_unk_fraction: float = 0.01
+    """Most mean share of unknown tokens per block, in [0, 1]."""
     max_pad_fraction: float = 0.25
+    """Most mean share of padding per block, in [0, 1] (only BERT's sentence blocks pad)."""
     corruption_sample: int = 256
+    """T5: training blocks per corpus span-corrupted to check the exact lengths; 0 = none."""
 
     def __post_init__(self) -> None:
         check(self.min_train_blocks >= 0 and self.min_heldout_blocks >= 0, "min_*_blocks: must be >= 0")

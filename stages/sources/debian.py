@@ -34,39 +34,37 @@ DEBIAN_LICENCE = ("each package's own licence, see /usr/share/doc/<package>/copy
 
 @dataclass(frozen=True, kw_only=True)
 class DebianDocsSource:
-    """Documentation pages from Debian doc packages.
-
-    packages: package names; metapackages (``linux-doc``, ``python3-doc``) are followed to the versioned
-        package they depend on.
-    include: glob patterns (fnmatch, relative to the package root) of the files to read; the default takes
-        the reST sources that Sphinx ships beside its HTML.
-    refresh_lists: run ``apt-get update`` on the private lists even when cached ones exist.
+    """Documentation pages from Debian doc packages, fetched with apt into a private cache (nothing is
+    installed).
     """
 
     kind: Literal["debian_docs"]
+    """`debian_docs` selects this source."""
     packages: tuple[str, ...] = ("linux-doc", "python3-doc")
+    """Debian packages to read; a metapackage (`linux-doc`) is followed to the versioned package it depends on."""
     include: tuple[str, ...] = ("usr/share/doc/*/html/_sources/*.txt",)
+    """Glob patterns (relative to the package root) of the files read; the default: the reST sources beside Sphinx
+    HTML."""
     refresh_lists: bool = False
+    """Run `apt-get update` on the private apt lists even when cached ones exist."""
 
 
 @dataclass(frozen=True, kw_only=True)
 class DebianDescriptionsSource:
-    """Debian package descriptions (synopsis + long description) labeled by their archive Section.
-
-    sections: the labels kept; packages in other sections are left out ([] = every section).
-    exclude_sections: sections left out. An unlabeled in-domain corpus for domain-adaptive pre-training is
-        the archive's other descriptions: ``sections: []`` with the task's sections excluded (Gururangan et
-        al. 2020, DAPT); the clean stage's task guard then removes anything of the task's held-out splits.
-    unwrap: join the lines of each paragraph into one line (:func:`unwrap`): the archive wraps
-        descriptions at about 75 columns, and C4's line rules read a wrapped line as a line of its own.
-    refresh_lists: run ``apt-get update`` on the private lists even when cached ones exist.
+    """Debian package descriptions (synopsis + long description) labeled by their archive Section, read with
+    apt from a private cache (nothing is installed).
     """
 
     kind: Literal["debian_descriptions"]
+    """`debian_descriptions` selects this source."""
     sections: tuple[str, ...] = TOPICAL_SECTIONS
+    """Archive sections kept (the labels); packages of other sections are left out; [] = every section."""
     exclude_sections: tuple[str, ...] = ()
+    """Archive sections left out (e.g. the task's, for an in-domain DAPT corpus); must not overlap `sections`."""
     unwrap: bool = False
+    """Join each paragraph's lines into one line (the archive wraps at about 75 columns; C4's rules work per line)."""
     refresh_lists: bool = False
+    """Run `apt-get update` on the private apt lists even when cached ones exist."""
 
     def __post_init__(self) -> None:
         from stages.config import check

@@ -29,28 +29,29 @@ _SUFFIXES = {
 
 @dataclass(frozen=True, kw_only=True)
 class FilesSource:
-    """Documents from local files.
-
-    kind: always ``files``.
-    path: a file, a folder (read recursively, in sorted order) or a glob pattern.
-    format: ``auto`` picks by suffix (.jsonl[.gz|.zst], .parquet, .txt, .warc.wet[.gz]).
-    name: the ``source`` value written for these documents (default: the path's file or folder name).
-    text_field / url_field / label_field / group_field: field names in JSONL and Parquet records;
-        ``url_field``, ``label_field`` and ``group_field`` may be null. Other fields go into ``meta``.
-    on_error: ``fail`` stops at the first bad record with its file and line; ``skip`` drops and counts it.
-    licence: a free-text licence note copied into the manifest.
-    """
+    """Documents from local files: JSONL (plain, .gz, .zst), Parquet, a folder of .txt, Common Crawl WET."""
 
     kind: Literal["files"]
+    """`files` selects this source."""
     path: str
+    """A file, a folder (read recursively, in sorted order) or a glob pattern."""
     format: Literal["auto", "jsonl", "parquet", "txt", "wet"] = "auto"
+    """File format; `auto` picks by suffix: .jsonl (also .gz, .zst), .parquet, .txt, .warc.wet (also .gz)."""
     name: str | None = None
+    """The `source` value written for these documents; null = the path's file or folder name."""
     text_field: str = "text"
+    """Field holding the text in JSONL and Parquet records."""
     url_field: str | None = "url"
+    """Field holding the URL in JSONL and Parquet records; null = none."""
     label_field: str | None = None
+    """Field holding the label in JSONL and Parquet records (labeled corpora); null = none."""
     group_field: str | None = None
+    """Field holding the split group; null = none (each text is its own group). Other fields go into `meta`."""
     on_error: Literal["fail", "skip"] = "fail"
+    """`fail`: stop at the first bad record, naming file and line; `skip`: drop it, counted by reason in the
+    manifest."""
     licence: str = "as declared by the data owner"
+    """Free-text licence note copied into the manifest."""
 
 
 def detect_format(path: Path) -> str | None:

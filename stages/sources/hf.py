@@ -14,28 +14,36 @@ from stages.sources.base import Provenance, SourceError, offline
 
 @dataclass(frozen=True, kw_only=True)
 class HFSource:
-    """A Hugging Face dataset.
-
-    name: a hub dataset id (e.g. ``allenai/c4``), read with ``datasets.load_dataset``; needs internet.
-    path: a folder written by ``Dataset.save_to_disk`` (or a DatasetDict, with ``split``); works offline.
-    config / split / revision: passed to ``load_dataset``; pin ``revision`` for reproducible runs.
-    streaming: read a hub dataset lazily (for corpora larger than the disk); ``max_rows`` caps it.
-    text_field / url_field / label_field / group_field: column names; other columns go to ``meta``.
+    """A Hugging Face dataset: a hub dataset by `name` (needs internet) or a `save_to_disk` folder by `path`
+    (offline); set exactly one of the two.
     """
 
     kind: Literal["hf"]
+    """`hf` selects this source."""
     name: str | None = None
+    """Hub dataset id (e.g. `allenai/c4`), read with `datasets.load_dataset`; needs internet."""
     path: str | None = None
+    """Folder written by `Dataset.save_to_disk` (a DatasetDict: `split` picks the split); works offline."""
     config: str | None = None
+    """Dataset configuration passed to `load_dataset`; null = the dataset's default."""
     split: str = "train"
+    """Split to read (hub dataset, or a DatasetDict folder)."""
     revision: str | None = None
+    """Hub revision passed to `load_dataset`; pin it for reproducible runs. null = latest."""
     streaming: bool = False
+    """Read a hub dataset lazily (for corpora larger than the disk); `max_rows` caps it."""
     max_rows: int | None = None
+    """Read at most this many rows; null = all."""
     text_field: str = "text"
+    """Column holding the text."""
     url_field: str | None = "url"
+    """Column holding the URL; null = none."""
     label_field: str | None = None
+    """Column holding the label (ClassLabel ints are written as their names); null = none."""
     group_field: str | None = None
+    """Column holding the split group; null = none (each text is its own group). Other columns go to `meta`."""
     licence: str = "see the dataset card"
+    """Free-text licence note copied into the manifest."""
 
     def __post_init__(self) -> None:
         check((self.name is None) != (self.path is None), "name: set exactly one of name (hub) or path (folder)")

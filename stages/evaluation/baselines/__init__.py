@@ -27,11 +27,16 @@ SERIES = {
 
 @dataclass(frozen=True, kw_only=True)
 class BaselineConfig:
-    """enabled: fit the baselines at all. tfidf, fasttext: each baseline's search (and its own ``enabled``)."""
+    """Baselines without pre-training, each fitted on the same training samples as the neural models and searched
+    on validation.
+    """
 
     enabled: bool = True
+    """Fit the baselines at all; false = none, whatever their own `enabled`."""
     tfidf: TfidfConfig = field(default_factory=TfidfConfig)
+    """The TF-IDF + linear classifier baseline."""
     fasttext: FastTextConfig = field(default_factory=FastTextConfig)
+    """The fastText baseline."""
 
     def series(self) -> list[str]:
         """The baselines this config fits, in :data:`SERIES` order."""

@@ -19,17 +19,24 @@ import numpy as np
 
 @dataclass(frozen=True, kw_only=True)
 class FastTextConfig:
-    """enabled: fit this baseline. lrs, epochs: the grid searched on validation. word_ngrams: longest word
-    n-gram. char_ngrams: character n-gram lengths (min, max) of each word's subword embeddings; (0, 0) = none.
-    dim: embedding size. bucket: hash rows for the n-grams."""
+    """A fastText classifier (Joulin et al. 2017); the learning rate and epochs are chosen on validation
+    macro-F1 from `lrs` x `epochs`.
+    """
 
     enabled: bool = True
+    """Fit this baseline."""
     lrs: tuple[float, ...] = (0.3, 1.0)
+    """Learning rates searched, each in (0, 10]."""
     epochs: tuple[int, ...] = (10, 40)
+    """Epoch counts searched, each >= 1."""
     word_ngrams: int = 2
+    """Longest word n-gram, >= 1."""
     char_ngrams: tuple[int, int] = (2, 5)
+    """Character n-gram lengths [min, max] of each word's subword embeddings; [0, 0] = none."""
     dim: int = 50
+    """Embedding size."""
     bucket: int = 200_000
+    """Hash rows for the word and character n-grams."""
 
     def __post_init__(self) -> None:
         from stages.config import check

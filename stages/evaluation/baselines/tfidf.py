@@ -30,24 +30,36 @@ CLASSIFIERS = ("svm", "logreg")
 
 @dataclass(frozen=True, kw_only=True)
 class TfidfConfig:
-    """enabled: fit this baseline. features: feature sets searched (word, char, word+char). classifiers: svm
-    and/or logreg (logreg is 10-50x slower on these sizes). class_weights: none and/or balanced.
-    word_ngrams / char_ngrams: the n-gram ranges (min, max). min_df: training documents a term must occur in.
-    c_start, c_step, c_min, c_max, patience: the walk over C (see the module). max_iter: solver iterations."""
+    """TF-IDF features + a linear classifier. Each feature set x classifier x class weighting walks over C on a
+    log grid from `c_start`, both ways; the best validation macro-F1 chooses.
+    """
 
     enabled: bool = True
+    """Fit this baseline."""
     features: tuple[str, ...] = FEATURES
+    """Feature sets searched: `word`, `char` (scikit-learn's `char_wb`), `word+char`."""
     classifiers: tuple[str, ...] = ("svm",)
+    """Classifiers searched: `svm` (linear SVM) and/or `logreg` (logistic regression, much slower)."""
     class_weights: tuple[str, ...] = CLASS_WEIGHTS
+    """Class weightings searched: `none` and/or `balanced` (inverse to the sample's label counts)."""
     word_ngrams: tuple[int, int] = (1, 2)
+    """Word n-gram range [min, max]."""
     char_ngrams: tuple[int, int] = (2, 5)
+    """Character n-gram range [min, max], inside word boundaries."""
     min_df: int = 1
+    """Training documents a term must occur in, >= 1."""
     c_start: float = 1.0
+    """First C of the walk (inverse regularisation strength), in [c_min, c_max]."""
     c_step: float = math.sqrt(10.0)
+    """Factor between neighbouring C values, > 1."""
     c_min: float = 1e-3
+    """Lowest C the walk may reach."""
     c_max: float = 1e3
+    """Highest C the walk may reach."""
     patience: int = 2
+    """A direction stops after this many steps in a row without a better validation macro-F1."""
     max_iter: int = 2000
+    """Solver iterations per fit."""
 
     def __post_init__(self) -> None:
         from stages.config import check

@@ -37,16 +37,21 @@ OWN_OBJECTIVE = {"bert": "masked_lm", "gpt": "causal_lm", "t5": "span_corruption
 
 @dataclass(frozen=True)
 class CompareConfig:
-    """``compare``: objectives (name -> entry, checked by :func:`stages.pretrain.compare_entries`); reports (``[objectives]``
-    defines the report stage); sizes: label counts fine-tuned again per model besides all (below the finetune
-    stage's sample); seeds: repeats of each; min_steps: updates for a small sample; workers: runs at a time."""
+    """The objective comparison: each entry pre-trains its paradigm's model with another objective on the FLOPs
+    of the paradigm's own general and DAPT runs, then fine-tunes it with the default recipe."""
 
     objectives: dict[str, Any] = field(default_factory=dict)
+    """Entries ``<name>: {paradigm, objective[, train: {...}]}``: an objective of that paradigm and train settings over its own; {} = none."""
     reports: tuple[str, ...] = ()
+    """``[objectives]`` adds the report stage (reports/objectives.md); [] = no report."""
     sizes: tuple[int, ...] = (300,)
+    """Label counts each model is fine-tuned on again, besides all labels (the finetune stage's runs)."""
     seeds: tuple[int, ...] = (0, 1, 2)
+    """Seeds of each label-count run (mean and std reported)."""
     min_steps: int = 60
+    """Fewest updates of a small label-count run, however small its sample."""
     workers: int = 2
+    """Label-count runs at a time (spawned processes, one torch thread each)."""
 
     def entries(self) -> list[dict]:
         from stages.pretrain import compare_entries

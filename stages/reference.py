@@ -125,18 +125,19 @@ def rows(cls: type, prefix: str, missing: list[str]) -> tuple[list[str], list[tu
             nested.append((key + ("[]" if get_origin(tp) is tuple else ".<name>"), get_args(tp)[-1]))
         elif get_origin(tp) is tuple and _members(get_args(tp)[0]):
             nested += [(key + "[]", m) for m in _members(get_args(tp)[0])]
-        out.append(f"| `{key}` | {type_name(tp)} | {default_text(f)} | {docs.get(f.name, '')} |")
+        cells = (f"`{key}`", type_name(tp), default_text(f), docs.get(f.name, ""))
+        out.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
     return out, nested
 
 
 def describe(cls: type, prefix: str, missing: list[str], depth: int = 2) -> list[str]:
     lines, nested = rows(cls, "", missing)
-    out = ["| key | type | default | what it does |", "|---|---|---|---|", *lines] if lines else []
+    out = ["| key | type | default | what it does |", "|---|---|---|---|", *lines, ""] if lines else []
     for key, sub in nested:
         kind = get_args(typing.get_type_hints(sub).get("kind", str))
         title = f"`{prefix}{key}` with `kind: {kind[0]}`" if kind else f"`{prefix}{key}`"
         doc = " ".join(inspect.cleandoc(sub.__doc__ or "").split())
-        out += ["", f"{'#' * min(depth + 1, 6)} {title}", ""] + ([doc, ""] if doc else [])
+        out += [f"{'#' * min(depth + 1, 6)} {title}", ""] + ([doc, ""] if doc else [])
         out += describe(sub, f"{prefix}{key}.", missing, depth + 1)
     return out
 
@@ -156,7 +157,6 @@ def render() -> tuple[str, list[str]]:
         out += [f"## {name}", "", f"`{prefix}`: {note}.", ""]
         for cls in classes:
             out += describe(cls, f"{prefix}.", missing)
-            out.append("")
     return "\n".join(out).rstrip() + "\n", missing
 
 

@@ -160,11 +160,8 @@ def objective_options(train, paradigm: str) -> dict:
         raise ValueError(f"objective: {train.objective!r} is not one of {paradigm}'s objectives "
                          f"({', '.join(own) or 'it has only its own'})")
     if paradigm == "bert":
-        options = {"select": train.mlm_select, "objective": train.objective or "masked_lm",
-                   "rtd_weight": train.rtd_weight}
-        if train.objective == "contrastive":
-            options.update(weight=train.contrast_weight, temperature=train.contrast_temperature)
-        return options
+        return {"select": train.mlm_select, "objective": train.objective or "masked_lm",
+                "rtd_weight": train.rtd_weight}
     return {"objective": train.objective} if train.objective else {}
 
 

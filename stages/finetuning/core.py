@@ -38,12 +38,12 @@ class FinetuneConfig:
     val_select: the validation score a run reports, and the learning rate, the saved seed and the model gate
     choose on: ``full`` scores the restored best checkpoint on the whole validation split once more (when
     ``max_eval_examples`` scored only a sample: a 300-example sample moves macro-F1 by several points between
-    runs that the whole split cannot tell apart), ``sample`` keeps the sample's best score.
+    runs that the whole split cannot tell apart), ``sample`` keeps the sample's best score (the evaluate stage's
+    data-efficiency curve runs use it: its many runs skip the extra pass).
     aux_lm_weight: GPT-1's auxiliary LM loss weight for GPT (0 = off); aux_lm_fraction: the share of positions
     it is estimated on each step (1 = all). t5_prefix: T5's task prefix.
     head: ``stock`` ([CLS] / last token / text to text), ``prompt`` (BERT: a cloze) or ``pooled`` (masked mean,
-    a norm, linear; see stages.finetuning.heads); pooled_norm: ``batch`` or ``layer``; pool_from (T5):
-    ``encoder``, ``decoder`` (the text through encoder and decoder, the decoder's states pooled) or ``both``.
+    a BatchNorm, linear; see stages.finetuning.heads).
     seed: head initialisation, sample and order of one run.
     seeds: the stage's runs (mean and std are reported; the best on validation is saved).
     lr_grid: learning rates tried with the first seed; the best on validation is used for every seed
@@ -79,14 +79,11 @@ class FinetuneConfig:
     aux_lm_fraction: float = 1.0
     t5_prefix: str = "classify: "
     head: str = "stock"
-    pooled_norm: str = "batch"
-    pool_from: str = "encoder"
     seed: int = 0
     seeds: tuple[int, ...] = (0,)
     lr_grid: tuple[float, ...] = ()
     scale_lr_by_rms: bool = False
     embedding_rms: float = 0.0
-    init_relative_lr: bool = False
     reinit_layers: int = 0
     workers: int = 1
     threads: int = 0
@@ -104,8 +101,6 @@ class FinetuneConfig:
         check(self.aux_lm_weight >= 0, "aux_lm_weight: must be >= 0")
         check(0 < self.aux_lm_fraction <= 1, "aux_lm_fraction: must be in (0, 1]")
         check(self.head in ("stock", "pooled", "prompt"), "head: one of stock, pooled, prompt")
-        check(self.pooled_norm in ("batch", "layer"), "pooled_norm: one of batch, layer")
-        check(self.pool_from in ("encoder", "decoder", "both"), "pool_from: one of encoder, decoder, both")
         check(len(self.seeds) >= 1 and len(set(self.seeds)) == len(self.seeds), "seeds: one or more distinct seeds")
         check_seed("seed", self.seed)
         for s in self.seeds:
@@ -115,7 +110,6 @@ class FinetuneConfig:
         check(self.precision in PRECISIONS, f"precision: one of {', '.join(PRECISIONS)}")
         check(self.val_select in ("full", "sample"), "val_select: one of full, sample")
         check(self.embedding_rms >= 0, "embedding_rms: must be >= 0 (0 = off)")
-        check(not (self.init_relative_lr and self.scale_lr_by_rms), "init_relative_lr: not with scale_lr_by_rms")
         check(not self.embedding_rms or self.head != "prompt",
               "embedding_rms: not with head prompt (its output layer is the tied word embeddings)")
         check(self.reinit_layers >= 0, "reinit_layers: must be >= 0 (0 = off)")
@@ -125,8 +119,7 @@ class FinetuneConfig:
 
 def head_options(cfg: FinetuneConfig) -> dict:
     """The classifier's options from the config (``make_classifier``'s keywords), for training and serving."""
-    return {"aux_lm_weight": cfg.aux_lm_weight, "aux_lm_fraction": cfg.aux_lm_fraction, "head": cfg.head,
-            "pooled_norm": cfg.pooled_norm, "pool_from": cfg.pool_from}
+    return {"aux_lm_weight": cfg.aux_lm_weight, "aux_lm_fraction": cfg.aux_lm_fraction, "head": cfg.head}
 
 
 def load_config(params_path: Path, paradigm: str) -> FinetuneConfig:
@@ -266,12 +259,7 @@ def _finetune(cfg: FinetuneConfig, *, paradigm: str, init: str, model_dir: Path,
     total = steps_per_epoch * epochs
     recipe = TrainConfig(lr=cfg.lr, warmup_fraction=cfg.warmup_fraction, weight_decay=cfg.weight_decay,
                          min_lr_ratio=0.0, budget_tokens=1, scale_lr_by_rms=cfg.scale_lr_by_rms)
-    lr_scales = None
-    if cfg.init_relative_lr:
-        from stages.finetuning.heads import init_scale_ratios
-
-        lr_scales = init_scale_ratios(clf.model)
-    optimizer = make_optimizer(clf.model, recipe, device, lr_scales=lr_scales)
+    optimizer = make_optimizer(clf.model, recipe, device)
     rng = np.random.default_rng(cfg.seed)
     texts = train["text"].tolist()
     lengths = token_lengths(tok, texts, cfg, paradigm)

@@ -12,7 +12,7 @@
   label string under the model and takes the most likely, so it is always a valid label.
 
 ``head: pooled`` puts the same small head on every paradigm instead (:class:`PooledClassifier`): the masked
-mean of the (encoder's) last hidden states, a BatchNorm (or LayerNorm) and a linear layer. BERT's stock head
+mean of the (encoder's) last hidden states, a BatchNorm and a linear layer. BERT's stock head
 reads the [CLS] position, which masked-LM pre-training never trains, so a pre-trained and a random BERT
 compared through it differ mostly by noise; the mean over all positions reads what pre-training did train.
 ``head: prompt`` (BERT only, :class:`PromptClassifier`) classifies as a cloze: the masked-LM head's scores at
@@ -187,59 +187,33 @@ class PromptClassifier(_Classifier):
 HEAD_FILE = "head.safetensors"
 
 
-POOLED_NORMS = ("batch", "layer")
-
-
-POOL_FROM = ("encoder", "decoder", "both")
-
-
 class _Pooled(torch.nn.Module):
-    """body -> masked mean over positions -> BatchNorm (or LayerNorm) -> linear.
+    """body -> masked mean over positions -> BatchNorm -> linear.
 
-    ``norm: batch`` standardises each feature over the examples (running statistics at inference), ``layer``
-    each example over its features. A pre-trained body's mean-pooled states share one dominant direction
-    (mean cosine 0.95-0.999 between task examples here, against 0.27-0.82 for a random body): a LayerNorm keeps
-    that common part, so the head sees the examples as almost equal and learns slowly, while a BatchNorm
-    removes it and keeps what tells them apart (benchmarks/README.md, "Fine-tuning a pre-trained body").
+    The BatchNorm standardises each feature over the examples (running statistics at inference). A
+    pre-trained body's mean-pooled states share one dominant direction (mean cosine 0.95-0.999 between task
+    examples here, against 0.27-0.82 for a random body): a LayerNorm would keep that common part, so the head
+    would see the examples as almost equal and learn slowly, while a BatchNorm removes it and keeps what tells
+    them apart (benchmarks/README.md, "Fine-tuning a pre-trained body")."""
 
-    ``pool_from`` (T5 only): ``encoder`` pools the encoder's states (the body is a ``T5EncoderModel``);
-    ``decoder`` feeds the text to the encoder and, after the start token, to the decoder too, and pools the decoder's
-    states, as BART classifies (Lewis et al. 2020, section 3.1), so the cross-attention and the decoder that
-    span corruption trained take part; ``both`` concatenates the two means (the body is a ``T5Model``)."""
-
-    def __init__(self, body, d_model: int, n_labels: int, norm: str = "batch", pool_from: str = "encoder") -> None:
+    def __init__(self, body, d_model: int, n_labels: int) -> None:
         super().__init__()
-        if norm not in POOLED_NORMS:
-            raise ValueError(f"pooled_norm: {norm!r} is not one of {', '.join(POOLED_NORMS)}")
-        if pool_from not in POOL_FROM:
-            raise ValueError(f"pool_from: {pool_from!r} is not one of {', '.join(POOL_FROM)}")
-        self.body, self.pool_from = body, pool_from
-        width = 2 * d_model if pool_from == "both" else d_model
-        self.norm = torch.nn.BatchNorm1d(width) if norm == "batch" else torch.nn.LayerNorm(width)
-        self.out = torch.nn.Linear(width, n_labels)
+        self.body = body
+        self.norm = torch.nn.BatchNorm1d(d_model)
+        self.out = torch.nn.Linear(d_model, n_labels)
 
     def hidden(self, input_ids, attention_mask):
         """The states the loss may reuse (GPT's auxiliary LM): the body's last hidden states."""
         return self.body(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
 
     def pool(self, input_ids, attention_mask):
-        """(pooled features ``[batch, width]``, the body's last hidden states)."""
-        if self.pool_from == "encoder":
-            hidden = self.hidden(input_ids, attention_mask)
-            return _masked_mean(hidden, attention_mask), hidden
-        start = torch.full_like(input_ids[:, :1], self.body.config.decoder_start_token_id)
-        dec_ids = torch.cat([start, input_ids], 1)  # the start token, then the whole text
-        dec_mask = torch.cat([torch.ones_like(attention_mask[:, :1]), attention_mask], 1)
-        out = self.body(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=dec_ids,
-                        decoder_attention_mask=dec_mask)
-        pooled = _masked_mean(out.last_hidden_state, dec_mask)
-        if self.pool_from == "both":
-            pooled = torch.cat([_masked_mean(out.encoder_last_hidden_state, attention_mask), pooled], -1)
-        return pooled, out.last_hidden_state
+        """(pooled features ``[batch, d_model]``, the body's last hidden states)."""
+        hidden = self.hidden(input_ids, attention_mask)
+        return _masked_mean(hidden, attention_mask), hidden
 
     def head(self, pooled):
         norm = self.norm
-        if isinstance(norm, torch.nn.BatchNorm1d) and self.training and pooled.size(0) == 1:
+        if self.training and pooled.size(0) == 1:
             # one example has no batch statistics: use the running ones (a last batch of one)
             return self.out(torch.nn.functional.batch_norm(pooled, norm.running_mean, norm.running_var,
                                                            norm.weight, norm.bias, False, 0.0, norm.eps))
@@ -264,17 +238,14 @@ def _masked_mean(hidden, attention_mask):
 
 class PooledClassifier(_Classifier):
     """Any paradigm's body with the pooled head; GPT optionally with the auxiliary LM loss. T5 pools its
-    encoder (``T5EncoderModel``) or, with ``pool_from`` decoder / both, runs the whole ``T5Model``."""
+    encoder (``T5EncoderModel``)."""
 
     def __init__(self, paradigm: str, model_dir: Path, labels: list[str], *, init: str, seed: int,
-                 aux_lm_weight: float = 0.0, aux_lm_fraction: float = 1.0, norm: str = "batch",
-                 pool_from: str = "encoder") -> None:
-        from transformers import AutoConfig, AutoModel, T5EncoderModel, T5Model
+                 aux_lm_weight: float = 0.0, aux_lm_fraction: float = 1.0) -> None:
+        from transformers import AutoConfig, AutoModel, T5EncoderModel
 
         torch.manual_seed(seed)  # the head (and, for random init, everything) starts from this seed
-        if paradigm != "t5":
-            pool_from = "encoder"  # one stack: its states are what there is to pool
-        cls = AutoModel if paradigm != "t5" else T5EncoderModel if pool_from == "encoder" else T5Model
+        cls = AutoModel if paradigm != "t5" else T5EncoderModel
         if init == "random":
             body = cls.from_config(AutoConfig.from_pretrained(str(model_dir))) if cls is AutoModel else \
                 cls(AutoConfig.from_pretrained(str(model_dir)))
@@ -289,7 +260,7 @@ class PooledClassifier(_Classifier):
                 logging.set_verbosity(verbosity)
         cfg = body.config
         d_model = getattr(cfg, "hidden_size", None) or getattr(cfg, "n_embd", None) or cfg.d_model
-        self.model = _Pooled(body, d_model, len(labels), norm, pool_from)
+        self.model = _Pooled(body, d_model, len(labels))
         head = Path(model_dir) / HEAD_FILE
         if init != "random" and head.is_file():  # a fine-tuned folder: its trained head
             from safetensors.torch import load_file
@@ -330,15 +301,14 @@ HEADS = ("stock", "pooled", "prompt")
 
 
 def make_classifier(paradigm: str, model_dir: Path, labels: list[str], tokenizer, *, init: str, seed: int,
-                    aux_lm_weight: float = 0.0, aux_lm_fraction: float = 1.0, head: str = "stock",
-                    pooled_norm: str = "batch", pool_from: str = "encoder"):
-    """``head``: ``stock`` ([CLS] for BERT, last token for GPT, text to text for T5) or ``pooled`` (with
-    ``pooled_norm``: ``batch`` or ``layer``; for T5 ``pool_from``: ``encoder``, ``decoder`` or ``both``)."""
+                    aux_lm_weight: float = 0.0, aux_lm_fraction: float = 1.0, head: str = "stock"):
+    """``head``: ``stock`` ([CLS] for BERT, last token for GPT, text to text for T5), ``pooled`` (masked mean,
+    BatchNorm, linear) or ``prompt`` (BERT: a cloze)."""
     if head not in HEADS:
         raise ValueError(f"head: {head!r} is not one of {', '.join(HEADS)}")
     if head == "pooled":
         return PooledClassifier(paradigm, model_dir, labels, init=init, seed=seed, aux_lm_weight=aux_lm_weight,
-                                aux_lm_fraction=aux_lm_fraction, norm=pooled_norm, pool_from=pool_from)
+                                aux_lm_fraction=aux_lm_fraction)
     if head == "prompt":
         if paradigm != "bert":
             raise ValueError(f"head: prompt is for the bert paradigm (a masked LM), not {paradigm}")
@@ -370,32 +340,6 @@ def rescale_embeddings(module, rms: float) -> float:
             if isinstance(child, torch.nn.Embedding):
                 child.weight.mul_(factor)
     return factor
-
-
-def init_scale_ratios(module) -> dict:
-    """Each weight matrix of a classifier's body (parameter -> factor): its root mean square over that of the
-    same tensor in a fresh initialisation of the body's class and config, at least 1 (the head and vectors:
-    none). A pre-trained matrix grown to k times its initial scale gets k; a random initialisation 1 for all.
-    Adam's step is about the same size for every weight, so with ``lr`` x k a grown matrix moves at the
-    relative pace of a fresh one. The fresh copy draws from a forked random state: the run's own draws (head,
-    order) are those it makes without this."""
-    import torch
-
-    body = getattr(module, "body", module)
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(0)
-        fresh = type(body)(body.config)
-    reference = dict(fresh.named_parameters())
-    ratios = {}
-    with torch.no_grad():
-        for name, param in body.named_parameters():
-            ref = reference.get(name)
-            if param.dim() < 2 or ref is None or ref.shape != param.shape:
-                continue
-            scale = float(ref.float().pow(2).mean().sqrt())
-            if scale > 0:
-                ratios[param] = max(1.0, float(param.float().pow(2).mean().sqrt()) / scale)
-    return ratios
 
 
 def reinit_top_layers(module, n: int, seed: int = 0) -> None:

@@ -17,9 +17,8 @@ if TYPE_CHECKING:
 # T5's objectives (train.objective): its own span corruption and the alternatives in stages.objectives.denoisers.
 T5_OBJECTIVES = ("span_corruption", "ul2", "prefix_lm", "reconstruct", "bart")
 # BERT's: masked LM, ELECTRA's replaced-token detection (stages.objectives.electra), and masked LM with BERT's
-# next-sentence or ALBERT's sentence-order prediction (stages.objectives.sentence_pairs), and masked LM with a
-# contrastive loss between the two halves of a document (stages.objectives.contrastive).
-BERT_OBJECTIVES = ("masked_lm", "electra", "nsp", "sop", "contrastive")
+# next-sentence or ALBERT's sentence-order prediction (stages.objectives.sentence_pairs).
+BERT_OBJECTIVES = ("masked_lm", "electra", "nsp", "sop")
 # GPT's: causal LM, and XLNet's permuted LM with two-stream attention (stages.objectives.permuted_lm).
 GPT_OBJECTIVES = ("causal_lm", "permuted")
 
@@ -35,12 +34,6 @@ def for_paradigm(layout: "BlockLayout", **kwargs):
 
             return ReplacedTokenDetection(layout, **kwargs)
         kwargs.pop("rtd_weight", None)
-        contrast = {k: kwargs.pop(k) for k in ("weight", "temperature") if k in kwargs}
-        if objective == "contrastive":
-            from stages.objectives.contrastive import HalvesContrast
-
-            kwargs.pop("sentence_ends", None)
-            return HalvesContrast(layout, **kwargs, **contrast)
         if objective in ("nsp", "sop"):
             from stages.objectives.sentence_pairs import SentencePairs
 

@@ -31,8 +31,7 @@ SOURCE_KEYS = ("kind", "description", "licence", "packages", "records", "files")
 CARD_SOURCE_KEYS = ("kind", "description", "licence", "records")
 
 # What each paradigm's pre-training predicts when its train config names no other objective
-# (stages.objectives.for_paradigm; ``train.objective`` chooses T5's, and BERT's ``electra``, ``nsp``, ``sop`` or
-# ``contrastive``).
+# (stages.objectives.for_paradigm; ``train.objective`` chooses T5's, and BERT's ``electra``, ``nsp`` or ``sop``).
 OWN_OBJECTIVE = {"bert": "masked language modelling", "gpt": "causal (next-token) language modelling",
                  "t5": "span corruption"}
 T5_OBJECTIVES = {"span_corruption": "span corruption", "ul2": "UL2 mixture (span corruption and prefix LM)",
@@ -98,8 +97,6 @@ def objective_text(paradigm: str, objective, select, generator_size=None) -> str
         text += " with next-sentence prediction (BERT's)"
     elif objective == "sop":
         text += " with sentence-order prediction (ALBERT's)"
-    elif objective == "contrastive":
-        text += " with an in-batch contrastive loss between the two halves of each document"
     return text + (f", {share} of the positions selected for prediction" if share else "")
 
 

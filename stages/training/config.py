@@ -60,9 +60,7 @@ class TrainConfig:
     (BART's text infilling with sentence permutation); ``stages.objectives.denoisers`` says what each does. BERT: ``masked_lm`` (its own) or ``electra``
     (replaced-token detection, ``stages.objectives.electra``; ``mlm_select`` is then the generator's masking
     rate and ``rtd_weight`` the discriminator loss's weight, ELECTRA's 50), ``nsp`` or ``sop`` (masked LM plus
-    BERT's next-sentence or ALBERT's sentence-order prediction, ``stages.objectives.sentence_pairs``) or
-    ``contrastive`` (masked LM plus InfoNCE between the two halves of each block's longest document,
-    ``stages.objectives.contrastive``; ``contrast_weight`` and ``contrast_temperature`` set it). GPT:
+    BERT's next-sentence or ALBERT's sentence-order prediction, ``stages.objectives.sentence_pairs``). GPT:
     ``causal_lm`` (its own) or ``permuted`` (XLNet's permuted LM with two-stream attention and partial
     prediction, ``stages.objectives.permuted_lm``). "" = the paradigm's own objective.
     generator_size: ``electra`` only: a separate generator of this share of the model's width, sharing its word
@@ -95,8 +93,6 @@ class TrainConfig:
     objective: str = ""
     rtd_weight: float = 50.0
     generator_size: float = 0.0
-    contrast_weight: float = 1.0
-    contrast_temperature: float = 0.05
     scale_lr_by_rms: bool = False
 
     def __post_init__(self) -> None:
@@ -104,8 +100,6 @@ class TrainConfig:
         check(self.objective in ("", *T5_OBJECTIVES, *BERT_OBJECTIVES, *GPT_OBJECTIVES),
               f"objective: one of '', {', '.join(T5_OBJECTIVES + BERT_OBJECTIVES + GPT_OBJECTIVES)}")
         check(self.rtd_weight > 0, "rtd_weight: must be > 0")
-        check(self.contrast_weight > 0, "contrast_weight: must be > 0")
-        check(self.contrast_temperature > 0, "contrast_temperature: must be > 0")
         check(0 <= self.generator_size <= 1, "generator_size: must be in [0, 1] (0 = generator tied to the model)")
         check(not self.generator_size or self.objective == "electra", "generator_size: for objective electra only")
         check_seed("seed", self.seed)

@@ -74,19 +74,13 @@ def peak_flops(device: str, cfg: TrainConfig) -> float | None:
     return None
 
 
-def make_optimizer(model, cfg: TrainConfig, device: str, lr_scales: dict | None = None):
-    """AdamW, weight decay on matrices only. ``lr_scales`` (parameter -> factor): those tensors take ``lr``
-    times their factor (``set_lr``), each in a group of its own."""
+def make_optimizer(model, cfg: TrainConfig, device: str):
+    """AdamW, weight decay on matrices only."""
     import torch
 
     decay = [p for p in model.parameters() if p.requires_grad and p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.requires_grad and p.dim() < 2]
-    if lr_scales:
-        if cfg.scale_lr_by_rms:
-            raise ValueError("lr_scales: not with scale_lr_by_rms (each sets a tensor's rate)")
-        groups = [{"params": [p], "weight_decay": cfg.weight_decay if p.dim() >= 2 else 0.0,
-                   "lr_scale": float(lr_scales.get(p, 1.0))} for p in model.parameters() if p.requires_grad]
-    elif cfg.scale_lr_by_rms:  # one group per tensor, so each can take its own step size (set_lr)
+    if cfg.scale_lr_by_rms:  # one group per tensor, so each can take its own step size (set_lr)
         groups = [{"params": [p], "weight_decay": cfg.weight_decay if p.dim() >= 2 else 0.0, "rms_scaled": True}
                   for p in model.parameters() if p.requires_grad]
     else:
@@ -108,7 +102,7 @@ def set_lr(optimizer, lr: float) -> None:
     scaled = [g for g in optimizer.param_groups if g.get("rms_scaled")]
     for group in optimizer.param_groups:
         if not group.get("rms_scaled"):
-            group["lr"] = lr * group.get("lr_scale", 1.0)
+            group["lr"] = lr
     if scaled:  # one host transfer for all tensors (on a GPU, one sync per step)
         with torch.no_grad():
             rms = torch.stack([g["params"][0].detach().float().pow(2).mean().sqrt() for g in scaled]).tolist()
@@ -358,8 +352,7 @@ def train(model, objective, train_blocks: np.ndarray, eval_blocks: np.ndarray | 
     tokens_per_step = sampler.global_batch * seq_len
     budget = cfg.budget_flops / flops_per_token if cfg.budget_flops else cfg.budget_tokens
     total = max(1, math.ceil(budget / tokens_per_step))
-    view, prepare = training_view(model, objective.name, rtd_weight=getattr(objective, "rtd_weight", 50.0),
-                                  contrast=(getattr(objective, "weight", 1.0), getattr(objective, "temperature", 0.05)))
+    view, prepare = training_view(model, objective.name, rtd_weight=getattr(objective, "rtd_weight", 50.0))
     net = wrap(view, dist)
     step_fn = torch.compile(net) if cfg.compile else net
     log(f"[train] {total} steps x {sampler.global_batch} blocks x {seq_len} tokens = {total * tokens_per_step:,} "

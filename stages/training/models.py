@@ -181,7 +181,7 @@ def _masked_positions(batch: dict) -> dict:
     return {**batch, "positions": positions}
 
 
-def training_view(model, objective_name: str, *, rtd_weight: float = 50.0, contrast: tuple[float, float] = (1.0, 0.05)):
+def training_view(model, objective_name: str, *, rtd_weight: float = 50.0):
     """The module the training loop calls: ``model`` itself, or for BERT's MLM a view that applies the output
     layer (transform + vocabulary projection) at the selected positions only. The stock forward projects
     every position and then ignores 85% of them; for a small model the projection is most of the compute
@@ -190,8 +190,7 @@ def training_view(model, objective_name: str, *, rtd_weight: float = 50.0, contr
     itself is unchanged and saves as a stock ``BertForMaskedLM``.
 
     Returns (module, prepare) where ``prepare(batch)`` runs on the host before the batch moves, so the
-    view's forward needs no device-to-host sync. ``contrast``: the contrastive objective's (weight,
-    temperature)."""
+    view's forward needs no device-to-host sync."""
     import torch
 
     body_name = next((n for n in ("bert", "deberta") if hasattr(model, n)), None)
@@ -199,8 +198,6 @@ def training_view(model, objective_name: str, *, rtd_weight: float = 50.0, contr
         return _electra_view(model, body_name, rtd_weight), _masked_positions
     if objective_name in ("nsp", "sop"):
         return _pair_view(model, body_name), _masked_positions
-    if objective_name == "contrastive":
-        return _contrast_view(model, body_name, *contrast), _masked_positions
     if objective_name == "permuted":
         return _permuted_view(model), (lambda batch: batch)
     if objective_name != "masked_lm" or body_name is None or not hasattr(model, "cls"):
@@ -466,56 +463,3 @@ def _permuted_view(model):
             return SimpleNamespace(loss=loss, logits=logits, labels=labels)
 
     return _Permuted(model)
-
-
-def _contrast_view(model, body_name, weight: float, temperature: float):
-    """The training module of masked LM with the halves' contrastive loss (``stages.objectives.contrastive``):
-    one pass of the transformer over the 2n rows, the masked-LM output layer at the selected positions, and
-    InfoNCE over the rows' mean-pooled final states (the mean the fine-tuning head reads; padding excluded):
-    row i's positive is row i + n, every other row of the batch a negative, cosine / ``temperature``, the
-    mean of the A -> B and B -> A cross-entropies. The loss is masked LM + ``weight`` x InfoNCE in training
-    and the masked-LM loss alone in evaluation (comparable with masked-LM runs); ``pair_accuracy`` is the
-    share of rows whose nearest other row is their own other half."""
-    from types import SimpleNamespace
-
-    import torch
-
-    if body_name is None or not hasattr(model, "cls"):
-        raise ValueError("contrastive: needs a masked-LM model (BERT or DeBERTa-v2 for masked LM)")
-
-    class _Contrast(torch.nn.Module):
-        def __init__(self, inner) -> None:
-            super().__init__()
-            self.inner = inner
-
-        def forward(self, input_ids, attention_mask=None, labels=None, positions=None, **kwargs):
-            hidden = getattr(self.inner, body_name)(input_ids=input_ids, attention_mask=attention_mask, **kwargs)[0]
-            picked = hidden.reshape(-1, hidden.size(-1)).index_select(0, positions)
-            mlm = _mlm_result(self.inner.cls(picked), labels.reshape(-1).index_select(0, positions), positions)
-            nce, accuracy = contrastive_loss(hidden, attention_mask, temperature)
-            loss = mlm.loss + weight * nce if self.inner.training else mlm.loss
-            return SimpleNamespace(loss=loss, logits=mlm.logits, labels=mlm.labels, mlm_loss=mlm.loss,
-                                   pair_loss=nce, pair_accuracy=accuracy)
-
-    return _Contrast(model)
-
-
-def contrastive_loss(hidden, attention_mask, temperature: float):
-    """(InfoNCE, retrieval accuracy) of 2n rows whose row i and row i + n are a positive pair: the mean of the
-    two directions' cross-entropies over cosine similarities / ``temperature`` (a row is never its own
-    negative). Pooling is the masked mean over ``attention_mask``."""
-    import torch
-
-    rows = hidden.size(0)
-    if rows % 2:
-        raise ValueError(f"contrastive: {rows} rows; expected pairs (2n)")
-    n = rows // 2
-    m = attention_mask.unsqueeze(-1).to(hidden.dtype) if attention_mask is not None else torch.ones_like(hidden[..., :1])
-    pooled = (hidden * m).sum(1) / m.sum(1).clamp(min=1)
-    z = torch.nn.functional.normalize(pooled.float(), dim=-1)
-    sim = z @ z.T / temperature
-    sim = sim.masked_fill(torch.eye(rows, dtype=torch.bool, device=sim.device), float("-inf"))
-    target = torch.cat([torch.arange(n, rows), torch.arange(0, n)]).to(sim.device)
-    loss = torch.nn.functional.cross_entropy(sim, target)
-    accuracy = (sim.argmax(-1) == target).float().mean()
-    return loss, accuracy

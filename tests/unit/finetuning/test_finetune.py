@@ -48,8 +48,7 @@ def test_stage_trains_and_saves_a_classifier(models, tmp_path, paradigm):
 
     cfg = load_config(tmp_path / "params.yaml", paradigm)
     tok = AutoTokenizer.from_pretrained(str(out))
-    again = make_classifier(paradigm, out, LABELS, tok, init="pretrained", seed=0, head=cfg.head,
-                            pooled_norm=cfg.pooled_norm)
+    again = make_classifier(paradigm, out, LABELS, tok, init="pretrained", seed=0, head=cfg.head)
     again.model.eval()
     test = read_task(models.task).query("split == 'test'")
     got = scores(test["label"].map(LABELS.index).to_numpy(), predict(again, tok, test["text"].tolist(), cfg,
@@ -249,35 +248,6 @@ def test_pooled_head_saves_and_reloads_the_same_scores(models, tmp_path, paradig
     assert torch.allclose(alone[0], clf.scores(batch)[1], atol=1e-4)
 
 
-@pytest.mark.parametrize("pool_from", ["decoder", "both"])
-def test_t5_pooled_from_the_decoder_saves_reloads_and_ignores_padding(models, tmp_path, pool_from):
-    from transformers import T5Model
-
-    from stages.finetune import encode
-    from stages.finetuning.heads import make_classifier
-
-    cfg = load_config(write_params(tmp_path / "p.yaml", epochs=1, head="pooled", pool_from=pool_from), "t5")
-    out = finetune(cfg, paradigm="t5", init="pretrained", model_dir=models.models["t5"],
-                   df=read_task(models.task), log=lambda m: None)
-    clf, tok = out["classifier"], out["tokenizer"]
-    assert isinstance(clf.model.body, T5Model)  # encoder and decoder both run
-    assert clf.model.out.in_features == (2 if pool_from == "both" else 1) * clf.model.body.config.d_model
-    clf.model.save_pretrained(str(tmp_path / "saved"))
-    again = make_classifier("t5", tmp_path / "saved", LABELS, tok, init="pretrained", seed=7, head="pooled",
-                            pool_from=pool_from)
-    clf.model.eval()
-    again.model.eval()
-    texts = ["The farmer visited the castle by the old river.", "a market"]
-    batch = encode(tok, texts, cfg, "t5")
-    assert torch.allclose(clf.scores(batch), again.scores(batch), atol=1e-5)
-    alone = clf.scores(encode(tok, texts[1:], cfg, "t5"))
-    assert torch.allclose(alone[0], clf.scores(batch)[1], atol=1e-4)  # padding does not leak into the mean
-    # the decoder's states are what is pooled: changing the decoder's weights changes the scores
-    with torch.no_grad():
-        clf.model.body.decoder.final_layer_norm.weight.mul_(2.0)
-    assert not torch.allclose(clf.scores(batch), again.scores(batch), atol=1e-3)
-
-
 def test_pooled_random_init_differs_from_pretrained_only_in_the_body(models, tmp_path):
     from stages.finetuning.heads import make_classifier
 
@@ -342,33 +312,27 @@ class _ConstantPlusSignal(torch.nn.Module):
             1, input_ids.size(1), 1))
 
 
-@pytest.mark.parametrize("norm", ["batch", "layer"])
-def test_pooled_norm_batch_removes_the_shared_direction_layer_keeps_it(norm):
+def test_pooled_batch_norm_removes_the_shared_direction():
     from stages.finetuning.heads import _Pooled
 
     torch.manual_seed(0)
     signal = 0.01 * torch.randn(8, 16)
-    head = _Pooled(_ConstantPlusSignal(signal), 16, 3, norm=norm)
+    head = _Pooled(_ConstantPlusSignal(signal), 16, 3)
     ids, mask = torch.arange(8).unsqueeze(1).repeat(1, 4), torch.ones(8, 4, dtype=torch.long)
     pooled = head.body(ids, mask).last_hidden_state.mean(1)
     normed = head.norm(pooled)
     spread = normed.std(0).mean().item()  # how far apart the examples are after the norm, per feature
-    if norm == "batch":
-        assert spread == pytest.approx(1.0, abs=0.1)  # standardised over the examples: what differs is kept
-        assert torch.allclose(normed.mean(0), torch.zeros(16), atol=1e-3)
-    else:
-        assert spread < 0.01  # per example: the shared vector dominates, the examples look alike
+    assert spread == pytest.approx(1.0, abs=0.1)  # standardised over the examples: what differs is kept
+    assert torch.allclose(normed.mean(0), torch.zeros(16), atol=1e-3)
 
 
-def test_pooled_batch_norm_trains_on_a_batch_of_one_and_rejects_unknown_norms():
+def test_pooled_batch_norm_trains_on_a_batch_of_one():
     from stages.finetuning.heads import _Pooled
 
-    head = _Pooled(_ConstantPlusSignal(torch.randn(4, 8)), 8, 2, norm="batch")
+    head = _Pooled(_ConstantPlusSignal(torch.randn(4, 8)), 8, 2)
     head.train()
     logits = head(torch.zeros(1, 3, dtype=torch.long), torch.ones(1, 3, dtype=torch.long))
     assert logits.shape == (1, 2) and torch.isfinite(logits).all()  # running statistics, not a crash
-    with pytest.raises(ValueError, match="pooled_norm"):
-        _Pooled(_ConstantPlusSignal(torch.randn(4, 8)), 8, 2, norm="group")
 
 
 def test_length_batches_cover_every_example_once_with_similar_lengths():
@@ -535,7 +499,6 @@ def test_bert_reparametrisations_are_applied_before_training_in_order_and_refuse
     from stages.finetuning import heads
 
     refused = [({"head": "prompt", "embedding_rms": 0.02}, "embedding_rms"),
-               ({"init_relative_lr": True, "scale_lr_by_rms": True}, "init_relative_lr"),
                ({"head": "prompt", "reinit_layers": 1}, "reinit_layers"),
                ({"head": "pooled", "reinit_layers": -1}, "reinit_layers")]
     for i, (overrides, key) in enumerate(refused):
@@ -551,38 +514,6 @@ def test_bert_reparametrisations_are_applied_before_training_in_order_and_refuse
     out = finetune(cfg, paradigm="bert", init="pretrained", model_dir=models.models["bert"],
                    df=read_task(models.task), log=lambda m: None)
     assert seen == [("rescale", 0.02), ("reinit", 1, 3)] and out["metrics"]["steps"] > 0
-
-
-def test_init_relative_lr_gives_grown_matrices_proportionally_larger_rates(models, tmp_path):
-    from transformers import AutoTokenizer
-
-    from stages.finetuning.heads import init_scale_ratios, make_classifier
-    from stages.training.config import TrainConfig
-    from stages.training.loop import make_optimizer, set_lr
-
-    tok = AutoTokenizer.from_pretrained(str(models.models["bert"]))
-    clf = make_classifier("bert", models.models["bert"], LABELS, tok, init="random", seed=0, head="pooled")
-    state = torch.random.get_rng_state()
-    ratios = init_scale_ratios(clf.model)
-    assert torch.equal(torch.random.get_rng_state(), state)  # the run's own draws are untouched
-    body = dict(clf.model.body.named_parameters())
-    word = body["embeddings.word_embeddings.weight"]
-    assert ratios and all(p.dim() >= 2 for p in ratios) and all(v == pytest.approx(1.0, abs=0.05)
-                                                                  for v in ratios.values())
-    with torch.no_grad():
-        word.mul_(3.0)  # as if pre-training had grown it to three times its initial scale
-    ratios = init_scale_ratios(clf.model)
-    assert ratios[word] == pytest.approx(3.0, rel=0.05)
-    assert not any(n.startswith("out") or n.startswith("norm") for n, p in clf.model.named_parameters()
-                   if p in ratios)  # the head is new: plain rate
-    optimizer = make_optimizer(clf.model, TrainConfig(lr=1e-3), "cpu", lr_scales=ratios)
-    set_lr(optimizer, 2e-3)
-    rates = {id(g["params"][0]): g["lr"] for g in optimizer.param_groups}
-    assert rates[id(word)] == pytest.approx(2e-3 * ratios[word])
-    head = next(p for n, p in clf.model.named_parameters() if not n.startswith("body."))
-    assert rates[id(head)] == pytest.approx(2e-3)
-    with pytest.raises(ValueError, match="scale_lr_by_rms"):
-        make_optimizer(clf.model, TrainConfig(lr=1e-3, scale_lr_by_rms=True), "cpu", lr_scales=ratios)
 
 
 def test_reinit_top_layers_draws_only_the_top_layers_anew_per_seed(models):

@@ -252,6 +252,3 @@ def test_the_objective_line_names_electra_when_bert_pre_trained_with_it():
         "masked language modelling with sentence-order prediction (ALBERT's), 30% of the positions selected "
         "for prediction")
     assert "next-sentence prediction (BERT's)" in _objective(record({"objective": "nsp"}), "pretrain@bert")
-    assert _objective(record({"objective": "contrastive", "mlm_select": 0.3}), "pretrain@bert") == (
-        "masked language modelling with an in-batch contrastive loss between the two halves of each document, "
-        "30% of the positions selected for prediction")

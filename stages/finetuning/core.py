@@ -43,7 +43,8 @@ class FinetuneConfig:
     aux_lm_weight: GPT-1's auxiliary LM loss weight for GPT (0 = off); aux_lm_fraction: the share of positions
     it is estimated on each step (1 = all). t5_prefix: T5's task prefix.
     head: ``stock`` ([CLS] / last token / text to text), ``prompt`` (BERT: a cloze) or ``pooled`` (masked mean,
-    a BatchNorm, linear; see stages.finetuning.heads).
+    a BatchNorm, linear; see stages.finetuning.heads). ``prompt`` is for a BERT user with few labeled examples
+    (tens per class), where PET and LM-BFF found a cloze ahead of a new head; no profile uses it.
     seed: head initialisation, sample and order of one run.
     seeds: the stage's runs (mean and std are reported; the best on validation is saved).
     lr_grid: learning rates tried with the first seed; the best on validation is used for every seed

@@ -47,6 +47,7 @@ class DaptConfig:
     """A ``dapt.<paradigm>`` section: only the run; the model is the general checkpoint's."""
 
     train: TrainConfig = field(default_factory=TrainConfig)
+    """The run."""
 
 
 def load_config(params_path: Path, section_name: str, paradigm: str, variant: str | None = None):

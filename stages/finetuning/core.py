@@ -19,77 +19,78 @@ INITS = ("pretrained", "dapt", "random")
 
 @dataclass(frozen=True, kw_only=True)
 class TaskGateConfig:
+    """The labeled task's check before training: each label's share of the training split."""
+
     min_class_share: float = 0.005
+    """Smallest share of the training examples a label may have (the gate fails below it)."""
     max_class_share: float = 0.3
+    """Largest share of the training examples a label may have."""
 
 
 @dataclass(frozen=True, kw_only=True)
 class FinetuneConfig:
-    """labels: the expected label set (the gate fails on any other). max_len: tokens per example.
-    max_train_examples: a seeded sample of the train split (0 = all). epochs: at most this many passes;
-    min_steps: more passes when a small sample would otherwise give fewer updates (the data-efficiency curve).
-    micro_batch, lr, warmup_fraction, weight_decay: the recipe (the same for every initialisation).
-    length_pool: batches of similar lengths: each run of this many batches of the shuffled order is sorted
-    by length before it is cut, and the batches are shuffled (0 = off). The task's texts are 87-92 tokens on
-    average but nearly every random batch of 32 holds one that fills max_len 128, so this cuts the tokens a
-    step computes by about 30%.
-    eval_every: steps between validation scores; patience: evaluations without improvement before stopping.
-    max_eval_examples: validation examples scored during training (0 = all; the test split is always whole).
-    val_select: the validation score a run reports, and the learning rate, the saved seed and the model gate
-    choose on: ``full`` scores the restored best checkpoint on the whole validation split once more (when
-    ``max_eval_examples`` scored only a sample: a 300-example sample moves macro-F1 by several points between
-    runs that the whole split cannot tell apart), ``sample`` keeps the sample's best score (the evaluate stage's
-    data-efficiency curve runs use it: its many runs skip the extra pass).
-    aux_lm_weight: GPT-1's auxiliary LM loss weight for GPT (0 = off); aux_lm_fraction: the share of positions
-    it is estimated on each step (1 = all). t5_prefix: T5's task prefix.
-    head: ``stock`` ([CLS] / last token / text to text), ``prompt`` (BERT: a cloze) or ``pooled`` (masked mean,
-    a BatchNorm, linear; see stages.finetuning.heads). ``prompt`` is for a BERT user with few labeled examples
-    (tens per class), where PET and LM-BFF found a cloze ahead of a new head; no profile uses it.
-    seed: head initialisation, sample and order of one run.
-    seeds: the stage's runs (mean and std are reported; the best on validation is saved).
-    lr_grid: learning rates tried with the first seed; the best on validation is used for every seed
-    ([] = ``lr``). Chosen per initialisation: a pre-trained and a random body rarely share a best rate.
-    scale_lr_by_rms: each tensor's rate is ``lr`` times its root mean square (as pre-training's option of the
-    same name): T5's embedding (RMS 1) otherwise hardly moves; the rates are then about 10x plain AdamW's.
-    embedding_rms: BERT only: before the first step, the body's embedding tables are scaled by one factor so
-    that the word embeddings' RMS is this (0 = off): the same function (they feed a LayerNorm), but Adam moves
-    the vectors at the pace it moves a fresh initialisation's (``stages.finetuning.heads.rescale_embeddings``).
-    reinit_layers: BERT only: the body's top this many transformer layers are drawn anew before the first step
-    (Zhang et al. 2021; ``stages.finetuning.heads.reinit_top_layers``); 0 = off. A random body stays random.
-    workers: the stage's runs at a time (> 1: spawned processes of one torch thread each; on a few CPU
-    cores two one-thread runs finish sooner than two two-thread runs one after the other).
-    precision: ``auto`` runs the forward passes under bf16 autocast where the device multiplies bf16
-    natively (a recent GPU, or a CPU with AMX / AVX512-BF16), fp32 elsewhere; ``fp32`` / ``bf16`` force it.
-    Weights, optimizer state and losses stay fp32."""
+    """The fine-tuning recipe, the same for every initialisation of a paradigm."""
 
     labels: tuple[str, ...]
+    """The expected label set, in order; the gate fails on any other label in the data."""
     max_len: int = 64
+    """Tokens per example; longer texts are cut."""
     max_train_examples: int = 0
+    """A seeded sample of this many training examples (0 = all)."""
     epochs: int = 2
+    """Passes over the training examples, at most."""
     min_steps: int = 0
+    """More passes when a small sample would otherwise give fewer updates than this (0 = off)."""
     micro_batch: int = 32
+    """Examples per update."""
     length_pool: int = 0
+    """Batches of similar lengths: each run of this many batches is sorted by length, then shuffled (0 = off)."""
     lr: float = 5e-4
+    """Peak learning rate (AdamW), used when ``lr_grid`` is empty."""
     warmup_fraction: float = 0.06
+    """Share of the updates spent on linear warmup before the cosine decay to 0."""
     weight_decay: float = 0.01
+    """AdamW weight decay on matrices."""
     eval_every: int = 50
+    """Updates between validation scores."""
     patience: int = 3
+    """Validation scores without a better macro-F1 before the run stops (the best weights are restored)."""
     max_eval_examples: int = 0
+    """Validation examples scored during training (0 = all); the best checkpoint is then scored on all of them."""
     val_select: str = "full"
+    """``full``: choose rates, seeds and models on the best checkpoint's whole-split validation score;
+    ``sample``: keep the sampled score (the evaluate stage's data-efficiency curve runs use it)."""
     aux_lm_weight: float = 0.5
+    """GPT only: weight of GPT-1's auxiliary language-model loss beside the classifier's (0 = off)."""
     aux_lm_fraction: float = 1.0
+    """GPT only: share of positions the auxiliary loss is estimated on each update (1 = all)."""
     t5_prefix: str = "classify: "
+    """T5 only: the task prefix put before each text."""
     head: str = "stock"
+    """``pooled``: masked mean of the top layer (T5: the encoder's), a BatchNorm and a linear layer; ``stock``: each
+    model's own classification head ([CLS], last token, text to text); ``prompt``: BERT only, a cloze over label
+    words, for a user with few labeled examples (tens per class), where PET and LM-BFF found a cloze ahead of a
+    new head."""
     seed: int = 0
+    """Seed of one run: head initialisation, sample and order."""
     seeds: tuple[int, ...] = (0,)
+    """The stage's runs: mean and std reported, the best on validation saved."""
     lr_grid: tuple[float, ...] = ()
+    """Learning rates tried with the first seed, per initialisation; the best on validation is used ([] = ``lr``)."""
     scale_lr_by_rms: bool = False
+    """Each tensor's rate is ``lr`` times its root mean square (as pre-training's option); rates are then ~10x."""
     embedding_rms: float = 0.0
+    """BERT only: word embeddings rescaled to this RMS before the first update, the function unchanged (0 = off)."""
     reinit_layers: int = 0
+    """BERT only: the top this many transformer layers drawn anew before the first update (0 = off)."""
     workers: int = 1
+    """The stage's runs at a time (more than 1: spawned processes of one torch thread each)."""
     threads: int = 0
+    """CPU threads for torch in one run (0 = torch's default)."""
     precision: str = "auto"
+    """``auto``: bf16 autocast where the device multiplies bf16 natively, else fp32; ``fp32`` or ``bf16`` force it."""
     gate: TaskGateConfig = field(default_factory=TaskGateConfig)
+    """The labeled task's check."""
 
     def __post_init__(self) -> None:
         check(len(self.labels) >= 2 and len(set(self.labels)) == len(self.labels), "labels: need 2+ distinct labels")

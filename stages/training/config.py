@@ -14,19 +14,26 @@ PRECISIONS = ("auto", "fp32", "bf16")
 
 @dataclass(frozen=True, kw_only=True)
 class ModelConfig:
-    """Transformer size. layers: per stack (T5 has an encoder and a decoder of this depth). d_model: hidden
-    size. heads: attention heads (d_model must divide by it). d_ff: feed-forward width. dropout: 0 follows
-    modern pre-training practice (and keeps runs comparable step for step)."""
+    """The transformer's size and initialisation (a fresh model; DAPT continues the general model)."""
 
     layers: int = 2
+    """Transformer layers per stack (T5 has an encoder and a decoder of this depth)."""
     d_model: int = 128
+    """Hidden size; a multiple of ``heads``."""
     heads: int = 2
+    """Attention heads per layer."""
     d_ff: int = 512
+    """Feed-forward width."""
     dropout: float = 0.0
+    """Dropout rate in [0, 1); 0 as in modern pre-training."""
     arch: str = "bert"
+    """BERT only: ``bert`` (BertForMaskedLM) or ``deberta_v2`` (relative positions and a convolution layer)."""
     conv_kernel: int = 3
+    """``deberta_v2`` only: the convolution's kernel width (0 = no convolution)."""
     local_bias: float = 0.0
+    """T5 only: relative position biases start as a distance penalty of this slope per token (0 = T5's own init)."""
     cross_match: float = 0.0
+    """T5 only: one decoder cross-attention head starts as a token matcher of this strength (0 = T5's own init)."""
 
     def __post_init__(self) -> None:
         check(self.arch in ("bert", "deberta_v2"), "arch: one of bert, deberta_v2")
@@ -42,58 +49,56 @@ class ModelConfig:
 
 @dataclass(frozen=True, kw_only=True)
 class TrainConfig:
-    """The run. budget_tokens: input tokens to train on (the same budget for each paradigm is equal data;
-    budget_flops > 0 instead sets the budget in FLOPs, converted with the model's FLOPs per token).
-    micro_batch: blocks per forward pass per device; grad_accum: micro-batches per optimizer step (the
-    global batch is micro_batch x grad_accum x devices). lr: peak learning rate, reached after
-    warmup_fraction of the steps, then cosine decay to lr x min_lr_ratio. weight_decay, betas, clip: AdamW
-    and gradient-norm clipping. precision: auto = bf16 autocast where the device multiplies bf16 natively
-    (a GPU that supports it, a CPU with AMX or AVX512-BF16), fp32 elsewhere.
-    compile: torch.compile the model. eval_every / checkpoint_every / log_every: in optimizer steps.
-    eval_blocks: held-out blocks per evaluation. seed: initialisation, data order and masks.
-    peak_tflops: the device's peak for MFU (0 = look up known GPUs; unknown devices report no MFU).
-    threads: CPU threads for torch (0 = torch's default).
-    mlm_select: masked LM only: the share of positions selected for prediction (BERT: 0.15; Wettig et al.
-    2023, "Should You Mask 15% in Masked Language Modeling?", found higher rates better for small budgets).
-    objective: T5: ``span_corruption`` (T5's own), ``ul2`` (span corruption and a prefix LM, half and
-    half, per block), ``prefix_lm``, ``reconstruct`` (the T5 paper's BERT-style denoising) or ``bart``
-    (BART's text infilling with sentence permutation); ``stages.objectives.denoisers`` says what each does. BERT: ``masked_lm`` (its own) or ``electra``
-    (replaced-token detection, ``stages.objectives.electra``; ``mlm_select`` is then the generator's masking
-    rate and ``rtd_weight`` the discriminator loss's weight, ELECTRA's 50), ``nsp`` or ``sop`` (masked LM plus
-    BERT's next-sentence or ALBERT's sentence-order prediction, ``stages.objectives.sentence_pairs``). GPT:
-    ``causal_lm`` (its own) or ``permuted`` (XLNet's permuted LM with two-stream attention and partial
-    prediction, ``stages.objectives.permuted_lm``). "" = the paradigm's own objective.
-    generator_size: ``electra`` only: a separate generator of this share of the model's width, sharing its word
-    embeddings (``stages.training.electra``; the paper's best: 1/4 to 1/2); 0 = generator and discriminator
-    are one model, all weights tied.
-    scale_lr_by_rms: each tensor's step is ``lr`` times its root mean square (nanoT5's AdamWScale, Adafactor's
-    relative steps), for T5, whose initialisation assumes such an optimizer: ``lr`` is then about 10x what
-    plain AdamW takes (nanoT5: 2e-2)."""
+    """One pre-training or DAPT run: budget, batch, optimizer and schedule, logging, and the objective."""
 
     budget_tokens: int = 1_000_000
+    """Input tokens to train on (steps = budget / tokens per step, rounded up)."""
     budget_flops: float = 0.0
+    """When > 0, the budget in model FLOPs instead, converted with the model's FLOPs per token."""
     micro_batch: int = 16
+    """Blocks per forward pass per device."""
     grad_accum: int = 1
+    """Micro-batches per optimizer step (global batch: micro_batch x grad_accum x devices)."""
     lr: float = 1e-3
+    """Peak learning rate (AdamW), reached after the warmup."""
     warmup_fraction: float = 0.05
+    """Share of the steps spent on linear warmup, in [0, 1)."""
     min_lr_ratio: float = 0.1
+    """The cosine decay ends at lr x this, in [0, 1]."""
     weight_decay: float = 0.01
+    """AdamW weight decay on matrices (not on biases and norms)."""
     betas: tuple[float, ...] = (0.9, 0.98)
+    """AdamW's two betas, each in [0, 1)."""
     clip: float = 1.0
+    """Gradient-norm clipping (0 = off)."""
     precision: Literal["auto", "fp32", "bf16"] = "auto"  # PRECISIONS
+    """``auto``: bf16 autocast where the device multiplies bf16 natively (GPU; CPU with AMX or AVX512-BF16)."""
     compile: bool = False
+    """Run the model through torch.compile."""
     eval_every: int = 100
+    """Optimizer steps between held-out evaluations."""
     eval_blocks: int = 256
+    """Held-out blocks scored per evaluation."""
     checkpoint_every: int = 100
+    """Optimizer steps between checkpoints (a restarted run with the same inputs resumes there)."""
     log_every: int = 10
+    """Optimizer steps between logged loss rows."""
     seed: int = 0
+    """Initialisation, data order and masks."""
     peak_tflops: float = 0.0
+    """The device's peak for MFU (0 = known GPUs only; no MFU on CPU)."""
     threads: int = 0
+    """CPU threads for torch (0 = torch's default)."""
     mlm_select: float = 0.15
+    """Masked LM: share of positions selected for prediction, in (0, 1) (BERT: 0.15; ELECTRA: the generator's)."""
     objective: str = ""
+    """Another pre-training objective of the paradigm ("" = its own): docs/stages.md lists them."""
     rtd_weight: float = 50.0
+    """``electra`` only: weight of the replaced-token-detection loss beside the generator's."""
     generator_size: float = 0.0
+    """``electra`` only: a separate generator of this share of the model's width (0 = one model, tied)."""
     scale_lr_by_rms: bool = False
+    """Each tensor's step is lr x its RMS (nanoT5's AdamWScale); for T5, whose initialisation expects it."""
 
     def __post_init__(self) -> None:
         check(0 < self.mlm_select < 1, "mlm_select: must be in (0, 1)")
@@ -120,4 +125,6 @@ class PretrainConfig:
     """A ``pretrain.<paradigm>`` or ``dapt.<paradigm>`` section merged over its ``defaults``."""
 
     model: ModelConfig = field(default_factory=ModelConfig)
+    """The model (pre-training only)."""
     train: TrainConfig = field(default_factory=TrainConfig)
+    """The run."""

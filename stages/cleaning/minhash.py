@@ -21,7 +21,8 @@ _WORD = re.compile(r"\w+")
 
 @dataclass(frozen=True, kw_only=True)
 class MinHashConfig:
-    """MinHash near-duplicate removal with LSH banding (module docstring)."""
+    """MinHash near-duplicate removal with LSH banding: each cluster of documents agreeing on a band keeps its
+    smallest id."""
 
     enabled: bool = False
     """Remove near-duplicate pages (C4 does not)."""

@@ -1,7 +1,6 @@
-"""What a flow run shows in the Prefect UI, built from the files the stages write: each Great Expectations
-gate as a table, each stage's metrics and the evaluation report as markdown, links to the report, the gates'
-Data Docs and the exported Bento. Keys are stable (``gate-clean-general``, ``metrics-pretrain-bert``, ...) so the UI keeps each
-one's history across runs."""
+"""What a flow run shows in the Prefect UI, built from the files the stages write: gates as tables, metrics
+and the evaluation report as markdown, and links. Keys are stable (``gate-clean-general``, ...) so the UI
+keeps each one's history."""
 
 from __future__ import annotations
 
@@ -68,8 +67,7 @@ REPORTS_URL = "LMPIPE_REPORTS_URL"  # where the project folder's reports/ and di
 
 
 def embed_figures(markdown: str, base: Path) -> str:
-    """The report with its figures inline: each ``![alt](relative.svg|png)`` becomes a data URI, so the UI shows
-    the figure (a relative path would resolve against the UI's own address). Missing files are left as they are."""
+    """The report with each ``![alt](relative.svg|png)`` figure inlined as a data URI (missing files left)."""
     import base64
 
     kinds = {".svg": "image/svg+xml", ".png": "image/png"}
@@ -98,8 +96,7 @@ def file_link(root: Path, path: Path) -> str | None:
 
 
 def publish_run(root: Path) -> int:
-    """The evaluation report (figures inline) and where the run's files are: links when they are served
-    (``LMPIPE_REPORTS_URL``, or a Bento exported to a URL), else their paths on the machine that ran it."""
+    """The evaluation report (figures inline) and the run's files: links when served, else local paths."""
     from prefect.artifacts import create_link_artifact, create_markdown_artifact
 
     made = 0

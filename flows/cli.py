@@ -8,8 +8,7 @@
     lm-pipeline clean --input docs.jsonl --output out/   # C4 cleaning of anyone's JSONL / Parquet
     lm-pipeline ingest|tokenizer|tokens|pretrain|finetune|evaluate|package ...   # one stage, as dvc.yaml runs it
 
-Each subcommand is the module's own command line (``python -m stages.clean ...`` and ``lm-pipeline clean ...``
-take the same arguments and give the same exit codes); ``lm-pipeline SUBCOMMAND --help`` shows them.
+Each subcommand is its module's own command line (same arguments and exit codes; ``--help`` shows them).
 """
 
 from __future__ import annotations

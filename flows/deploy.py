@@ -3,11 +3,8 @@
     python -m flows.deploy                                   # deployment lm-pipeline/scheduled, nightly at 03:00
     python -m flows.deploy --cron "0 */6 * * *" --profile tiny --target package
 
-``flow.serve`` registers the deployment (its cron schedule and default parameters: profile, target, and the
-scale-out ones: dask, train_processes, launcher, launch_args) with the
-Prefect server named by ``PREFECT_API_URL`` and then runs its scheduled and manually triggered runs in this
-process until stopped (Ctrl-C pauses the schedule). ``make ui`` starts a local server and this together.
-Runs can be triggered from the UI or with
+``flow.serve`` registers the deployment (schedule and default parameters) with the server at
+``PREFECT_API_URL`` and runs its runs in this process until stopped; trigger one from the UI or with
 ``prefect deployment run lm-pipeline/scheduled --param profile=tiny``.
 """
 

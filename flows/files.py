@@ -1,6 +1,5 @@
-"""A read-only file server for a project's ``reports/`` and ``dist/`` folders on 127.0.0.1, so the links of the
-Prefect artifacts open in a browser (pages of the UI cannot open ``file://`` links). ``make ui`` starts it
-beside the Prefect server and hands its address to the flow runs as ``LMPIPE_REPORTS_URL``.
+"""A read-only file server for ``reports/`` and ``dist/`` on 127.0.0.1, so the Prefect artifacts' links open
+(a web page cannot open ``file://``); ``make ui`` passes its address as ``LMPIPE_REPORTS_URL``.
 
     python -m flows.files [--root .] [--port 4201]
 """
@@ -18,8 +17,8 @@ SERVED = ("reports", "dist")  # top-level folders a request may reach; anything 
 
 
 class ReportsHandler(SimpleHTTPRequestHandler):
-    """``SimpleHTTPRequestHandler`` limited to ``SERVED`` (after ``..`` and symlinks are resolved), GET/HEAD only;
-    Markdown, JSON and TSV as UTF-8 text so the browser shows them instead of downloading them."""
+    """``SimpleHTTPRequestHandler`` limited to ``SERVED`` (paths resolved), GET/HEAD only; Markdown, JSON and
+    TSV served as UTF-8 text."""
 
     extensions_map = {**SimpleHTTPRequestHandler.extensions_map, ".md": "text/plain; charset=utf-8",
                       ".json": "application/json; charset=utf-8", ".tsv": "text/plain; charset=utf-8",

@@ -1,5 +1,4 @@
-"""The stage graph, read from ``dvc.yaml`` through DVC itself, so there is no second copy of the DAG to keep
-in sync: a flow runs what ``dvc repro TARGET`` would, stage by stage, in an order DVC agrees with."""
+"""The stage graph, read from ``dvc.yaml`` through DVC itself (no second copy of the DAG)."""
 
 from __future__ import annotations
 

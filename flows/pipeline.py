@@ -6,17 +6,11 @@
     python -m flows.pipeline --dask tcp://scheduler:8786      # cleaning and tokenization shards on Dask
     python -m flows.pipeline --train-processes 8             # pre-training and DAPT in 8 processes (torchrun)
 
-Each task runs ``dvc repro --single-item <stage>``, so DVC's cache still skips whatever is unchanged and the
-stage's code runs exactly as under ``dvc repro``; the flow holds no stage logic. A stage that fails (a gate
-included) fails its task with the stage's own error line, and the tasks downstream of it do not run. Stages
-that reach the registries (``ingest``, ``clean``) retry. After each stage its gate reports and metrics are
-published as artifacts (``flows.artifacts``); after the run, the evaluation report and links.
-
-Scale-out goes through the stages' environment, which DVC does not track because the outputs do not depend
-on it: ``dask`` sets ``LMPIPE_DASK`` (``stages.common.shards``: the cleaning and tokenization shards run as
-tasks on that Dask cluster, through a plain Dask client; Prefect stays here, around the stages), and ``train_processes``
-/ ``launcher`` / ``launch_args`` set ``LMPIPE_TRAIN_*`` for the pre-training and DAPT stages
-(``stages.training.launch``: the stage starts itself under ``torchrun`` or ``accelerate launch``).
+Each task runs ``dvc repro --single-item <stage>`` (DVC's cache skips what is unchanged; the flow holds no
+stage logic). A failed stage fails its task with its own error line and nothing downstream runs; after each
+stage its reports are published as artifacts (``flows.artifacts``). Scale-out goes through the environment,
+which DVC does not track: ``LMPIPE_DASK`` (``stages.common.shards``) and ``LMPIPE_TRAIN_*``
+(``stages.training.launch``).
 """
 
 from __future__ import annotations
@@ -62,20 +56,17 @@ def stage_env(stage: str, *, dask: str | None = None, train_processes: int = 1, 
     return env
 
 
-# DVC's advice after each stage ("git add dvc.lock", "dvc push", auto staging): about half of a stage's lines,
-# and not about the stage. Dropped from the task logs.
+# DVC's git/push advice after each stage, dropped from the task logs.
 DVC_HINTS = ("To track the changes with git, run:", "git add ", "To enable auto staging, run:",
              "dvc config core.autostage true", "Use `dvc push` to send your updates to remote storage.")
 
-# Hours a stage may run before its process group is stopped (the flow's ``stage_timeout_hours`` overrides all):
-# generous for the default profile on 2 CPU cores (minutes each), there to end a hung stage, not a slow one.
+# Hours a stage may run before it is stopped (``stage_timeout_hours`` overrides): ends a hung stage, not a slow one.
 STAGE_TIMEOUT_H = {"ingest": 2, "clean": 24, "tokenizer": 6, "tokens": 12, "pretrain": 168, "dapt": 168,
                    "finetune": 48, "evaluate": 48, "package": 2}
 
 
 def task_options(stage: str) -> dict:
-    """Prefect options of a stage's task: retries for the stages that download (``NETWORK_STAGES``), none for
-    the others (a failed training run or gate is not made right by running it again)."""
+    """Prefect options of a stage's task: retries only for the stages that download (``NETWORK_STAGES``)."""
     if stage.split("@", 1)[0] in NETWORK_STAGES:
         return {"retries": RETRIES, "retry_delay_seconds": RETRY_DELAY_S}
     return {}
@@ -109,12 +100,9 @@ def split_output(buffer: str) -> tuple[list[tuple[str, bool]], str]:
 
 def run_dvc(stage: str, root: Path, extra_env: dict[str, str] | None = None, *, on_line=None, force: bool = False,
             timeout_s: float | None = None, progress_every_s: float = 30.0, keep: int = 400) -> StageRun:
-    """``dvc repro --single-item STAGE`` in ``root``, with ``extra_env`` on top of this process's environment.
-
-    Its output (stdout and stderr together) goes to ``on_line`` line by line while it runs, without DVC's git
-    hints; a progress bar's updates at most every ``progress_every_s`` seconds (and its final state). Past
-    ``timeout_s`` the stage's whole process group is stopped (SIGTERM, then SIGKILL) and the run is marked
-    timed out. Returns the exit code and the last ``keep`` lines."""
+    """``dvc repro --single-item STAGE`` in ``root`` with ``extra_env``; output goes to ``on_line`` as it comes
+    (progress bars at most every ``progress_every_s``). Past ``timeout_s`` the process group is stopped.
+    Returns the exit code and the last ``keep`` lines."""
     import codecs
     import collections
     import queue
@@ -236,8 +224,8 @@ LOCK = ".dvc/tmp/lm-pipeline-flow.lock"
 
 @contextmanager
 def workspace_lock(root: Path):
-    """Hold ``root/LOCK`` (an exclusive ``flock``) for a flow run: two runs on one workspace would rewrite each
-    other's params, outputs and dvc.lock. The lock dies with its process, so a killed run leaves none behind."""
+    """Hold ``root/LOCK`` (an exclusive ``flock``, gone with its process) for a flow run: two runs on one
+    workspace would rewrite each other's params, outputs and dvc.lock."""
     import fcntl
     import json
     import socket
@@ -259,16 +247,14 @@ def workspace_lock(root: Path):
         os.close(fd)  # releases the lock
 
 
-# The user's params.yaml while a profile run holds the workspace, and a hash of what the profile made of it: a
-# run killed with SIGKILL cannot restore params.yaml itself, so the next flow run on the workspace does.
+# The user's params.yaml during a profile run (and a hash of the profiled one), for `restore_params`.
 SAVED_PARAMS = ".dvc/tmp/lm-pipeline-params.before-profile"
 
 
 @contextmanager
 def profile_applied(root: Path, name: str):
-    """``params.yaml`` with the profile's keys set while the block runs, and exactly as it was afterwards
-    (also when a stage fails; after a SIGKILL, when the next flow run starts: :func:`restore_params`): a flow
-    run with a profile leaves the user's workspace on its own params."""
+    """``params.yaml`` with the profile's keys set while the block runs, restored exactly afterwards
+    (after a SIGKILL, by the next run's :func:`restore_params`)."""
     import hashlib
 
     from stages.common.atomic import write_bytes_atomic
@@ -288,9 +274,8 @@ def profile_applied(root: Path, name: str):
 
 
 def restore_params(root: Path) -> str | None:
-    """After a profile run that was killed before it could restore ``params.yaml`` (the workspace lock is
-    held, so no run is live): put the user's params back if the file is still what the profile made of it,
-    and say so; if someone edited it since, keep their file and say where the saved one is."""
+    """After a killed profile run: put the user's ``params.yaml`` back if unedited since, else keep the
+    edited one and say where the saved one is. Returns the message, or None."""
     import hashlib
 
     path, saved = root / "params.yaml", root / SAVED_PARAMS
@@ -310,22 +295,14 @@ def restore_params(root: Path) -> str | None:
             f"run are in {kept.name}")
 
 
-# One stage at a time: each stage already uses the machine's cores (cleaning workers, tokenizer threads,
-# torch), and every `dvc repro` rewrites the workspace's dvc.lock, which DVC does not promise to merge across
-# processes. The graph still decides the order, and a failure still stops only what depends on it.
+# One stage at a time: each stage uses all cores, and concurrent `dvc repro`s would race on dvc.lock.
 @flow(name="lm-pipeline", log_prints=True, task_runner=ThreadPoolTaskRunner(max_workers=1))
 def pipeline(target: str | None = None, profile: str | None = None, root: str = ".", dask: str | None = None,
              train_processes: int = 1, launcher: str = "torchrun", launch_args: str = "",
              stage_timeout_hours: float | None = None, force: list[str] | None = None) -> dict:
-    """Run ``target`` (a stage, a ``foreach`` group such as ``clean``, or everything when empty) and what it
-    needs, one task per stage; ``profile`` applies ``profiles/<profile>.yaml`` to params.yaml for the run
-    (restored afterwards).
-    ``dask``: a Dask scheduler address (or ``local[:N]``) for the cleaning and tokenization shards;
-    ``train_processes``, ``launcher`` (torchrun | accelerate), ``launch_args``: pre-training and DAPT in that
-    many processes per machine (``launch_args`` e.g. ``--nnodes 2 --node_rank 0 --rdzv_endpoint head:29500``).
-    ``force``: stages (or ``foreach`` groups) to run even when DVC finds them unchanged (``dvc repro --force``).
-    ``stage_timeout_hours``: how long any one stage may run (default: ``STAGE_TIMEOUT_H`` per kind of stage).
-    One run at a time per workspace: a second one fails at once, naming the lock and who holds it."""
+    """Run ``target`` (a stage, a ``foreach`` group, or everything when empty) and what it needs, one task
+    per stage; ``profile`` applies ``profiles/<profile>.yaml`` for the run. The other arguments are those of
+    `main`'s options. A second run on the same workspace fails at once (`workspace_lock`)."""
     base = Path(root).resolve()
     logger = get_run_logger()
     if stage_timeout_hours is not None:

@@ -1,6 +1,5 @@
-"""A local Prefect server (its embedded SQLite under the project's ``.prefect/``), the served deployment and a
-file server for ``reports/`` and ``dist/`` (``flows.files``: the artifacts' links open there): what ``make ui``
-runs. Open the printed address for the UI; Ctrl-C stops them all.
+"""What ``make ui`` runs: a local Prefect server (SQLite under ``.prefect/``), the served deployment and the
+file server (``flows.files``). Ctrl-C stops them all.
 
     python -m flows.ui [--port 4200] [--cron "0 3 * * *"] [--profile tiny] [--target package]
                        [--dask tcp://scheduler:8786] [--train-processes 8]

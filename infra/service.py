@@ -1,29 +1,16 @@
 """The BentoML service of a packaged model (``python -m stages.package`` builds it into a Bento).
 
-Thin by design: artefacts load in ``__init__``, the APIs are typed with limits, and
-pre/post-processing is imported from ``stages.serving``. ``bento_config.json`` (written beside this file in
-the build context by the package stage) names the models in the Bento, the request limits, the batching
-settings and the resources a replica needs (``package.resources``: the service config's ``resources``, which
-``bento.yaml`` records for deployment tooling), so the APIs and the OpenAPI spec list only what this Bento can
-answer:
+Thin: artefacts load in ``__init__``, pre/post-processing comes from ``stages.serving``, and
+``bento_config.json`` (written by the package stage) names the models, request limits, batching and
+resources, so the APIs list only what this Bento can answer:
 
-- ``classify`` (always): ``{"texts": [str, ...]}`` -> for each text its label and per-label scores; batchable,
-  so concurrent requests are merged into one forward pass (adaptive batching);
-- ``fill_mask`` (BERT), ``generate`` (GPT), ``text2text`` (T5): when the package stage included that
-  pre-trained model (``package.generative`` in params.yaml);
-- ``lineage``: which model this is, from which commit, and the model gate's verdict.
+- ``classify`` (always): ``{"texts": [str, ...]}`` -> labels and per-label scores; adaptive batching
+  (``LMPIPE_ADAPTIVE_BATCHING=0`` turns it off);
+- ``fill_mask`` (BERT), ``generate`` (GPT), ``text2text`` (T5): when ``package.generative`` included it;
+- ``lineage``: which model, from which commit, and the model gate's verdict (changed paths only with
+  ``LMPIPE_LINEAGE_PATHS=1``).
 
-``LMPIPE_ADAPTIVE_BATCHING=0`` in the environment of ``bentoml serve`` turns batching off (the benchmark
-compares both).
-
-Requests are guarded before parsing (``stages.serving.guard``): a body over what the limits allow gets 413,
-a multipart body without a boundary 400, any other body that is not JSON 415 (every API takes JSON), and with
-``LMPIPE_API_TOKEN`` (or ``LMPIPE_API_TOKEN_FILE``) set,
-a request without ``Authorization: Bearer <token>`` 401 (health probes excepted).
-
-Safe by default: the server binds 127.0.0.1 (``bentoml serve --host 0.0.0.0`` or ``BENTOML_HOST`` exposes
-it, e.g. inside a container), and ``lineage`` reports whether the packaging workspace had uncommitted
-changes and how many, but not their paths (``LMPIPE_LINEAGE_PATHS=1`` adds them).
+Requests are guarded before parsing (``stages.serving.guard``); the server binds 127.0.0.1 by default.
 """
 
 from __future__ import annotations
@@ -122,8 +109,8 @@ class LMPipeline:
     @bentoml.api(batchable=BATCHABLE, max_batch_size=BATCHING["max_batch_size"],
                  max_latency_ms=BATCHING["max_latency_ms"])
     def classify(self, texts: Texts) -> list[Prediction]:
-        """Label each text; ``scores`` are probabilities over all labels. A text longer than the model was
-        fine-tuned on (``max_len`` tokens) is cut to that length, as in training, and says so (``truncated``)."""
+        """Label each text; ``scores`` are probabilities over all labels. A text over ``max_len`` tokens is
+        cut, as in training, and says so (``truncated``)."""
         return [Prediction(**p) for p in self.classifier.classify(texts)]
 
     @bentoml.api
@@ -166,10 +153,7 @@ class LMPipeline:
                 raise InvalidArgument(str(exc)) from exc
 
 
-# Bodies over what a valid request can need (413), multipart bodies without a boundary (400), bodies of any
-# other type than JSON (415: BentoML's multipart reader never sees them) and, when the
-# operator set a token (LMPIPE_API_TOKEN / LMPIPE_API_TOKEN_FILE), requests without it (401) are refused before
-# any parsing (stages.serving.guard).
+# Invalid or unauthorised requests are refused before any parsing (stages.serving.guard).
 from stages.serving.guard import RequestGuard, api_token, body_limit, install_log_filter  # noqa: E402
 
 LMPipeline.add_asgi_middleware(RequestGuard, max_bytes=body_limit(LIMITS), token=api_token())

@@ -1,9 +1,7 @@
 """The record cleaning filters work on, and the base class that counts, times and samples what they drop.
 
-A filter looks at one :class:`Doc` and answers keep (``None``) or drop (a named reason). Line-level filters
-may rewrite ``doc.text`` and count the lines they removed, by reason. The base class keeps, per filter,
-documents in/out, drops by reason, lines dropped by reason, characters in/out and time spent, and a few
-rejected documents per reason for audit (in the style of datatrove's ``BaseFilter``).
+A filter answers keep (``None``) or drop (a reason) for one :class:`Doc`; line filters may rewrite
+``doc.text``. The base class keeps the counts and a few rejects per reason (as datatrove's ``BaseFilter``).
 """
 
 from __future__ import annotations

@@ -1,12 +1,7 @@
 """C4's page and line rules, implemented to match tensorflow_datasets ``text/c4_utils.py``.
 
-Reference behaviour (Raffel et al. 2020, section 2.2, and ``clean_page`` in c4_utils.py), in its order:
-each line is stripped; a line with a word longer than 1000 characters is dropped; citation markers
-``[1]``, ``[edit]``, ``[citation needed]`` are removed; a line must end in ``.``, ``?``, ``!`` or ``"`` and
-not in ``...``; it needs at least 5 words; "lorem ipsum" drops the page; "javascript" drops the line; "{"
-drops the page; lines with a policy/cookie phrase are dropped; kept lines' sentences are counted with
-Punkt and a page needs at least 3. Note the order matters: "{" only drops the page when it sits on a line
-that passed the earlier checks, exactly as in the reference.
+Raffel et al. 2020, section 2.2, and ``clean_page``, in its order (which matters: "{" drops the page only
+on a line that passed the checks before it): see `C4Rules`.
 """
 
 from __future__ import annotations
@@ -29,9 +24,7 @@ CITATION_RE = re.compile(r"\[\d*\]|\[edit\]|\[citation needed\]")
 
 @dataclass(frozen=True, kw_only=True)
 class C4Rules:
-    """C4's page and line rules, as tensorflow_datasets' c4_utils.py; the defaults are C4's. A threshold of
-    0 or a flag set to false switches that rule off.
-    """
+    """C4's page and line rules, in c4_utils.py's order; the defaults are C4's, 0 or false turns one off."""
 
     max_page_chars: int = 190_000
     """Drop pages longer than this many characters, before any other rule (C4: 190,000); 0 = off."""
@@ -133,8 +126,7 @@ class C4LinesFilter(Filter):
             if self._policy and any(p in lower for p in self._policy):
                 self.drop_line("policy")
                 continue
-            # C4 sums Punkt sentences over all kept lines and only compares the sum with the minimum, so
-            # counting can stop once the minimum is reached: same decision, far less Punkt work.
+            # C4 only compares the sum with the minimum, so counting stops there.
             if sentences < r.min_sentences:
                 sentences += self.count(line, r.min_sentences - sentences)
             kept.append(line)
@@ -150,8 +142,7 @@ def line_key(line: str) -> int:
 
 
 def page_key(doc: Doc) -> int:
-    """Which page keeps a duplicated line: C4 keeps the page whose URL has the smallest MD5; pages without
-    a URL use their id. Hashing (not URL order) avoids favouring any domain, as C4's comment says."""
+    """Which page keeps a duplicated line: the smallest MD5 of its URL (else id), as C4 (no domain favoured)."""
     basis = doc.url or doc.id
     return int.from_bytes(hashlib.md5(basis.encode("utf-8")).digest()[:8], "big")
 

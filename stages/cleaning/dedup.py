@@ -9,10 +9,9 @@ holding a line, the page with the smallest page key (MD5 of its URL, or of its i
 page loses it; repeats inside the keeping page are dropped too. Then pages left empty or with fewer than
 3 Punkt sentences are dropped.
 
-Memory: shards write their (line hash, page key) pairs sorted, 16 bytes per line occurrence on disk. The
-selection runs one hash bucket at a time, so its working memory is about 40 bytes x occurrences / buckets
-(measured in benchmarks/), and the final table (16 bytes per distinct line) is memory-mapped by the
-workers, so resident memory is bounded by the bucket size, not the corpus.
+Memory: shards write sorted (line hash, page key) pairs to disk; the selection runs one hash bucket at a
+time and workers memory-map the final table, so memory is bounded by the bucket, not the corpus
+(benchmarks/README.md).
 """
 
 from __future__ import annotations
@@ -30,9 +29,7 @@ from stages.config import check
 
 @dataclass(frozen=True, kw_only=True)
 class LineDedupConfig:
-    """C4's line deduplication: each line (stripped, lower-cased) is kept on one page of the corpus, the page
-    whose URL (or id) has the smallest MD5.
-    """
+    """C4's line deduplication: each line is kept on one page, the one whose URL (or id) has the smallest MD5."""
 
     enabled: bool = True
     """Remove lines that another page keeps, and repeats within a page."""
@@ -51,12 +48,10 @@ URL_RULES = ("newest", "tfds")
 def url_dedup(rows: Iterable[tuple], rule: str = "newest") -> tuple[set[int], int, int]:
     """Pick which rows survive URL and exact-duplicate dedup.
 
-    ``rows``: (index, id, url, timestamp) and, for ``rule="tfds"``, the MD5 hex digest of the text as a fifth
-    field. Among pages that share a normalised URL, ``newest`` keeps the latest timestamp (ties: the smaller
-    id; C4's paper: "the newest"), ``tfds`` keeps the page whose text has the largest MD5 hex digest, as
-    tensorflow_datasets' ``c4_utils.dedupe_urls`` does ("deterministically return a random page"), so that
-    a run can reproduce TFDS's C4 page for page. Returns (indices to drop as URL duplicates, count of URL
-    duplicates, count of exact duplicates); exact duplicates (same content id) are in the returned set.
+    ``rows``: (index, id, url, timestamp), plus the text's MD5 hex digest for ``rule="tfds"``. Per normalised
+    URL, ``newest`` keeps the latest timestamp (ties: smaller id; C4's paper), ``tfds`` the largest MD5, as
+    TFDS's ``c4_utils.dedupe_urls``. Returns (indices to drop, incl. exact duplicates; URL duplicates; exact
+    duplicates).
     """
     if rule not in URL_RULES:
         raise ValueError(f"url_dedup_rule: {rule!r} is not one of {', '.join(URL_RULES)}")
@@ -104,8 +99,8 @@ def line_pairs(doc: Doc) -> np.ndarray:
 
 
 def write_shard_pairs(pairs: list[np.ndarray], path: Path) -> int:
-    """Sort one shard's pairs by line hash and save them as a (2, n) array: row 0 the line hashes, row 1
-    the page keys. Rows, not columns, so each is contiguous: searching a strided column would copy it."""
+    """Sort one shard's pairs by line hash and save them as a (2, n) array (rows: hashes, page keys), so
+    each row is contiguous for searching."""
     arr = np.concatenate(pairs) if pairs else np.empty((0, 2), dtype=np.uint64)
     arr = arr[np.argsort(arr[:, 0], kind="stable")]
     np.save(path, np.ascontiguousarray(arr.T))

@@ -1,8 +1,5 @@
-"""What the cleaning gate checks, measured by the cleaning workers on the documents they keep, shard by shard
-and in parallel: one row of features per document (:func:`document_features`) and the output lines' hashes
-(:func:`write_line_hashes`), so the gate (``stages.quality.clean_suite``) never loads the cleaned text. The
-measurements are independent of the filters' own bookkeeping: the gate re-checks the rules on them.
-"""
+"""What the cleaning gate (``stages.quality.clean_suite``) checks, computed by the workers per shard,
+independently of the filters' bookkeeping, so the gate never loads the cleaned text."""
 
 from __future__ import annotations
 
@@ -21,11 +18,8 @@ FEATURE_COLUMNS = ["source_id", "id", "text_chars", "meta_is_json", "has_lorem_i
 
 
 def document_features(docs: list["Doc"], cfg: "CleanerConfig", *, english_rate: float = 1.0) -> pd.DataFrame:
-    """One row per kept document: what the gate checks, measured on the cleaned text.
-
-    ``english_second_opinion`` is asked of the documents whose content hash falls in the first
-    ``english_rate`` of the hash range (a sample that does not depend on sharding or worker count) and is
-    missing (None) for the others, which the gate's "mostly" expectation leaves out of its share."""
+    """One row per kept document: what the gate checks, on the cleaned text. ``english_second_opinion``
+    is computed for a content-hash sample of ``english_rate`` (None elsewhere, ignored by "mostly")."""
     from stages.cleaning.langid import is_english
     from stages.cleaning.sentences import count_sentences
     from stages.common.documents import doc_id, is_json_text

@@ -1,13 +1,5 @@
 """Gopher's quality and repetition filters (Rae et al. 2021, "Scaling Language Models", Appendix A.1.1
-and Table A1). Optional and off by default: C4 does not use them.
-
-Quality: 50 <= words <= 100,000; mean word length 3..10 characters; hash-symbol and ellipsis to word
-ratios each <= 0.1; at most 90% of lines start with a bullet; at most 30% of lines end with an ellipsis;
-at least 80% of words contain an alphabetic character; at least 2 of the stop words "the, be, to, of,
-and, that, have, with".
-Repetition: fraction of duplicate lines <= 0.30 and of characters in them <= 0.20; the same for
-paragraphs (split on blank lines); the most frequent 2/3/4-gram covers at most 20/18/16% of the
-characters; characters covered by duplicated n-grams at most 15/14/13/12/11/10% for n = 5..10.
+and Table A1; thresholds on the config fields). Off by default: C4 does not use them.
 """
 
 from __future__ import annotations

@@ -1,25 +1,15 @@
 """Language identification for C4's English filter, with a C4-faithful and a faster backend.
 
-C4 (tensorflow_datasets ``text/c4_utils.py``, ``is_language``) sets ``langdetect.DetectorFactory.seed = 0``,
-calls ``langdetect.detect_langs(text)`` and keeps a page iff the best prediction is ``en`` with
-probability >= 0.99. Its counters, in the order it checks them, become our reasons:
-``langdetect-exception`` -> "langdetect_exception", ``page-filtered-nolangpredictions`` ->
-"no_predictions", ``page-filtered-lowlangdetectconf`` -> "low_confidence" (checked *before* the
-language, so an unsure French page is "low_confidence"), ``page-filtered-ignoredlang-<lang>`` ->
-"not_english:<lang>".
+C4 (TFDS ``text/c4_utils.py``, ``is_language``) keeps a page iff langdetect (seed 0) says ``en`` with
+probability >= 0.99. Its counters, in its order, are our reasons: "langdetect_exception", "no_predictions",
+"low_confidence" (checked before the language), "not_english:<lang>".
 
-Backends:
-- ``langdetect`` (default): the C4 detector. Deterministic: the seed is set on each detector, and
-  langdetect reseeds its RNG from it at every detection. It reads at most the first 10,000 characters.
-  Run by ``langdetect-rs`` when it is installed (a dependency of this project): a port of langdetect's
-  detector to Rust with the same profiles, API and seeded random walk, whose (language, probability) pairs
-  are bit for bit langdetect's (benchmarks/README.md, "Cleaning": every sampled document of the default
-  corpora, and the same kept documents on all 43,390 that reach the filter in the default run) at about
-  10-28x the speed; ``LMPIPE_LANGDETECT=python`` forces the original Python package.
-- ``py3langid``: offline naive Bayes over byte n-grams (140 labels), much faster; probabilities are its
-  normalised ones (``norm_probs=True``), which are calibrated differently from langdetect's, so its
-  threshold is a separate choice (see ``benchmarks/cleaning_agreement.py``).
-Both load their models once per process, on first use.
+Backends (models loaded once per process, on first use):
+- ``langdetect`` (default): C4's detector, seeded per detection; run by ``langdetect-rs`` when installed,
+  a Rust port with bit-identical output (benchmarks/README.md, "Cleaning"); ``LMPIPE_LANGDETECT=python``
+  forces the Python package.
+- ``py3langid``: naive Bayes over byte n-grams with normalised probabilities, calibrated differently, so
+  its threshold is a separate choice (``benchmarks/cleaning_agreement.py``).
 """
 
 from __future__ import annotations
@@ -100,8 +90,7 @@ class LangdetectID(_Base):
 
     def best(self, text: str) -> tuple[str, float]:
         try:
-            # What detect_langs() does, with the seed given to this detector rather than set globally:
-            # Detector copies DetectorFactory.seed in __init__ and reseeds from it in every detection.
+            # detect_langs() with the seed set on this detector rather than globally.
             detector = self._factory.create()
             detector.seed = 0
             detector.append(text)
@@ -127,8 +116,7 @@ class Py3LangidID(_Base):
 
     def best(self, text: str) -> tuple[str, float]:
         ranked = self._identifier.rank(text)
-        # The featureless ranking (uniform, up to the model's folded script aliases) and "zxx", the
-        # model's own "no linguistic content" label, are not language predictions.
+        # The featureless ranking and "zxx" ("no linguistic content") are not predictions.
         if ranked == self._featureless or ranked[0][0] == "zxx":
             raise Undetectable("no_predictions")
         return ranked[0][0], float(ranked[0][1])
@@ -140,8 +128,8 @@ _lock = threading.Lock()
 
 
 def get_langid(backend: str = "langdetect") -> LangID:
-    """The process-wide identifier for ``backend``, loaded once (under a lock: langdetect's own lazy
-    loader is not thread-safe, a second thread could see a half-loaded profile table)."""
+    """The process-wide identifier for ``backend``, loaded once under a lock (langdetect's loader is not
+    thread-safe)."""
     found = _instances.get(backend)
     if found is None:
         if backend not in _FACTORIES:

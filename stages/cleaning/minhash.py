@@ -1,12 +1,8 @@
 """MinHash near-duplicate removal (Broder 1997; LSH banding as in Leskovec et al., "Mining of Massive
 Datasets", ch. 3). Optional and off by default: C4 only removes exact duplicate lines.
 
-Each document becomes a set of word n-gram shingles; ``num_perm`` seeded hash functions give its MinHash
-signature; the signature is cut into ``bands`` bands of ``num_perm / bands`` rows, and two documents that
-agree on any whole band are candidates. Candidates are joined into clusters (union-find) and each cluster
-keeps one document: the one with the smallest id, so the choice does not depend on input order or
-sharding. With 128 permutations in 16 bands of 8 the similarity at which half the pairs collide is about
-(1/16)^(1/8) = 0.71.
+Word n-gram shingles -> ``num_perm`` seeded hashes -> ``bands`` bands; documents agreeing on a whole band
+are clustered (union-find) and each cluster keeps its smallest id (order- and sharding-independent).
 """
 
 from __future__ import annotations
@@ -25,9 +21,8 @@ _WORD = re.compile(r"\w+")
 
 @dataclass(frozen=True, kw_only=True)
 class MinHashConfig:
-    """MinHash near-duplicate removal with LSH banding: documents that agree on a whole band are clustered,
-    and each cluster keeps the document with the smallest id.
-    """
+    """MinHash near-duplicate removal with LSH banding: each cluster of documents agreeing on a band keeps its
+    smallest id."""
 
     enabled: bool = False
     """Remove near-duplicate pages (C4 does not)."""
@@ -65,8 +60,7 @@ def band_hashes(text: str, cfg: MinHashConfig) -> np.ndarray:
     """One 64-bit hash per LSH band of the document's MinHash signature."""
     a, b = _permutations(cfg)
     x = shingles(text, cfg.ngram)
-    # uint64 arithmetic wraps before the mod; the wrapped affine map is still a well-mixed hash family,
-    # which is all the MinHash estimator needs (exact mod-p arithmetic would need 128-bit products).
+    # uint64 wraps before the mod: still a well-mixed hash family (exact mod-p needs 128-bit products).
     with np.errstate(over="ignore"):
         h = (x[:, None] * a[None, :] + b[None, :]) % _MERSENNE
     sig = h.min(axis=0)

@@ -1,16 +1,10 @@
-"""Run the cleaning filters over a corpus: sharded, parallel over processes or a Dask cluster
+"""Run the cleaning filters over a corpus: sharded, parallel over processes or Dask
 (``stages.common.shards``), memory bounded.
 
-Phases (C4's order, then the optional extras):
-  0. main: read the input into shards of ``shard_docs`` documents; decide URL / exact-duplicate drops
-     (needs only ids, URLs and timestamps in memory).
-  1. workers, per shard: page length, C4 line rules; write the cleaned shard and its line-hash pairs.
-  2. main: build the line-dedup selection table, bucket by bucket.
-  3. workers, per shard: line dedup (+ sentence check), language ID, bad words, Gopher quality and
-     repetition, MinHash band hashes.
-  4. main: MinHash clusters (when enabled), concatenation of the shards in input order.
-The result does not depend on the number of workers: every global decision (URL, line, MinHash) is made
-from hashes and ids, and shards are written and concatenated in input order.
+Phases (C4's order, then the extras): 0. main: input shards, URL / exact-duplicate drops; 1. workers:
+page length, C4 line rules, line-hash pairs; 2. main: line-dedup table; 3. workers: line dedup,
+language, bad words, Gopher, MinHash bands; 4. main: MinHash clusters, concatenation in input order.
+Global decisions use only hashes and ids, so the result does not depend on the number of workers.
 """
 
 from __future__ import annotations
@@ -130,8 +124,7 @@ class CleanResult:
 
 
 # ---------------------------------------------------------------------------------------------- workers
-# Workers build their filters per shard: the expensive parts (Punkt parameters, langdetect profiles) are
-# cached per process by their own modules, and the bad-words regex compiles in milliseconds.
+# Workers build their filters per shard; the expensive parts are cached per process by their modules.
 
 
 def _count_sentences() -> Callable[[str, int], int]:
@@ -214,9 +207,8 @@ def _report(filters: list[Filter]) -> dict[str, Any]:
 
 def phase1(shard_in: Path, shard_out: Path, pairs_out: Path, drop: frozenset[int], cfg: CleanerConfig,
            with_pairs: bool) -> tuple[dict, int]:
-    """Page length, then the URL-dedup decision made in the main process (C4: length filter, then URL
-    dedup), then C4's line rules. Deletes its input shard when done: the work folder never holds more
-    than about two copies of the corpus."""
+    """Page length, the main process's URL-dedup decision, then C4's line rules (C4's order). Deletes its
+    input shard, so the work folder holds at most about two copies of the corpus."""
     docs = _read_shard(shard_in)
     length, c4 = _phase1_filters(cfg)
     kept = [d for i, d in enumerate(docs) if length(d) and i not in drop and c4(d)]
@@ -232,8 +224,7 @@ def phase1(shard_in: Path, shard_out: Path, pairs_out: Path, drop: frozenset[int
 
 def phase3(shard_in: Path, shard_out: Path, bands_out: Path, table: Path | None, words: list[str],
            cfg: CleanerConfig, feats_out: Path, lines_out: Path, english_rate: float) -> tuple[dict, int]:
-    """Line dedup, language, bad words, Gopher; then, for the gate, per-document features and the output
-    lines' hashes, computed here in parallel so the gate never loads the cleaned text."""
+    """Line dedup, language, bad words, Gopher; then the gate's per-document features and line hashes."""
     import numpy as np
 
     filters = _phase3_filters(cfg, table, words)
@@ -272,8 +263,7 @@ def write_input_shards(records: Iterator[dict[str, Any]], work: Path, shard_docs
             drops["invalid_text"] += 1
             continue
         text = text.encode("utf-8", "replace").decode("utf-8")  # lone surrogates cannot be written to Parquet
-        # Dedup and line ownership key on the content hash; a user's id is only carried along (meta.raw_id):
-        # user ids need not be unique, and trusting them would silently merge different documents.
+        # Key on the content hash; a user's id (not necessarily unique) is only carried in meta.raw_id.
         did = doc_id(text)
         given = rec.get("id")
         raw_id = str(given) if given not in (None, "") else did
@@ -312,8 +302,7 @@ def _flush(batch: list[Doc], work: Path, i: int) -> Path:
 
 
 def _merger(into: dict[str, FilterStats], rejects: dict[str, list], cap: int) -> Callable[[Any], None]:
-    """A consumer merging shard reports (in input order), keeping at most ``cap`` rejects per filter and
-    reason, so the sample is deterministic and its size does not grow with the corpus."""
+    """A consumer merging shard reports in input order, keeping at most ``cap`` rejects per filter and reason."""
     counts: Counter = Counter()
 
     def consume(result) -> None:
@@ -336,8 +325,7 @@ def clean_corpus(records: Iterator[dict[str, Any]], cfg: CleanerConfig, *, work:
                  words: list[str], log: Callable[[str], None] = print, name: str = "clean",
                  while_mapping: Callable[[], None] | None = None) -> CleanResult:
     """Clean ``records`` (dicts with text, optional id, url, source, meta, timestamp) into ``out_parquet``.
-    The shards run where ``stages.common.shards`` says (local processes, or Dask when ``LMPIPE_DASK`` is
-    set; then ``work`` must be on a filesystem every Dask worker sees at the same path). ``while_mapping`` is
+    Under Dask, ``work`` must be on a filesystem every worker sees at the same path. ``while_mapping`` is
     called once the shards go to other processes, for work that can overlap theirs."""
     import numpy as np
     import pandas as pd
@@ -397,8 +385,7 @@ def clean_corpus(records: Iterator[dict[str, Any]], cfg: CleanerConfig, *, work:
         phase_s["line_table"] = time.perf_counter() - t0
 
         t0 = time.perf_counter()
-        # The gate's second language opinion on a content-hash sample of about second_opinion_docs documents
-        # (py3langid walks every byte in Python: on all documents it cost more than the language filter).
+        # The gate's second language opinion runs on a content-hash sample (py3langid is slow on all).
         sample = cfg.language.second_opinion_docs
         english_rate = min(1.0, sample / n_in) if sample else 1.0
         p3 = [(a[1], work / f"p3-{i:06d}.parquet", work / f"bands-{i:06d}.npy", table, words, cfg,

@@ -1,21 +1,10 @@
 """A pre-training corpus and the labeled task it is scored on: the leakage guard and task-adaptive text.
 
-Models pre-trained on a corpus are fine-tuned and scored on the task, so the corpus must not hold the
-task's held-out examples: a model that has read a test description (or another package built from the same
-source package) during pre-training is scored on text it has seen. The guard drops, after cleaning:
-
-- documents whose ``meta`` names a package or a source package of the task's held-out splits
-  (``package`` / ``source_package``, as the Debian descriptions source writes them), and
-- documents whose text equals a held-out text after normalisation (lower case, letters and digits only,
-  single spaces): exact and near-exact copies.
-
-Task-adaptive pre-training (TAPT; Gururangan et al. 2020, "Don't Stop Pretraining", section 5) continues
-pre-training on the task's own unlabeled training texts. With ``tapt`` on, the task's *training* texts are
-appended (without labels) after the guard; they are the task's text as fine-tuning reads it, so the C4 rules
-do not rewrite them (the task's own ingest gate has checked them). Held-out texts are never appended.
-
-The gate re-checks the published corpus independently of the filter (:func:`leaks`): any document of the
-output that still matches the held-out splits fails the stage, with its id and the reason named.
+The corpus must not hold the task's held-out examples, or the model is scored on text it has read. After
+cleaning, the guard drops documents whose ``meta`` names a held-out ``package`` / ``source_package`` and
+documents whose normalised text equals a held-out one. With ``tapt`` (Gururangan et al. 2020, "Don't Stop
+Pretraining", section 5) the task's training texts are appended unlabeled and not rewritten by the rules.
+The gate re-checks the output independently (:func:`leaks`).
 """
 
 from __future__ import annotations
@@ -34,9 +23,7 @@ _WORD = re.compile(r"[^\W_]+")
 
 @dataclass(frozen=True, kw_only=True)
 class TaskConfig:
-    """The labeled task a pre-training corpus is scored on: the leakage guard and task-adaptive (TAPT) text.
-    The stage's gate fails on any output document that matches the held-out splits.
-    """
+    """The labeled task a pre-training corpus is scored on: the leakage guard and task-adaptive (TAPT) text."""
 
     guard: bool = False
     """Drop documents naming a held-out package or source package, or whose normalised text equals a held-out
@@ -53,8 +40,7 @@ class TaskConfig:
 
 
 def normal_text(text: str) -> str:
-    """Lower-cased words (letters and digits) joined by single spaces: copies that differ only in
-    case, punctuation, wrapping or whitespace map to the same key."""
+    """Lower-cased words (letters and digits) joined by single spaces, so near-exact copies match."""
     return " ".join(_WORD.findall(text.lower()))
 
 

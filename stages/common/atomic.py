@@ -1,8 +1,5 @@
-"""Atomic outputs: a stage writes into a temporary sibling and renames it into place.
-
-A killed or failed stage therefore leaves either the previous complete output or nothing, never a
-half-written folder (docs/stages.md, "The data contract").
-"""
+"""Atomic outputs: a stage writes into a temporary sibling and renames it into place, so a killed or
+failed stage never leaves a half-written folder (docs/stages.md, "The data contract")."""
 
 from __future__ import annotations
 
@@ -18,8 +15,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-# Every temporary, scratch and set-aside name carries its writer: ``.<name>.tmp-<pid>@<host>-XXXX`` (host: 8 hex
-# of the host name's SHA-256), so a sweep can tell the leftovers of a killed run from the work of a live one.
+# Temporary names carry their writer, ``.<name>.tmp-<pid>@<host8>-XXXX``, so a sweep spares live work.
 _HOST = hashlib.sha256(socket.gethostname().encode()).hexdigest()[:8]
 _OWNED = re.compile(r"^\..+\.(?:tmp|work|old)-(?:(\d+)@([0-9a-f]{8}))?")
 
@@ -29,9 +25,8 @@ def _owner() -> str:
 
 
 class Staged:
-    """An output folder written in a temporary sibling of ``target`` (made on first use of :attr:`path`, so a
-    process that never writes, such as a launcher or a non-first rank, leaves nothing) and renamed over
-    ``target`` by :meth:`publish`; :meth:`discard` removes it and leaves ``target`` exactly as it was."""
+    """An output folder written in a temporary sibling of ``target`` (made on first use of :attr:`path`)
+    and renamed over ``target`` by :meth:`publish`; :meth:`discard` removes it, ``target`` untouched."""
 
     def __init__(self, target: str | Path) -> None:
         self.target = Path(target)
@@ -59,10 +54,8 @@ class Staged:
 
 @contextlib.contextmanager
 def atomic_dir(target: str | Path) -> Iterator[Path]:
-    """Yield a fresh temporary folder next to ``target``; on success it replaces ``target``.
-
-    On an exception the temporary folder is removed and ``target`` is left exactly as it was.
-    """
+    """Yield a fresh temporary folder next to ``target``; on success it replaces ``target``, on an
+    exception it is removed."""
     staged = Staged(target)
     try:
         yield staged.path
@@ -80,9 +73,8 @@ def work_dir(target: str | Path) -> tempfile.TemporaryDirectory:
 
 
 def refuse_overlap(outputs: dict[str, Any], inputs: dict[str, Any]) -> None:
-    """Raise ``ValueError`` when an output path is, contains or lies inside an input path (names are the
-    command-line options, for the message). An output folder is replaced whole, so an output that holds an
-    input would delete it, and one inside an input would change what the stage reads."""
+    """Raise ``ValueError`` when an output path is, contains or lies inside an input path (outputs are
+    replaced whole); the keys are the option names, for the message."""
     for oname, out in outputs.items():
         if out is None:
             continue
@@ -100,8 +92,8 @@ def refuse_overlap(outputs: dict[str, Any], inputs: dict[str, Any]) -> None:
 
 
 def sweep_stale(target: Path) -> None:
-    """Remove temporary, set-aside and scratch siblings of ``target`` left by a run that was killed (SIGKILL
-    skips cleanup). One writer per output is assumed, as DVC runs a stage once at a time."""
+    """Remove temporary, set-aside and scratch siblings of ``target`` left by a killed run (one writer per
+    output is assumed, as DVC runs a stage once at a time)."""
     for pattern in (f".{target.name}.tmp-*", f".{target.name}.old-*", f".{target.name}.work-*"):
         for p in target.parent.glob(pattern):
             if p.is_dir() and not p.is_symlink():
@@ -121,12 +113,9 @@ def _alive(pid: int) -> bool:
 
 
 def sweep_dead(roots: Iterable[str | Path]) -> list[Path]:
-    """Remove, under ``roots``, every temporary, scratch or set-aside folder or file whose writer is gone: made
-    on this host by a process that no longer runs (a run killed with SIGKILL, which skips all cleanup), or by
-    a version of the pipeline that did not tag its names. Work of a live process, or of another host sharing
-    the folder, is left alone. Returns what was removed. Each stage sweeps its workspace's ``data``,
-    ``reports`` and ``dist`` when it starts (:func:`stages.common.cli.entry`), so a killed stage's leftovers go
-    with the next stage that runs, even when DVC finds the killed stage's outputs intact and skips it."""
+    """Remove, under ``roots``, every temporary, scratch or set-aside path whose writer is gone (a dead
+    process of this host, or an untagged name); another host's or a live process's work is left alone.
+    Returns what was removed. Every stage runs it on start (:func:`stages.common.cli.entry`)."""
     removed = []
     for root in roots:
         root = Path(root)
@@ -168,12 +157,8 @@ def exchange(a: Path, b: Path) -> bool:
 
 
 def replace_dir(src: Path, target: Path) -> None:
-    """Move folder ``src`` to ``target``, replacing any existing ``target``.
-
-    Where the system can, the two are swapped in one atomic step and the old content (now at ``src``) is
-    removed, so ``target`` always exists. Elsewhere POSIX cannot rename over a non-empty folder: the old one
-    is renamed aside first, and for the two renames ``target`` is missing (never partial).
-    """
+    """Move folder ``src`` to ``target``, replacing any existing ``target``: swapped atomically where the
+    system can, else the old one is renamed aside first (``target`` briefly missing, never partial)."""
     if (target.exists() or target.is_symlink()) and exchange(src, target):
         if src.is_dir() and not src.is_symlink():
             shutil.rmtree(src, ignore_errors=True)
@@ -195,9 +180,8 @@ def replace_dir(src: Path, target: Path) -> None:
 
 
 def temp_sibling(path: str | Path, suffix: str = "") -> Path:
-    """A temporary name beside ``path`` that carries its writer (``.<name>.tmp-<pid>@<host><suffix>``), for a
-    file another library writes before it is renamed to ``path``: a killed run's leftover is swept by
-    :func:`sweep_dead`. ``suffix`` keeps an extension the writer goes by."""
+    """A temporary name beside ``path`` that carries its writer (swept by :func:`sweep_dead`), for a file
+    another library writes; ``suffix`` keeps an extension the writer goes by."""
     path = Path(path)
     return path.parent / f".{path.name}.tmp-{_owner()}{suffix}"
 

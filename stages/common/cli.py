@@ -1,6 +1,5 @@
 """What the stages' command lines share: argument types, the input/output overlap check, :class:`Stage` (the
-one shape of a stage's ``main``: parse, refuse overlaps, run the core, check its gates, report a user's error in
-one line, publish the outputs atomically) and the entry point that turns any other error into one line."""
+one shape of a stage's ``main``) and the entry point that turns any error into one line."""
 
 from __future__ import annotations
 
@@ -22,9 +21,8 @@ def named_path(value: str) -> tuple[str, Path]:
 
 
 def overlap_error(args: argparse.Namespace, outputs: list[str], inputs: list[str]) -> bool:
-    """True, after printing ``error: ...`` to stderr, when an output option's path is, contains or lies inside
-    an input option's path (see :func:`stages.common.atomic.refuse_overlap`); a stage's ``main`` then returns
-    1 before touching anything. Options may hold a path, a list of paths or of ``NAME=PATH`` pairs, or None."""
+    """True, after printing ``error: ...``, when an output option's path overlaps an input option's
+    (:func:`stages.common.atomic.refuse_overlap`). Options hold a path, a list of paths or ``NAME=PATH``, or None."""
     from stages.common.atomic import refuse_overlap
 
     def paths(names: list[str]) -> dict[str, Path]:
@@ -59,8 +57,7 @@ class Folder(dict):
 
 def publish(files: Mapping[Path | None, Any]) -> None:
     """Write each ``path: content`` atomically, in order: a :class:`Folder` as a folder, ``bytes`` as they are,
-    ``str`` as UTF-8 text, anything else as JSON. A ``None`` path (an optional output not asked for) is
-    skipped."""
+    ``str`` as UTF-8 text, anything else as JSON; a ``None`` path is skipped."""
     from stages.common.atomic import atomic_dir, write_bytes_atomic, write_json_atomic
 
     def write(path: Path, content: Any) -> None:
@@ -87,17 +84,12 @@ Log = Callable[[str], None]
 
 @dataclass(frozen=True)
 class Stage:
-    """A stage's command line. ``main`` parses ``argv`` with the options ``arguments`` adds, refuses an output
-    option (``outputs``) that is, holds or lies inside an input option's path (``inputs``) before anything
-    runs, then calls ``run(args, log)``, the stage's core. When the stage has an output folder (the option
-    ``folder``), ``args.staged`` is a :class:`stages.common.atomic.Staged` for it: the core writes into
-    ``args.staged.path`` and never into the folder itself. The core returns the files to publish
-    (:func:`publish`) and its gates (a :class:`Check` under its report path), or an exit status. The gates are
-    checked first (each writes its report); only when the core and every gate succeeded is the folder renamed
-    into place and are the files written, so a failed run or gate leaves the previous outputs as they were.
-    An error of ``errors`` (a user's: a bad param, a missing input, a failed gate) is one line ``error: ...``
-    on stderr (``message`` words it) and exit status 1; any other goes to :func:`entry` (a traceback with
-    ``--debug``)."""
+    """A stage's command line. ``main`` parses ``argv`` (options from ``arguments``), refuses overlapping
+    ``outputs`` and ``inputs``, then calls the core ``run(args, log)``; with an output ``folder`` the core
+    writes into ``args.staged.path`` (:class:`stages.common.atomic.Staged`). The core returns the files to
+    publish and its gates (a :class:`Check` per report path), or an exit status. Only when the core and every
+    gate succeeded are the outputs published, so a failure leaves the previous ones. An error of ``errors``
+    is one ``error: ...`` line (worded by ``message``) and exit status 1; any other goes to :func:`entry`."""
 
     prog: str
     description: str
@@ -157,9 +149,8 @@ def describe(exc: BaseException) -> str:
 
 
 def entry(main: Callable[[], int]) -> int:
-    """Run a stage's ``main`` as its ``__main__`` does: an error ends it with ``error: ...`` on stderr (the file,
-    line or field it names) and exit status 1, without a traceback unless ``--debug`` is on the command line or
-    ``LMPIPE_DEBUG=1`` is set; Ctrl-C exits with 130."""
+    """Run a stage's ``main``: an error ends it with ``error: ...`` on stderr and exit status 1 (a traceback
+    with ``--debug`` or ``LMPIPE_DEBUG=1``); Ctrl-C exits with 130."""
     debug = os.environ.get("LMPIPE_DEBUG", "") not in ("", "0")
     if "--debug" in sys.argv[1:]:
         sys.argv.remove("--debug")

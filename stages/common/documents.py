@@ -16,21 +16,14 @@ LABELED_COLUMNS = DOCUMENT_COLUMNS + ("label", "split")
 
 
 def doc_id(text: str) -> str:
-    """Stable content hash of a document: the first 128 bits of SHA-256 of its UTF-8 text, as hex.
-
-    The same text gets the same id on every machine and run, so ids can be joined across stages and
-    exact duplicates collapse to one id.
-    """
+    """Stable content hash of a document: the first 128 bits of SHA-256 of its UTF-8 text, as hex."""
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:32]
 
 
 @dataclass(frozen=True, kw_only=True)
 class Record:
-    """One document as a source yields it, before ids are assigned and duplicates removed.
-
-    ``group`` is what splits are made by for labeled data (e.g. the Debian source package), so the same
-    program's descriptions never land in two splits.
-    """
+    """One document as a source yields it, before ids are assigned; ``group`` is what labeled splits are
+    made by (e.g. the Debian source package)."""
 
     text: str
     source: str

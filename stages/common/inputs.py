@@ -1,9 +1,7 @@
 """Reading a stage's input files so that a damaged one is an error naming it.
 
-A truncated or overwritten JSON, NumPy or safetensors file otherwise surfaces deep inside a library as
-"Expecting value: line 1 column 1" or "incomplete metadata", with no word of which file it was. Each reader
-here raises :class:`InputError` (a ``ValueError``: the stages' entry prints it as one ``error:`` line) that
-starts with the path and says what was wrong with it.
+Each reader raises :class:`InputError` (a ``ValueError``) starting with the path, where a library's own
+error would not name the file.
 """
 
 from __future__ import annotations

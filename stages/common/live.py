@@ -1,14 +1,8 @@
 """Live metrics and timings, kept out of the files DVC hashes and git tracks.
 
-A training run writes its curve as it goes through DVCLive (Iterative's logger for DVC; ``metrics.json``
-and ``plots/metrics/<name>.tsv`` in its folder, rewritten at every logged step), so a user can plot a run
-that is still going (``dvc plots show``, ``dvc metrics show``; dvc.yaml lists ``reports/live`` as top-level
-plots and metrics). The same folder holds what differs between two runs of the same inputs: tokens/s,
-model FLOP/s, MFU and wall seconds. The stages' tracked outputs (metrics JSON, plot TSV, ``training.json``)
-carry only what the inputs determine, so a re-run with nothing changed leaves ``git status`` and the model
-folders' hashes as they were.
-
-``reports/live`` is git-ignored and no stage's output: it is the run's log, not its result.
+A training run writes its curve through DVCLive as it goes (``dvc plots show`` works mid-run), plus what
+differs between runs of the same inputs (tokens/s, MFU, wall seconds), so tracked outputs carry only what
+the inputs determine. ``reports/live`` is git-ignored and no stage's output.
 """
 
 from __future__ import annotations
@@ -21,12 +15,9 @@ LIVE_ROOT = Path("reports/live")
 
 
 class LiveLog:
-    """One run's live folder. ``start(resume_step)``: a fresh log, or for a run resumed from a checkpoint at
-    ``resume_step`` what the interrupted run logged up to that step (its later rows are dropped: the resumed
-    run logs those steps again); the training loop calls it once it knows where it starts, and the first
-    ``log`` or ``summary`` starts a fresh one otherwise. ``log(step, values)`` appends a step (None and
-    non-finite values skipped); ``summary(values)`` sets the run's totals (timings) in ``metrics.json``.
-    A ``None`` folder logs nothing."""
+    """One run's live folder (None: logs nothing). ``start(resume_step)``: a fresh log, or a resumed run's
+    rows up to ``resume_step``; ``log(step, values)`` appends a step (non-finite values skipped);
+    ``summary(values)`` sets the run's totals in ``metrics.json``."""
 
     def __init__(self, folder: Path | None) -> None:
         self.folder, self._live, self._started = folder, None, False
@@ -48,9 +39,7 @@ class LiveLog:
 
         class _FilesOnly(Live):
             def _init_dvc(self):
-                # No repository lookup (DVCLive would otherwise open, or even `dvc init`, the repository around
-                # the working directory), no experiment commit, no dvc.yaml of its own: the pipeline's dvc.yaml
-                # declares the plots, and a stage run by `dvc repro` must not touch the repository.
+                # No repository, experiment or dvc.yaml of its own: a stage must not touch the repository.
                 self._save_dvc_exp = False
 
         self.folder.mkdir(parents=True, exist_ok=True)

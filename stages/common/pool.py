@@ -1,12 +1,8 @@
 """Independent jobs on a few processes, results in the order of the jobs.
 
-Every job is a pure function of its own description, so its result does not depend on which worker runs it
-or when; :func:`run_ordered` returns the results in the order of the jobs, and ``workers = 1`` runs them in
-this process. Otherwise each worker is a fresh interpreter (the ``spawn`` start method: forking a process
-that has loaded torch can deadlock its thread pools) that receives the shared ``state`` once and runs one job
-at a time on one torch thread, so ``workers`` runs share the cores instead of fighting over them (torch's
-intra-op threads do not scale on a handful of cores for small models). Used by the fine-tuning stage's seeds
-and the evaluation's data-efficiency curve."""
+Jobs are pure, so results do not depend on the worker. ``workers = 1`` runs them in this process; else each
+worker is spawned (forking after torch loads can deadlock), gets ``state`` once and runs one job at a time on
+one torch thread. Used by fine-tuning's seeds and the evaluation's data-efficiency curve."""
 
 from __future__ import annotations
 
@@ -17,8 +13,7 @@ _STATE: dict[str, Any] = {}
 
 
 def _exit_with_parent(parent: int, every_s: float = 1.0) -> None:
-    """Leave when the process that made the pool is gone (killed, or stopped by a time limit): a worker busy
-    in a long job would otherwise train on, orphaned, holding a core until it finishes."""
+    """Leave when the process that made the pool is gone, rather than train on orphaned."""
     import os
     import time
 
@@ -43,9 +38,8 @@ def _call(job: Any) -> Any:
 
 
 class WorkerPool:
-    """``workers`` spawned processes that receive ``state`` once and then run several batches of jobs
-    (:meth:`run`), so a stage that needs one batch's results to make the next (the fine-tuning stage's
-    learning-rate grid, then its seeds) starts its workers once. ``workers <= 1``: jobs run in this process."""
+    """``workers`` spawned processes that receive ``state`` once and run several batches of jobs
+    (:meth:`run`; e.g. a learning-rate grid, then seeds). ``workers <= 1``: jobs run in this process."""
 
     def __init__(self, fn: Callable[[Any, Any], Any], state: Any, *, workers: int) -> None:
         self.fn, self.state, self.workers, self._pool = fn, state, workers, None

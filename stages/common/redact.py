@@ -9,9 +9,8 @@ _USERINFO = re.compile(r"(\b[A-Za-z][A-Za-z0-9+.-]*://)[^/@\s]*@")
 
 
 def redact_url(url: str) -> str:
-    """``url`` without the user-info part of its authority (``s3://user:secret@host/bucket`` ->
-    ``s3://host/bucket``): scheme, host, port, path and query are kept; anything that is not a URL is returned
-    as it is."""
+    """``url`` without its user-info (``s3://user:secret@host/bucket`` -> ``s3://host/bucket``); a non-URL
+    is returned as it is."""
     if "://" not in url:
         return url
     try:

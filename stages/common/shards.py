@@ -1,24 +1,16 @@
 """Where shard functions run: in this process, in a pool of local processes, or on a Dask cluster.
 
-A stage hands :func:`open_shards` the number of local workers it would use and gets a :class:`Shards` whose
-``map`` runs a picklable, module-level function over a list (or stream) of argument tuples and passes each
-result to ``consume`` in input order, as soon as it and every earlier one are done. At most ``window``
-shards are in flight, so results never pile up in memory. Which engine runs them changes nothing in the
-output: the shard functions are deterministic and the results are consumed in order (tested byte for byte).
-
-The Dask engine is chosen by the environment, not by params (it does not change what is computed, so
-DVC must not rerun a stage because of it)::
+:func:`open_shards` gives a :class:`Shards` whose ``map`` runs a module-level function over argument tuples
+and passes each result to ``consume`` in input order, at most ``window`` in flight; the engine does not
+change the output. Dask is chosen by the environment, not params (DVC must not rerun a stage for it)::
 
     LMPIPE_DASK=tcp://scheduler:8786   # an existing Dask cluster
     LMPIPE_DASK=local                  # a LocalCluster with one single-threaded worker process per core
     LMPIPE_DASK=local:2                # ... with 2 workers
     LMPIPE_DASK_TIMEOUT=60s            # how long to wait for the scheduler (default 60s)
 
-Shards are then submitted through a plain ``distributed.Client`` (Dask's dashboard shows them as tasks named
-after the shard function). Orchestration stays around the stages, in ``flows/``: a stage maps its shards
-with a process pool or a Dask client, never through Prefect, so ``dvc repro`` needs no Prefect API and a
-shard costs Dask's scheduling only (an import-linter contract in ``pyproject.toml`` keeps Prefect out of
-``stages``).
+Shards go through a plain ``distributed.Client``, never Prefect (an import-linter contract keeps Prefect
+out of ``stages``).
 """
 
 from __future__ import annotations
@@ -94,10 +86,8 @@ class ProcessShards(Shards):
 
 @contextmanager
 def environ_kept():
-    """This process's environment as it was before the block. Dask's nanny sets ``OMP_NUM_THREADS=1`` (and the
-    rest of ``distributed.nanny.pre-spawn-environ``) in the environment of the process that starts a
-    LocalCluster, to hand it to its workers, and leaves it there: a training run started from this process
-    afterwards would run on one thread and, its sums taken in another order, write other weights."""
+    """This process's environment restored after the block: Dask's nanny leaves ``OMP_NUM_THREADS=1`` in it,
+    which would change a later training run's threads and weights."""
     saved = dict(os.environ)
     try:
         yield

@@ -1,18 +1,9 @@
 """Model cards (``README.md``) rendered from a lineage record, so a card cannot say anything its record does not.
 
-Pure: a record (``stages.provenance.record.collect``, as ``lineage.json`` holds it) in, markdown out. Every
-figure on a card is a value of the record; where the record lacks one the card says ``unknown`` rather than
-guess. Three cards:
-
-- ``classifier_card(record)``: the fine-tuned model the model gate selected (data and licences, objectives,
-  size, training tokens, test scores with their seed spread and the majority baseline, the gate's verdict,
-  intended use and limits);
-- ``generative_card(record, source)``: a pre-trained (or DAPT) model shipped beside it, ``source`` being its
-  folder as ``dvc.lock`` names it (``data/models/pretrain/bert``);
-- ``bento_card(record, served)``: the Bento's README: what it serves and on what runtime, the classifier's
-  card, a summary of each generative model and the whole lineage chain.
-
-``stages.provenance.verify`` renders the model cards again from the packaged record and names any that differ.
+Pure: a record (``lineage.json``) in, markdown out; a figure the record lacks is ``unknown``. Three cards:
+``classifier_card`` (the model the gate selected), ``generative_card`` (a pre-trained or DAPT model shipped
+beside it, by its ``dvc.lock`` folder) and ``bento_card`` (the Bento's README). ``stages.provenance.verify``
+renders them again from the packaged record and names any that differ.
 """
 
 from __future__ import annotations
@@ -65,8 +56,7 @@ def _evaluation(record: dict) -> dict:
 
 
 def _stage_setting(record: dict, stage: str, *keys: str):
-    """A setting of ``stage`` from its ``dvc.lock`` params: ``<kind>.<name>`` over ``<kind>.defaults`` (as the
-    stages merge them); None when neither names it."""
+    """A setting of ``stage`` from its ``dvc.lock`` params, ``<kind>.<name>`` over ``<kind>.defaults``; or None."""
     params: dict = {}
     for values in (_stages(record).get(stage, {}).get("params") or {}).values():
         params.update(values or {})
@@ -176,8 +166,8 @@ def _provenance_lines(record: dict, whose: str = "this model's", by: str = PACKA
 
 # --------------------------------------------------------------------------------------------- classifier
 def _classifier_scores(record: dict) -> dict:
-    """The selected model's test figures: its fine-tuning metrics, then the evaluation's summary of it, then the
-    model gate's (each fills only what the one before lacks)."""
+    """The selected model's test figures: fine-tuning metrics, then the evaluation's, then the gate's, each
+    filling only what the one before lacks."""
     model = record.get("model") or {}
     name = model.get("name")
     evaluation = _evaluation(record)
@@ -374,9 +364,8 @@ def generative_card(record: dict, source: str, by: str = PACKAGE) -> str:
 
 # --------------------------------------------------------------------------------------------- Bento
 def bento_card(record: dict, served: dict) -> str:
-    """The Bento's README. ``served``: what the package stage put in it, ``{"name", "classifier": tag,
-    "generative": {paradigm: {"tag", "source"}}, "image": {"python_version", "distro", "system_packages",
-    "python_packages", "extra_index_url"}, "resources": {...}}``."""
+    """The Bento's README. ``served``: what the package stage put in it (name, classifier tag, generative
+    models, image, resources)."""
     model = record.get("model") or {}
     generative = served.get("generative") or {}
     image = served.get("image") or {}

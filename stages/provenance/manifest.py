@@ -1,12 +1,10 @@
 """The Bento's manifest: the SHA-256 of every file of a built Bento, models included, as the exported archive
 lays them out (``bento.yaml``, ``src/...``, ``env/...``, ``models/<name>/<version>/...``).
 
-The package stage writes it into the Bento as ``provenance/manifest.json`` (canonical JSON: keys sorted, no
-spaces, ASCII), records its SHA-256 in ``reports/metrics/package.json`` (kept in git) and, when the operator
-holds a signing key (``LMPIPE_SIGNING_KEY``: a PEM ed25519 private key), signs it
-(``provenance/manifest.json.sig``: the base64 ed25519 signature of the manifest's bytes).
-``python -m stages.lineage --verify`` checks every file against it; the manifest itself is bound by a pinned
-digest (``--pin``) or the signature (``--public-key``), never by anything inside the Bento.
+The package stage writes it as ``provenance/manifest.json`` (canonical JSON), records its SHA-256 in
+``reports/metrics/package.json`` and, with ``LMPIPE_SIGNING_KEY`` (a PEM ed25519 key), signs it
+(``manifest.json.sig``, base64). ``python -m stages.lineage --verify`` checks every file against it; the
+manifest is bound by ``--pin`` or ``--public-key``, never by anything inside the Bento.
 """
 
 from __future__ import annotations
@@ -55,9 +53,8 @@ def model_tags(bento_yaml: dict) -> list[str]:
 
 
 def folder_files(folder: Path) -> tuple[dict[str, Path], list[str]]:
-    """``{relpath: path}`` of every regular file under ``folder`` (byte-code caches included: what a server
-    would load), and the relative paths of anything else in it (symbolic links, devices), which no manifest
-    vouches for."""
+    """``{relpath: path}`` of every regular file under ``folder`` (byte-code caches included), and the
+    relative paths of anything else (links, devices), which no manifest vouches for."""
     files, irregular = {}, []
     for p in sorted(folder.rglob("*")):
         rel = p.relative_to(folder).as_posix()

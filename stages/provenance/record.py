@@ -2,18 +2,12 @@
 
 The record is a JSON document (``lineage.json`` inside the packaged model, so it travels with the Bento):
 
-- ``model``: the fine-tuned model's name, paradigm, initialisation, labels, parameter count (read from its
-  safetensors headers) and the MD5 of each of its files;
+- ``model``: name, paradigm, initialisation, labels, parameter count and the MD5 of each file;
 - ``git``: the commit, whether the tree was dirty and which paths were;
-- ``stages``: the ``dvc.lock`` entry (command, deps, params, outs and their hashes) of every stage upstream of
-  the model and of the evaluation that gated it;
-- ``files``: every path those stages read or wrote, with DVC's hash and the MD5 of each file inside it,
-  which add up to DVC's hash (checked when the record is made: a workspace that differs from ``dvc.lock``
-  is refused, so a record never describes files that were not the ones DVC pinned);
-- ``params``: the params the upstream stages ran with (as ``dvc.lock`` recorded them);
-- ``sources``: the raw inputs of each corpus with their checksums (the ingest manifests);
-- ``metrics``: every upstream stage's metrics file (cleaning statistics, tokenizer, pre-training, DAPT,
-  fine-tuning, evaluation);
+- ``stages``: the ``dvc.lock`` entry of every stage upstream of the model and of its evaluation;
+- ``files``: every path those stages read or wrote, with DVC's hash and per-file MD5s (checked against
+  ``dvc.lock`` when the record is made);
+- ``params``, ``sources`` (raw inputs and checksums), ``metrics`` of every upstream stage;
 - ``gates``: every Great Expectations gate on the way and the model gate's verdict.
 """
 
@@ -121,9 +115,7 @@ def git_state(root: Path) -> dict:
 
 def hash_entries(root: Path, entries: list[tuple[str, str, dict]]) -> dict[str, dict]:
     """``{path: {"md5": DVC hash, "files": {relpath: md5}}}`` for the ``(stage, kind, entry)`` items of
-    ``dvc.lock``, each checked against the hash it pinned. Every entry is checked, not one per path: a stage
-    whose dependency is older than its producer's output (``dvc repro`` of the producer alone) is named, so
-    a record never joins stages that did not run on the same files."""
+    ``dvc.lock``, every entry checked against its pinned hash (so stages that ran on other files are named)."""
     files, stale = {}, []
     for stage, kind, entry in entries:
         path = entry["path"]

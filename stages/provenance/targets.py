@@ -1,13 +1,9 @@
-"""What ``python -m stages.lineage`` can be pointed at, opened the same way: an exported ``.bento`` file
-(read in place, nothing imported), a Bento or model in the BentoML store (by tag), a Bento folder, a model
-folder holding ``lineage.json``, or a model folder of a DVC workspace (``data/models/...``, written by a
-pretrain, dapt or finetune stage), whose record is built from the workspace's ``dvc.lock`` as the package
-stage builds it.
+"""What ``python -m stages.lineage`` can be pointed at, opened the same way: an exported ``.bento`` (read in
+place), a Bento or model tag in the BentoML store, a Bento folder, a model folder holding ``lineage.json``,
+or a workspace model folder (its record built from ``dvc.lock`` as the package stage does).
 
-Each gives the lineage record, a description of the Bento, and the MD5 of every file of every packaged
-model (so ``--verify`` checks the weights that would be served, not a copy in the workspace). A Bento (file,
-folder or tag) also gives the SHA-256 of each of its files, as the exported archive lays them out, and its
-manifest and signature (``stages.provenance.manifest``), so every byte can be checked.
+Each gives the record, the Bento's description and the MD5 of every packaged model file (the weights that
+would be served); a Bento also gives each file's SHA-256 and its manifest and signature.
 """
 
 from __future__ import annotations
@@ -136,10 +132,8 @@ MODEL_STAGES = ("finetune", "pretrain", "dapt")
 
 
 def from_workspace_model(folder: Path, evaluate_stage: str = "evaluate") -> Target:
-    """A model folder of a DVC workspace, written by a finetune, pretrain or dapt stage: the lineage record the
-    package stage would build for it (a fine-tuned model's own; for a pre-trained or DAPT model, the record of
-    the classifier the model gate selected, which holds the folder upstream). The workspace must match its
-    ``dvc.lock``, as for packaging."""
+    """A workspace model folder (finetune, pretrain or dapt): the record the package stage would build (for
+    a pre-trained model, that of the selected classifier). The workspace must match its ``dvc.lock``."""
     from stages.provenance.record import Lock, collect, find_workspace, stored
 
     folder = folder.resolve()

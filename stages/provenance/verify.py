@@ -13,8 +13,7 @@ from stages.provenance.manifest import (MANIFEST_FILE, SEAL_FILES, SIGNATURE_FIL
                                         parse_manifest, sha256_bytes, signature_valid)
 from stages.provenance.record import LineageError, Lock, git_state
 
-# Files BentoML or packaging add to the model folder beside the fine-tuned model's own files (the model card,
-# README.md, is checked on its own: it must be the card the record renders).
+# Files BentoML or packaging add to the model folder (README.md is checked against the rendered card).
 PACKAGING_FILES = frozenset({"lineage.json", "model.yaml", CARD_FILE})
 
 
@@ -56,9 +55,8 @@ def diff_manifests(path: str, recorded: dict[str, str], current: dict[str, str])
 
 
 def verify_packaged(record: dict, packaged: list[dict], verdict: Verdict) -> None:
-    """The packaged models' files are the ones the record describes: the classifier against
-    ``record["model"]``, each shipped pre-trained model against the record's hashes of its source folder.
-    ``packaged``: ``{"name", "role": "classifier" | "generative", "source", "files": {relpath: md5}}``."""
+    """The packaged models' files are the ones the record describes (the classifier's, and each shipped
+    pre-trained model's source folder). ``packaged``: ``{"name", "role", "source", "files": {relpath: md5}}``."""
     for item in packaged:
         files = {rel: md5 for rel, md5 in item["files"].items() if rel not in PACKAGING_FILES}
         if item["role"] == "classifier":
@@ -80,8 +78,7 @@ def verify_packaged(record: dict, packaged: list[dict], verdict: Verdict) -> Non
 
 
 def verify_card(record: dict, item: dict, verdict: Verdict) -> None:
-    """A packaged model's card (``README.md``, where it has one: models packaged before cards have none) is
-    the one its lineage record renders, so it states nothing the record does not."""
+    """A packaged model's card (``README.md``, where it has one) is the one its lineage record renders."""
     import hashlib
 
     if CARD_FILE not in item["files"]:
@@ -121,11 +118,8 @@ def executable_extras(all_files: list[str]) -> list[str]:
 
 
 def verify_coverage(record: dict, packaged: list[dict], all_files: list[str], verdict: Verdict) -> list[str]:
-    """What of the Bento the record vouches for; returns the files it does not cover (``bento.yaml``,
-    ``bento_config.json``, requirements, env scripts, ``model.yaml``, the manifest, and ``lineage.json``,
-    which vouches for itself): only the manifest, bound by a pin or a signature, covers those. Byte-code or a
-    native extension under ``src/`` is a mismatch: packaging ships none, and Python would run it instead of
-    the checked source. A model card is covered: it is compared with the card the record renders."""
+    """What of the Bento the record vouches for; returns the files it does not cover (only a bound manifest
+    covers those). Byte-code or a native extension under ``src/`` is a mismatch: Python would run it instead."""
     covered = {f"src/{rel}" for rel in record.get("served_code") or {}}
     for item in packaged:
         name, _, version = item["name"].partition(":")
@@ -153,8 +147,7 @@ def _latest_pointer(rel: str, digest: str, listed: dict[str, str]) -> bool:
 def verify_seal(files: dict[str, str], *, manifest: bytes | None, signature: bytes | None, bento: dict,
                 pin: str | None, public_key, irregular: list[str], skip: list[str], verdict: Verdict) -> None:
     """Every file of the Bento (``files``: ``{relpath: sha256}``) is the one its manifest lists, no more, no
-    fewer; the manifest is bound by ``pin`` (its own SHA-256, or an exported archive's) or by its signature
-    checked with ``public_key``; ``verdict.bound_by`` says which. ``skip``: files already named."""
+    fewer; the manifest is bound by ``pin`` (its or the archive's SHA-256) or its signature (``public_key``)."""
     where = bento.get("file") or bento.get("folder") or bento.get("tag") or "the Bento"
     verdict.mismatches += [f"Bento {rel}: not a regular file (a link or special file; no manifest vouches for it)"
                            for rel in irregular]
@@ -244,10 +237,8 @@ def _own_md5(info: dict) -> str:
 
 
 def verify_record(record: dict, verdict: Verdict) -> None:
-    """The record agrees with itself, so the packaged files are tied to the ``dvc.lock`` entries it holds:
-    each path's per-file hashes add up to its DVC hash; every stage entry pins the hash the record's files
-    give that path; a file inside a recorded folder has the same hash in both; the model's files are its
-    fine-tuning stage's output. Needs no workspace."""
+    """The record agrees with itself (per-file hashes add up to DVC's, stage entries pin them, the model is
+    its fine-tuning stage's output), tying the packaged files to ``dvc.lock``. Needs no workspace."""
     files, model = record["files"], record["model"]
     verdict.verified.append(f"the lineage record against itself ({len(record['stages'])} dvc.lock entries, "
                             f"{len(files)} paths)")
@@ -331,11 +322,9 @@ def verify(record: dict, *, packaged: list[dict] | None = None, workspace: Path 
            src: dict[str, str] | None = None, all_files: list[str] | None = None, bento: dict | None = None,
            pin: str | None = None, files: dict[str, str] | None = None, manifest: bytes | None = None,
            signature: bytes | None = None, public_key=None, irregular: list[str] | None = None) -> Verdict:
-    """Check the record itself, the packaged models (``packaged``, see ``verify_packaged``), the Bento's code
-    (``src``), every file of the Bento (``all_files``; with ``files``, their SHA-256, against its
-    ``manifest``), the manifest against a pinned SHA-256 (``pin``: the manifest's or the exported archive's,
-    ``bento["sha256"]``) or its ``signature`` with ``public_key``, and the workspace (when given). Files of
-    the Bento that neither the record nor a bound manifest vouches for are ``verdict.unverified``."""
+    """Check the record, the packaged models, the Bento's code, every file of the Bento against its manifest
+    (bound by ``pin`` or ``signature``), and the workspace when given. Files nothing vouches for are
+    ``verdict.unverified``."""
     verdict = Verdict()
     verify_record(record, verdict)
     if packaged:

@@ -1,15 +1,9 @@
 """The gate after cleaning: the output must satisfy the rules that produced it.
 
-The checks re-measure the cleaned documents independently of the filters' own bookkeeping, for the rules
-that are switched on: no "lorem ipsum", no "{", every line ends in a terminal mark (and not in "..."), at
-least ``min_sentences`` Punkt sentences, no line (stripped, lower-cased) twice in the corpus, no empty
-text, unique content-hash ids, JSON meta, English by a second, independent identifier (py3langid) for at
-least ``min_english_agreement`` of the documents, and the kept fraction within the configured band.
-
-The per-document features are computed by the cleaning workers, shard by shard and in parallel
-(``stages.cleaning.features.document_features``), and the duplicate-line count by hashing the output lines
-into sorted files (``write_line_hashes``) counted bucket by bucket; the gate itself never loads the cleaned
-text.
+For the rules switched on, it re-checks the documents independently of the filters: no "lorem ipsum" or
+"{", terminal marks, ``min_sentences``, no line twice, no empty text, unique ids, JSON meta, English by
+py3langid for ``min_english_agreement``, the kept fraction in its band. Features come from the cleaning
+workers (``stages.cleaning.features``); the gate never loads the cleaned text.
 """
 
 from __future__ import annotations

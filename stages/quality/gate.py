@@ -1,27 +1,13 @@
 """A thin runner of Great Expectations (GX 1.x) checks on pandas DataFrames.
 
-A *gate* is a named set of checks that stands between two stages: the stage that made the data
-returns a `Gate` (its tables and checks) with its outputs, and the stage's entry (`stages.common.cli.Stage`)
-checks it before publishing anything; `enforce` validates, always writes a JSON report (so a failed run leaves evidence for
-the auditor) and raises `GateFailed` if any check failed, so nothing downstream runs on bad data.
+A *gate* is a named set of checks between two stages: a stage returns a `Gate` with its outputs and
+its entry (`stages.common.cli.Stage`) checks it before publishing; `enforce` always writes a JSON report
+and raises `GateFailed` on any failed check. Checks are `Expect` records (table, GX class, kwargs), so
+suites are built and stored without importing GX, which is imported lazily (it costs seconds).
 
-The checks are described by `Expect`, our own small, JSON-serialisable record (table, GX class name,
-kwargs), so suites can be built, compared and stored without importing GX. GX is imported lazily
-inside `validate`: importing it costs seconds, and stages that only declare their gates (or tests
-that never run one) should not pay that.
-
-How one `validate` call maps onto GX 1.x:
-
-    a context: file-backed in the workspace's GX project (``reports/gx/``, see `gx_project`), or ephemeral
-      -> one pandas datasource
-      -> per table: a dataframe asset + a whole-dataframe batch definition + an ExpectationSuite
-      -> file-backed: the suite stored, a ValidationDefinition and a Checkpoint named ``<gate>.<table>`` with
-         an UpdateDataDocsAction, ``checkpoint.run``: the result is stored and rendered into Data Docs
-         (``reports/gx/uncommitted/data_docs/local_site/index.html``), failing values included;
-         ephemeral: ``batch.validate(suite)`` (unit tests, and a stage run outside a workspace)
-
-Results come back from GX in its own order (table-level checks first); we map them back to the
-caller's order by the id GX gives each expectation when it joins a suite.
+Per table, `validate` makes a dataframe asset, a whole-dataframe batch and a suite: in a file-backed
+project (``reports/gx/``) a Checkpoint ``<gate>.<table>`` also stores the result and renders Data Docs;
+ephemeral contexts call ``batch.validate``. Results are mapped back to the caller's order by GX's ids.
 """
 
 from __future__ import annotations
@@ -53,8 +39,7 @@ __all__ = [
     "write_report",
 ]
 
-# Keys of a GX result dict worth keeping in a report: enough to see *why* a check failed without
-# the long tails GX adds (percent variants, counts of counts).
+# Keys of a GX result worth keeping: enough to see why a check failed.
 _OBSERVED_KEYS = (
     "observed_value",
     "element_count",
@@ -75,9 +60,8 @@ DATA_DOCS_INDEX = "gx/uncommitted/data_docs/local_site/index.html"
 
 
 def gx_project() -> Path | None:
-    """The GX project root the gates use: ``LMPIPE_GX_PROJECT`` when set (empty: none, ephemeral
-    validation), else ``reports`` when the working directory is a pipeline workspace (it has a
-    ``dvc.yaml``), so `dvc repro` and the flow build ``reports/gx/`` with its Data Docs; else None."""
+    """The GX project root: ``LMPIPE_GX_PROJECT`` when set (empty: None, ephemeral), else ``reports``
+    in a pipeline workspace (a ``dvc.yaml`` here), else None."""
     value = os.environ.get("LMPIPE_GX_PROJECT")
     if value is not None:
         return Path(value) if value else None
@@ -90,14 +74,8 @@ class GateFailed(RuntimeError):
 
 @dataclass(frozen=True, kw_only=True)
 class Expect:
-    """One expectation, described without GX objects so it is cheap to build and serialise.
-
-    Attributes:
-        table: Name of the DataFrame (a key of the `tables` mapping) the expectation applies to.
-        kind: GX expectation class name, e.g. "ExpectTableRowCountToBeBetween".
-        kwargs: Keyword arguments for that class, e.g. {"column": "id"} or
-            {"column": "text_chars", "min_value": 1, "mostly": 0.95}.
-    """
+    """One expectation without GX objects: ``table`` (a key of `tables`), ``kind`` (a GX expectation
+    class name, e.g. "ExpectTableRowCountToBeBetween") and that class's ``kwargs``."""
 
     table: str
     kind: str
@@ -108,7 +86,7 @@ class Expect:
             raise ValueError(f"Expect.table must be a non-empty string, got {self.table!r}")
         if not self.kind or not isinstance(self.kind, str):
             raise ValueError(f"Expect.kind must be a non-empty string, got {self.kind!r}")
-        # Copy so a caller mutating their dict later cannot change a suite after it was built.
+        # Copy: a caller mutating their dict later must not change the suite.
         object.__setattr__(self, "kwargs", dict(self.kwargs))
 
     @property
@@ -122,17 +100,8 @@ class Expect:
 
 @dataclass(frozen=True, kw_only=True)
 class CheckResult:
-    """Outcome of one expectation.
-
-    Attributes:
-        table: The table it ran on.
-        expectation: GX expectation class name (the `Expect.kind`).
-        kwargs: The kwargs it ran with (JSON-safe copy of `Expect.kwargs`).
-        success: Whether GX judged it met.
-        observed: JSON-safe summary of what GX saw: observed_value, unexpected_count,
-            partial_unexpected_list, partial_missing_list, ... or {"exception": message} when GX
-            could not evaluate it (e.g. the column does not exist).
-    """
+    """Outcome of one expectation; ``observed`` is a JSON-safe summary of what GX saw, or
+    {"exception": message} when GX could not evaluate it (e.g. a missing column)."""
 
     table: str
     expectation: str
@@ -161,15 +130,8 @@ class CheckResult:
 
 @dataclass(frozen=True, kw_only=True)
 class GateResult:
-    """Outcome of a gate: every check in the caller's order, plus row counts per table.
-
-    Attributes:
-        gate: Gate name, e.g. "clean.documents".
-        success: True when every check succeeded (vacuously True with no checks).
-        checks: One `CheckResult` per `Expect`, in the order the expectations were given.
-        stats: Rows per table, {table name: row count}, for every table passed in.
-        data_docs: The Data Docs index that shows this validation (a file-backed project), or None.
-    """
+    """Outcome of a gate: every check in the caller's order, rows per table (``stats``), and the
+    Data Docs index of a file-backed project (else None). No checks: success."""
 
     gate: str
     success: bool
@@ -200,8 +162,7 @@ def validate(
     project: Path | None = None,
 ) -> GateResult:
     """Run `expectations` over `tables` and return every check's outcome (never raises on bad data).
-    ``project``: a GX project root (created on first use) where the suites, validation definitions and
-    checkpoints are stored and Data Docs built; None validates in an ephemeral context.
+    ``project``: a GX project root (created on first use) to store results and Data Docs; None: ephemeral.
 
     Raises:
         ValueError: an expectation names an unknown GX class, a table not in `tables`, has kwargs
@@ -262,16 +223,11 @@ def validate(
 
 
 def write_report(result: GateResult, path: str | Path) -> None:
-    """Write `result` as pretty JSON with sorted keys, atomically (temp file + os.replace).
-
-    A reader (DVC, the auditor, a later stage) therefore sees either the previous report or the new
-    one, never half of one, even if the process is killed mid-write.
-    """
+    """Write `result` as pretty JSON with sorted keys, atomically (temp file + os.replace)."""
     from stages.common.atomic import write_bytes_atomic
 
     # allow_nan=False: the observed values are sanitised, and a stray NaN would make invalid JSON.
     text = json.dumps(result.to_json(), indent=2, sort_keys=True, allow_nan=False) + "\n"
-    # Its temporary name carries the writer, so a killed run's leftover is swept by the next stage.
     write_bytes_atomic(path, text.encode("utf-8"))
 
 
@@ -281,11 +237,8 @@ def enforce(
     expectations: Sequence[Expect],
     report_path: str | Path,
 ) -> GateResult:
-    """Validate (in the workspace's GX project, `gx_project`), always write the report, and raise
-    `GateFailed` if any check failed.
-
-    The report is written before raising so a failed stage still leaves the evidence of why.
-    """
+    """Validate in `gx_project`, always write the report (a failed stage leaves its evidence), and
+    raise `GateFailed` if any check failed."""
     result = validate(gate, tables, expectations, gx_project())
     write_report(result, report_path)
     if not result.success:
@@ -297,8 +250,8 @@ def enforce(
 
 @dataclass(frozen=True)
 class Gate:
-    """A gate's name, tables and checks, as a stage's core returns it under its report path: the stage's entry
-    calls :meth:`check` before publishing anything, so a failed gate leaves every previous output as it was."""
+    """A gate's name, tables and checks, returned by a stage's core; the entry calls :meth:`check`
+    before publishing anything."""
 
     name: str
     tables: Mapping[str, Any]
@@ -315,9 +268,8 @@ _preloading: threading.Thread | None = None
 
 
 def preload() -> None:
-    """Start importing GX (about 4 s of imports on the reference machine) in a background thread, for a stage
-    whose main process would otherwise wait on its workers; the gate's own import then finds it done. An
-    import error is left for the gate's import to raise."""
+    """Start importing GX (seconds) in a background thread while the stage's workers run; an import
+    error is left for the gate's own import to raise."""
     global _preloading
     if _preloading is None and "great_expectations" not in sys.modules:
         _preloading = threading.Thread(target=_try_import_gx, name="gx-preload", daemon=True)
@@ -334,11 +286,9 @@ def _try_import_gx() -> None:
 def _import_gx() -> Any:
     if _preloading is not None and _preloading is not threading.current_thread():
         _preloading.join()
-    # Analytics would try to reach the network on first use; a reproducible, offline pipeline must
-    # not. setdefault keeps an explicit choice made by whoever runs us.
+    # Analytics would reach the network; setdefault keeps the caller's explicit choice.
     os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
-    # GX 1.24 imports the deprecated stdlib module `sre_constants`; keep that warning (not ours to
-    # fix) from failing test runs that turn warnings into errors.
+    # GX imports the deprecated `sre_constants`; keep that warning from failing -W error runs.
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
         import great_expectations as gx
@@ -348,11 +298,7 @@ def _import_gx() -> Any:
 
 @contextlib.contextmanager
 def _quiet_gx() -> Iterator[None]:
-    """Raise GX's logger to WARNING for the duration of a gate, then restore it.
-
-    GX logs at INFO/DEBUG while building a context (temporary docs dirs, store backends); that is
-    noise in stage logs. Restoring the level keeps us from changing logging for the whole process.
-    """
+    """Raise GX's logger to WARNING for the duration of a gate (its INFO is noise), then restore it."""
     logger = logging.getLogger("great_expectations")
     previous = logger.level
     if logger.getEffectiveLevel() < logging.WARNING:
@@ -421,8 +367,7 @@ def _validate_table(
     position_by_id: dict[str, int] = {}
     for position, (expect, expectation) in enumerate(zip(expects, built, strict=True)):
         added = suite.add_expectation(expectation)
-        # GX treats a suite as a set: an expectation equal to one already there is silently
-        # dropped and gets no id. Two equal checks are a suite bug, so say so instead.
+        # GX silently drops an expectation equal to one already in the suite (no id): say so.
         if added.id is None or added.id in position_by_id:
             raise ValueError(f"gate {gate}: duplicate expectation {expect.name}")
         position_by_id[added.id] = position
@@ -465,9 +410,8 @@ KEEP_VALIDATIONS = 20
 
 
 def _prune_history(gx_root: Path, gate: str, table: str, keep: int = KEEP_VALIDATIONS - 1) -> None:
-    """Before a run adds its result: drop all but the newest ``keep`` stored results of this gate table (and
-    their Data Docs pages), so the project and its index stay bounded however often the pipeline runs. The
-    run folders are named by UTC time (``20261126T061056.508192Z``), so their names sort by age."""
+    """Drop all but the newest ``keep`` stored results of this gate table and their Data Docs pages.
+    Run folders are named by UTC time (``20261126T061056.508192Z``), so names sort by age."""
     import shutil
 
     for base in (gx_root / "uncommitted" / "validations", gx_root / "uncommitted" / "data_docs" / "local_site" /
@@ -517,8 +461,7 @@ def _observed(result: Mapping[str, Any] | None, exception_info: Any) -> dict:
 
 
 def _exception_messages(exception_info: Any) -> list[str]:
-    # GX reports an evaluation error either flat ({"raised_exception": True, ...}) or keyed by the
-    # metric that failed ({MetricConfigurationID: {...}}); gather messages from both shapes.
+    # GX reports errors flat ({"raised_exception": True, ...}) or keyed by metric id; read both.
     if not isinstance(exception_info, Mapping):
         return []
     if "raised_exception" in exception_info:
@@ -591,8 +534,7 @@ def _why(observed: object) -> str:
 
 
 def _has_named_index(observed: Mapping[str, Any]) -> bool:
-    # With a named index GX lists unexpected rows as {index_name: value, column: value} dicts,
-    # which say more than the bare values (e.g. which text leaked between splits).
+    # With a named index GX lists unexpected rows as {index_name: value, column: value} dicts.
     index_list = observed.get("partial_unexpected_index_list") or []
     return bool(index_list) and isinstance(index_list[0], Mapping)
 

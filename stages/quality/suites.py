@@ -3,15 +3,12 @@
 Each builder takes the caller's DataFrame and returns `(tables, expectations)` ready for
 `gate.validate` / `gate.enforce`:
 
-- `tables` holds the frame itself (as a copy) plus small *derived* tables. GX checks columns of
-  scalars well but cannot express "share of rows per label" or "a text appears in two splits",
-  and its length expectations silently pass on list columns. So anything computed is computed here,
-  with pandas, into a new frame; the caller's DataFrame is never mutated.
-- `expectations` is a list of `Expect`, each with a docstring-level reason below.
+- `tables`: a copy of the frame plus *derived* tables computed here with pandas (GX cannot express
+  "share of rows per label" or "a text in two splits"); the caller's DataFrame is never mutated.
+- `expectations`: a list of `Expect`, each with its reason in the builder's docstring.
 
-Builders never raise on bad *data* (a missing column, nulls, an empty frame): they derive what they
-can and let the gate report the failure, so the report says what was wrong. They raise ValueError
-only for bad *parameters*, which are programming errors.
+Bad *data* (a missing column, nulls, an empty frame) is left for the gate to report; ValueError only
+for bad *parameters*.
 """
 
 from __future__ import annotations
@@ -54,21 +51,13 @@ def documents_suite(
 ) -> Suite:
     """Checks for a documents table (id, text, source, url, meta [+ extra_columns]).
 
-    Checks and why they exist:
-    - columns match {id, text, source, url, meta, *extra_columns} exactly: later stages read columns
-      by name; a missing one breaks them, an unexpected one means an upstream contract drifted.
-    - row count in [min_rows, max_rows]: an empty or truncated corpus (a failed download, a filter
-      that dropped everything) or an exploded one (duplicated input) must stop the pipeline.
-    - id unique and not null: ids are content hashes used for dedup, joins and lineage.
-    - at least `min_nonempty_ratio` of texts are non-blank (`text_chars` >= 1 with `mostly`): a few
-      empty documents are tolerable, a mostly-empty corpus means extraction broke.
-    - source not null: splits are made by source group and lineage needs it.
-    - meta parses as JSON (`meta_is_json` in {True}): meta is a JSON string by contract and is
-      parsed downstream; one malformed value would crash a later stage far from its cause.
+    Checks (and why): columns exactly as listed (later stages read them by name); rows in
+    [min_rows, max_rows] (a truncated or exploded corpus); id unique and not null (content hashes for
+    dedup and lineage); at least `min_nonempty_ratio` non-blank texts; source not null (splits and
+    lineage); meta parses as JSON (parsed downstream).
 
-    For corpora too large to hold their text in memory, pass a ``df`` without the text column plus
-    ``text_chars`` (stripped length per row, in ``df``'s order), ``meta_is_json`` and ``columns`` (the
-    written file's column names): the schema check then runs on ``columns`` and nothing reads the text.
+    For corpora too large for memory, pass ``df`` without text plus ``text_chars`` (stripped length per
+    row), ``meta_is_json`` and ``columns`` (the written file's columns): nothing reads the text.
     """
     _require(0 <= min_rows <= max_rows, f"need 0 <= min_rows <= max_rows, got {min_rows}, {max_rows}")
     _require(0.0 <= min_nonempty_ratio <= 1.0, f"min_nonempty_ratio must be in [0, 1], got {min_nonempty_ratio}")
@@ -128,19 +117,10 @@ def labeled_suite(
 ) -> Suite:
     """Checks for labeled examples (text, label, split); combine with `documents_suite` for the rest.
 
-    Checks and why they exist:
-    - label and split not null: GX's in-set checks skip nulls, so without these a null label or
-      split would pass silently and the example would vanish from training or evaluation.
-    - label in `labels`, split in `splits`: an unknown label breaks the classifier head's label map;
-      an unknown split is data nobody trains or evaluates on.
-    - every label occurs in the `train_split` rows (table `labeled_train`): a class absent from
-      training cannot be learned, and evaluation on it would be meaningless.
-    - every declared label's share of all rows in [min_class_share, max_class_share] (table
-      `class_shares`, one row per label): a dominant or vanishing class makes accuracy misleading
-      and usually means a broken labelling rule.
-    - each normalised text (strip + lower) occurs in exactly one split (table `split_overlap`, indexed
-      by the text so the report names the leaked texts): a text in both train and test leaks the
-      answer and inflates evaluation scores.
+    Checks (and why): label and split not null (GX's in-set checks skip nulls); label in `labels`
+    and split in `splits` (the head's label map); every label in the `train_split` rows; each label's
+    share of all rows in [min_class_share, max_class_share] (a dominant class misleads accuracy); each
+    normalised text in exactly one split (a leak inflates scores; the report names the texts).
     """
     _require(bool(labels), "labels must not be empty")
     _require(bool(splits), "splits must not be empty")
@@ -167,8 +147,7 @@ def labeled_suite(
         Expect(
             table=LABELED, kind="ExpectColumnValuesToBeInSet", kwargs={"column": "split", "value_set": list(splits)}
         ),
-        # ContainSet rather than EqualSet: unknown labels are already the in-set check's failure,
-        # so this one fails only for what it is about, a label missing from training.
+        # ContainSet, not EqualSet: unknown labels are the in-set check's failure, not this one's.
         Expect(
             table=LABELED_TRAIN,
             kind="ExpectColumnDistinctValuesToContainSet",
@@ -187,10 +166,7 @@ def labeled_suite(
 
 
 def combine(*suites: Suite) -> Suite:
-    """Merge suites into one gate (e.g. documents + labeled checks on the same frame).
-
-    Raises ValueError if two suites use the same table name, since one would hide the other.
-    """
+    """Merge suites into one gate; ValueError if two use the same table name (one would hide the other)."""
     tables: dict[str, pd.DataFrame] = {}
     expectations: list[Expect] = []
     for suite_tables, suite_expectations in suites:
@@ -218,8 +194,8 @@ def _class_shares(label: pd.Series, labels: Sequence[str]) -> pd.DataFrame:
 
 
 def _split_overlap(text: pd.Series, split: pd.Series) -> pd.DataFrame:
-    """Per normalised text, how many distinct splits it appears in (rows with no text/split skipped;
-    other checks own those). Indexed by the text so GX's unexpected-row list shows the text."""
+    """Per normalised text, how many distinct splits it appears in (rows without text/split skipped),
+    indexed by the text so GX's report shows it."""
     key = text.map(lambda value: value.strip().lower() if isinstance(value, str) else None)
     pairs = pd.DataFrame({"text_key": key, "split": split}).dropna()
     n_splits = pairs.groupby("text_key", sort=True)["split"].nunique().astype("int64")

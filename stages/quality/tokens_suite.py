@@ -1,10 +1,8 @@
 """The gate after tokenization: measured on the block files as written, not on the packers' bookkeeping.
 
-Per block, derived scalar columns (GX length checks do not work on list columns): ``max_id`` (below the
-vocabulary size), ``unk_fraction`` and ``pad_fraction`` (means bounded by params), ``reserved_tokens``
-(text-born [MASK], T5 sentinels or padding inside a block: none allowed) and, for BERT, whether each block
-opens with [CLS] and closes with [SEP]. For T5 a sample of blocks is span-corrupted to check that the
-encoder input and the target come out at exactly ``seq_len`` and ``targets_len``.
+Per block, scalar columns: ``max_id`` (below the vocabulary), ``unk_fraction`` and ``pad_fraction``,
+``reserved_tokens`` (none allowed) and, for BERT, [CLS] ... [SEP]. For T5 a sample is span-corrupted to
+check the exact ``seq_len`` and ``targets_len``.
 """
 
 from __future__ import annotations

@@ -1,9 +1,8 @@
 """Classify texts with a fine-tuned model folder (``data/models/finetune/<name>``, or its packaged copy).
 
-Pre-processing is the fine-tuning stage's own (``stages.finetune.encode``: T5's prefix, truncation to the
-trained ``max_len``, reported per text as ``tokens`` / ``truncated``) and scoring is the classifier head's
-(``scores``), so the service answers exactly what the evaluation measured. Per-label scores are a softmax over the head's logits (BERT, GPT) or over the
-log-likelihood of each label word (T5), so they sum to 1 over the labels.
+Pre-processing is the fine-tuning stage's (``stages.finetune.encode``) and scoring the head's, so the
+service answers what the evaluation measured. Scores are a softmax over the logits (BERT, GPT) or the
+label words' log-likelihoods (T5).
 """
 
 from __future__ import annotations

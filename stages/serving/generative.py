@@ -1,8 +1,5 @@
 """The pre-trained models' own tasks: BERT fills ``[MASK]``s, GPT continues a prompt, T5 fills its sentinel
-spans (``<extra_id_0>`` ...), the objective it was pre-trained on.
-
-Errors in the request (no mask token, an over-long prompt) raise ``ValueError`` with a message for the
-caller; the service turns them into 400s.
+spans. A bad request raises ``ValueError`` (the service answers 400).
 """
 
 from __future__ import annotations

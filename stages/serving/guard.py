@@ -1,24 +1,13 @@
 """An ASGI middleware in front of the service's APIs: requests that cannot be valid, or that lack the
 operator's token, are refused before any parsing, with a JSON error and a 4xx status.
 
-- with a token set (:func:`api_token`: ``LMPIPE_API_TOKEN``, or a file named by ``LMPIPE_API_TOKEN_FILE``),
-  every request but the health probes (``/livez``, ``/readyz``, ``/healthz``) needs
+- with a token set (:func:`api_token`), every request but the health probes needs
   ``Authorization: Bearer <token>``: 401 otherwise (compared in constant time);
-- a body over ``max_bytes`` (by its ``Content-Length``, or counted as it streams in): 413;
-- a ``Content-Length`` that is not a number: 400;
-- a ``multipart/*`` body without a ``boundary`` (the multipart parser would fail with a 500): 400;
-- any other body that is not JSON (a ``Content-Type`` other than ``application/json`` or ``*/*+json``:
-  ``multipart/form-data; boundary=x`` with a body BentoML's multipart parser fails on, form-encoded, text):
-  415, since every API takes JSON (:func:`is_json`); a request without a ``Content-Type`` is read as JSON;
-- a client error is logged as one line without the request's content (:class:`ClientErrorLogFilter`);
-- the OpenAPI spec (``/docs.json``) marks request bodies with required fields as required and declares
-  the 415 answer of every operation that takes a body (:func:`openapi_fixed`);
-- every 4xx JSON answer is rewritten to the error shape the service's OpenAPI spec declares,
-  ``{"error": str, "detail": str}`` (:func:`client_error_body`).
-
-The default limit follows from the request limits: the largest valid ``classify`` body is ``max_texts``
-texts of ``max_chars`` characters, each at most 4 bytes in UTF-8 and 6 when JSON escapes it, plus room for
-the JSON around them (:func:`body_limit`).
+- a body over ``max_bytes`` (:func:`body_limit`; by ``Content-Length`` or as it streams in): 413;
+- a ``Content-Length`` that is not a number, or ``multipart/*`` without a ``boundary``: 400;
+- any other body that is not JSON (:func:`is_json`; no ``Content-Type`` is read as JSON): 415;
+- client errors are logged in one line without content (:class:`ClientErrorLogFilter`), answered in the
+  declared error shape (:func:`client_error_body`), and ``/docs.json`` is fixed (:func:`openapi_fixed`).
 """
 
 from __future__ import annotations
@@ -34,9 +23,8 @@ MIN_TOKEN_CHARS = 16
 
 
 def api_token(env=os.environ) -> str | None:
-    """The bearer token the service requires, or None (no auth: the server binds 127.0.0.1 by default).
-    ``LMPIPE_API_TOKEN`` holds it, or ``LMPIPE_API_TOKEN_FILE`` names a file holding it (a mounted secret);
-    surrounding whitespace is ignored. A token under 16 characters is refused (ValueError)."""
+    """The bearer token the service requires, from ``LMPIPE_API_TOKEN`` or the file named by
+    ``LMPIPE_API_TOKEN_FILE``, stripped; None: no auth. ValueError for a token under 16 characters."""
     token, source = env.get("LMPIPE_API_TOKEN"), "LMPIPE_API_TOKEN"
     if env.get("LMPIPE_API_TOKEN_FILE"):
         path = Path(env["LMPIPE_API_TOKEN_FILE"])
@@ -72,9 +60,8 @@ async def _reject(send, status: int, message: str, headers: tuple = ()) -> None:
 
 
 def client_error_body(raw: bytes) -> bytes:
-    """A 4xx JSON body in the shape the OpenAPI spec declares for errors, ``{"error": str, "detail": str}``.
-    BentoML answers a validation error with ``detail`` as a list of pydantic errors and an ``InvalidArgument``
-    as a one-element list; both become the declared shape (each pydantic error as ``field: message``)."""
+    """A 4xx JSON body in the declared error shape, ``{"error": str, "detail": str}``; BentoML's lists
+    of pydantic errors become ``field: message`` lines."""
     try:
         data = json.loads(raw)
     except ValueError:
@@ -104,9 +91,8 @@ UNSUPPORTED = {"type": "object", "required": ["error"],
 
 
 def openapi_fixed(raw: bytes) -> bytes:
-    """The OpenAPI spec as BentoML writes it, with each request body that has required fields marked
-    ``required`` (BentoML leaves it optional, though a request without a body is refused with 400), and the
-    guard's 415 for a body that is not JSON declared on every operation that takes one."""
+    """BentoML's OpenAPI spec with request bodies that have required fields marked ``required``, and the
+    guard's 415 declared on every operation that takes a body."""
     spec = json.loads(raw)
     for ops in spec.get("paths", {}).values():
         for op in ops.values():
@@ -164,10 +150,8 @@ def client_error_summary(exc: BaseException) -> str | None:
 
 
 class ClientErrorLogFilter(logging.Filter):
-    """BentoML logs every rejected request as an ERROR with a traceback, and pydantic's message in it quotes
-    the request's input (``input_value=...``): a user's text in the server's logs, and a client's mistake
-    reported as a server fault. For client errors (:func:`client_error_summary`) this keeps one INFO line
-    with the path and the fields at fault; server errors keep their traceback."""
+    """Turn BentoML's ERROR-with-traceback for a client error (which quotes the user's input) into one
+    INFO line naming the path and fields at fault; server errors keep their traceback."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         exc = record.exc_info[1] if record.exc_info else None

@@ -26,11 +26,7 @@ def offline() -> bool:
 
 @dataclass
 class Provenance:
-    """Where one source's records came from; becomes one entry of the ingest manifest.
-
-    Filled in by the reader while it runs (files fetched and their checksums, package versions, counts of
-    what was skipped and why), then frozen into JSON by :meth:`to_json`.
-    """
+    """Where one source's records came from, filled in by the reader; one entry of the ingest manifest."""
 
     kind: str
     description: str = ""

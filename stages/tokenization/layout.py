@@ -14,9 +14,8 @@ SENTENCE_END_MARKS = (".", "?", "!")
 
 @dataclass(frozen=True, kw_only=True)
 class BlockLayout:
-    """paradigm: bert | gpt | t5. seq_len: what the model sees. block_len: the stored row width (T5's raw
-    block is longer than the encoder input, see ``stages.objectives.span_corruption``). The ids are those
-    of the tokenizer; ``None`` where the paradigm has no such token."""
+    """seq_len: what the model sees; block_len: the stored row width (longer for T5's raw blocks). Ids are
+    the tokenizer's; ``None`` where the paradigm has no such token."""
 
     paradigm: str
     seq_len: int
@@ -47,8 +46,7 @@ class BlockLayout:
 
 
 def tokenizer_from_json(text: str):
-    """A ``tokenizers.Tokenizer`` from its JSON, set as the stages use it: a page that literally contains
-    "[MASK]" or "<|endoftext|>" must not inject that special token, so special-token text encodes as text."""
+    """A ``tokenizers.Tokenizer`` from its JSON that encodes special-token text ("[MASK]") as plain text."""
     from tokenizers import Tokenizer
 
     tok = Tokenizer.from_str(text)

@@ -1,19 +1,13 @@
 """Pack tokenized documents into fixed-width blocks, one packer per paradigm.
 
-Every packer takes batches of token-id lists (one list per document, no special tokens added) and yields
-2-D ``numpy`` arrays of finished blocks; the remainder that does not fill a block at the end of the corpus
-is dropped and counted (``dropped_tokens``), as in GPT-2/RoBERTa-style packing.
+Packers take batches of token-id lists (one per document) and yield 2-D arrays of finished blocks; the
+tail that does not fill a block is dropped and counted (``dropped_tokens``).
 
-- ``CausalPacker`` (GPT): documents joined by ``<|endoftext|>`` and cut every ``seq_len`` tokens
-  (Radford et al. 2019; transformers' ``run_clm`` ``group_texts``).
-- ``SpanPacker`` (T5): documents each ended by ``</s>``, joined and cut every ``raw_len`` tokens, the raw
-  length that span corruption turns into exactly ``seq_len`` encoder tokens (T5's ``reduce_concat_tokens``
-  + ``split_tokens``).
-- ``SentencePacker`` (BERT): RoBERTa's FULL-SENTENCES (Liu et al. 2019, section 4.2): each block is
-  ``[CLS]`` + whole sentences taken contiguously from one or more documents + ``[SEP]``, padded to
-  ``seq_len``; a ``[SEP]`` also separates documents inside a block, and a sentence longer than a whole block
-  is cut. Sentence ends are tokens ``.``, ``?`` or ``!`` (so abbreviations may end a "sentence" early:
-  the cost is a little padding, not lost text).
+- ``CausalPacker`` (GPT): transformers' ``run_clm`` ``group_texts`` (Radford et al. 2019).
+- ``SpanPacker`` (T5): T5's ``reduce_concat_tokens`` + ``split_tokens``, at the raw length span corruption
+  turns into ``seq_len``.
+- ``SentencePacker`` (BERT): RoBERTa's FULL-SENTENCES (Liu et al. 2019, section 4.2); sentence ends are
+  the tokens ``.``, ``?``, ``!``.
 """
 
 from __future__ import annotations

@@ -1,8 +1,5 @@
-"""The held-out split, decided by a hash of the document id so it never depends on order or machine.
-
-The tokenizer is trained only on the ``train`` side and measured on the held-out side; the token
-datasets keep the same split, so pre-training never sees the documents its perplexity is measured on.
-"""
+"""The held-out split, by a hash of the document id (independent of order and machine), shared by the
+tokenizer and the token datasets."""
 
 from __future__ import annotations
 
@@ -14,9 +11,7 @@ from stages.config import check
 
 @dataclass(frozen=True, kw_only=True)
 class SplitConfig:
-    """The held-out split of the cleaned corpora, by a salted hash of the document id: the tokenizer trains on
-    the rest, and the token datasets keep the same split.
-    """
+    """The held-out split of the cleaned corpora, by a salted hash of the document id."""
 
     heldout_fraction: float = 0.05
     """Expected share of each corpus's documents held out, in (0, 1)."""

@@ -1,17 +1,12 @@
 """Build and train one tokenizer per paradigm with Hugging Face ``tokenizers``, as the seed papers did.
 
-- BERT (Devlin et al. 2019): WordPiece with ``##`` continuations, BERT's normaliser (lower-cased and
-  accents stripped by default, like ``bert-base-uncased``) and pre-tokeniser, ``[CLS] A [SEP]`` /
-  ``[CLS] A [SEP] B [SEP]`` post-processing. Special tokens ``[PAD] [UNK] [CLS] [SEP] [MASK]`` are ids 0-4.
-- GPT (Radford et al. 2019): byte-level BPE over GPT-2's byte alphabet, so every string encodes and no
-  unknown token exists; ``<|endoftext|>`` (id 0) separates documents.
-- T5 (Raffel et al. 2020): a SentencePiece-style Unigram model (NFKC, ``▁`` word boundaries) with pad=0,
-  eos=1, unk=2, ``</s>`` appended to every sequence, and 100 sentinels at the top of the vocabulary:
-  ``<extra_id_0>`` is the last id, ``<extra_id_99>`` the 100th from last, as in T5's released vocabulary
-  (span corruption counts sentinels down from ``len(tokenizer) - 1``).
+- BERT (Devlin et al. 2019): WordPiece with ``##`` continuations, BERT's (uncased) normaliser and
+  pre-tokeniser, ``[CLS] A [SEP] B [SEP]``; ``[PAD] [UNK] [CLS] [SEP] [MASK]`` are ids 0-4.
+- GPT (Radford et al. 2019): byte-level BPE (no unknown token); ``<|endoftext|>`` (id 0) separates documents.
+- T5 (Raffel et al. 2020): SentencePiece-style Unigram (NFKC, ``▁``), pad=0, eos=1, unk=2, ``</s>`` appended,
+  sentinels at the top of the vocabulary (``<extra_id_0>`` the last id), as in T5's released vocabulary.
 
-``save`` writes ``tokenizer.json`` plus ``tokenizer_config.json`` through ``PreTrainedTokenizerFast``,
-so stock ``AutoTokenizer.from_pretrained(dir)`` returns the fast tokenizer with its special tokens.
+``save`` writes files that stock ``AutoTokenizer.from_pretrained(dir)`` loads.
 """
 
 from __future__ import annotations
@@ -75,11 +70,9 @@ class TokenizerConfig:
 def build(cfg: TokenizerConfig, continuations: Iterable[str] = ()):
     """An untrained ``tokenizers.Tokenizer`` with this paradigm's pipeline and its trainer.
 
-    ``continuations`` (WordPiece only): the characters that occur inside words. Their ``##`` forms are
-    registered with the trainer up front, in sorted order. Left to itself, ``tokenizers`` (0.23) numbers
-    them in hash-map order, and since equally frequent merges are ordered by those numbers, two runs on
-    the same text can learn different vocabularies; registered up front, the run is reproducible.
-    They are removed from the special tokens again by ``canonical``."""
+    ``continuations`` (WordPiece only): characters that occur inside words; their ``##`` forms are
+    registered up front in sorted order, since ``tokenizers`` numbers them in hash-map order, which breaks
+    ties between merges differently per run. ``canonical`` removes them from the special tokens again."""
     from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
     if cfg.kind == "wordpiece":
@@ -116,14 +109,9 @@ def build(cfg: TokenizerConfig, continuations: Iterable[str] = ()):
 def canonical(tok, cfg: TokenizerConfig):
     """The trained tokenizer with a run-independent vocabulary, so that DVC sees identical outputs.
 
-    Two things in ``tokenizers``' trainers vary from run to run (measured on 0.23): WordPiece numbers its
-    continuation characters in hash-map order (fixed in ``build``) and Unigram orders its pieces by score,
-    where rare characters of equal frequency get penalties 1e-4 apart in hash-map order and the other
-    scores differ in the last bits between thread schedules. Ids do not change how text is split:
-    WordPiece matches greedily by string and Unigram's Viterbi search only compares scores. So after the
-    special tokens, WordPiece numbers single characters, then longer pieces, in sorted order, and Unigram
-    numbers its pieces in sorted order with scores rounded to 1e-8, and gives its tail of rare single
-    characters (scored below every longer piece, 1e-4 apart in hash-map order) their scores in sorted order.
+    ``tokenizers`` numbers pieces in hash-map order and Unigram's scores differ in the last bits between
+    runs; ids do not change how text is split, so after the special tokens WordPiece numbers characters,
+    then longer pieces, sorted, and Unigram sorts its pieces with scores rounded to 1e-8.
     """
     import json
 
@@ -153,10 +141,8 @@ def canonical(tok, cfg: TokenizerConfig):
 
 
 def _untie_rare_characters(pieces: list[tuple[str, float]]) -> list[tuple[str, float]]:
-    """Unigram's trainer adds the required characters it did not keep with scores 1e-4 apart, in hash-map
-    order: the same characters and the same scores in every run, assigned differently. Find those runs of
-    single-character scores 1e-4 apart and hand each run's scores out in sorted order (the highest to the
-    first character), so the saved file does not depend on the order."""
+    """Unigram adds rare characters with scores 1e-4 apart in hash-map order: hand each such run of scores
+    out to its characters in sorted order (the highest to the first), so the file is run-independent."""
     values = sorted({s for p, s in pieces if len(p) == 1})
     chain_of, chain = {}, 0
     for i, v in enumerate(values):

@@ -85,19 +85,18 @@ def pretrain_step(paradigm: str, tokens: Path, params: Path):
     import numpy as np
     import torch
 
-    from stages.objectives import for_paradigm
-    from stages.pretrain import objective_options
+    from stages.objectives import get, training_view
     from stages.training.data import generators, make_batch
-    from stages.training.models import build_model, training_view
+    from stages.training.models import build_model
 
     cfg = _pretrain_config(paradigm, params)
     layout = _layout(paradigm, tokens)
     model = build_model(layout, cfg.model, seed=0)
-    objective = for_paradigm(layout, **objective_options(cfg.train, paradigm))
+    objective = get(paradigm, cfg.train.objective).make(layout, **get(paradigm, cfg.train.objective).settings(cfg.train))
     n = cfg.train.micro_batch
     blocks = np.random.default_rng(0).integers(5, 8000, (n, layout.block_len)).astype(np.int32)
     ids = np.arange(n)
-    view, prepare = training_view(model, objective.name)
+    view, prepare = training_view(model, objective)
     batch = prepare(make_batch(objective, blocks, ids, generators(0, 0, [0] * n, ids)))
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, fused=True)
 

@@ -28,11 +28,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from stages import objectives
 from stages.common.cli import Stage, entry
 from stages.common.inputs import check_folder, read_json
 from stages.config import ConfigError, build, load_params, section
 
-OWN_OBJECTIVE = {"bert": "masked_lm", "gpt": "causal_lm", "t5": "span_corruption"}
 
 
 @dataclass(frozen=True)
@@ -94,7 +94,7 @@ def rows_for(cfg: CompareConfig, *, compare: Path, finetuned: Path, pretrained: 
     entries = cfg.entries()
     for p in dict.fromkeys(e["paradigm"] for e in entries):
         own = (read_json(check_folder(dapt / p) / "training.json").get("config", {}).get("train", {})
-               .get("objective") or OWN_OBJECTIVE[p])
+               .get("objective") or objectives.OWN[p])
         out.append(Row(f"{p}-{own}", p, own, finetuned / f"{p}-dapt", dapt / p, pretrained / p, dapt / p, own=True))
         for e in (e for e in entries if e["paradigm"] == p):
             name = e["name"]

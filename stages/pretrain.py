@@ -32,12 +32,15 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from stages import objectives
 from stages.common.atomic import write_json_atomic
 from stages.common.inputs import check_folder, load_npy, read_json
 from stages.common.cli import Stage, entry
 from stages.training.checkpoint import CheckpointError
 from stages.training.loop import TrainingDiverged
 from stages.config import ConfigError, build, deep_merge, load_params, section
+from stages.objectives.denoisers import sentence_end_ids
+from stages.provenance import stagecard
 from stages.tokenization.trainers import PARADIGMS
 from stages.training.config import PretrainConfig, TrainConfig
 
@@ -71,9 +74,7 @@ def compare_entries(entries) -> list[dict]:
     """``compare.objectives`` checked and listed: a mapping of names to ``{paradigm, objective[, train]}``, each
     objective one of its paradigm's (``stages.objectives``), ``train`` the run's own settings; each entry comes
     back as a dict with its ``name``."""
-    from stages.objectives import BERT_OBJECTIVES, GPT_OBJECTIVES, T5_OBJECTIVES
-
-    own = {"bert": BERT_OBJECTIVES, "gpt": GPT_OBJECTIVES, "t5": T5_OBJECTIVES}
+    own = {paradigm: objectives.names(paradigm) for paradigm in objectives.OWN}
     if entries is None:
         return []
     if not isinstance(entries, dict):
@@ -152,36 +153,10 @@ def plot_tsv(history: list[dict], evals: list[dict]) -> str:
     return buf.getvalue()
 
 
-def objective_options(train, paradigm: str) -> dict:
-    """The objective's settings from the train config: BERT's selection rate, T5's objective."""
-    from stages.objectives import BERT_OBJECTIVES, GPT_OBJECTIVES, T5_OBJECTIVES
-
-    own = {"bert": BERT_OBJECTIVES, "gpt": GPT_OBJECTIVES, "t5": T5_OBJECTIVES}.get(paradigm, ())
-    if train.objective and train.objective not in own:
-        raise ValueError(f"objective: {train.objective!r} is not one of {paradigm}'s objectives "
-                         f"({', '.join(own) or 'it has only its own'})")
-    if paradigm == "bert":
-        return {"select": train.mlm_select, "objective": train.objective or "masked_lm",
-                "rtd_weight": train.rtd_weight}
-    return {"objective": train.objective} if train.objective else {}
-
-
-def run(cfg, *, paradigm: str, stage: str, tokens_dir: Path, corpus: str, tokenizer_dir: Path, init: Path | None,
-        out: Callable[[], Path], checkpoint_dir: Path | None, log=print, progress: bool = True,
-        live_dir: Path | None = None, sources: list[Path] = ()) -> tuple[dict, str] | None:
-    """Train and save into the folder ``out()`` (asked for only by the process that saves); returns the metrics
-    and the curve's TSV (on the main process; None on the others).
-    ``live_dir``: the run's live log (curve as it trains, and its timings; :mod:`stages.common.live`).
-    ``sources``: the ingest manifests of the corpora behind the model (its tokenizer's and its training's):
-    their sources and licence terms go into the folder's model card (``stages.provenance.stagecard``)."""
-    from stages.common.live import LiveLog
-    from stages.objectives import for_paradigm
-    from stages.provenance import stagecard
+def read_inputs(tokens_dir: Path, tokenizer_dir: Path, paradigm: str, corpus: str):
+    """The token dataset's manifest, the block layout (checked against the tokenizer) and the corpus's train and
+    held-out blocks."""
     from stages.tokenization.layout import load_layout
-    from stages.training import distributed
-    from stages.training.loop import train
-    from stages.training.models import (attach_pair_head, attach_rtd_head, build_model, electra_flops_per_token,
-                                        flops_per_token, load_model, permuted_flops_per_token, save_model)
 
     manifest_path = tokens_dir / "manifest.json"
     if not manifest_path.is_file():
@@ -197,40 +172,43 @@ def run(cfg, *, paradigm: str, stage: str, tokens_dir: Path, corpus: str, tokeni
         raise ValueError(f"{tokenizer_dir}: does not match the tokenizer the blocks in {tokens_dir} were made with")
     if corpus not in manifest["corpora"]:
         raise ValueError(f"{manifest_path}: no corpus {corpus!r} (has: {', '.join(manifest['corpora'])})")
-    corpora = stagecard.corpora(list(sources))
-    train_blocks = load_npy(tokens_dir / corpus / "train.npy")
-    eval_blocks = load_npy(tokens_dir / corpus / "heldout.npy")
+    return manifest, layout, load_npy(tokens_dir / corpus / "train.npy"), load_npy(tokens_dir / corpus / "heldout.npy")
 
-    dist = distributed.init()
+
+def model_and_objective(cfg, layout, paradigm: str, init: Path | None, tokenizer_dir: Path):
+    """The model (fresh, or ``init`` continued), the objective's batch builder, and the FLOPs per token once the
+    objective's own heads are attached (``stages.objectives``)."""
+    from stages.training.models import build_model, load_model
+
     if init is not None:
         model = load_model(check_folder(init), paradigm)
         if model.config.vocab_size != layout.vocab_size:
             raise ValueError(f"{init}: vocabulary {model.config.vocab_size} != the tokenizer's {layout.vocab_size}")
     else:
         model = build_model(layout, cfg.model, seed=cfg.train.seed)
-    options = objective_options(cfg.train, paradigm)
-    if options.get("objective") in ("bart", "nsp", "sop"):  # they cut after the tokenizer's full stops
-        from stages.objectives.denoisers import sentence_end_ids
+    objective = objectives.get(paradigm, cfg.train.objective)
+    settings = objective.settings(cfg.train)
+    if objective.sentence_ends:  # it cuts after the tokenizer's full stops
+        settings["sentence_ends"] = sentence_end_ids((tokenizer_dir / "tokenizer.json").read_text(encoding="utf-8"))
+    builder = objective.make(layout, **settings)
+    return model, builder, objective.setup(model, layout, builder, cfg.train, init)
 
-        options["sentence_ends"] = sentence_end_ids((tokenizer_dir / "tokenizer.json").read_text(encoding="utf-8"))
-    objective = for_paradigm(layout, **options)
-    if objective.name == "electra":
-        attach_rtd_head(model, seed=cfg.train.seed, init=init)
-        from stages.training.electra import GENERATOR_CONFIG, attach_generator
 
-        if cfg.train.generator_size:
-            attach_generator(model, size=cfg.train.generator_size, seed=cfg.train.seed + 1, init=init)
-        elif init is not None and (init / GENERATOR_CONFIG).is_file():
-            raise ValueError(f"{init}: was trained with a separate ELECTRA generator; set train.generator_size")
-        fpt = electra_flops_per_token(model, layout, select=objective.select)
-    elif objective.name == "permuted":  # the body runs over seq_len + c rows, the output layer at the c queries
-        fpt = permuted_flops_per_token(model, layout, objective.targets)
-    else:
-        fpt = flops_per_token(model, layout, predicted_fraction=getattr(objective, "select", 1.0),
-                              targets_len=getattr(objective, "targets_len", None))
-    if objective.name in ("nsp", "sop"):  # the pair head runs once per block: 6 x its size / seq_len per token
-        attach_pair_head(model, seed=cfg.train.seed, init=init)
-        fpt += 6 * sum(p.numel() for p in model.pair_head.parameters()) / layout.seq_len
+def run(cfg, *, paradigm: str, stage: str, tokens_dir: Path, corpus: str, tokenizer_dir: Path, init: Path | None,
+        out: Callable[[], Path], checkpoint_dir: Path | None, log=print, progress: bool = True,
+        live_dir: Path | None = None, sources: list[Path] = ()) -> tuple[dict, str] | None:
+    """Train and save into the folder ``out()`` (asked for only by the process that saves); returns the metrics
+    and the curve's TSV (on the main process; None on the others).
+    ``live_dir``: the run's live log (:mod:`stages.common.live`). ``sources``: the ingest manifests of the
+    corpora behind the model; their sources and licences go into the folder's model card."""
+    from stages.common.live import LiveLog
+    from stages.training import distributed
+    from stages.training.loop import train
+
+    manifest, layout, train_blocks, eval_blocks = read_inputs(tokens_dir, tokenizer_dir, paradigm, corpus)
+    corpora = stagecard.corpora(list(sources))
+    dist = distributed.init()
+    model, objective, fpt = model_and_objective(cfg, layout, paradigm, init, tokenizer_dir)
     run_id = fingerprint(stage, paradigm, corpus, asdict(cfg), dist.world, manifest["corpora"][corpus],
                          manifest["tokenizer"]["sha256"], _file_sha(init / "model.safetensors") if init else None)
     with LiveLog(live_dir if dist.main else None) as live:  # the loop starts it where the run starts
@@ -250,23 +228,9 @@ def run(cfg, *, paradigm: str, stage: str, tokens_dir: Path, corpus: str, tokeni
                    "flops_per_token": fpt, "devices": dist.world,
                    "train_loss": result.history[-1]["loss"] if result.history else None,
                    **{k: v for k, v in final_eval.items() if k.startswith("eval_")}}
-        tmp = out()
-        save_model(model, tmp)
-        for f in sorted(tokenizer_dir.iterdir()):
-            if f.is_file():
-                shutil.copy2(f, tmp / ("tokenizer_provenance.json" if f.name == "provenance.json" else f.name))
-        write_json_atomic(tmp / "training.json", {
-            "stage": stage, "paradigm": paradigm, "corpus": corpus, "fingerprint": run_id,
-            "config": asdict(cfg), "layout": layout.to_json(),
-            "inputs": {"tokens": {"path": str(tokens_dir), "manifest_sha256": _file_sha(manifest_path),
-                                  "corpus": manifest["corpora"][corpus]},
-                       "tokenizer": {"path": str(tokenizer_dir), "sha256": manifest["tokenizer"]["sha256"]},
-                       "init": None if init is None else {"path": str(init),
-                                                          "sha256": _file_sha(init / "model.safetensors")}},
-            "metrics": metrics, "history": result.history, "evals": result.evals})
-        stagecard.write(tmp, stagecard.pretrain_facts(kind=stage, paradigm=paradigm, corpus=corpus,
-                                                      config=asdict(cfg), metrics=metrics, sources=corpora,
-                                                      init=init))
+        save(out(), model, cfg, result, metrics, stage=stage, paradigm=paradigm, corpus=corpus, run_id=run_id,
+             layout=layout, manifest=manifest, tokens_dir=tokens_dir, tokenizer_dir=tokenizer_dir, init=init,
+             corpora=corpora)
         log(f"[{stage}] {paradigm} on {corpus}: {result.steps} steps, {result.tokens:,} tokens, train loss "
             f"{metrics['train_loss']}, eval " + ", ".join(f"{k} {v}" for k, v in final_eval.items() if k.startswith("eval"))
             + f"; {result.tokens_per_second:,.0f} tokens/s, {result.flops_per_second / 1e12:.3g} model TFLOP/s"
@@ -277,6 +241,28 @@ def run(cfg, *, paradigm: str, stage: str, tokens_dir: Path, corpus: str, tokeni
     distributed.barrier(dist)
     distributed.shutdown(dist)
     return outcome
+
+
+def save(tmp: Path, model, cfg, result, metrics: dict, *, stage: str, paradigm: str, corpus: str, run_id: str, layout,
+         manifest: dict, tokens_dir: Path, tokenizer_dir: Path, init: Path | None, corpora) -> None:
+    """The output folder: the model, its tokenizer, ``training.json`` and the model card."""
+    from stages.training.models import save_model
+
+    save_model(model, tmp)
+    for f in sorted(tokenizer_dir.iterdir()):
+        if f.is_file():
+            shutil.copy2(f, tmp / ("tokenizer_provenance.json" if f.name == "provenance.json" else f.name))
+    write_json_atomic(tmp / "training.json", {
+        "stage": stage, "paradigm": paradigm, "corpus": corpus, "fingerprint": run_id,
+        "config": asdict(cfg), "layout": layout.to_json(),
+        "inputs": {"tokens": {"path": str(tokens_dir), "manifest_sha256": _file_sha(tokens_dir / "manifest.json"),
+                              "corpus": manifest["corpora"][corpus]},
+                   "tokenizer": {"path": str(tokenizer_dir), "sha256": manifest["tokenizer"]["sha256"]},
+                   "init": None if init is None else {"path": str(init),
+                                                      "sha256": _file_sha(init / "model.safetensors")}},
+        "metrics": metrics, "history": result.history, "evals": result.evals})
+    stagecard.write(tmp, stagecard.pretrain_facts(kind=stage, paradigm=paradigm, corpus=corpus, config=asdict(cfg),
+                                                  metrics=metrics, sources=corpora, init=init))
 
 
 def _arguments(ap: argparse.ArgumentParser) -> None:

@@ -1,70 +1,119 @@
-"""Pre-training objectives: what each paradigm does to a batch of stored blocks before the model sees it.
+"""Pre-training objectives, one module each, found through one registry.
 
-An objective is a callable ``(rows, rng) -> batch``: ``rows`` is a ``uint16/uint32`` array of blocks from
-the token-dataset stage, ``rng`` a ``numpy.random.Generator`` owned by the training loop (so masks are
-drawn fresh every time a block is seen, and a resumed run draws the same ones), and ``batch`` a dict of
-CPU ``torch`` tensors that the model's ``forward`` accepts, ``labels`` included. ``for_paradigm`` picks one.
+An objective declares itself as an :class:`Objective`: its paradigm, the settings it reads from the train
+config, its batch builder (a callable ``(rows, rng) -> batch``: ``rows`` a ``uint16/uint32`` array of stored
+blocks, ``rng`` a ``numpy.random.Generator`` owned by the loop, so masks are drawn fresh whenever a block is
+seen and a resumed run draws the same ones; ``batch`` a dict of CPU tensors with ``labels``), the training
+view the loop calls, its extra heads and FLOPs per token (``setup``), and the words of its model card. The
+pre-training stage, the loop and the card ask :func:`get` and never branch on an objective's name.
+
+Adding one: a module that defines ``OBJECTIVES = (Objective(...),)`` and its name in ``MODULES`` below
+(docs/architecture.md); :func:`register` adds one at run time.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import importlib
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
 
-if TYPE_CHECKING:
-    from stages.tokenization.layout import BlockLayout
+from stages.training.models import flops_per_token
+
+# The modules that declare objectives (each an ``OBJECTIVES`` tuple), in the order they are listed.
+MODULES = ("masked_lm", "electra", "sentence_pairs", "causal_lm", "permuted_lm", "span_corruption", "denoisers")
+# Each paradigm's own objective: the one ``train.objective: ""`` means.
+OWN = {"bert": "masked_lm", "gpt": "causal_lm", "t5": "span_corruption"}
 
 
-# T5's objectives (train.objective): its own span corruption and the alternatives in stages.objectives.denoisers.
-T5_OBJECTIVES = ("span_corruption", "ul2", "prefix_lm", "reconstruct", "bart")
-# BERT's: masked LM, ELECTRA's replaced-token detection (stages.objectives.electra), and masked LM with BERT's
-# next-sentence or ALBERT's sentence-order prediction (stages.objectives.sentence_pairs).
-BERT_OBJECTIVES = ("masked_lm", "electra", "nsp", "sop")
-# GPT's: causal LM, and XLNet's permuted LM with two-stream attention (stages.objectives.permuted_lm).
-GPT_OBJECTIVES = ("causal_lm", "permuted")
+def plain_view(model, builder):
+    """The model itself as the training module; batches go as built."""
+    return model, (lambda batch: batch)
 
 
-def for_paradigm(layout: "BlockLayout", **kwargs):
-    """The objective of ``layout.paradigm`` (keyword arguments: that objective's settings)."""
-    if layout.paradigm == "bert":
-        objective = kwargs.pop("objective", "masked_lm") or "masked_lm"
-        if objective not in BERT_OBJECTIVES:
-            raise ValueError(f"objective: one of {', '.join(BERT_OBJECTIVES)} for bert; got {objective!r}")
-        if objective == "electra":
-            from stages.objectives.electra import ReplacedTokenDetection
+def dense_setup(model, layout, builder, train, init) -> float:
+    """No extra heads; FLOPs per token of the stock model (output layer at the builder's ``select`` share)."""
+    return flops_per_token(model, layout, predicted_fraction=getattr(builder, "select", 1.0),
+                           targets_len=getattr(builder, "targets_len", None))
 
-            return ReplacedTokenDetection(layout, **kwargs)
-        kwargs.pop("rtd_weight", None)
-        if objective in ("nsp", "sop"):
-            from stages.objectives.sentence_pairs import SentencePairs
 
-            return SentencePairs(layout, task=objective, **kwargs)
-        kwargs.pop("sentence_ends", None)
-        from stages.objectives.masked_lm import MaskedLM
+@dataclass(frozen=True)
+class Objective:
+    """What an objective declares. ``builder(layout, **settings)`` makes its batch builder, given the keys of
+    ``settings(train)`` it accepts (and ``sentence_ends``, the tokenizer's sentence-end ids, when
+    ``sentence_ends`` is true). ``view(model, builder) -> (module, prepare)``: what the loop calls and the host
+    step before a batch moves. ``setup(model, layout, builder, train, init) -> FLOPs per token``: attaches the
+    objective's own heads (loading them from ``init``) and counts the training FLOPs per input token.
+    ``card(select, generator_size) -> str``: what the model card says the run predicts."""
 
-        return MaskedLM(layout, **kwargs)
-    if layout.paradigm == "gpt":
-        objective = kwargs.get("objective", "causal_lm") or "causal_lm"
-        if objective not in GPT_OBJECTIVES:
-            raise ValueError(f"objective: one of {', '.join(GPT_OBJECTIVES)} for gpt; got {objective!r}")
-        if objective == "permuted":
-            from stages.objectives.permuted_lm import PermutedLM
+    name: str
+    paradigm: str
+    builder: Callable[..., Any]
+    card: Callable[[Any, Any], str]
+    settings: Callable[[Any], dict] = lambda train: {}
+    sentence_ends: bool = False
+    view: Callable[[Any, Any], tuple] = plain_view
+    setup: Callable[..., float] = dense_setup
+    fixed: dict = field(default_factory=dict)  # keywords always given to ``builder`` (e.g. the NSP/SOP task)
+    own_keys: tuple[str, ...] = ()  # train config keys only this objective reads (set for another: an error)
 
-            return PermutedLM(layout)
-        from stages.objectives.causal_lm import CausalLM
+    def make(self, layout, **settings):
+        """The batch builder for ``layout``, given those of ``settings`` its builder takes."""
+        accepted = inspect.signature(self.builder).parameters
+        return self.builder(layout, **self.fixed, **{k: v for k, v in settings.items() if k in accepted})
 
-        return CausalLM(layout)
-    if layout.paradigm == "t5":
-        objective = kwargs.get("objective", "span_corruption")
-        if objective not in T5_OBJECTIVES:
-            raise ValueError(f"objective: one of {', '.join(T5_OBJECTIVES)}; got {objective!r}")
-        if objective == "span_corruption":
-            from stages.objectives.span_corruption import SpanCorruption
 
-            return SpanCorruption(layout)
-        from stages.objectives import denoisers
+_REGISTRY: dict[str, Objective] = {}
+_loaded = False
 
-        if objective == "bart":
-            return denoisers.TextInfilling(layout, sentence_ends=kwargs.get("sentence_ends", ()))
-        return {"prefix_lm": denoisers.PrefixLM, "ul2": denoisers.UL2, "reconstruct": denoisers.Reconstruct}[
-            objective](layout)
-    raise ValueError(f"paradigm: expected bert, gpt or t5, got {layout.paradigm!r}")
+
+def register(objective: Objective) -> Objective:
+    """Add ``objective`` (its name must be new)."""
+    _load()
+    if objective.name in _REGISTRY:
+        raise ValueError(f"objective {objective.name!r} is already registered")
+    _REGISTRY[objective.name] = objective
+    return objective
+
+
+def _load() -> None:
+    global _loaded
+    if not _loaded:
+        _loaded = True
+        for module in MODULES:
+            for objective in importlib.import_module(f"{__name__}.{module}").OBJECTIVES:
+                _REGISTRY[objective.name] = objective
+
+
+def names(paradigm: str | None = None) -> tuple[str, ...]:
+    """The registered objectives (of ``paradigm``), in registration order."""
+    _load()
+    return tuple(n for n, o in _REGISTRY.items() if paradigm is None or o.paradigm == paradigm)
+
+
+def named(name: str) -> Objective | None:
+    """The objective called ``name``, whatever its paradigm; None when there is none."""
+    _load()
+    return _REGISTRY.get(name)
+
+
+def get(paradigm: str, name: str = "") -> Objective:
+    """``paradigm``'s objective called ``name`` ("" = its own); a ValueError names the choices."""
+    if paradigm not in OWN:
+        raise ValueError(f"paradigm: expected one of {', '.join(OWN)}, got {paradigm!r}")
+    objective = named(name or OWN[paradigm])
+    if objective is None or objective.paradigm != paradigm:
+        raise ValueError(f"objective: {name!r} is not one of {paradigm}'s objectives ({', '.join(names(paradigm))})")
+    return objective
+
+
+def for_paradigm(layout, objective: str = "", **settings):
+    """The batch builder of ``layout.paradigm``'s objective (its own by default) with the given settings (those
+    it does not take are ignored)."""
+    return get(layout.paradigm, objective).make(layout, **settings)
+
+
+def training_view(model, builder):
+    """The module the loop trains and the host step for ``builder``'s objective (:attr:`Objective.view`)."""
+    return named(builder.name).view(model, builder)

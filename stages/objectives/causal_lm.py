@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import numpy as np
 
+from stages.objectives import Objective
+
 
 class CausalLM:
     name = "causal_lm"
     batched = True  # no randomness: one call builds a whole micro-batch
+    shifts_labels = True  # the model predicts token t+1 from position t (scores shift; perplexity reported)
 
     def __init__(self, layout) -> None:
         self.layout = layout
@@ -23,3 +26,7 @@ class CausalLM:
 
     def input_tokens(self, rows: int) -> int:
         return rows * self.layout.seq_len
+
+
+OBJECTIVES = (Objective(name="causal_lm", paradigm="gpt", builder=CausalLM,
+                        card=lambda select, generator_size: "causal (next-token) language modelling"),)

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from stages.objectives import Objective
 from stages.objectives.span_corruption import corrupt
 
 # Decoder width of the prefix LM and of the mixture: the continuation is 15-63 tokens + </s>.
@@ -184,3 +185,11 @@ class TextInfilling(_Denoiser):
         out.append(noisy[pos:])
         inputs = np.concatenate(out)[: lay.seq_len - 1]
         return np.concatenate((inputs, [lay.eos_id])), np.concatenate((text, [lay.eos_id]))
+
+
+OBJECTIVES = tuple(
+    Objective(name=cls.name, paradigm="t5", builder=cls, sentence_ends=cls is TextInfilling,
+              card=lambda select, generator_size, words=words: words)
+    for cls, words in ((UL2, "UL2 mixture (span corruption and prefix LM)"), (PrefixLM, "prefix language modelling"),
+                       (Reconstruct, "BERT-style corruption, whole block rebuilt"),
+                       (TextInfilling, "BART denoising (text infilling and sentence permutation)")))

@@ -16,16 +16,21 @@ LM. The discriminator's head (dense, GELU, one logit per token, as ELECTRA's) is
 
 The objective builds the generator's input (selected positions all become [MASK], as ELECTRA masks, no
 80/10/10), its labels, the original ids and one uniform number per position; the model side
-(:func:`stages.training.models.training_view`) samples each replacement from the generator's distribution
+(:func:`electra_view`) samples each replacement from the generator's distribution
 by inverse CDF with that number, so the draws come from the per-block streams like every other mask: the
 same on any device count and after a resume.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
+from types import SimpleNamespace
+
 import numpy as np
 
-from stages.objectives.masked_lm import MaskedLM
+from stages.objectives import Objective
+from stages.objectives.masked_lm import MaskedLM, body_name, masked_positions, mlm_result, sparse_mlm
+from stages.training.models import attach_side_head, flops_per_token
 
 RTD_HEAD_FILE = "rtd_head.safetensors"
 
@@ -48,3 +53,109 @@ class ReplacedTokenDetection(MaskedLM):
         batch["original_ids"] = torch.from_numpy(ids)
         batch["sample_u"] = torch.from_numpy(rng.random(ids.shape).astype(np.float32))
         return batch
+
+
+def attach_rtd_head(model, *, seed: int, init=None) -> None:
+    """Give a masked-LM model ELECTRA's discriminator head (dense, GELU, one logit per token) as the
+    submodule ``rtd_head``; with ``init`` its trained weights from ``rtd_head.safetensors``."""
+    import torch
+
+    attach_side_head(model, "rtd_head", torch.nn.GELU(), 1, file=RTD_HEAD_FILE, seed=seed, init=init)
+
+
+def electra_flops_per_token(model, layout, *, select: float) -> float:
+    """ELECTRA with tied generator and discriminator: the masked-LM pass of ``flops_per_token`` (output layer at
+    the selected share) plus a second pass of the transformer on the corrupted text and the discriminator head
+    at every position (6 x its parameters per token). With a separate generator (``stages.training.electra``):
+    one pass of the discriminator's transformer and head at every position plus the generator's own count."""
+    cfg = model.config
+    head = getattr(model, "rtd_head", None)
+    generator = getattr(model, "electra_generator", None)
+    head_params = sum(p.numel() for p in head.parameters()) if head is not None else 0
+    gen_params = sum(p.numel() for p in generator.parameters()) if generator is not None else 0
+    n = sum(p.numel() for p in model.parameters()) - head_params - gen_params
+    d, layers = cfg.hidden_size, cfg.num_hidden_layers
+    body = 6 * (n - (d * d + cfg.vocab_size * d))  # without the vocabulary output layer
+    disentangled = 2 if getattr(cfg, "model_type", "") == "deberta-v2" else 1
+    attention = 12 * disentangled * layers * d * layout.seq_len
+    if generator is not None:
+        from stages.training.electra import generator_flops_per_token  # imports torch
+
+        return (body + attention + 6 * head_params
+                + generator_flops_per_token(generator, seq_len=layout.seq_len, select=select))
+    # flops_per_token counts every parameter of ``model``, the head's included (6 x its size per token)
+    return flops_per_token(model, layout, predicted_fraction=select) + body + attention
+
+
+def setup(model, layout, builder, train, init) -> float:
+    """The discriminator head and, with ``train.generator_size``, a separate generator; their FLOPs."""
+    attach_rtd_head(model, seed=train.seed, init=init)
+    from stages.training.electra import GENERATOR_CONFIG, attach_generator  # imports torch
+
+    if train.generator_size:
+        attach_generator(model, size=train.generator_size, seed=train.seed + 1, init=init)
+    elif init is not None and (Path(init) / GENERATOR_CONFIG).is_file():
+        raise ValueError(f"{init}: was trained with a separate ELECTRA generator; set train.generator_size")
+    return electra_flops_per_token(model, layout, select=builder.select)
+
+
+def electra_view(model, builder):
+    """ELECTRA's training module: the generator's masked-LM loss at the selected positions, replacements
+    sampled from its distribution by inverse CDF with the batch's uniform numbers (no gradient through the
+    sampling, as the paper), the discriminator's binary cross-entropy over every real token, weighted by
+    ``builder.rtd_weight``. In eval mode the loss is the generator's masked-LM loss alone, comparable with
+    masked-LM runs at the same rate."""
+    import torch
+
+    body, rtd_weight = body_name(model), builder.rtd_weight
+    if body is None or not hasattr(model, "cls") or not hasattr(model, "rtd_head"):
+        raise ValueError("electra: needs a masked-LM model with an rtd_head (attach_rtd_head)")
+
+    class _Electra(torch.nn.Module):
+        def __init__(self, inner) -> None:
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, input_ids, attention_mask=None, labels=None, positions=None, original_ids=None,
+                    sample_u=None, **kwargs):
+            separate = getattr(self.inner, "electra_generator", None)
+            if separate is None:
+                generator = sparse_mlm(self.inner, body, input_ids, attention_mask, labels, positions, **kwargs)
+            else:  # the smaller generator, on the shared word embeddings
+                embeddings = getattr(self.inner, body).embeddings.word_embeddings
+                generator = mlm_result(separate(input_ids, attention_mask, positions, embeddings),
+                                       labels.reshape(-1).index_select(0, positions), positions)
+            if not self.inner.training:
+                return generator
+            with torch.no_grad():
+                cdf = torch.softmax(generator.logits.float(), dim=-1).cumsum(-1)
+                u = sample_u.reshape(-1).index_select(0, positions).unsqueeze(1) * cdf[:, -1:]
+                sampled = torch.searchsorted(cdf, u).squeeze(1).clamp(max=cdf.size(1) - 1)
+                corrupted = original_ids.reshape(-1).clone()
+                corrupted[positions] = sampled
+                corrupted = corrupted.view_as(original_ids)
+                replaced = (corrupted != original_ids).float()
+            disc = getattr(self.inner, body)(input_ids=corrupted, attention_mask=attention_mask, **kwargs)[0]
+            rtd_logits = self.inner.rtd_head(disc).squeeze(-1).float()
+            real = attention_mask.bool() if attention_mask is not None else torch.ones_like(replaced, dtype=torch.bool)
+            rtd = torch.nn.functional.binary_cross_entropy_with_logits(rtd_logits[real], replaced[real])
+            return SimpleNamespace(loss=generator.loss + rtd_weight * rtd, logits=generator.logits,
+                                   labels=generator.labels, mlm_loss=generator.loss, rtd_loss=rtd)
+
+    return _Electra(model), masked_positions
+
+
+def card(select, generator_size) -> str:
+    generator = (f"a separate generator {generator_size:g} of the discriminator's width, sharing its word "
+                 "embeddings" if isinstance(generator_size, (int, float)) and generator_size > 0
+                 else "generator and discriminator tied")
+    known = isinstance(select, (int, float)) and not isinstance(select, bool)
+    return (f"replaced-token detection (ELECTRA; {generator})"
+            + (f", {select:.0%} of the positions masked for the generator" if known else ""))
+
+
+OBJECTIVES = (
+    Objective(name="electra", paradigm="bert", builder=ReplacedTokenDetection, view=electra_view, setup=setup,
+              own_keys=("rtd_weight", "generator_size"),
+              settings=lambda train: {"select": train.mlm_select, "rtd_weight": train.rtd_weight}, card=card),
+)

@@ -6,7 +6,11 @@ non-special vocabulary."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
+
+from stages.objectives import Objective
 
 
 class MaskedLM:
@@ -44,3 +48,66 @@ class MaskedLM:
 
     def input_tokens(self, rows: int) -> int:
         return rows * self.layout.seq_len
+
+
+def body_name(model) -> str | None:
+    """The attribute of a masked-LM model that holds its transformer (BERT's ``bert``, DeBERTa's ``deberta``)."""
+    return next((n for n in ("bert", "deberta") if hasattr(model, n)), None)
+
+
+def masked_positions(batch: dict) -> dict:
+    """The flat indices of the selected positions, listed on the host before the batch moves to the device."""
+    positions = (batch["labels"].reshape(-1) != -100).nonzero().squeeze(1)
+    return {**batch, "positions": positions}
+
+
+def sparse_mlm(inner, body: str, input_ids, attention_mask, labels, positions, **kwargs):
+    """The masked-LM loss with the output layer at the selected ``positions`` only; (loss, logits, labels) of
+    those positions."""
+    hidden = getattr(inner, body)(input_ids=input_ids, attention_mask=attention_mask, **kwargs)[0]
+    picked = hidden.reshape(-1, hidden.size(-1)).index_select(0, positions)
+    target = labels.reshape(-1).index_select(0, positions)
+    return mlm_result(inner.cls(picked), target, positions)
+
+
+def mlm_result(logits, target, positions):
+    """(loss, logits, labels) of the selected positions: the mean cross-entropy over them."""
+    import torch
+
+    # sum / max(count, 1): an empty selection gives 0 (not NaN) without asking the device for the count
+    loss = torch.nn.functional.cross_entropy(logits.float(), target, reduction="sum") / max(len(positions), 1)
+    return SimpleNamespace(loss=loss, logits=logits, labels=target)
+
+
+def sparse_view(model, builder):
+    """BERT's training module: the output layer (transform + vocabulary projection) at the selected positions
+    only, the same loss as the stock forward (a test checks loss and gradients) for about half the work at
+    small sizes; the model itself stays a stock ``*ForMaskedLM``. A model without ``cls`` trains as it is."""
+    import torch
+
+    body = body_name(model)
+    if body is None or not hasattr(model, "cls"):
+        return model, (lambda batch: batch)
+
+    class _View(torch.nn.Module):
+        def __init__(self, inner) -> None:
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, input_ids, attention_mask=None, labels=None, positions=None, **kwargs):
+            return sparse_mlm(self.inner, body, input_ids, attention_mask, labels, positions, **kwargs)
+
+    return _View(model), masked_positions
+
+
+def share(select) -> str:
+    """``select`` as the card's percentage ("" when unknown)."""
+    known = isinstance(select, (int, float)) and not isinstance(select, bool)
+    return f", {select:.0%} of the positions selected for prediction" if known else ""
+
+
+OBJECTIVES = (
+    Objective(name="masked_lm", paradigm="bert", builder=MaskedLM, view=sparse_view,
+              settings=lambda train: {"select": train.mlm_select},
+              card=lambda select, generator_size: "masked language modelling" + share(select)),
+)

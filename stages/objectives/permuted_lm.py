@@ -25,15 +25,18 @@ streams, as in XLNet. At fine-tuning time the model runs as a plain causal LM: t
 stream only, as XLNet fine-tunes on its content stream.
 
 The batch holds ``input_ids`` (content, then queries), ``position_ids``, a 4-D boolean ``attention_mask``
-(``True`` = may attend) and ``labels`` (the targets' tokens, one per query). ``stages.training.models``' view
-runs GPT-2's transformer over it and its output layer at the query rows only.
+(``True`` = may attend) and ``labels`` (the targets' tokens, one per query). :func:`permuted_view` runs
+GPT-2's transformer over it and its output layer at the query rows only.
 """
 
 from __future__ import annotations
 
 import math
+from types import SimpleNamespace
 
 import numpy as np
+
+from stages.objectives import Objective
 
 # XLNet's partial-prediction constant: 1/K of the tokens of each block are predicted.
 K = 6
@@ -90,3 +93,51 @@ class PermutedLM:
 
     def input_tokens(self, rows: int) -> int:
         return rows * self.layout.seq_len
+
+
+def permuted_flops_per_token(model, layout, targets: int) -> float:
+    """The transformer runs over ``seq_len`` content rows plus one query row per target, densely masked
+    (attention over ``seq_len + targets`` keys), and the tied output layer at the ``targets`` query rows only;
+    per input token, as ``stages.training.models.flops_per_token`` counts."""
+    cfg = model.config
+    s, d = layout.seq_len, cfg.n_embd
+    rows = s + targets
+    output = cfg.vocab_size * d
+    body = sum(p.numel() for p in model.parameters()) - output
+    return 6 * body * rows / s + 6 * output * targets / s + 12 * cfg.n_layer * d * rows * rows / s
+
+
+def permuted_view(model, builder):
+    """GPT-2's transformer over the content and query rows with the two-stream mask and the query rows'
+    positions, its tied output layer at the query rows only; (loss, logits, labels) of the targets. The model
+    saves as a stock ``GPT2LMHeadModel``."""
+    import torch
+
+    if not hasattr(model, "transformer") or not hasattr(model, "lm_head"):
+        raise ValueError("permuted: needs a GPT-2 language model (GPT2LMHeadModel)")
+
+    class _Permuted(torch.nn.Module):
+        def __init__(self, inner) -> None:
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, input_ids, position_ids, attention_mask, labels, **kwargs):
+            if getattr(self.inner.config, "_attn_implementation", None) != "sdpa":  # eager adds the mask to scores
+                attention_mask = torch.zeros(attention_mask.shape, device=attention_mask.device).masked_fill(
+                    ~attention_mask, torch.finfo(torch.float32).min)
+            hidden = self.inner.transformer(input_ids=input_ids, position_ids=position_ids,
+                                            attention_mask=attention_mask, use_cache=False, **kwargs)[0]
+            queries = hidden[:, hidden.size(1) - labels.size(1):]
+            logits = self.inner.lm_head(queries)
+            loss = torch.nn.functional.cross_entropy(logits.float().reshape(-1, logits.size(-1)), labels.reshape(-1))
+            return SimpleNamespace(loss=loss, logits=logits, labels=labels)
+
+    return _Permuted(model), (lambda batch: batch)
+
+
+OBJECTIVES = (
+    Objective(name="permuted", paradigm="gpt", builder=PermutedLM, view=permuted_view,
+              setup=lambda model, layout, builder, train, init: permuted_flops_per_token(model, layout, builder.targets),
+              card=lambda select, generator_size: "permuted language modelling (XLNet; two-stream attention, the "
+                                                  "last 1/6 of each order predicted)"),
+)

@@ -25,9 +25,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from types import SimpleNamespace
+
 import numpy as np
 
-from stages.objectives.masked_lm import MaskedLM
+from stages.objectives import Objective, dense_setup
+from stages.objectives.masked_lm import MaskedLM, body_name, masked_positions, mlm_result, share
+from stages.training.models import attach_side_head
 
 PAIR_HEAD_FILE = "pair_head.safetensors"
 TASKS = ("nsp", "sop")
@@ -111,3 +115,55 @@ class SentencePairs(MaskedLM):
         batch = super().__call__(np.stack(pairs), rng)
         batch["pair_labels"] = torch.tensor(labels, dtype=torch.int64)
         return batch
+
+
+def attach_pair_head(model, *, seed: int, init=None) -> None:
+    """Give a masked-LM model BERT's sentence-pair head (its pooler, dense + tanh on ``[CLS]``, then two
+    logits) as the submodule ``pair_head``; with ``init`` its trained weights from ``pair_head.safetensors``."""
+    import torch
+
+    attach_side_head(model, "pair_head", torch.nn.Tanh(), 2, file=PAIR_HEAD_FILE, seed=seed, init=init)
+
+
+def setup(model, layout, builder, train, init) -> float:
+    """The pair head; masked LM's FLOPs plus the head's, which runs once per block (6 x its size / seq_len)."""
+    flops = dense_setup(model, layout, builder, train, init)
+    attach_pair_head(model, seed=train.seed, init=init)
+    return flops + 6 * sum(p.numel() for p in model.pair_head.parameters()) / layout.seq_len
+
+
+def pair_view(model, builder):
+    """Masked LM with a sentence-pair task: one pass of the transformer, the masked-LM output layer at the
+    selected positions and the pair head on ``[CLS]``; the loss is their sum, as BERT's. In eval mode the loss is
+    the masked-LM loss alone, comparable with masked-LM runs; ``pair_accuracy`` says how well the head tells
+    the pairs apart."""
+    import torch
+
+    body = body_name(model)
+    if body is None or not hasattr(model, "cls") or not hasattr(model, "pair_head"):
+        raise ValueError("nsp / sop: needs a masked-LM model with a pair_head (attach_pair_head)")
+
+    class _Pairs(torch.nn.Module):
+        def __init__(self, inner) -> None:
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, input_ids, attention_mask=None, labels=None, positions=None, pair_labels=None, **kwargs):
+            hidden = getattr(self.inner, body)(input_ids=input_ids, attention_mask=attention_mask, **kwargs)[0]
+            picked = hidden.reshape(-1, hidden.size(-1)).index_select(0, positions)
+            mlm = mlm_result(self.inner.cls(picked), labels.reshape(-1).index_select(0, positions), positions)
+            pair_logits = self.inner.pair_head(hidden[:, 0]).float()
+            pair = torch.nn.functional.cross_entropy(pair_logits, pair_labels)
+            accuracy = (pair_logits.argmax(-1) == pair_labels).float().mean()
+            loss = mlm.loss + pair if self.inner.training else mlm.loss
+            return SimpleNamespace(loss=loss, logits=mlm.logits, labels=mlm.labels, mlm_loss=mlm.loss,
+                                   pair_loss=pair, pair_accuracy=accuracy)
+
+    return _Pairs(model), masked_positions
+
+
+OBJECTIVES = tuple(
+    Objective(name=task, paradigm="bert", builder=SentencePairs, fixed={"task": task}, sentence_ends=True,
+              view=pair_view, setup=setup, settings=lambda train: {"select": train.mlm_select},
+              card=lambda select, generator_size, words=words: f"masked language modelling with {words}" + share(select))
+    for task, words in (("nsp", "next-sentence prediction (BERT's)"), ("sop", "sentence-order prediction (ALBERT's)")))

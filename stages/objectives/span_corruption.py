@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from stages.objectives import Objective
+
 
 def _lengths(tokens_length: int, noise_density: float, mean_span: float) -> tuple[int, int]:
     """(encoder input length, target length) for a raw block of ``tokens_length`` tokens."""
@@ -140,3 +142,7 @@ class SpanCorruption:
 
     def input_tokens(self, rows: int) -> int:
         return rows * self.layout.seq_len
+
+
+OBJECTIVES = (Objective(name="span_corruption", paradigm="t5", builder=SpanCorruption,
+                        card=lambda select, generator_size: "span corruption"),)

@@ -20,6 +20,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from stages import objectives
+
 CARD_FILE = "README.md"
 FACTS_FILE = "card.json"
 SCHEMA = 1
@@ -30,13 +32,6 @@ SOURCE_KEYS = ("kind", "description", "licence", "packages", "records", "files")
 # ... and what a folder's card keeps of it (the downloads' hashes stay in the ingest manifest and the record).
 CARD_SOURCE_KEYS = ("kind", "description", "licence", "records")
 
-# What each paradigm's pre-training predicts when its train config names no other objective
-# (stages.objectives.for_paradigm; ``train.objective`` chooses T5's, and BERT's ``electra``, ``nsp`` or ``sop``).
-OWN_OBJECTIVE = {"bert": "masked language modelling", "gpt": "causal (next-token) language modelling",
-                 "t5": "span corruption"}
-T5_OBJECTIVES = {"span_corruption": "span corruption", "ul2": "UL2 mixture (span corruption and prefix LM)",
-                 "prefix_lm": "prefix language modelling", "reconstruct": "BERT-style corruption, whole block rebuilt",
-                 "bart": "BART denoising (text infilling and sentence permutation)"}
 WEIGHTS = {"pretrain": "pre-trained", "dapt": "pre-trained, then domain-adapted (DAPT)"}
 
 
@@ -74,30 +69,12 @@ def render_sections(title: str, intro: list[str], sections: list[tuple[str, list
 
 def objective_text(paradigm: str, objective, select, generator_size=None) -> str:
     """What a pre-training run of ``paradigm`` predicts, from its ``train.objective`` and ``train.mlm_select``
-    (and, for ELECTRA, ``train.generator_size``)."""
-    if paradigm == "t5":
-        if objective:
-            return T5_OBJECTIVES.get(objective, objective)
-        return f"{OWN_OBJECTIVE['t5']} (T5's own; the params name no other)"
-    if paradigm not in OWN_OBJECTIVE:
-        return UNKNOWN
-    share = f"{select:.0%}" if isinstance(select, (int, float)) and not isinstance(select, bool) else None
-    text = OWN_OBJECTIVE[paradigm]
-    if paradigm == "gpt" and objective == "permuted":
-        return "permuted language modelling (XLNet; two-stream attention, the last 1/6 of each order predicted)"
-    if paradigm != "bert":
-        return text
-    if objective == "electra":
-        generator = (f"a separate generator {generator_size:g} of the discriminator's width, sharing its word "
-                     "embeddings" if isinstance(generator_size, (int, float)) and generator_size > 0
-                     else "generator and discriminator tied")
-        return (f"replaced-token detection (ELECTRA; {generator})"
-                + (f", {share} of the positions masked for the generator" if share else ""))
-    if objective == "nsp":
-        text += " with next-sentence prediction (BERT's)"
-    elif objective == "sop":
-        text += " with sentence-order prediction (ALBERT's)"
-    return text + (f", {share} of the positions selected for prediction" if share else "")
+    (and ``train.generator_size``): the objective's own card words (``stages.objectives``)."""
+    try:
+        text = objectives.get(paradigm, objective or "").card(select, generator_size)
+    except ValueError:  # a paradigm or objective this version does not know
+        return str(objective) if objective else UNKNOWN
+    return text if objective or paradigm != "t5" else f"{text} (T5's own; the params name no other)"
 
 
 def architecture_text(model: dict | None, where: str | None = None) -> str:

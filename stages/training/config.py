@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from stages.config import check, check_seed
-from stages.objectives import BERT_OBJECTIVES, GPT_OBJECTIVES, T5_OBJECTIVES
+from stages import objectives
 
 
 # What ``precision`` may say (pre-training and fine-tuning): bf16 autocast where native, fp32, or bf16.
@@ -102,11 +102,11 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         check(0 < self.mlm_select < 1, "mlm_select: must be in (0, 1)")
-        check(self.objective in ("", *T5_OBJECTIVES, *BERT_OBJECTIVES, *GPT_OBJECTIVES),
-              f"objective: one of '', {', '.join(T5_OBJECTIVES + BERT_OBJECTIVES + GPT_OBJECTIVES)}")
+        check(self.objective in ("", *objectives.names()), f"objective: one of '', {', '.join(objectives.names())}")
         check(self.rtd_weight > 0, "rtd_weight: must be > 0")
         check(0 <= self.generator_size <= 1, "generator_size: must be in [0, 1] (0 = generator tied to the model)")
-        check(not self.generator_size or self.objective == "electra", "generator_size: for objective electra only")
+        takes = [name for name in objectives.names() if "generator_size" in objectives.named(name).own_keys]
+        check(not self.generator_size or self.objective in takes, f"generator_size: for objective {', '.join(takes)} only")
         check_seed("seed", self.seed)
         check(self.budget_tokens > 0 or self.budget_flops > 0, "budget_tokens: must be > 0 (or set budget_flops)")
         check(self.micro_batch >= 1, "micro_batch: must be >= 1")

@@ -24,6 +24,8 @@ from pathlib import Path
 
 import torch
 
+from stages.training.models import add_side_module
+
 GENERATOR_FILE = "generator.safetensors"
 GENERATOR_CONFIG = "generator.json"
 
@@ -79,6 +81,7 @@ def attach_generator(model, *, size: float, seed: int, init=None) -> None:
 
         gen.load_state_dict(load_file(str(Path(init) / GENERATOR_FILE)))
     model.electra_generator = gen.to(next(model.parameters()).device)
+    add_side_module(model, "electra_generator", save_generator)
 
 
 def save_generator(gen: Generator, folder) -> None:

@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from stages.objectives import training_view
 from stages.training import checkpoint as ckpt
 from stages.training.config import TrainConfig
 from stages.training.data import EVAL_KEY, TRAIN_KEY, BlockSampler, generators, make_batch
@@ -151,10 +152,9 @@ def evaluate(model, objective, blocks: np.ndarray, cfg: TrainConfig, device: str
     block, so every evaluation is comparable."""
     import torch
 
-    from stages.training.models import training_view
-
     n = min(cfg.eval_blocks, len(blocks))
-    view, prepare = training_view(model, objective.name)
+    view, prepare = training_view(model, objective)
+    shifted = getattr(objective, "shifts_labels", False)
     loss_sum = torch.zeros((), device=device, dtype=torch.float64)
     correct = torch.zeros((), device=device, dtype=torch.int64)
     count = torch.zeros((), device=device, dtype=torch.int64)
@@ -170,7 +170,7 @@ def evaluate(model, objective, blocks: np.ndarray, cfg: TrainConfig, device: str
             out = view(**batch)
             labels = getattr(out, "labels", batch["labels"])
             logits = out.logits
-            if objective.name == "causal_lm":  # the model predicts token t+1 from position t
+            if shifted:  # the model predicts token t+1 from position t
                 labels, logits = labels[:, 1:], logits[:, :-1]
             valid = labels != -100
             tokens = valid.sum()
@@ -183,7 +183,7 @@ def evaluate(model, objective, blocks: np.ndarray, cfg: TrainConfig, device: str
     model.train(was_training)
     loss = (loss_sum / count.clamp(min=1)).item()
     result = {"eval_loss": round(loss, 5), "eval_accuracy": round(correct.item() / max(count.item(), 1), 5)}
-    if objective.name == "causal_lm":
+    if shifted:
         result["eval_perplexity"] = round(math.exp(min(loss, 50)), 3)
     if pairs:
         result["eval_pair_accuracy"] = round(pair_correct.item() / pairs, 5)
@@ -340,7 +340,6 @@ def train(model, objective, train_blocks: np.ndarray, eval_blocks: np.ndarray | 
     import torch
 
     from stages.training.distributed import wrap
-    from stages.training.models import training_view
 
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
@@ -352,7 +351,7 @@ def train(model, objective, train_blocks: np.ndarray, eval_blocks: np.ndarray | 
     tokens_per_step = sampler.global_batch * seq_len
     budget = cfg.budget_flops / flops_per_token if cfg.budget_flops else cfg.budget_tokens
     total = max(1, math.ceil(budget / tokens_per_step))
-    view, prepare = training_view(model, objective.name, rtd_weight=getattr(objective, "rtd_weight", 50.0))
+    view, prepare = training_view(model, objective)
     net = wrap(view, dist)
     step_fn = torch.compile(net) if cfg.compile else net
     log(f"[train] {total} steps x {sampler.global_batch} blocks x {seq_len} tokens = {total * tokens_per_step:,} "

@@ -153,19 +153,18 @@ def test_the_same_generator_gives_the_same_batch():
 
 
 def test_the_train_config_chooses_t5s_objective_and_no_other_paradigms():
-    from stages.pretrain import objective_options
+    from stages.objectives import get
     from stages.training.config import TrainConfig
 
-    assert objective_options(TrainConfig(objective="ul2"), "t5") == {"objective": "ul2"}
-    assert objective_options(TrainConfig(), "t5") == {}
-    assert objective_options(TrainConfig(mlm_select=0.3), "bert") == {"select": 0.3, "objective": "masked_lm",
-                                                                      "rtd_weight": 50.0}
-    assert objective_options(TrainConfig(objective="electra", rtd_weight=20.0), "bert")["rtd_weight"] == 20.0
+    assert get("t5", TrainConfig(objective="ul2").objective).name == "ul2"
+    assert get("t5", TrainConfig().objective).name == "span_corruption" and get("t5").settings(TrainConfig()) == {}
+    assert get("bert").settings(TrainConfig(mlm_select=0.3)) == {"select": 0.3}
+    assert get("bert", "electra").settings(TrainConfig(rtd_weight=20.0))["rtd_weight"] == 20.0
     with pytest.raises(ValueError, match="objective: 'ul2' is not one of gpt's"):
-        objective_options(TrainConfig(objective="ul2"), "gpt")
+        get("gpt", "ul2")
     with pytest.raises(ValueError, match="objective: 'ul2' is not one of bert's objectives"):
-        objective_options(TrainConfig(objective="ul2"), "bert")
+        get("bert", "ul2")
     with pytest.raises(ValueError, match="objective: 'electra' is not one of t5's objectives"):
-        objective_options(TrainConfig(objective="electra"), "t5")
+        get("t5", "electra")
     with pytest.raises(ValueError, match="objective: one of"):
         TrainConfig(objective="replaced_tokens")

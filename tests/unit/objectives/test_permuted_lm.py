@@ -30,7 +30,7 @@ def test_the_train_config_chooses_it_for_gpt_only():
     assert isinstance(for_paradigm(LAYOUT, objective="permuted"), PermutedLM)
     assert for_paradigm(LAYOUT).name == "causal_lm"
     assert build(TrainConfig, {"objective": "permuted"}, "pretrain.gpt.train").objective == "permuted"
-    with pytest.raises(ValueError, match="one of causal_lm, permuted for gpt"):
+    with pytest.raises(ValueError, match=r"not one of gpt.s objectives \(causal_lm, permuted\)"):
         for_paradigm(LAYOUT, objective="bart")
     with pytest.raises(ConfigError, match="pretrain.gpt.train.objective"):
         build(TrainConfig, {"objective": "xlnet"}, "pretrain.gpt.train")
@@ -105,10 +105,10 @@ def gpt():
 def test_a_target_never_sees_its_own_token_a_later_target_does(gpt, impl):
     import torch
 
-    from stages.training.models import training_view
+    from stages.objectives import training_view
 
     gpt.config._attn_implementation = impl
-    view, prepare = training_view(gpt, "permuted")
+    view, prepare = training_view(gpt, for_paradigm(LAYOUT, objective="permuted"))
     obj = PermutedLM(LAYOUT)
     rows = blocks(1, seed=4)
     batch = prepare(obj(rows, np.random.default_rng(2)))
@@ -135,7 +135,8 @@ def test_a_target_never_sees_its_own_token_a_later_target_does(gpt, impl):
 
 
 def test_flops_count_the_query_rows_and_the_sparse_output_layer(gpt):
-    from stages.training.models import flops_per_token, permuted_flops_per_token
+    from stages.objectives.permuted_lm import permuted_flops_per_token
+    from stages.training.models import flops_per_token
 
     obj = PermutedLM(LAYOUT)
     causal = flops_per_token(gpt, LAYOUT)

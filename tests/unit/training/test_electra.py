@@ -10,11 +10,10 @@ import pytest
 import torch
 import yaml
 
-from stages.objectives import for_paradigm
-from stages.objectives.electra import RTD_HEAD_FILE, ReplacedTokenDetection
+from stages.objectives import for_paradigm, training_view
+from stages.objectives.electra import RTD_HEAD_FILE, ReplacedTokenDetection, attach_rtd_head, electra_flops_per_token
 from stages.training.data import generators, make_batch
-from stages.training.models import (attach_rtd_head, build_model, electra_flops_per_token, flops_per_token,
-                                    save_model, training_view)
+from stages.training.models import build_model, flops_per_token, save_model
 from tests.unit.objectives.test_masked_lm import LAYOUT, MASK, make_rows, near
 from tests.unit.training.test_schedule_and_flops import BERT, SMALL
 
@@ -58,7 +57,7 @@ def test_replacements_are_sampled_from_the_generator_and_the_discriminator_learn
     model = build_model(BERT, SMALL, seed=1)
     attach_rtd_head(model, seed=0)
     batch = electra_batch()
-    view, prepare = training_view(model, "electra", rtd_weight=50.0)
+    view, prepare = training_view(model, for_paradigm(BERT, objective="electra", rtd_weight=50.0))
     seen = {}
     real_head = model.rtd_head.forward
 
@@ -69,7 +68,7 @@ def test_replacements_are_sampled_from_the_generator_and_the_discriminator_learn
     model.rtd_head.forward = spy
     out = view(**prepare(batch))
     assert seen.get("called")
-    mlm_view, mlm_prepare = training_view(model, "masked_lm")
+    mlm_view, mlm_prepare = training_view(model, for_paradigm(BERT))
     mlm = mlm_view(**mlm_prepare({k: batch[k] for k in ("input_ids", "attention_mask", "labels")}))
     torch.testing.assert_close(out.mlm_loss, mlm.loss)  # the generator's loss is the masked-LM loss
     torch.testing.assert_close(out.loss, out.mlm_loss + 50.0 * out.rtd_loss)
@@ -98,7 +97,7 @@ def test_inverse_cdf_sampling_follows_the_generator_distribution():
         return real(input_ids=input_ids, **kw)
 
     body.forward = record
-    view, prepare = training_view(model, "electra")
+    view, prepare = training_view(model, for_paradigm(BERT, objective="electra"))
     view(**prepare(batch))
     corrupted = captured["inputs"][1]
     selected = batch["labels"] != -100
@@ -194,7 +193,7 @@ def test_a_separate_generator_is_smaller_shares_the_word_embeddings_and_trains()
     assert gen.hidden == 16 and gen.body.config.num_hidden_layers == SMALL.layers
     assert not any(p is model.bert.embeddings.word_embeddings.weight for p in gen.parameters())  # shared, not copied
     batch = electra_batch()
-    view, prepare = training_view(model, "electra", rtd_weight=50.0)
+    view, prepare = training_view(model, for_paradigm(BERT, objective="electra", rtd_weight=50.0))
     out = view(**prepare(batch))
     torch.testing.assert_close(out.loss, out.mlm_loss + 50.0 * out.rtd_loss)
     out.loss.backward()

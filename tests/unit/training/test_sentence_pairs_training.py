@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 import torch
 
-from stages.objectives import for_paradigm
-from stages.objectives.sentence_pairs import PAIR_HEAD_FILE
+from stages.objectives import for_paradigm, training_view
+from stages.objectives.sentence_pairs import PAIR_HEAD_FILE, attach_pair_head
 from stages.training.data import generators, make_batch
-from stages.training.models import attach_pair_head, build_model, save_model, training_view
+from stages.training.models import build_model, save_model
 from tests.unit.training.test_electra import electra_params
 from tests.unit.training.test_schedule_and_flops import BERT, SMALL
 
@@ -32,9 +32,9 @@ def test_the_loss_is_masked_lm_plus_the_pair_loss_on_cls(task):
     attach_pair_head(model, seed=0)
     batch = pair_batch(task)
     assert set(batch["pair_labels"].tolist()) <= {0, 1}
-    view, prepare = training_view(model, task)
+    view, prepare = training_view(model, for_paradigm(BERT, objective=task, select=0.3))
     out = view(**prepare(batch))
-    mlm_view, mlm_prepare = training_view(model, "masked_lm")
+    mlm_view, mlm_prepare = training_view(model, for_paradigm(BERT))
     mlm = mlm_view(**mlm_prepare({k: batch[k] for k in ("input_ids", "attention_mask", "labels")}))
     torch.testing.assert_close(out.mlm_loss, mlm.loss)
     body = getattr(model, "deberta", None) or model.bert
@@ -50,7 +50,7 @@ def test_the_loss_is_masked_lm_plus_the_pair_loss_on_cls(task):
 
 def test_the_view_refuses_a_model_without_a_pair_head():
     with pytest.raises(ValueError, match="pair_head"):
-        training_view(build_model(BERT, SMALL, seed=1), "sop")
+        training_view(build_model(BERT, SMALL, seed=1), for_paradigm(BERT, objective="sop"))
 
 
 def test_saved_model_is_the_stock_class_with_the_pair_head_beside_it(tmp_path):

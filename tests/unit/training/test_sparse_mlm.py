@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 import torch
 
-from stages.objectives import for_paradigm
+from stages.objectives import for_paradigm, training_view
 from stages.training.data import generators, make_batch
-from stages.training.models import build_model, flops_per_token, training_view
+from stages.training.models import build_model, flops_per_token
 from tests.unit.training.test_schedule_and_flops import BERT, GPT, SMALL
 
 
@@ -32,7 +32,7 @@ def test_sparse_loss_and_gradients_equal_the_stock_forward():
     dense_grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
     model.zero_grad(set_to_none=True)
 
-    view, prepare = training_view(model, "masked_lm")
+    view, prepare = training_view(model, for_paradigm(BERT))
     sparse = view(**prepare(batch))
     torch.testing.assert_close(sparse.loss, dense.loss, rtol=1e-5, atol=1e-6)
     sparse.loss.backward()
@@ -50,14 +50,14 @@ def test_empty_selection_gives_zero_loss_not_nan():
     model = build_model(BERT, SMALL, seed=1)
     batch = bert_batch()
     batch["labels"] = torch.full_like(batch["labels"], -100)
-    view, prepare = training_view(model, "masked_lm")
+    view, prepare = training_view(model, for_paradigm(BERT))
     out = view(**prepare(batch))
     assert out.loss.item() == 0.0
 
 
 def test_other_objectives_train_the_model_itself():
     model = build_model(GPT, SMALL, seed=1)
-    view, prepare = training_view(model, "causal_lm")
+    view, prepare = training_view(model, for_paradigm(GPT))
     batch = {"input_ids": torch.zeros(1, 4, dtype=torch.long)}
     assert view is model and prepare(batch) is batch
 

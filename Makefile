@@ -27,8 +27,11 @@ $(VENV)/.installed-dev: $(VENV)/.installed-run
 	$(PIP) install -e ".[dev]"
 	touch $@
 
-# PROFILE=gpu applies profiles/gpu.yaml as a DVC experiment (dvc exp run -S ...) instead of plain repro;
-# PROFILE="gpu gpu-quick" applies both, the later over the earlier.
+# `make run` is `dvc repro`: the root's dvc.yaml, the product's pipeline (experiments/compare/dvc.yaml, the
+# objective comparison, is not its target). PROFILE=gpu applies profiles/gpu.yaml as a DVC experiment
+# (dvc exp run -S ...) instead of plain repro; PROFILE="gpu gpu-quick" applies both, the later over the earlier.
+# A profile that names comparison runs (PROFILE=compare) also gets both files as targets, from stages.profile:
+# dvc exp run -S ... dvc.yaml experiments/compare/dvc.yaml.
 PROFILE ?=
 
 run: $(VENV)/.installed-run

@@ -1,6 +1,7 @@
 """``lm-pipeline``: the project's console command, one entry point over the commands the README documents.
 
     lm-pipeline run [--profile gpu]      # the whole pipeline: dvc repro (a profile: dvc exp run -S ...)
+    lm-pipeline run --profile compare    # ... and the objective comparison (experiments/compare/dvc.yaml)
     lm-pipeline flow [--target evaluate] # the same as a Prefect flow (flows.pipeline)
     lm-pipeline ui [--port 4200]         # local Prefect server + scheduled deployment + reports server
     lm-pipeline serve [lm-pipeline:latest] [bentoml serve options]
@@ -30,7 +31,8 @@ HELP = {
     "serve": "bentoml serve a packaged pipeline (default lm-pipeline:latest) with bentoml's own options",
     "flow": "the pipeline as a Prefect flow", "ui": "local Prefect UI, scheduled deployment, reports server",
     "deploy": "only the scheduled deployment", "files": "the reports file server",
-    "lineage": "print or --verify what made a packaged model or a model folder (--card: its model card)", "profile": "a profile's dvc exp run arguments",
+    "lineage": "print or --verify what made a packaged model or a model folder (--card: its model card)",
+    "profile": "a profile's dvc exp run arguments (and targets)",
     "clean": "C4 cleaning (a stage, or anyone's JSONL / Parquet)",
 }
 
@@ -56,7 +58,7 @@ def run(argv: list[str]) -> int:
     if not args.profile:
         return subprocess.call([_tool("dvc"), "repro"], env=env)
     from stages.config import ConfigError, load_params
-    from stages.profile import apply, load_profiles, set_args, validate
+    from stages.profile import apply, load_profiles, run_args, validate
 
     try:
         profile, label = load_profiles(args.profile)
@@ -65,7 +67,7 @@ def run(argv: list[str]) -> int:
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    command = [_tool("dvc"), "exp", "run", *set_args(profile, params)]
+    command = [_tool("dvc"), "exp", "run", *run_args(profile, params)]  # + both dvc.yaml files for a comparison
     print("+ " + " ".join(shlex.quote(c) for c in command), file=sys.stderr, flush=True)
     return subprocess.call(command, env=env)
 

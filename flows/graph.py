@@ -1,20 +1,32 @@
-"""The stage graph, read from ``dvc.yaml`` through DVC itself (no second copy of the DAG)."""
+"""The stage graph, read from the project's DVC files through DVC itself (no second copy of the DAG): the
+product's pipeline (``dvc.yaml``) and the opt-in objective comparison (``experiments/compare/dvc.yaml``)."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 
-def read_pipeline(root: str | Path) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
+def read_pipeline(root: str | Path) -> tuple[dict[str, list[str]], dict[str, list[str]], dict[str, str]]:
     """For every stage of the project at ``root`` (``foreach`` items as ``name@item``): the stages it depends
-    on, and the paths of its outputs (metrics and plots included), from one read of ``dvc.yaml``."""
+    on, the paths of its outputs (metrics and plots included), and the target ``dvc repro`` takes for it in
+    ``root`` (its name for a stage of the root's ``dvc.yaml``, else ``path/to/dvc.yaml:name``), from one read
+    of the project's DVC files. Stage names are unique across the files (a name is how a flow addresses it)."""
     from dvc.repo import Repo
 
+    root = Path(root).resolve()
     with Repo(str(root)) as repo:
         graph = repo.index.graph
+        targets: dict[str, str] = {}
+        for s in graph.nodes:
+            dvcfile = os.path.relpath(s.dvcfile.path, root)
+            if s.name in targets:
+                raise ValueError(f"stage {s.name} is defined twice ({targets[s.name]}, {dvcfile}): a flow names "
+                                 "stages by their names, so they must be unique across the project's dvc.yaml files")
+            targets[s.name] = s.name if dvcfile == "dvc.yaml" else f"{Path(dvcfile).as_posix()}:{s.name}"
         deps = {s.name: sorted(d.name for d in graph.successors(s)) for s in graph.nodes}
-        outs = {s.name: [str(o.def_path) for o in s.outs] for s in graph.nodes}
-    return deps, outs
+        outs = {s.name: [Path(os.path.relpath(o.fs_path, root)).as_posix() for o in s.outs] for s in graph.nodes}
+    return deps, outs, targets
 
 
 def closure(graph: dict[str, list[str]], targets: list[str] | None) -> list[str]:
@@ -23,7 +35,7 @@ def closure(graph: dict[str, list[str]], targets: list[str] | None) -> list[str]
     if targets:
         unknown = [t for t in targets if t not in graph and not any(s.split("@", 1)[0] == t for s in graph)]
         if unknown:
-            raise ValueError(f"no stage {', '.join(unknown)} in dvc.yaml (stages: {', '.join(sorted(graph))})")
+            raise ValueError(f"no stage {', '.join(unknown)} in the pipeline (stages: {', '.join(sorted(graph))})")
         wanted: set[str] = set()
         stack = [s for s in graph if s in targets or s.split("@", 1)[0] in targets]
         while stack:
@@ -37,7 +49,7 @@ def closure(graph: dict[str, list[str]], targets: list[str] | None) -> list[str]
     while len(order) < len(wanted):
         ready = sorted(s for s in wanted - done if all(d in done for d in graph[s]))
         if not ready:
-            raise ValueError(f"dvc.yaml: a cycle among {sorted(wanted - done)}")
+            raise ValueError(f"the pipeline: a cycle among {sorted(wanted - done)}")
         order.extend(ready)
         done.update(ready)
     return order

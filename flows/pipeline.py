@@ -1,12 +1,15 @@
-"""The pipeline as a Prefect flow: one task per DVC stage, in the order of the graph ``dvc.yaml`` defines.
+"""The pipeline as a Prefect flow: one task per DVC stage, in the order of the graph ``dvc.yaml`` defines
+(with ``experiments/compare/dvc.yaml``'s stages of the objective comparison, when params.yaml names some:
+``--profile compare``).
 
-    python -m flows.pipeline                      # everything, like `dvc repro`
+    python -m flows.pipeline                      # everything, like `make run`
     python -m flows.pipeline --target evaluate    # what evaluate needs
     python -m flows.pipeline --profile tiny       # with profiles/tiny.yaml applied to params.yaml for the run
     python -m flows.pipeline --dask tcp://scheduler:8786      # cleaning and tokenization shards on Dask
     python -m flows.pipeline --train-processes 8             # pre-training and DAPT in 8 processes (torchrun)
 
-Each task runs ``dvc repro --single-item <stage>`` (DVC's cache skips what is unchanged; the flow holds no
+Each task runs ``dvc repro --single-item <stage>`` (``experiments/compare/dvc.yaml:<stage>`` for a comparison
+stage; DVC's cache skips what is unchanged; the flow holds no
 stage logic). A failed stage fails its task with its own error line and nothing downstream runs; after each
 stage its reports are published as artifacts (``flows.artifacts``). Scale-out goes through the environment,
 which DVC does not track: ``LMPIPE_DASK`` (``stages.common.shards``) and ``LMPIPE_TRAIN_*``
@@ -179,15 +182,17 @@ def error_line(lines: list[str]) -> str:
 
 @task(task_run_name="{stage}")
 def run_stage(stage: str, root: str, outs: list[str], env: dict[str, str] | None = None,
-              timeout_hours: float | None = None, force: bool = False) -> dict:
-    """One stage through DVC, its output streamed to the task's log; its artifacts published when it succeeds."""
+              timeout_hours: float | None = None, force: bool = False, address: str | None = None) -> dict:
+    """One stage through DVC, its output streamed to the task's log; its artifacts published when it succeeds.
+    ``address``: the stage as ``dvc repro`` names it when it is not in the root's dvc.yaml
+    (``experiments/compare/dvc.yaml:compare-report@objectives``)."""
     from flows.artifacts import publish_stage
 
     logger = get_run_logger()
     for key in sorted(k for k in (env or {}) if k.startswith("LMPIPE_")):
         logger.info(f"{key}={env[key]}")
     limit = stage_timeout_s(stage, timeout_hours)
-    proc = run_dvc(stage, Path(root), env, on_line=logger.info, timeout_s=limit, force=force)
+    proc = run_dvc(address or stage, Path(root), env, on_line=logger.info, timeout_s=limit, force=force)
     if proc.timed_out:
         message = f"{stage}: timed out after {limit / 3600:g} h (stopped; stage_timeout_hours raises the limit)"
         logger.error(message)
@@ -324,7 +329,7 @@ def _run(base: Path, target: str | None, dask, train_processes: int, launcher: s
     from flows.artifacts import publish_run
     from flows.graph import closure, read_pipeline
 
-    graph, outs = read_pipeline(base)
+    graph, outs, targets = read_pipeline(base)
     order = closure(graph, [target] if target else None)
     force = list(force or [])
     if force:
@@ -336,7 +341,7 @@ def _run(base: Path, target: str | None, dask, train_processes: int, launcher: s
         env = stage_env(stage, dask=dask, train_processes=train_processes, launcher=launcher,
                         launch_args=launch_args)
         futures[stage] = run_stage.with_options(**options).submit(
-            stage, str(base), outs.get(stage, []), env, timeout_hours, stage in forced,
+            stage, str(base), outs.get(stage, []), env, timeout_hours, stage in forced, targets[stage],
             wait_for=[futures[d] for d in graph[stage] if d in futures])
     wait(list(futures.values()))
     states = {stage: f.state for stage, f in futures.items()}

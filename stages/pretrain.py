@@ -178,7 +178,7 @@ def read_inputs(tokens_dir: Path, tokenizer_dir: Path, paradigm: str, corpus: st
 def model_and_objective(cfg, layout, paradigm: str, init: Path | None, tokenizer_dir: Path):
     """The model (fresh, or ``init`` continued), the objective's batch builder, and the FLOPs per token once the
     objective's own heads are attached (``stages.objectives``)."""
-    from stages.training.models import build_model, load_model
+    from stages.training.models import build_model, flops_per_token, load_model
 
     if init is not None:
         model = load_model(check_folder(init), paradigm)
@@ -191,7 +191,10 @@ def model_and_objective(cfg, layout, paradigm: str, init: Path | None, tokenizer
     if objective.sentence_ends:  # it cuts after the tokenizer's full stops
         settings["sentence_ends"] = sentence_end_ids((tokenizer_dir / "tokenizer.json").read_text(encoding="utf-8"))
     builder = objective.make(layout, **settings)
-    return model, builder, objective.setup(model, layout, builder, cfg.train, init)
+    if objective.setup is not None:
+        return model, builder, objective.setup(model, layout, builder, cfg.train, init)
+    return model, builder, flops_per_token(model, layout, predicted_fraction=getattr(builder, "select", 1.0),
+                                           targets_len=getattr(builder, "targets_len", None))
 
 
 def run(cfg, *, paradigm: str, stage: str, tokens_dir: Path, corpus: str, tokenizer_dir: Path, init: Path | None,

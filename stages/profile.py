@@ -2,7 +2,10 @@
 
 ``profiles/<name>.yaml`` maps dotted params keys to values. ``python -m stages.profile gpu`` validates the
 keys against params.yaml (and the typed configs) and prints ``-S key=value`` arguments for
-``dvc exp run``, which is what ``make run PROFILE=gpu`` does. Profiles compose: ``PROFILE="gpu gpu-quick"``
+``dvc exp run``, which is what ``make run PROFILE=gpu`` does. When the params it makes name comparison runs
+(``compare.objectives`` / ``compare.reports``, as profiles/compare.yaml does), the arguments end with both DVC
+project files as targets, ``dvc.yaml experiments/compare/dvc.yaml``: ``dvc exp run`` with no target runs the
+root's dvc.yaml only, the product's pipeline. Profiles compose: ``PROFILE="gpu gpu-quick"``
 applies gpu.yaml, then gpu-quick.yaml over it (a key in both takes the later value).
 """
 
@@ -191,11 +194,28 @@ def _has(params: dict[str, Any], dotted: str) -> bool:
     return True
 
 
+PIPELINE = "dvc.yaml"                          # the product's pipeline: what `dvc repro` runs with no target
+COMPARE_PIPELINE = "experiments/compare/dvc.yaml"  # the objective comparison: stages only when params name runs
+
+
+def targets(params: dict[str, Any]) -> list[str]:
+    """The DVC project files ``dvc exp run`` is given for ``params``: none (the root's dvc.yaml, its default)
+    unless params name comparison runs, then both files, so the comparison runs beside the product's stages."""
+    compare = params.get("compare") or {}
+    return [PIPELINE, COMPARE_PIPELINE] if compare.get("objectives") or compare.get("reports") else []
+
+
+def run_args(profile: dict[str, Any], params: dict[str, Any]) -> list[str]:
+    """``dvc exp run`` arguments for ``profile`` over ``params`` (params.yaml): its ``-S`` settings, then the
+    targets of the params it makes (:func:`targets`)."""
+    return set_args(profile, params) + targets(apply(params, profile))
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if not argv or any(a.startswith("-") for a in argv):
-        print("usage: python -m stages.profile NAME [NAME ...]   (prints dvc exp run -S arguments; later names win)",
-              file=sys.stderr)
+        print("usage: python -m stages.profile NAME [NAME ...]   (prints dvc exp run arguments: -S settings, "
+              "then targets when comparison runs are named; later names win)", file=sys.stderr)
         return 2
     try:
         profile, label = load_profiles(argv)
@@ -204,7 +224,7 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    print(" ".join(shlex.quote(a) for a in set_args(profile, params)))
+    print(" ".join(shlex.quote(a) for a in run_args(profile, params)))
     return 0
 
 

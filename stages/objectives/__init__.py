@@ -19,8 +19,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from stages.training.models import flops_per_token
-
 # The modules that declare objectives (each an ``OBJECTIVES`` tuple), in the order they are listed.
 MODULES = ("masked_lm", "electra", "sentence_pairs", "causal_lm", "permuted_lm", "span_corruption", "denoisers")
 # Each paradigm's own objective: the one ``train.objective: ""`` means.
@@ -30,12 +28,6 @@ OWN = {"bert": "masked_lm", "gpt": "causal_lm", "t5": "span_corruption"}
 def plain_view(model, builder):
     """The model itself as the training module; batches go as built."""
     return model, (lambda batch: batch)
-
-
-def dense_setup(model, layout, builder, train, init) -> float:
-    """No extra heads; FLOPs per token of the stock model (output layer at the builder's ``select`` share)."""
-    return flops_per_token(model, layout, predicted_fraction=getattr(builder, "select", 1.0),
-                           targets_len=getattr(builder, "targets_len", None))
 
 
 @dataclass(frozen=True)
@@ -54,7 +46,7 @@ class Objective:
     settings: Callable[[Any], dict] = lambda train: {}
     sentence_ends: bool = False
     view: Callable[[Any, Any], tuple] = plain_view
-    setup: Callable[..., float] = dense_setup
+    setup: Callable[..., float] | None = None  # None: no own heads, the stock model's FLOPs (pretrain counts them)
     fixed: dict = field(default_factory=dict)  # keywords always given to ``builder`` (e.g. the NSP/SOP task)
     own_keys: tuple[str, ...] = ()  # train config keys only this objective reads (set for another: an error)
 

@@ -29,9 +29,9 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from stages.objectives import Objective, dense_setup
+from stages.objectives import Objective
 from stages.objectives.masked_lm import MaskedLM, body_name, masked_positions, mlm_result, share
-from stages.training.models import attach_side_head
+from stages.training.models import attach_side_head, flops_per_token
 
 PAIR_HEAD_FILE = "pair_head.safetensors"
 TASKS = ("nsp", "sop")
@@ -127,7 +127,7 @@ def attach_pair_head(model, *, seed: int, init=None) -> None:
 
 def setup(model, layout, builder, train, init) -> float:
     """The pair head; masked LM's FLOPs plus the head's, which runs once per block (6 x its size / seq_len)."""
-    flops = dense_setup(model, layout, builder, train, init)
+    flops = flops_per_token(model, layout, predicted_fraction=builder.select)
     attach_pair_head(model, seed=train.seed, init=init)
     return flops + 6 * sum(p.numel() for p in model.pair_head.parameters()) / layout.seq_len
 

@@ -30,7 +30,7 @@ def _copy_project(dest: Path) -> None:
                            capture_output=True, text=True).stdout.split()
     for rel in files:
         src = ROOT / rel
-        if src.is_file() and not rel.startswith(("data/", "reports/")) and rel != "dvc.lock":
+        if src.is_file() and not rel.startswith(("data/", "reports/")) and Path(rel).name != "dvc.lock":
             (dest / rel).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(src, dest / rel)
     subprocess.run(["git", "init", "-q"], cwd=dest, check=True)

@@ -1,6 +1,6 @@
 """The objective comparison end to end, as DVC runs it: on a copy of the tiny project, three objectives of
-``compare.objectives`` get their pre-training, DAPT and fine-tuning stages, train on the FLOPs of their
-paradigm's own runs, and ``compare-report@objectives`` writes the report.
+``compare.objectives`` get their pre-training, DAPT and fine-tuning stages (experiments/compare/dvc.yaml),
+train on the FLOPs of their paradigm's own runs, and ``compare-report@objectives`` writes the report.
 
 Named to run after test_kill_resume: in a CI run where this module built the shared tiny project first (before
 the Dask tests), the kill suite's forced re-run of pretrain@gpt gave other weights than the fixture's first run
@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from stages.profile import targets
 from stages.provenance.stagecard import objective_text
 from tests.integration.test_ingest_pipeline import _dvc
 
@@ -41,7 +42,7 @@ def compared(tiny_project, tmp_path_factory):
     params["compare"].update(objectives=OBJECTIVES, reports=["objectives"], sizes=[50], seeds=[0, 1], min_steps=5,
                              workers=1)
     (dest / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
-    proc = _dvc(dest, "repro", "compare-report")
+    proc = _dvc(dest, "repro", *targets(params))  # as `make run PROFILE=compare`: dvc.yaml and the comparison's file
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     return dest, proc.stdout
 

@@ -12,7 +12,7 @@ import yaml
 from stages.compare import CompareConfig, markdown, metrics_json, verdict
 from stages.config import ConfigError, build, load_params
 from stages.pretrain import compare_entries, load_config, match_flops
-from stages.profile import apply, load_profile, set_args
+from stages.profile import apply, load_profile, run_args, set_args
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -86,6 +86,8 @@ def test_the_compare_profile_is_valid_and_sets_the_mapping_with_add_or_override(
     objectives = next(a for a in args if "compare.objectives" in a)
     assert objectives.startswith("++compare.objectives={bert-electra:{paradigm:\"bert\",objective:\"electra\"")
     assert "compare.reports=[\"objectives\"]" in args
+    # the comparison's stages are in their own DVC file: `make run PROFILE=compare` names both files as targets
+    assert run_args(profile, load_params(ROOT / "params.yaml"))[-2:] == ["dvc.yaml", "experiments/compare/dvc.yaml"]
 
 
 def test_the_report_needs_objectives():

@@ -1,7 +1,8 @@
-"""dvc.yaml's dependencies cannot drift from the code: each stage's dependencies cover every module
+"""The DVC files' dependencies cannot drift from the code: each stage's dependencies cover every module
 under stages/ that its command can import (lazy imports inside functions included), so a change to any of
 them makes ``dvc repro`` run the stage again; and each stage's params keys are exactly the sections its
-config loader reads."""
+config loader reads. Both files: dvc.yaml (the product's pipeline) and experiments/compare/dvc.yaml (the
+objective comparison, whose stages read the product pipeline's outputs)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,18 @@ from pathlib import Path
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
+PIPELINE, COMPARE = "dvc.yaml", "experiments/compare/dvc.yaml"
+
+
+def spec_stages(*files: str) -> dict[str, dict]:
+    """The stage definitions of the named DVC files (default: both), by name, as written (``foreach`` unexpanded).
+    Every stage runs from the repository root (the comparison's with ``wdir: ../..``), so paths compare as they are."""
+    out: dict[str, dict] = {}
+    for rel in files or (PIPELINE, COMPARE):
+        for name, stage in yaml.safe_load((ROOT / rel).read_text())["stages"].items():
+            assert name not in out, f"{name}: defined in two DVC files"
+            out[name] = stage
+    return out
 
 
 def module_file(name: str) -> Path | None:
@@ -52,9 +65,8 @@ def closure(module: str) -> set[Path]:
 
 
 def stages() -> dict[str, tuple[str, list[str]]]:
-    spec = yaml.safe_load((ROOT / "dvc.yaml").read_text())
     out = {}
-    for name, stage in spec["stages"].items():
+    for name, stage in spec_stages().items():
         body = stage.get("do", stage)
         module = re.search(r"python -m (stages\.\w+)", body["cmd"]).group(1)
         deps = [d if isinstance(d, str) else next(iter(d)) for d in body.get("deps", [])]
@@ -71,7 +83,7 @@ def test_every_stage_depends_on_all_the_code_it_can_import():
                       if not any(f == d or d in f.parents for d in covered))
         if gaps:
             missing[name] = gaps
-    assert not missing, "dvc.yaml misses code its stages import: " + "; ".join(
+    assert not missing, "a DVC file misses code its stages import: " + "; ".join(
         f"{k}: {', '.join(v)}" for k, v in missing.items())
 
 
@@ -92,17 +104,28 @@ def params_with(*profiles: str) -> dict:
     return params
 
 
-def expanded_stages(params: dict | None = None) -> dict[str, tuple[str, list[str]]]:
-    """Every stage instance (``foreach`` expanded, a ``${params.key}`` list or mapping read from ``params``):
-    its command and its declared params keys."""
-    spec = yaml.safe_load((ROOT / "dvc.yaml").read_text())
+def paths(entries: list) -> list[str]:
+    """The paths of a ``deps`` / ``outs`` / ``metrics`` list (an entry is a path or ``{path: options}``)."""
+    return [e if isinstance(e, str) else next(iter(e)) for e in entries]
+
+
+def expanded(params: dict | None = None, *files: str) -> dict[str, dict]:
+    """Every stage instance of the named DVC files (default: both; ``foreach`` expanded, a ``${params.key}``
+    list or mapping read from ``params``): its ``cmd``, ``params``, ``deps`` and ``outs`` (metrics and plots
+    included) with ``${key}`` / ``${item...}`` substituted."""
     params = params_with() if params is None else params
     out = {}
-    for name, stage in spec["stages"].items():
+
+    def instance(body: dict, sub=lambda text: text) -> dict:
+        return {"cmd": sub(body["cmd"]), "params": [sub(str(p)) for p in body.get("params", [])],
+                "deps": [sub(d) for d in paths(body.get("deps", []))],
+                "outs": [sub(o) for kind in ("outs", "metrics", "plots") for o in paths(body.get(kind, []))]}
+
+    for name, stage in spec_stages(*files).items():
         items = stage.get("foreach")
         body = stage.get("do", stage)
         if items is None:
-            out[name] = (body["cmd"], [str(p) for p in body.get("params", [])])
+            out[name] = instance(body)
             continue
         if isinstance(items, str):  # foreach: ${compare.objectives}
             node = params
@@ -116,8 +139,13 @@ def expanded_stages(params: dict | None = None) -> dict[str, tuple[str, list[str
                     for k, v in item.items():
                         text = text.replace("${item.%s}" % k, str(v))
                 return text.replace("${item}", str(item))
-            out[f"{name}@{key}"] = (sub(body["cmd"]), [sub(str(p)) for p in body.get("params", [])])
+            out[f"{name}@{key}"] = instance(body, sub)
     return out
+
+
+def expanded_stages(params: dict | None = None) -> dict[str, tuple[str, list[str]]]:
+    """Every stage instance of both DVC files: its command and its declared params keys."""
+    return {name: (s["cmd"], s["params"]) for name, s in expanded(params).items()}
 
 
 def test_the_comparison_defines_no_stage_by_default_and_four_per_objective_with_its_profile():
@@ -130,6 +158,37 @@ def test_the_comparison_defines_no_stage_by_default_and_four_per_objective_with_
     for kind in ("pretrain", "dapt", "finetune"):
         assert {f"compare-{kind}@{e}" for e in entries} <= names
     assert "compare-report@objectives" in names
+
+
+def test_dvc_yaml_is_the_products_pipeline_and_the_comparison_reads_its_outputs():
+    """The objective comparison lives in experiments/compare/dvc.yaml: dvc.yaml has no compare-* stage; the
+    comparison's stages run from the repository root on its params.yaml, and each reads outputs that dvc.yaml's
+    stages declare (the paradigm's own models, tokens, tokenizers, the ingested task), its data/ dependencies all
+    made by a stage of either file (none a path that nothing makes)."""
+    assert not [n for n in spec_stages(PIPELINE) if n.startswith("compare")]
+    compare_spec = yaml.safe_load((ROOT / COMPARE).read_text())
+    assert compare_spec["vars"] == ["../../params.yaml"]  # ${compare...} from the root's params.yaml
+    assert set(compare_spec["stages"]) == {"compare-pretrain", "compare-dapt", "compare-finetune", "compare-report"}
+    for name, stage in compare_spec["stages"].items():
+        assert stage.get("do", stage)["wdir"] == "../..", name  # paths, commands and params.yaml from the root
+
+    params = params_with("compare")
+    product = [Path(o) for s in expanded(params, PIPELINE).values() for o in s["outs"]]
+    comparison = expanded(params, COMPARE)
+    own = [Path(o) for s in comparison.values() for o in s["outs"]]
+
+    def made_by(dep: Path, outs: list[Path]) -> bool:  # the dep is an output, inside one, or a folder of them
+        return any(dep == o or o in dep.parents or dep in o.parents for o in outs)
+
+    assert len(comparison) == 3 * len(params["compare"]["objectives"]) + len(params["compare"]["reports"])
+    for name, stage in comparison.items():
+        data = [Path(d) for d in stage["deps"] if d.startswith("data/")]
+        assert any(made_by(d, product) for d in data), f"{name}: reads no output of dvc.yaml's stages"
+        unmade = [str(d) for d in data if not made_by(d, product + own)]
+        assert not unmade, f"{name}: no stage makes {unmade}"
+    read = {d for s in comparison.values() for d in s["deps"]}
+    assert {f"data/models/{kind}/{e['paradigm']}" for e in params["compare"]["objectives"].values()
+            for kind in ("pretrain", "dapt")} <= read  # each objective's FLOPs match its paradigm's own runs
 
 
 def test_every_stage_declares_the_params_sections_its_config_reads(monkeypatch, tmp_path):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from stages.config import ConfigError, load_params
-from stages.profile import apply, load_profile, load_profiles, main, set_args, validate
+from stages.profile import apply, load_profile, load_profiles, main, run_args, set_args, targets, validate
 
 
 def test_gpu_profile_is_a_valid_diff_over_params():
@@ -115,3 +115,60 @@ def test_gpu_quick_profile_is_smaller_than_gpu_for_every_paradigm(tmp_path):
         full_ft = finetune_config(base, paradigm)
         # one rate, the GPU profile's own (its grid ran on an H200 before; the quick check runs each stage once)
         assert len(full_ft.lr_grid) == 3 and not ft.lr_grid and ft.lr == full_ft.lr, paradigm
+
+
+def test_only_a_profile_that_names_comparison_runs_targets_the_comparisons_dvc_file():
+    """`dvc exp run` with no target runs the root's dvc.yaml, the product's pipeline; the comparison's stages
+    (experiments/compare/dvc.yaml) run when the profile's params name some, and then both files are the targets."""
+    params = load_params("params.yaml")
+    assert targets(params) == []  # params.yaml alone: no comparison runs (`make run` is plain `dvc repro`)
+    for name in ("gpu", "tiny"):
+        assert not {"dvc.yaml", "experiments/compare/dvc.yaml"} & set(run_args(load_profile(name), params))
+    both = ["dvc.yaml", "experiments/compare/dvc.yaml"]
+    assert run_args(load_profile("compare"), params)[-2:] == both
+    assert run_args(load_profiles("tiny compare")[0], params)[-2:] == both
+    assert targets(apply(params, {"compare.reports": ["objectives"]})) == both
+
+
+def test_dvc_exp_run_runs_a_second_dvc_files_stages_only_when_it_is_a_target(tmp_path):
+    """What `make run` relies on, on a project shaped like this one: a second DVC file (its stages run from the
+    root: wdir ../.., vars ../../params.yaml) with an empty foreach is accepted and left out by `dvc exp run`
+    with no target; with the params set, its stages run when both files are the targets."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    bindir = Path(sys.executable).parent
+    env = {**os.environ, "PATH": f"{bindir}{os.pathsep}{os.environ['PATH']}", "DVC_NO_ANALYTICS": "1",
+           **{f"GIT_{who}_{what}": value for who in ("AUTHOR", "COMMITTER")
+              for what, value in (("NAME", "test"), ("EMAIL", "test@example.org"))}}
+
+    def sh(*cmd: str) -> str:
+        proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        return proc.stdout + proc.stderr
+
+    (tmp_path / "params.yaml").write_text("n: 1\nextra:\n  items: {}\n")
+    (tmp_path / "dvc.yaml").write_text(
+        "stages:\n  base:\n    cmd: python -c \"open('base.txt', 'w').write('b')\"\n    params: [n]\n"
+        "    outs:\n      - base.txt\n")
+    (tmp_path / "experiments" / "extra").mkdir(parents=True)
+    (tmp_path / "experiments" / "extra" / "dvc.yaml").write_text(
+        "vars:\n  - ../../params.yaml\nstages:\n  more:\n    foreach: ${extra.items}\n    do:\n      wdir: ../..\n"
+        "      cmd: python -c \"open('more-${key}.txt', 'w').write(open('base.txt').read() + '${item.x}')\"\n"
+        "      deps:\n        - base.txt\n      params:\n        - extra.items.${key}\n"
+        "      outs:\n        - more-${key}.txt\n")
+    sh("git", "init", "-q")
+    sh(str(bindir / "dvc"), "init", "-q")
+    sh("git", "add", "-A")
+    sh("git", "commit", "-q", "-m", "project")
+    log = sh(str(bindir / "dvc"), "exp", "run")
+    assert (tmp_path / "base.txt").is_file() and "more" not in log
+    setting = ["-S", "++extra.items={c:{x:\"q\"}}"]
+    log = sh(str(bindir / "dvc"), "exp", "run", *setting)  # no target: the root's dvc.yaml only
+    assert not (tmp_path / "more-c.txt").exists() and "more@c" not in log
+    log = sh(str(bindir / "dvc"), "exp", "run", *setting, "dvc.yaml", "experiments/extra/dvc.yaml")
+    assert "Running stage 'experiments/extra/dvc.yaml:more@c'" in log
+    assert (tmp_path / "more-c.txt").read_text() == "bq"  # run from the root, after the root's stage
+    assert (tmp_path / "experiments" / "extra" / "dvc.lock").is_file()

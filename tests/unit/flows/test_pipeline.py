@@ -63,8 +63,9 @@ def project(tmp_path):
 
 
 def test_graph_comes_from_dvc_yaml(project):
-    graph, outs = read_pipeline(project)
+    graph, outs, targets = read_pipeline(project)
     assert graph == {"make@a": [], "make@b": [], "join": ["make@a", "make@b"]}
+    assert targets == {s: s for s in graph}  # the root's dvc.yaml: `dvc repro` takes the name
     assert outs["make@a"] == ["data/a.txt", "reports/quality/make-a.json", "reports/metrics/make-a.json"]
     assert closure(graph, None) == ["make@a", "make@b", "join"]
     assert closure(graph, ["make"]) == ["make@a", "make@b"]
@@ -119,6 +120,43 @@ def test_a_target_runs_only_what_it_needs(prefect_harness, project):
     out = pipeline(target="make@a", root=str(project))
     assert out["stages"] == ["make@a"]
     assert (project / "data/a.txt").exists() and not (project / "data/b.txt").exists()
+
+
+# A second DVC file shaped like experiments/compare/dvc.yaml: its stages run from the root on the root's params,
+# one per entry of a params mapping (none by default), and read the root pipeline's outputs.
+EXTRA_YAML = f"""vars:
+  - ../../params.yaml
+stages:
+  more:
+    foreach: ${{extra.items}}
+    do:
+      wdir: ../..
+      cmd: {sys.executable} -c "import pathlib; pathlib.Path('data/more-${{key}}.txt').write_text(pathlib.Path('data/joined.txt').read_text() + '${{item.x}}')"
+      deps:
+        - data/joined.txt
+      params:
+        - extra.items.${{key}}
+      outs:
+        - data/more-${{key}}.txt
+"""
+
+
+def test_a_second_dvc_files_stages_join_the_graph_and_run_by_their_address(prefect_harness, project):
+    from flows.pipeline import pipeline
+
+    (project / "experiments" / "extra").mkdir(parents=True)
+    (project / "experiments" / "extra" / "dvc.yaml").write_text(EXTRA_YAML)
+    (project / "params.yaml").write_text("extra:\n  items: {}\n")
+    assert read_pipeline(project)[0] == {"make@a": [], "make@b": [], "join": ["make@a", "make@b"]}  # none yet
+    (project / "params.yaml").write_text("extra:\n  items:\n    c: {x: '!'}\n")
+    graph, outs, targets = read_pipeline(project)
+    assert graph["more@c"] == ["join"] and outs["more@c"] == ["data/more-c.txt"]
+    assert targets["more@c"] == "experiments/extra/dvc.yaml:more@c" and targets["join"] == "join"
+    out = pipeline(target="more", root=str(project))
+    assert out["stages"] == ["make@a", "make@b", "join", "more@c"] and out["ran"] == out["stages"]
+    assert (project / "data/more-c.txt").read_text() == "aaabbb!"
+    assert (project / "experiments" / "extra" / "dvc.lock").is_file()
+    assert pipeline(root=str(project))["ran"] == []  # everything, both files: up to date
 
 
 def test_a_profile_is_applied_to_params_keeping_comments(tmp_path):

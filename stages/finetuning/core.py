@@ -229,9 +229,10 @@ def _finetune(cfg: FinetuneConfig, *, paradigm: str, init: str, model_dir: Path,
 
     from stages.finetuning.heads import make_classifier
     from stages.finetuning.metrics import majority, scores
-    from stages.training.config import TrainConfig
+    from stages.training.config import OptimizerConfig
     from stages.training.distributed import Dist
-    from stages.training.loop import EarlyStopping, bf16_enabled, lr_at, make_optimizer, peak_flops, run_loop
+    from stages.training.loop import (EarlyStopping, Hooks, LoopConfig, bf16_enabled, lr_at, make_optimizer, peak_flops,
+                                      run_loop)
 
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
@@ -259,8 +260,8 @@ def _finetune(cfg: FinetuneConfig, *, paradigm: str, init: str, model_dir: Path,
     steps_per_epoch = -(-len(train) // cfg.micro_batch)
     epochs = max(cfg.epochs, -(-cfg.min_steps // steps_per_epoch))
     total = steps_per_epoch * epochs
-    recipe = TrainConfig(lr=cfg.lr, warmup_fraction=cfg.warmup_fraction, weight_decay=cfg.weight_decay,
-                         min_lr_ratio=0.0, budget_tokens=1, scale_lr_by_rms=cfg.scale_lr_by_rms)
+    recipe = OptimizerConfig(lr=cfg.lr, warmup_fraction=cfg.warmup_fraction, weight_decay=cfg.weight_decay,
+                             min_lr_ratio=0.0, scale_lr_by_rms=cfg.scale_lr_by_rms)
     optimizer = make_optimizer(clf.model, recipe, device)
     rng = np.random.default_rng(cfg.seed)
     texts = train["text"].tolist()
@@ -286,13 +287,14 @@ def _finetune(cfg: FinetuneConfig, *, paradigm: str, init: str, model_dir: Path,
     try:
         # Throughput for the live log: 6N FLOPs per real (unpadded) token, N the classifier's parameters (Kaplan
         # et al. 2020's training estimate; attention left out), timed between evaluations (not counted).
-        run = run_loop(clf.model, optimizer, total=total, batches=lambda step: next(stream), loss=clf.loss,
-                       lr=lambda step: lr_at(step, total, recipe), clip=1.0, bf16=bf16_enabled(cfg.precision, device),
-                       log_every=cfg.eval_every, tokens=lambda batch: int(batch["attention_mask"].sum()),
-                       row=lambda step: {"epoch": (step - 1) // steps_per_epoch + 1}, evaluate=validate,
-                       eval_every=cfg.eval_every, early=EarlyStopping("val_macro_f1", cfg.patience),
-                       dist=Dist(device=device), flops_per_token=6 * sum(p.numel() for p in clf.model.parameters()),
-                       peak=peak_flops(device, recipe), live=live, bar=bar, log=log)
+        loop_cfg = LoopConfig(total=total, log_every=cfg.eval_every, clip=1.0, bf16=bf16_enabled(cfg.precision, device),
+                              eval_every=cfg.eval_every, flops_per_token=6 * sum(p.numel() for p in clf.model.parameters()),
+                              peak=peak_flops(device))
+        hooks = Hooks(row=lambda step: {"epoch": (step - 1) // steps_per_epoch + 1}, evaluate=validate,
+                      early=EarlyStopping("val_macro_f1", cfg.patience), live=live, bar=bar, log=log)
+        run = run_loop(clf.model, optimizer, loop_cfg, batches=lambda step: next(stream), loss=clf.loss,
+                       lr=lambda step: lr_at(step, total, recipe), tokens=lambda batch: int(batch["attention_mask"].sum()),
+                       hooks=hooks, dist=Dist(device=device))
     finally:
         if bar is not None:
             bar.close()

@@ -25,7 +25,7 @@ import numpy as np
 
 from stages.objectives import training_view
 from stages.training import checkpoint as ckpt
-from stages.training.config import TrainConfig
+from stages.training.config import OptimizerConfig, TrainConfig
 from stages.training.data import EVAL_KEY, TRAIN_KEY, BlockSampler, generators, make_batch
 from stages.training.distributed import Dist, average
 
@@ -53,7 +53,7 @@ class RunResult:
     best: float | None = None      # the early-stopping metric's best evaluation (its weights restored)
 
 
-def lr_at(step: int, total: int, cfg: TrainConfig) -> float:
+def lr_at(step: int, total: int, cfg: OptimizerConfig) -> float:
     """Linear warmup over ``warmup_fraction`` of the steps, then cosine decay to ``lr * min_lr_ratio``."""
     warm = int(total * cfg.warmup_fraction)
     if step < warm:
@@ -62,9 +62,10 @@ def lr_at(step: int, total: int, cfg: TrainConfig) -> float:
     return cfg.lr * (cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * min(progress, 1.0))))
 
 
-def peak_flops(device: str, cfg: TrainConfig) -> float | None:
-    if cfg.peak_tflops:
-        return cfg.peak_tflops * 1e12
+def peak_flops(device: str, peak_tflops: float = 0.0) -> float | None:
+    """The device's dense bf16 peak in FLOP/s: ``peak_tflops`` when set, else a known GPU's, else None."""
+    if peak_tflops:
+        return peak_tflops * 1e12
     if device.startswith("cuda"):
         import torch
 
@@ -75,7 +76,7 @@ def peak_flops(device: str, cfg: TrainConfig) -> float | None:
     return None
 
 
-def make_optimizer(model, cfg: TrainConfig, device: str):
+def make_optimizer(model, cfg: OptimizerConfig, device: str):
     """AdamW, weight decay on matrices only."""
     import torch
 
@@ -199,17 +200,44 @@ class EarlyStopping:
     patience: int
 
 
-def run_loop(model, optimizer, *, total: int, batches: Callable[[int], Sequence[dict]], loss: Callable[[dict], Any],
-             lr: Callable[[int], float], clip: float | None, bf16: bool, log_every: int,
-             tokens: Callable[[dict], int], row: Callable[[int], dict] = lambda done: {},
-             evaluate: Callable[[int], dict] | None = None, eval_every: int = 0, early: EarlyStopping | None = None,
-             checkpoint_dir: Path | None = None, checkpoint_every: int = 0, fingerprint: str = "",
-             dist: Dist = Dist(), net=None, flops_per_token: float = 0.0, peak: float | None = None,
-             live=None, bar=None, log: Callable[[str], None] = print, sum_dtype: str = "float64") -> RunResult:
-    """The one training loop of pre-training, DAPT and fine-tuning: ``total`` optimizer steps over
+@dataclass(frozen=True)
+class LoopConfig:
+    """How long the loop runs and how often it logs, evaluates and checkpoints (in optimizer steps)."""
+
+    total: int
+    log_every: int
+    clip: float | None = 1.0       # gradient-norm clipping (None or 0 = off)
+    bf16: bool = False             # bf16 autocast of the forward passes
+    eval_every: int = 0
+    checkpoint_every: int = 0
+    flops_per_token: float = 0.0   # model FLOPs per trained token: throughput and MFU
+    peak: float | None = None      # the device's peak FLOP/s for MFU (None = unknown)
+    sum_dtype: str = "float64"     # the dtype the logged loss is summed in between rows (pre-training: float32)
+
+
+@dataclass
+class Hooks:
+    """What the loop calls around the steps: ``row(step)`` adds to each history row and evaluation; ``evaluate(step)``
+    scores the model; ``early`` stops on a metric; ``checkpoint_dir`` (with ``fingerprint``) saves and resumes;
+    ``live`` (a :class:`stages.common.live.LiveLog`), ``bar`` (tqdm) and ``log`` report."""
+
+    row: Callable[[int], dict] = lambda done: {}
+    evaluate: Callable[[int], dict] | None = None
+    early: EarlyStopping | None = None
+    checkpoint_dir: Path | None = None
+    fingerprint: str = ""
+    live: Any = None
+    bar: Any = None
+    log: Callable[[str], None] = print
+
+
+def run_loop(model, optimizer, cfg: LoopConfig, *, batches: Callable[[int], Sequence[dict]],
+             loss: Callable[[dict], Any], lr: Callable[[int], float], tokens: Callable[[dict], int],
+             hooks: Hooks | None = None, dist: Dist = Dist(), net=None) -> RunResult:
+    """The one training loop of pre-training, DAPT and fine-tuning: ``cfg.total`` optimizer steps over
     ``batches(step)`` (the micro-batches of a step, on the host; called once per step, in order), each
-    ``loss(batch)`` (on ``dist.device``, under bf16 autocast when ``bf16``) averaged over the micro-batches,
-    gradients clipped to ``clip`` and the rate set to ``lr(step)`` (:func:`set_lr`).
+    ``loss(batch)`` (on ``dist.device``, under bf16 autocast when ``cfg.bf16``) averaged over the micro-batches,
+    gradients clipped to ``cfg.clip`` and the rate set to ``lr(step)`` (:func:`set_lr`).
 
     Every ``log_every`` steps (and at the last) the mean loss since the last row is read (a NaN or inf stops
     the run: :class:`TrainingDiverged`) and a ``history`` row ``{step, **row(step), loss, lr}`` recorded;
@@ -218,20 +246,22 @@ def run_loop(model, optimizer, *, total: int, batches: Callable[[int], Sequence[
     evaluation's weights (``result.best``). With ``checkpoint_dir``, every ``checkpoint_every`` steps the model,
     the optimizer and the records are saved, and a run with the same ``fingerprint`` resumes from there (a
     checkpoint of another fingerprint is left to be overwritten). ``tokens(batch)``: the tokens a host batch
-    trains on (throughput: tokens/s, model FLOP/s, MFU over ``peak``, in ``live`` and the result); ``net``:
-    what to call instead of ``model`` inside ``loss`` when it is wrapped (DDP, compiled), for ``no_sync``;
-    ``sum_dtype``: the dtype the logged loss is summed in between rows (pre-training keeps float32, as it always
-    had, so the curves of earlier runs reproduce to the last digit)."""
+    trains on (tokens/s, model FLOP/s, MFU); ``net``: what to call instead of ``model`` inside ``loss`` when it is
+    wrapped (DDP, compiled), for ``no_sync``."""
     import torch
 
+    hooks = hooks or Hooks()
+    total, log_every, eval_every, checkpoint_every = cfg.total, cfg.log_every, cfg.eval_every, cfg.checkpoint_every
+    row, evaluate, early, checkpoint_dir = hooks.row, hooks.evaluate, hooks.early, hooks.checkpoint_dir
+    live, bar, log, flops_per_token, peak = hooks.live, hooks.bar, hooks.log, cfg.flops_per_token, cfg.peak
     device = dist.device
     model.to(device)
     model.train()
     result = RunResult(steps=total, tokens=0)
-    running = torch.zeros((), device=device, dtype=getattr(torch, sum_dtype))  # the loss summed since the last row
+    running = torch.zeros((), device=device, dtype=getattr(torch, cfg.sum_dtype))  # the loss summed since the last row
     start, since = 0, 0
     state = ckpt.read_state(checkpoint_dir) if checkpoint_dir is not None else None
-    if state and state.get("fingerprint") == fingerprint:
+    if state and state.get("fingerprint") == hooks.fingerprint:
         step = state.get("step")
         if not isinstance(step, int) or not 0 < step < total:  # a checkpoint is only saved before the end
             raise ckpt.CheckpointError(f"{checkpoint_dir / 'state.json'}: step {step!r} is not within this "
@@ -260,12 +290,12 @@ def run_loop(model, optimizer, *, total: int, batches: Callable[[int], Sequence[
             batch = to_device(batch, device)
             sync = dist.world == 1 or a == len(micro) - 1  # DDP all-reduces the gradients on the last one only
             with contextlib.nullcontext() if sync else (net or model).no_sync():
-                with torch.autocast(device_type=device.split(":")[0], dtype=torch.bfloat16, enabled=bf16):
+                with torch.autocast(device_type=device.split(":")[0], dtype=torch.bfloat16, enabled=cfg.bf16):
                     value = loss(batch) / len(micro)
                 value.backward()
             running += value.detach()
-        if clip:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+        if cfg.clip:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.clip)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         since, done = since + 1, step + 1
@@ -315,7 +345,7 @@ def run_loop(model, optimizer, *, total: int, batches: Callable[[int], Sequence[
                 raise TrainingDiverged(f"step {done}: the training loss is {running.item()}; stopped. The last good "
                                        f"checkpoint ({_last_saved(checkpoint_dir)}) is kept; lower the learning rate.")
             ckpt.save(checkpoint_dir, model, optimizer, {
-                "fingerprint": fingerprint, "step": done, "history": result.history, "evals": result.evals,
+                "fingerprint": hooks.fingerprint, "step": done, "history": result.history, "evals": result.evals,
                 "running_loss": running.item(), "steps_since_log": since})
             t_last += time.perf_counter() - paused
         if stopped:
@@ -345,7 +375,7 @@ def train(model, objective, train_blocks: np.ndarray, eval_blocks: np.ndarray | 
         torch.set_num_threads(cfg.threads)
     model.to(dist.device)
     bf16 = use_bf16(cfg, dist.device)
-    optimizer = make_optimizer(model, cfg, dist.device)
+    optimizer = make_optimizer(model, cfg.optimizer, dist.device)
     sampler = BlockSampler(rows=len(train_blocks), micro_batch=cfg.micro_batch, grad_accum=cfg.grad_accum,
                            world=dist.world, rank=dist.rank, seed=cfg.seed)
     tokens_per_step = sampler.global_batch * seq_len
@@ -370,15 +400,15 @@ def train(model, objective, train_blocks: np.ndarray, eval_blocks: np.ndarray | 
 
         bar = tqdm(total=total, unit="step", dynamic_ncols=True, mininterval=1.0)
     try:
-        result = run_loop(
-            model, optimizer, total=total, batches=batches, loss=lambda batch: step_fn(**batch).loss,
-            lr=lambda step: lr_at(step, total, cfg), clip=cfg.clip, bf16=bf16, log_every=cfg.log_every,
-            tokens=lambda batch: cfg.micro_batch * seq_len,
-            row=lambda done: {"tokens": done * tokens_per_step},
-            evaluate=evaluate_blocks if eval_blocks is not None and len(eval_blocks) else None,
-            eval_every=cfg.eval_every, checkpoint_dir=checkpoint_dir, checkpoint_every=cfg.checkpoint_every,
-            fingerprint=fingerprint, dist=dist, net=net, flops_per_token=flops_per_token,
-            peak=peak_flops(dist.device, cfg), live=live, bar=bar, log=log, sum_dtype="float32")
+        loop_cfg = LoopConfig(total=total, log_every=cfg.log_every, clip=cfg.clip, bf16=bf16, eval_every=cfg.eval_every,
+                              checkpoint_every=cfg.checkpoint_every, flops_per_token=flops_per_token,
+                              peak=peak_flops(dist.device, cfg.peak_tflops), sum_dtype="float32")
+        hooks = Hooks(row=lambda done: {"tokens": done * tokens_per_step},
+                      evaluate=evaluate_blocks if eval_blocks is not None and len(eval_blocks) else None,
+                      checkpoint_dir=checkpoint_dir, fingerprint=fingerprint, live=live, bar=bar, log=log)
+        result = run_loop(model, optimizer, loop_cfg, batches=batches, loss=lambda batch: step_fn(**batch).loss,
+                          lr=lambda step: lr_at(step, total, cfg.optimizer), tokens=lambda batch: cfg.micro_batch * seq_len,
+                          hooks=hooks, dist=dist, net=net)
     finally:
         if bar is not None:
             bar.close()

@@ -6,13 +6,14 @@ the stages)."""
 from __future__ import annotations
 
 import math
+from dataclasses import fields
 from pathlib import Path
 
 import pytest
 import torch
 
 from stages.training import checkpoint as ckpt
-from stages.training.loop import EarlyStopping, TrainingDiverged, run_loop
+from stages.training.loop import EarlyStopping, Hooks, LoopConfig, TrainingDiverged, run_loop
 
 X = torch.linspace(-1, 1, 32).reshape(16, 2)
 Y = X @ torch.tensor([[2.0], [-1.0]]) + 0.5
@@ -54,9 +55,12 @@ def whole_batch(step: int) -> list[dict]:
 
 
 def loop(model, optimizer, total: int = 12, **kw):
-    options = dict(total=total, batches=whole_batch, loss=mse(model), lr=lambda step: 0.1 / (1 + step), clip=1.0,
-                   bf16=False, log_every=4, tokens=lambda batch: len(batch["x"]), log=lambda m: None)
-    return run_loop(model, optimizer, **{**options, **kw})
+    """``run_loop`` with these options, each sent where it belongs: the loop's config, its hooks or a keyword."""
+    options = {**dict(total=total, batches=whole_batch, loss=mse(model), lr=lambda step: 0.1 / (1 + step), clip=1.0,
+                      bf16=False, log_every=4, tokens=lambda batch: len(batch["x"]), log=lambda m: None), **kw}
+    cfg = {f.name: options.pop(f.name) for f in fields(LoopConfig) if f.name in options}
+    hooks = {f.name: options.pop(f.name) for f in fields(Hooks) if f.name in options}
+    return run_loop(model, optimizer, LoopConfig(**cfg), hooks=Hooks(**hooks), **options)
 
 
 def snapshot(model) -> dict:

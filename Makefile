@@ -1,6 +1,6 @@
 # Two commands: `make run` (the default pipeline) and `make test` (the test suite).
 # Both create .venv when it is missing. TORCH_SPEC picks the torch build installed first: the default
-# torch==2.13.0 resolves to the CPU build on machines that carry it; see docs/gpu-and-clusters.md for CUDA builds.
+# torch==2.13.0 resolves to the CPU build on machines that carry it; see docs/scaling.md for CUDA builds.
 
 PYTHON     ?= python3
 VENV       ?= .venv

@@ -1,7 +1,7 @@
 """The evaluate stage's baseline section alone, on a workspace's task data: its wall time and what each baseline
 scores and chooses at the curve's sizes and with all labels (the seeds of the default run). Run it from a
 checkout (the code it times is that checkout's); ``--old`` times a checkout from before
-``stages/evaluation/baselines`` (its ``baseline`` section). benchmarks/README.md, "The practitioner
+``stages/evaluation/baselines`` (its ``baseline`` section). benchmarks/baselines.md, "The practitioner
 baselines", has the figures.
 
     .venv/bin/python benchmarks/baselines.py --task data/ingested/task/documents.parquet --out results.json

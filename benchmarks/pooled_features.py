@@ -5,7 +5,7 @@ mean-pools the last hidden states of 1,500 task training texts and all validatio
 share of the average state's norm in the states' RMS norm (1 = every text has the same pooled state), the
 mean cosine between texts, and the validation macro-F1 of a logistic-regression probe on the pooled
 states normalised two ways: per text over its features (what a LayerNorm head sees) and per feature over
-the texts (standardised; what a BatchNorm head sees). benchmarks/README.md, "Fine-tuning a pre-trained
+the texts (standardised; what a BatchNorm head sees). benchmarks/transfer.md, "Fine-tuning a pre-trained
 body", has the figures.
 
     .venv/bin/python benchmarks/pooled_features.py bert,gpt,t5

@@ -3,7 +3,7 @@
 Pre-trains one small model from scratch on the in-domain text (Debian descriptions outside the task's
 sections, with the task guard, plus the task's training texts), then fine-tunes it and a random-init twin
 on the task with the pooled head (masked mean, LayerNorm, linear), scoring validation and test macro-F1.
-It is how the default recipe of params.yaml was chosen (benchmarks/README.md, "Pre-training that
+It is how the default recipe of params.yaml was chosen (benchmarks/transfer.md, "Pre-training that
 transfers"); the figures there come from it. Needs a workspace where ingest@task and ingest@domain ran.
 
     python benchmarks/transfer_sweep.py bert --arch deberta_v2 --mask 0.3 --steps 1500 --lr 2e-3 \

@@ -48,7 +48,7 @@ def load_words(cfg: BadWordsConfig, cache_dir: Path) -> tuple[list[str], dict]:
 
 def compile_badwords(words: list[str]) -> re.Pattern[str]:
     """C4's regex: escaped words, flanked by a non-word character or the start/end of the text. The
-    alternation is a trie of the same words (same matches, faster: benchmarks/README.md)."""
+    alternation is a trie of the same words (same matches, faster: benchmarks/cleaning.md)."""
     return re.compile(r"(?:\W|^)(" + _trie_pattern(sorted(set(words))) + r")(?:\W|$)")
 
 

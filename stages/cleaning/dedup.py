@@ -11,7 +11,7 @@ page loses it; repeats inside the keeping page are dropped too. Then pages left 
 
 Memory: shards write sorted (line hash, page key) pairs to disk; the selection runs one hash bucket at a
 time and workers memory-map the final table, so memory is bounded by the bucket, not the corpus
-(benchmarks/README.md).
+(benchmarks/cleaning.md).
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ probability >= 0.99. Its counters, in its order, are our reasons: "langdetect_ex
 
 Backends (models loaded once per process, on first use):
 - ``langdetect`` (default): C4's detector, seeded per detection; run by ``langdetect-rs`` when installed,
-  a Rust port with bit-identical output (benchmarks/README.md, "Cleaning"); ``LMPIPE_LANGDETECT=python``
+  a Rust port with bit-identical output (benchmarks/cleaning.md, "Cleaning"); ``LMPIPE_LANGDETECT=python``
   forces the Python package.
 - ``py3langid``: naive Bayes over byte n-grams with normalised probabilities, calibrated differently, so
   its threshold is a separate choice (``benchmarks/cleaning_agreement.py``).

@@ -194,7 +194,7 @@ class _Pooled(torch.nn.Module):
     pre-trained body's mean-pooled states share one dominant direction (mean cosine 0.95-0.999 between task
     examples here, against 0.27-0.82 for a random body): a LayerNorm would keep that common part, so the head
     would see the examples as almost equal and learn slowly, while a BatchNorm removes it and keeps what tells
-    them apart (benchmarks/README.md, "Fine-tuning a pre-trained body")."""
+    them apart (benchmarks/transfer.md, "Fine-tuning a pre-trained body")."""
 
     def __init__(self, body, d_model: int, n_labels: int) -> None:
         super().__init__()
@@ -348,7 +348,7 @@ def reinit_top_layers(module, n: int, seed: int = 0) -> None:
     fine-tuning seed gets its own draw. Zhang et al. 2021 ("Revisiting Few-sample BERT Fine-tuning") found
     the layers nearest the pre-training head the most specialised to it and the least useful to a new task;
     here (2 layers, masked LM) drawing the top one anew lifted the general model's whole-split validation
-    macro-F1 from 0.814 +- 0.014 to 0.825 +- 0.003 with all labels (benchmarks/README.md). The embeddings, the
+    macro-F1 from 0.814 +- 0.014 to 0.825 +- 0.003 with all labels (benchmarks/transfer.md). The embeddings, the
     lower layers and what lies between the layers (DeBERTa-v2's convolution and relative-position table) are
     kept. Written out rather than through ``_init_weights``, which transformers 5 skips for weights loaded from
     a checkpoint. A random body stays a random body (another draw of the same distribution)."""

@@ -5,7 +5,7 @@
 - ``ul2``: each block is, at random, span-corrupted as T5 does (UL2's R-denoiser: density 0.15, mean span 3)
   or cut as a prefix LM (S-denoiser), half and half. Span corruption gives the decoder 29 targets per 128
   input tokens; the prefix LM gives it 15-64, each a next-token prediction like a causal LM's. Measured on
-  2 CPU cores it did not transfer better than span corruption (benchmarks/README.md, "T5: an objective that
+  2 CPU cores it did not transfer better than span corruption (benchmarks/transfer.md, "T5: an objective that
   transfers").
 - ``reconstruct``: the T5 paper's "BERT-style" objective (section 3.3.1, Table 4): 15% of the tokens are
   corrupted (90% to a mask token, here ``<extra_id_0>``, 10% to a random token) and the decoder writes out

@@ -97,7 +97,7 @@ def set_lr(optimizer, lr: float) -> None:
     root mean square (at least 1e-3), as nanoT5's AdamWScale (Nawrot 2023) and Adafactor's relative step
     size do: T5's initialisation gives the shared embedding an RMS of 1 and the other weights about
     d_model ** -0.5, so under plain AdamW the embedding moves 10x slower relative to its size, and a small
-    T5 stays on the unigram plateau (benchmarks/README.md, "T5: an objective that transfers"). The RMS is
+    T5 stays on the unigram plateau (benchmarks/transfer.md, "T5: an objective that transfers"). The RMS is
     read at every step, as nanoT5 does, in one transfer (on a GPU the one host sync per step this option costs)."""
     import torch
 

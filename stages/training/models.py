@@ -82,7 +82,7 @@ def local_position_bias(model, slope: float) -> None:
     (ALiBi's geometric slopes, scaled so the first head's is ``slope``): the first head attends to its
     neighbours from the first step, the last one nearly everywhere, and the biases are learned from there.
     With T5's own init (small random biases, no absolute positions) attention starts uniform and a position
-    learns nothing of its neighbours until the biases have been learned (benchmarks/README.md, "T5: an
+    learns nothing of its neighbours until the biases have been learned (benchmarks/transfer.md, "T5: an
     objective that transfers").
     The model stays a stock ``T5ForConditionalGeneration``: only initial values change."""
     import torch
@@ -111,7 +111,7 @@ def cross_attention_match(model, scale: float) -> None:
     attention starts uniform, and the decoder first learns to predict sentinels and word frequencies (a
     plateau near loss 4.9) until matching is learned, after a number of steps that varies with the random
     stream. Matched from the start, the model leaves that plateau in every stream measured
-    (benchmarks/README.md, "T5: an objective that transfers"). The other heads keep T5's initialisation,
+    (benchmarks/transfer.md, "T5: an objective that transfers"). The other heads keep T5's initialisation,
     and the model stays a stock ``T5ForConditionalGeneration``: only initial values change."""
     import torch
 

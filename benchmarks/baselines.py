@@ -24,7 +24,7 @@ def main() -> None:
 
     import stages.evaluation.curve as curve
     from stages.evaluate import load_config
-    from stages.finetune import read_task
+    from stages.finetuning.core import read_task
 
     params = args.checkout / "params.yaml"
     df, cfg = read_task(args.task), load_config(params)

@@ -56,7 +56,7 @@ def finetune_step(paradigm: str, folder: Path, tokens: Path, params: Path):
     """A step of the classifier, as the fine-tuning stage takes it."""
     import torch
 
-    from stages.finetune import head_options, load_config
+    from stages.finetuning.core import head_options, load_config
     from stages.finetuning.heads import make_classifier
     from stages.training.models import build_model
 

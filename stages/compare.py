@@ -286,7 +286,7 @@ def _arguments(ap: argparse.ArgumentParser) -> None:
 
 
 def _run(args: argparse.Namespace, log) -> dict:
-    from stages.finetune import read_task
+    from stages.finetuning.core import read_task
 
     cfg = load_config(args.params)
     if not cfg.objectives:

@@ -45,7 +45,7 @@ from stages.evaluation.baselines import BaselineConfig
 from stages.evaluation.curve import baselines, data_efficiency, source
 from stages.evaluation.gate import ModelGateConfig
 from stages.evaluation.icl import IclConfig
-from stages.finetune import INITS
+from stages.finetuning.core import INITS
 from stages.tokenization.trainers import PARADIGMS
 
 
@@ -292,7 +292,7 @@ def _arguments(ap: argparse.ArgumentParser) -> None:
 
 def _run(args: argparse.Namespace, log) -> dict:
     from stages.evaluation.report import figures, markdown
-    from stages.finetune import read_task
+    from stages.finetuning.core import read_task
 
     cfg = load_config(args.params)
     check_folders(args.finetuned, args.pretrained, args.dapt)  # every saved model read below, checked first

@@ -111,8 +111,8 @@ def apply(params: dict[str, Any], profile: dict[str, Any], where: str = "profile
 
 def validate(params: dict[str, Any]) -> None:
     """Build every stage config from ``params`` so a profile cannot produce an invalid run."""
-    from stages.clean import load_config as clean_config
-    from stages.ingest import CorpusConfig
+    from stages.cleaning.config import load_config as clean_config
+    from stages.sources.config import CorpusConfig
     from stages.config import build
 
     for corpus, section in params.get("ingest", {}).items():
@@ -144,7 +144,7 @@ def validate(params: dict[str, Any]) -> None:
                 for name in ("pretrain", "dapt"):
                     pretrain_config(Path(fh.name), name, entry["paradigm"], entry["name"])
         from stages.evaluate import load_config as evaluate_config
-        from stages.finetune import load_config as finetune_config
+        from stages.finetuning.core import load_config as finetune_config
 
         for paradigm in params.get("finetune", {}):
             if paradigm != "defaults":

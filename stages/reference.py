@@ -21,12 +21,12 @@ import typing
 from pathlib import Path
 from typing import Any, Literal, Union, get_args, get_origin
 
-from stages.clean import CleanConfig
+from stages.cleaning.config import CleanConfig
 from stages.cleaning.pipeline import CleanerConfig
 from stages.compare import CompareConfig
 from stages.evaluate import EvaluateConfig
 from stages.finetuning.core import FinetuneConfig
-from stages.ingest import CorpusConfig
+from stages.sources.config import CorpusConfig
 from stages.package import PackageConfig
 from stages.pretrain import DaptConfig
 from stages.tokenization.split import SplitConfig

@@ -8,21 +8,17 @@ workers (``stages.cleaning.features``); the gate never loads the cleaned text.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import pandas as pd
 
+from stages.cleaning.config import CleanConfig
 from stages.cleaning.features import FEATURE_COLUMNS
 from stages.quality.gate import Expect
-
-if TYPE_CHECKING:
-    from stages.clean import CleanConfig
 
 SCHEMA = "clean_schema"
 FEATURES = "clean_features"
 SUMMARY = "clean_summary"
 def cleaned_suite(features: pd.DataFrame | None, *, columns: list[str], duplicate_lines: int | None,
-                  cfg: "CleanConfig", kept_fraction: float):
+                  cfg: CleanConfig, kept_fraction: float):
     from stages.common.documents import DOCUMENT_COLUMNS
 
     rules = cfg.cleaner.c4

@@ -188,7 +188,7 @@ def test_a_package_run_writes_model_cards_and_declares_the_image_and_resources(t
 
 
 def test_a_registry_urls_credentials_are_redacted():
-    from stages.package import redact_text, redact_url
+    from stages.common.redact import redact_text, redact_url
 
     assert redact_url("s3://user:secret@host/bucket/x.bento") == "s3://host/bucket/x.bento"
     assert redact_url("https://user:token@host:8443/x?y=1") == "https://host:8443/x?y=1"

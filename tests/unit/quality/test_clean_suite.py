@@ -6,7 +6,7 @@ import json
 
 import pandas as pd
 
-from stages.clean import CleanConfig
+from stages.cleaning.config import CleanConfig
 from stages.cleaning.base import Doc
 from stages.cleaning.pipeline import CleanerConfig
 from stages.common.documents import doc_id

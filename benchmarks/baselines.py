@@ -23,7 +23,7 @@ def main() -> None:
     import yaml
 
     import stages.evaluation.curve as curve
-    from stages.evaluate import load_config
+    from stages.evaluation.config import load_evaluate_config as load_config
     from stages.finetuning.core import read_task
 
     params = args.checkout / "params.yaml"

@@ -40,7 +40,7 @@ def _layout(paradigm: str, tokens: Path):
 
 def _pretrain_config(paradigm: str, params: Path):
     """``pretrain.<paradigm>`` as the stage reads it (model size and architecture, objective, micro-batch)."""
-    from stages.pretrain import load_config
+    from stages.training.config import load_config
 
     return load_config(params, "pretrain", paradigm)
 

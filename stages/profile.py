@@ -127,9 +127,9 @@ def validate(params: dict[str, Any]) -> None:
         for corpus in params.get("clean", {}):
             if corpus != "defaults":
                 clean_config(Path(fh.name), corpus)
-        from stages.pretrain import load_config as pretrain_config
-        from stages.tokenizer import load_config as tokenizer_config
-        from stages.tokens import load_config as tokens_config
+        from stages.training.config import load_config as pretrain_config
+        from stages.tokenization.tokenizer import load_tokenizer_config as tokenizer_config
+        from stages.tokenization.config import load_tokens_config as tokens_config
 
         for paradigm in params.get("tokenizer", {}):
             tokenizer_config(Path(fh.name), paradigm)
@@ -138,12 +138,12 @@ def validate(params: dict[str, Any]) -> None:
                 if paradigm != "defaults":
                     loader(Path(fh.name), paradigm) if loader else pretrain_config(Path(fh.name), name, paradigm)
         if "compare" in params:
-            from stages.compare import load_config as compare_config
+            from stages.evaluation.config import load_compare_config as compare_config
 
             for entry in compare_config(Path(fh.name)).entries():  # each objective's runs, as its stages build them
                 for name in ("pretrain", "dapt"):
                     pretrain_config(Path(fh.name), name, entry["paradigm"], entry["name"])
-        from stages.evaluate import load_config as evaluate_config
+        from stages.evaluation.config import load_evaluate_config as evaluate_config
         from stages.finetuning.core import load_config as finetune_config
 
         for paradigm in params.get("finetune", {}):
@@ -152,7 +152,7 @@ def validate(params: dict[str, Any]) -> None:
         if "evaluate" in params:
             evaluate_config(Path(fh.name))
         if "package" in params:
-            from stages.package import load_config as package_config
+            from stages.serving.config import load_config as package_config
 
             package_config(Path(fh.name))
     finally:

@@ -23,15 +23,15 @@ from typing import Any, Literal, Union, get_args, get_origin
 
 from stages.cleaning.config import CleanConfig
 from stages.cleaning.pipeline import CleanerConfig
-from stages.compare import CompareConfig
-from stages.evaluate import EvaluateConfig
+from stages.evaluation.config import CompareConfig
+from stages.evaluation.config import EvaluateConfig
 from stages.finetuning.core import FinetuneConfig
 from stages.sources.config import CorpusConfig
-from stages.package import PackageConfig
-from stages.pretrain import DaptConfig
+from stages.serving.config import PackageConfig
+from stages.training.config import DaptConfig
 from stages.tokenization.split import SplitConfig
 from stages.tokenization.trainers import TokenizerConfig
-from stages.tokens import TokensConfig
+from stages.tokenization.config import TokensConfig
 from stages.training.config import PretrainConfig
 
 PAGE = Path("docs/params.md")

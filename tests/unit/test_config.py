@@ -114,7 +114,7 @@ def test_ingest_source_kinds_are_a_tagged_union():
 def test_an_out_of_range_seed_names_its_key(tmp_path, where, seed):
     import yaml
 
-    from stages.evaluate import load_config as evaluate_config
+    from stages.evaluation.config import load_evaluate_config as evaluate_config
     from stages.finetuning.core import load_config as finetune_config
     from stages.training.config import TrainConfig
 

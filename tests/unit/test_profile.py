@@ -58,7 +58,7 @@ def test_tiny_profile_keeps_every_paradigm_small(tmp_path):
     import yaml
 
     from stages.finetuning.core import load_config as finetune_config
-    from stages.pretrain import load_config as pretrain_config
+    from stages.training.config import load_config as pretrain_config
 
     path = tmp_path / "params.yaml"
     path.write_text(yaml.safe_dump(apply(load_params("params.yaml"), load_profile("tiny"))))
@@ -97,7 +97,7 @@ def test_gpu_quick_profile_is_smaller_than_gpu_for_every_paradigm(tmp_path):
     import yaml
 
     from stages.finetuning.core import load_config as finetune_config
-    from stages.pretrain import load_config as pretrain_config
+    from stages.training.config import load_config as pretrain_config
 
     base, quick = tmp_path / "gpu.yaml", tmp_path / "quick.yaml"
     params = load_params("params.yaml")

@@ -22,7 +22,7 @@ def test_run_ordered_is_the_same_for_one_or_two_workers(jobs):
 
 
 def test_curve_runs_agree_for_one_and_two_workers(models):
-    from stages.evaluate import CurveConfig, EvaluateConfig
+    from stages.evaluation.config import CurveConfig, EvaluateConfig
     from stages.evaluation.curve import data_efficiency
     from stages.finetuning.core import read_task
     from tests.unit.finetuning.conftest import FINETUNE

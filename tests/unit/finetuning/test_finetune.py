@@ -187,7 +187,7 @@ def test_the_returned_model_is_the_best_on_validation_not_the_last(models, tmp_p
 
 @pytest.mark.parametrize("val_select", ["full", "sample"])
 def test_validation_score_is_the_best_checkpoint_on_the_whole_split_or_the_sample(models, tmp_path, val_select):
-    import stages.finetune as ft
+    import stages.finetuning.core as ft
 
     df = read_task(models.task)
     n_val = int((df["split"] == "validation").sum())
@@ -282,7 +282,7 @@ def test_stage_runs_every_seed_and_picks_the_rate_on_validation(models, tmp_path
 
 @pytest.mark.parametrize("lr_grid", [[], [0.003, 0.001]])  # one batch of seeds; a grid, then the seeds
 def test_seeds_in_two_worker_processes_give_the_same_runs(models, tmp_path, lr_grid):
-    from stages.finetune import finetune_seeds
+    from stages.finetuning.seeds import finetune_seeds
 
     results = []
     for workers in (1, 2):

@@ -62,13 +62,13 @@ def set_value(node: dict, key: str, value: Any) -> None:
 
 
 def schema_depth(dotted: str) -> int:
-    """When ``dotted`` names a field of the config class that reads its section (stages.reference.SECTIONS),
+    """When ``dotted`` names a field of the config class that reads its section (stages.params.sections.SECTIONS),
     the depth of the section's prefix (``pretrain.<paradigm>``: 2), else 0. A profile may set such a key when
     params.yaml leaves it to its default, below a prefix params.yaml has."""
     import dataclasses
     import typing
 
-    from stages.reference import SECTIONS
+    from stages.params.sections import SECTIONS
 
     parts = dotted.split(".")
     for name, prefix, _, classes in SECTIONS:

@@ -30,8 +30,9 @@ from pathlib import Path
 
 from stages.common.cli import Stage, entry
 from stages.config import ConfigError
-from stages.evaluation.config import load_compare_config
 from stages.evaluation.compare import compare_all, markdown, metrics_json
+from stages.evaluation.config import load_compare_config
+from stages.finetuning.core import read_task
 
 
 def _arguments(ap: argparse.ArgumentParser) -> None:
@@ -46,8 +47,6 @@ def _arguments(ap: argparse.ArgumentParser) -> None:
 
 
 def _run(args: argparse.Namespace, log) -> dict:
-    from stages.finetuning.core import read_task
-
     cfg = load_compare_config(args.params)
     if not cfg.objectives:
         raise ConfigError("compare.objectives: empty, nothing to compare (profiles/compare.yaml lists some)")

@@ -34,12 +34,14 @@ import os
 import sys
 from pathlib import Path
 
-
 from stages.common.cli import Folder, Stage, entry
 from stages.common.inputs import check_folders
 from stages.config import ConfigError
+from stages.evaluation import timings
 from stages.evaluation.config import load_evaluate_config
 from stages.evaluation.evaluate import curve_tsv, evaluate_all, metrics_json
+from stages.evaluation.report import figures, markdown
+from stages.finetuning.core import read_task
 
 
 def _arguments(ap: argparse.ArgumentParser) -> None:
@@ -60,9 +62,6 @@ def _arguments(ap: argparse.ArgumentParser) -> None:
 
 
 def _run(args: argparse.Namespace, log) -> dict:
-    from stages.evaluation.report import figures, markdown
-    from stages.finetuning.core import read_task
-
     cfg = load_evaluate_config(args.params)
     check_folders(args.finetuned, args.pretrained, args.dapt)  # every saved model read below, checked first
     result = evaluate_all(cfg, df=read_task(args.task), finetuned=args.finetuned, pretrained=args.pretrained,
@@ -70,8 +69,6 @@ def _run(args: argparse.Namespace, log) -> dict:
     rel = Path(os.path.relpath(args.figures, args.report.parent or ".")).as_posix()
     timings_md = None
     if args.timings:
-        from stages.evaluation import timings
-
         t = timings.collect(args.live, result["timings"]["sections"], result["timings"]["baseline_seconds"])
         timings_md = timings.markdown(t)
     verdict = "passed" if result["gate"]["passed"] else "FAILED (the package stage will not ship it)"

@@ -22,15 +22,15 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
-
 from stages.common.atomic import write_json_atomic
 from stages.common.cli import Stage, entry
-from stages.quality.gate import GateFailed
 from stages.common.inputs import check_folder
 from stages.config import ConfigError
 from stages.finetuning.core import INITS, load_config, read_task
-from stages.tokenization.trainers import PARADIGMS
 from stages.finetuning.seeds import curve_tsv, finetune_seeds, gate_task
+from stages.provenance import stagecard
+from stages.quality.gate import GateFailed
+from stages.tokenization.trainers import PARADIGMS
 
 
 def _arguments(ap: argparse.ArgumentParser) -> None:
@@ -49,8 +49,6 @@ def _arguments(ap: argparse.ArgumentParser) -> None:
 
 
 def _run(args: argparse.Namespace, log) -> dict:
-    from stages.provenance import stagecard
-
     cfg = load_config(args.params, args.paradigm)
     df = read_task(args.task)
     task_sources = stagecard.corpora([args.task.parent / "manifest.json"])

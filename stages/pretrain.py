@@ -26,11 +26,12 @@ import sys
 from pathlib import Path
 
 from stages.common.cli import Stage, entry
-from stages.training.checkpoint import CheckpointError
-from stages.training.loop import TrainingDiverged
 from stages.config import ConfigError
 from stages.tokenization.trainers import PARADIGMS
+from stages.training.checkpoint import CheckpointError
 from stages.training.config import load_config, match_flops
+from stages.training.launch import relaunch
+from stages.training.loop import TrainingDiverged
 from stages.training.pretrain import run
 
 
@@ -63,8 +64,6 @@ class _OutOfMemory(RuntimeError):
 
 
 def _run(args: argparse.Namespace, log) -> dict | int:
-    from stages.training.launch import relaunch
-
     code = relaunch("stages.pretrain", args.argv)  # LMPIPE_TRAIN_PROCESSES > 1: N processes under torchrun
     if code is not None:
         return code

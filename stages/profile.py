@@ -18,7 +18,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from stages.config import ConfigError, load_params
+from stages.config import ConfigError, build, load_params
+from stages.sources.config import CorpusConfig
 
 
 def load_profile(name: str, root: Path = Path(".")) -> dict[str, Any]:
@@ -112,8 +113,6 @@ def apply(params: dict[str, Any], profile: dict[str, Any], where: str = "profile
 def validate(params: dict[str, Any]) -> None:
     """Build every stage config from ``params`` so a profile cannot produce an invalid run."""
     from stages.cleaning.config import load_config as clean_config
-    from stages.sources.config import CorpusConfig
-    from stages.config import build
 
     for corpus, section in params.get("ingest", {}).items():
         build(CorpusConfig, section, f"ingest.{corpus}")
@@ -127,9 +126,9 @@ def validate(params: dict[str, Any]) -> None:
         for corpus in params.get("clean", {}):
             if corpus != "defaults":
                 clean_config(Path(fh.name), corpus)
-        from stages.training.config import load_config as pretrain_config
-        from stages.tokenization.tokenizer import load_tokenizer_config as tokenizer_config
         from stages.tokenization.config import load_tokens_config as tokens_config
+        from stages.tokenization.tokenizer import load_tokenizer_config as tokenizer_config
+        from stages.training.config import load_config as pretrain_config
 
         for paradigm in params.get("tokenizer", {}):
             tokenizer_config(Path(fh.name), paradigm)

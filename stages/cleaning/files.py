@@ -10,6 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from stages.cleaning.pipeline import CleanResult
+from stages.common.documents import open_parquet
+from stages.sources.files import _open_binary
 
 
 # ------------------------------------------------------------------------------------------------ input
@@ -38,8 +40,6 @@ def read_records(path: Path, drops) -> Iterator[dict[str, Any]]:
 
 
 def _parquet(path: Path) -> Iterator[dict[str, Any]]:
-    from stages.common.documents import open_parquet
-
     pf = open_parquet(path)
     if "text" not in pf.schema_arrow.names:
         raise ValueError(f"{path}: no 'text' column (columns: {', '.join(pf.schema_arrow.names)})")
@@ -52,8 +52,6 @@ REPAIRED_UTF8 = "invalid_utf8_replaced"  # a count in ``drops`` of records kept,
 
 
 def _jsonl(path: Path, drops) -> Iterator[dict[str, Any]]:
-    from stages.sources.files import _open_binary
-
     with _open_binary(path) as fh:
         for raw in fh:
             if not raw.strip():

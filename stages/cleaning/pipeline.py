@@ -22,8 +22,19 @@ from stages.cleaning.badwords import BadWordsFilter
 from stages.cleaning.base import Doc, Filter, FilterStats
 from stages.cleaning.c4 import C4LinesFilter, PageLengthFilter
 from stages.cleaning.config import CleanerConfig, LanguageConfig
-from stages.cleaning.dedup import LineDedupFilter, build_selection, line_pairs, url_dedup
+from stages.cleaning.dedup import (
+    LineDedupFilter,
+    build_selection,
+    count_duplicates,
+    line_pairs,
+    url_dedup,
+    write_shard_pairs,
+)
 from stages.cleaning.gopher import GopherQualityFilter, GopherRepetitionFilter
+from stages.cleaning.langid import is_english
+from stages.cleaning.minhash import band_hashes, duplicates
+from stages.cleaning.sentences import count_sentences
+from stages.common.documents import arrow_schema, doc_id
 from stages.common.shards import open_shards
 
 SHARD_COLUMNS = ("id", "text", "source", "url", "meta", "timestamp", "raw_id")
@@ -69,8 +80,6 @@ class CleanResult:
 
 
 def _count_sentences() -> Callable[[str, int], int]:
-    from stages.cleaning.sentences import count_sentences
-
     return count_sentences
 
 
@@ -82,8 +91,6 @@ class LanguageFilter(Filter):
         self.cfg = cfg
 
     def apply(self, doc: Doc) -> str | None:
-        from stages.cleaning.langid import is_english
-
         keep, reason = is_english(doc.text, min_probability=self.cfg.min_probability, backend=self.cfg.backend)
         return None if keep else reason
 
@@ -157,8 +164,6 @@ def phase1(shard_in: Path, shard_out: Path, pairs_out: Path, drop: frozenset[int
     shard_in.unlink()
     filters = [length, c4]
     if with_pairs:
-        from stages.cleaning.dedup import write_shard_pairs
-
         write_shard_pairs([line_pairs(d) for d in kept], pairs_out)
     return _report(filters), len(kept)
 
@@ -178,8 +183,6 @@ def phase3(shard_in: Path, shard_out: Path, bands_out: Path, table: Path | None,
     document_features(kept, cfg, english_rate=english_rate).to_parquet(feats_out, index=False)
     write_line_hashes(kept, lines_out)
     if cfg.minhash.enabled:
-        from stages.cleaning.minhash import band_hashes
-
         bands = np.stack([band_hashes(d.text, cfg.minhash) for d in kept]) if kept else \
             np.empty((0, cfg.minhash.bands), dtype=np.uint64)
         np.save(bands_out, bands)
@@ -192,8 +195,6 @@ def write_input_shards(records: Iterator[dict[str, Any]], work: Path, shard_docs
     """Stream input records into shard files; returns shards, (index, id, url, timestamp, chars) rows (with
     the text's MD5 hex digest last when ``text_md5``), docs, chars, bytes. Records whose text is not a
     string are counted in ``drops`` and skipped."""
-    from stages.common.documents import doc_id
-
     shards: list[Path] = []
     rows: list[tuple] = []
     batch: list[Doc] = []
@@ -339,8 +340,6 @@ def clean_corpus(records: Iterator[dict[str, Any]], cfg: CleanerConfig, *, work:
     t0 = time.perf_counter()
     near_dups: set[str] = set()
     if cfg.minhash.enabled:
-        from stages.cleaning.minhash import duplicates
-
         ids = []
         for a in p3:
             ids += pq.read_table(a[1], columns=["id"])["id"].to_pylist()
@@ -352,7 +351,6 @@ def clean_corpus(records: Iterator[dict[str, Any]], cfg: CleanerConfig, *, work:
             st.dropped["near_duplicate"] = len(near_dups)
         filters["minhash"] = st
 
-    from stages.common.documents import arrow_schema, doc_id
 
     schema = arrow_schema(False)
     n_out = chars_out = 0
@@ -398,8 +396,6 @@ def clean_corpus(records: Iterator[dict[str, Any]], cfg: CleanerConfig, *, work:
     features = pd.concat(feature_frames, ignore_index=True) if feature_frames else None
     duplicate_lines = None
     if cfg.line_dedup.enabled:
-        from stages.cleaning.dedup import count_duplicates
-
         duplicate_lines = count_duplicates([a[7] for a in p3], cfg.line_dedup.buckets)
     phase_s["write"] = time.perf_counter() - t0
 

@@ -7,8 +7,11 @@ from pathlib import Path
 
 from stages import objectives
 from stages.common.inputs import check_folder, read_json
+from stages.common.pool import run_ordered
 from stages.config import ConfigError
 from stages.evaluation.config import CompareConfig
+from stages.evaluation.curve import small_run
+from stages.evaluation.summary import paradigm_row, pooled, read_training, run_row, summarise
 
 
 @dataclass(frozen=True)
@@ -46,10 +49,6 @@ def rows_for(cfg: CompareConfig, *, compare: Path, finetuned: Path, pretrained: 
 
 def curve(cfg: CompareConfig, rows: list[Row], records: dict[str, dict], df, log) -> dict[str, list[dict]]:
     """name -> [{train_examples, macro_f1, accuracy, val_macro_f1}] at ``cfg.sizes`` (each over ``cfg.seeds``)."""
-    from stages.common.pool import run_ordered
-    from stages.evaluation.curve import small_run
-    from stages.evaluation.summary import summarise
-
     jobs = []
     for row in rows:
         record = records[row.name]
@@ -72,8 +71,6 @@ def curve(cfg: CompareConfig, rows: list[Row], records: dict[str, dict], df, log
 
 def compare_all(cfg: CompareConfig, *, df, compare: Path, finetuned: Path, pretrained: Path, dapt: Path,
                 log=print) -> dict:
-    from stages.evaluation.summary import paradigm_row, read_training, run_row
-
     rows = rows_for(cfg, compare=compare, finetuned=finetuned, pretrained=pretrained, dapt=dapt)
     records = {}
     for row in rows:
@@ -109,8 +106,6 @@ def verdict(rows: dict) -> list[dict]:
     """Per paradigm and label count: the objective with the best mean *validation* macro-F1 (as a user would
     choose), its test score against the paradigm's own objective and against random init, each difference with
     the pooled seed std and whether it exceeds twice that (``resolved``)."""
-    from stages.evaluation.summary import pooled
-
     out = []
     for p in dict.fromkeys(r["paradigm"] for r in rows.values()):
         mine = {n: r for n, r in rows.items() if r["paradigm"] == p}

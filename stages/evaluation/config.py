@@ -12,6 +12,7 @@ from stages.evaluation.gate import ModelGateConfig
 from stages.evaluation.icl import IclConfig
 from stages.finetuning.core import INITS
 from stages.tokenization.trainers import PARADIGMS
+from stages.training.config import compare_entries
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -96,8 +97,6 @@ class CompareConfig:
     """Label-count runs at a time (spawned processes, one torch thread each)."""
 
     def entries(self) -> list[dict]:
-        from stages.training.config import compare_entries
-
         return compare_entries(self.objectives)
 
     def __post_init__(self):

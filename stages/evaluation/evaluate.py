@@ -7,10 +7,17 @@ import time
 from pathlib import Path
 
 from stages.common.inputs import read_json
+from stages.common.pool import run_ordered
 from stages.evaluation.config import EvaluateConfig
 from stages.evaluation.curve import baselines, data_efficiency, source
+from stages.evaluation.gate import decide
+from stages.evaluation.icl import icl_accuracy
+from stages.evaluation.intrinsic import read_layout, score
+from stages.evaluation.summary import curve_gains, gains, paradigm_row, read_training, run_row, versus_baselines
+from stages.evaluation.verdict import verdict
 from stages.finetuning.core import INITS
 from stages.tokenization.trainers import PARADIGMS
+from stages.training.models import load_model
 
 
 def read_runs(finetuned: Path) -> dict[str, dict]:
@@ -30,7 +37,6 @@ def icl_run(state: dict, job: dict) -> dict:
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
-    from stages.evaluation.icl import icl_accuracy
 
     path, init = Path(job["path"]), job["init"]
     torch.manual_seed(0)
@@ -46,8 +52,6 @@ def in_context(cfg: EvaluateConfig, runs: dict[str, dict], df, model_dirs: dict[
                log) -> dict:
     """The GPT models of ``cfg.icl.inits`` scored in context, one model per worker (``curve.workers`` at a
     time, one torch thread each: batch-one prompts do not use a second thread well)."""
-    from stages.common.pool import run_ordered
-
     labels = list(runs["gpt-pretrained"]["labels"])
     index = {lab: i for i, lab in enumerate(labels)}
     train = [(t, index[lab]) for t, lab in df.loc[df["split"] == "train", ["text", "label"]].itertuples(index=False)]
@@ -66,9 +70,6 @@ def in_context(cfg: EvaluateConfig, runs: dict[str, dict], df, model_dirs: dict[
 
 
 def intrinsic(cfg: EvaluateConfig, model_dirs: dict[str, Path], tokens: Path, log) -> dict:
-    from stages.evaluation.intrinsic import read_layout, score
-    from stages.training.models import load_model
-
     out = {}
     for p in PARADIGMS:
         layout = read_layout(tokens / p)
@@ -92,18 +93,12 @@ def curve_tsv(points: list[dict]) -> str:
 
 
 def paradigms(runs: dict[str, dict], model_dirs: dict[str, Path], gains: dict) -> dict:
-    from stages.evaluation.summary import paradigm_row, read_training
-
     return {p: paradigm_row(read_training(model_dirs[f"pretrain-{p}"]), read_training(model_dirs[f"dapt-{p}"]),
                             gains[p]) for p in PARADIGMS}
 
 
 def evaluate_all(cfg: EvaluateConfig, *, df, finetuned: Path, pretrained: Path, dapt: Path, tokens: Path,
                  log=print) -> dict:
-    from stages.evaluation.gate import decide
-    from stages.evaluation.intrinsic import read_layout
-    from stages.evaluation.summary import curve_gains, gains, run_row, versus_baselines
-
     runs = read_runs(finetuned)
     model_dirs = {f"{stage}-{p}": root / p for stage, root in (("pretrain", pretrained), ("dapt", dapt))
                   for p in PARADIGMS}
@@ -151,7 +146,6 @@ def evaluate_all(cfg: EvaluateConfig, *, df, finetuned: Path, pretrained: Path, 
         "labels": list(next(iter(runs.values()))["labels"]),
         "config": dataclasses.asdict(cfg),
     }
-    from stages.evaluation.verdict import verdict
 
     result["verdict"] = verdict(result)
     # wall times: beside the result, never in the tracked report or metrics (stages.evaluation.timings)

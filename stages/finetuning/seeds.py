@@ -10,12 +10,13 @@ from pathlib import Path
 
 import numpy as np
 
+from stages.common.pool import WorkerPool
 from stages.finetuning.core import FinetuneConfig, _mean_std, finetune, head_options
+from stages.quality.gate import enforce
 
 
 def gate_task(df, cfg: FinetuneConfig, report: Path) -> None:
     """Labels in the expected set, no text in two splits, class shares in bounds (Great Expectations)."""
-    from stages.quality.gate import enforce
     from stages.quality.suites import labeled_suite
 
     tables, expectations = labeled_suite(df, labels=list(cfg.labels), splits=["train", "validation", "test"],
@@ -50,7 +51,6 @@ def finetune_seeds(cfg: FinetuneConfig, *, paradigm: str, init: str, model_dir: 
 
     from transformers import AutoTokenizer
 
-    from stages.common.pool import WorkerPool
     from stages.finetuning.heads import make_classifier
 
     first = cfg.seeds[0]

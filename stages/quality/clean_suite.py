@@ -12,6 +12,7 @@ import pandas as pd
 
 from stages.cleaning.config import CleanConfig
 from stages.cleaning.features import FEATURE_COLUMNS
+from stages.common.documents import DOCUMENT_COLUMNS
 from stages.quality.gate import Expect
 
 SCHEMA = "clean_schema"
@@ -19,8 +20,6 @@ FEATURES = "clean_features"
 SUMMARY = "clean_summary"
 def cleaned_suite(features: pd.DataFrame | None, *, columns: list[str], duplicate_lines: int | None,
                   cfg: CleanConfig, kept_fraction: float):
-    from stages.common.documents import DOCUMENT_COLUMNS
-
     rules = cfg.cleaner.c4
     gate = cfg.gate
     feats = (features if features is not None else pd.DataFrame(columns=FEATURE_COLUMNS[1:])).copy()

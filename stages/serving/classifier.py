@@ -10,13 +10,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from stages.config import build
+
 
 class TextClassifier:
     def __init__(self, model_dir: str | Path, *, device: str | None = None, batch_size: int = 64) -> None:
         import torch
         from transformers import AutoTokenizer
 
-        from stages.config import build
         from stages.finetuning.core import FinetuneConfig, head_options
         from stages.finetuning.heads import make_classifier
 

@@ -9,9 +9,21 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
-from stages.common.atomic import work_dir, write_json_atomic
+from stages.common.atomic import temp_sibling, work_dir, write_json_atomic
 from stages.common.inputs import check_folder, read_json
 from stages.common.redact import redact_url
+from stages.provenance.card import CARD_FILE, bento_card, classifier_card, generative_card
+from stages.provenance.hashing import folder_manifest, md5_file
+from stages.provenance.manifest import (
+    SIGNING_KEY_ENV,
+    load_private_key,
+    model_tags,
+    sha256_path,
+    sha256_stream,
+    write_manifest,
+)
+from stages.provenance.record import LineageError, collect
+from stages.provenance.record import stored as as_stored
 from stages.serving.config import EXPORT_SUFFIX, PackageConfig
 
 
@@ -71,8 +83,6 @@ def save_models(record: dict, cfg: PackageConfig, *, root: Path, model_dir: Path
     each."""
     import bentoml
 
-    from stages.provenance.card import CARD_FILE, classifier_card, generative_card
-    from stages.provenance.record import stored as as_stored
 
     # the cards are rendered from the record as lineage.json stores it (keys sorted), as a verifier reads it
     stored = as_stored(record)
@@ -162,8 +172,6 @@ def image_options() -> dict:
 def served_code(stages_dir: Path, service: Path) -> dict[str, str]:
     """MD5 of every file the Bento's ``src/`` will hold (the service, its config aside, and the ``stages``
     package's Python files), so ``stages.lineage --verify`` can check the code that serves."""
-    from stages.provenance.hashing import folder_manifest, md5_file
-
     code = {f"stages/{rel}": md5 for rel, md5 in folder_manifest(stages_dir).items() if rel.endswith(".py")}
     code["service.py"] = md5_file(service)
     return code
@@ -176,7 +184,6 @@ def build_bento(cfg: PackageConfig, tags: dict, *, service: Path, stages_dir: Pa
     folder as the record names it."""
     import bentoml
 
-    from stages.provenance.card import bento_card
 
     image = image_options()
     resources = cfg.resources.as_service()
@@ -209,8 +216,6 @@ def build_bento(cfg: PackageConfig, tags: dict, *, service: Path, stages_dir: Pa
 def archive_digest(target: str) -> tuple[int, str]:
     """(bytes, SHA-256) of the exported archive, read back from where it was written: a local path, or any
     fsspec URL (what the registry holds, not a local copy)."""
-    from stages.provenance.manifest import sha256_path, sha256_stream
-
     if "://" not in target:
         return Path(target).stat().st_size, sha256_path(Path(target))
     import fsspec
@@ -224,8 +229,6 @@ def archive_digest(target: str) -> tuple[int, str]:
 def signing_key(env=os.environ):
     """The operator's ed25519 private key (``LMPIPE_SIGNING_KEY``: a PEM file), or None: read before anything
     is made, so a bad key packages nothing."""
-    from stages.provenance.manifest import SIGNING_KEY_ENV, load_private_key
-
     path = env.get(SIGNING_KEY_ENV)
     return load_private_key(path) if path else None
 
@@ -235,7 +238,6 @@ def seal(bento, private_key=None) -> dict:
     import bentoml
     import yaml
 
-    from stages.provenance.manifest import model_tags, write_manifest
 
     folder = Path(bento.path)
     info = yaml.safe_load((folder / "bento.yaml").read_text(encoding="utf-8")) or {}
@@ -261,7 +263,6 @@ def export(bento, registry: str, fmt: str = "bento") -> str:
         return url
     folder = Path(registry).resolve()  # BentoML's fsspec export reads a relative path from the filesystem root
     folder.mkdir(parents=True, exist_ok=True)
-    from stages.common.atomic import temp_sibling
 
     # Same extension (BentoML goes by it); a killed export's file is swept later.
     tmp = temp_sibling(folder / name, suffix=suffix)
@@ -276,8 +277,6 @@ def export(bento, registry: str, fmt: str = "bento") -> str:
 def package(cfg: PackageConfig, *, root: Path, gate_path: Path, finetuned: Path, pretrained: Path, dapt: Path,
             service: Path, log=print) -> dict:
     """Gate, record, save, build, export; returns what was made (the stage's metrics)."""
-    from stages.provenance.record import LineageError, collect
-
     def rel(p: Path) -> Path:  # the record names paths as dvc.lock does: relative to the workspace
         return Path(os.path.relpath(p if p.is_absolute() else root / p, root))
 
@@ -330,6 +329,5 @@ def lineage_md5(model_tag: str) -> str:
     """MD5 of the ``lineage.json`` packaged with the classifier ``model_tag``."""
     import bentoml
 
-    from stages.provenance.hashing import md5_file
 
     return md5_file(Path(bentoml.models.get(model_tag).path) / "lineage.json")

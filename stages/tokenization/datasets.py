@@ -11,17 +11,17 @@ from pathlib import Path
 from stages.common.atomic import write_json_atomic
 from stages.common.shards import open_shards
 from stages.quality.gate import Gate
+from stages.quality.tokens_suite import paths_of, tokens_suite
 from stages.sources.base import sha256_file
+from stages.tokenization import packing
+from stages.tokenization.blockfile import BlockWriter, dtype_for
 from stages.tokenization.config import TokensConfig
 from stages.tokenization.corpus import SPLITS, split_batches
+from stages.tokenization.layout import load_layout, sentence_end_ids, tokenizer_from_json
 from stages.tokenization.split import SplitConfig
 
 
 def make_packer(layout, tok):
-    from stages.tokenization import packing
-    from stages.tokenization.blockfile import dtype_for
-    from stages.tokenization.layout import sentence_end_ids
-
     dtype = dtype_for(layout.vocab_size)
     if layout.paradigm == "bert":
         return packing.SentencePacker(seq_len=layout.seq_len, cls_id=layout.cls_id, sep_id=layout.sep_id,
@@ -58,8 +58,6 @@ def encode_shard(tokenizer_json: str, parts: dict[str, list[str]]):
     its JSON (no shared filesystem needed) and is built once per worker process."""
     tok = _WORKER_TOKENIZERS.get(tokenizer_json)
     if tok is None:
-        from stages.tokenization.layout import tokenizer_from_json
-
         tok = _WORKER_TOKENIZERS[tokenizer_json] = tokenizer_from_json(tokenizer_json)
     return _encode(tok, parts)
 
@@ -69,8 +67,6 @@ def tokenize_corpus(path: Path, layout, tok, split: SplitConfig, out_dir: Path, 
     """Write ``out_dir/{train,heldout}.npy`` for one corpus; returns its counts and the tokens per second.
     With ``shards`` (a Dask ``stages.common.shards.Shards``) the batches are encoded there; packing stays
     here, in input order, so the blocks are the same bytes."""
-    from stages.tokenization.blockfile import BlockWriter, dtype_for
-
     out_dir.mkdir(parents=True, exist_ok=True)
     packers = {s: make_packer(layout, tok) for s in SPLITS}
     writers = {s: BlockWriter(out_dir / f"{s}.npy", width=layout.block_len, dtype=dtype_for(layout.vocab_size))
@@ -121,9 +117,6 @@ def make_token_datasets(cfg: TokensConfig, split: SplitConfig, *, paradigm: str,
     """Tokenize and pack every corpus into the folder ``out``; returns the metrics and the blocks' gate."""
     import numpy as np
 
-    from stages.quality.tokens_suite import paths_of, tokens_suite
-    from stages.tokenization.blockfile import dtype_for
-    from stages.tokenization.layout import load_layout
 
     if not corpora:
         raise ValueError("no corpus given (--corpus NAME=PATH)")

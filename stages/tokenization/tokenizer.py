@@ -12,7 +12,7 @@ from stages.config import build, load_params, section
 from stages.sources.base import sha256_file
 from stages.tokenization.corpus import texts_of
 from stages.tokenization.split import SplitConfig
-from stages.tokenization.trainers import TokenizerConfig, save, sentinel, special_tokens, train
+from stages.tokenization.trainers import TokenizerConfig, capped, save, sentinel, special_tokens, train
 
 
 class TokenizerCheckFailed(RuntimeError):
@@ -101,7 +101,6 @@ def train_tokenizer(cfg: TokenizerConfig, split: SplitConfig, *, paradigm: str, 
     should be trained on it too, or domain words are shredded into pieces (Gururangan et al. 2020 §6)."""
     from tokenizers import Tokenizer
 
-    from stages.tokenization.trainers import capped
 
     train_paths = [train_path] if isinstance(train_path, Path) else list(train_path)
     chars = [0]

@@ -14,8 +14,14 @@ from pathlib import Path
 from stages import objectives
 from stages.common.atomic import write_json_atomic
 from stages.common.inputs import check_folder, load_npy, read_json
+from stages.common.live import LiveLog
 from stages.objectives.denoisers import sentence_end_ids
 from stages.provenance import stagecard
+from stages.sources.base import sha256_file
+from stages.tokenization.layout import load_layout
+from stages.training import distributed
+from stages.training.loop import train
+from stages.training.models import build_model, flops_per_token, load_model, save_model
 
 
 def fingerprint(*parts) -> str:
@@ -24,8 +30,6 @@ def fingerprint(*parts) -> str:
 
 
 def _file_sha(path: Path) -> str:
-    from stages.sources.base import sha256_file
-
     return sha256_file(path) if path.exists() else "missing"
 
 
@@ -45,8 +49,6 @@ def plot_tsv(history: list[dict], evals: list[dict]) -> str:
 def read_inputs(tokens_dir: Path, tokenizer_dir: Path, paradigm: str, corpus: str):
     """The token dataset's manifest, the block layout (checked against the tokenizer) and the corpus's train and
     held-out blocks."""
-    from stages.tokenization.layout import load_layout
-
     manifest_path = tokens_dir / "manifest.json"
     if not manifest_path.is_file():
         raise FileNotFoundError(f"{manifest_path}: no token dataset (run the tokens stage first)")
@@ -67,8 +69,6 @@ def read_inputs(tokens_dir: Path, tokenizer_dir: Path, paradigm: str, corpus: st
 def model_and_objective(cfg, layout, paradigm: str, init: Path | None, tokenizer_dir: Path):
     """The model (fresh, or ``init`` continued), the objective's batch builder, and the FLOPs per token once the
     objective's own heads are attached (``stages.objectives``)."""
-    from stages.training.models import build_model, flops_per_token, load_model
-
     if init is not None:
         model = load_model(check_folder(init), paradigm)
         if model.config.vocab_size != layout.vocab_size:
@@ -93,10 +93,6 @@ def run(cfg, *, paradigm: str, stage: str, tokens_dir: Path, corpus: str, tokeni
     and the curve's TSV (on the main process; None on the others).
     ``live_dir``: the run's live log (:mod:`stages.common.live`). ``sources``: the ingest manifests of the
     corpora behind the model; their sources and licences go into the folder's model card."""
-    from stages.common.live import LiveLog
-    from stages.training import distributed
-    from stages.training.loop import train
-
     manifest, layout, train_blocks, eval_blocks = read_inputs(tokens_dir, tokenizer_dir, paradigm, corpus)
     corpora = stagecard.corpora(list(sources))
     dist = distributed.init()
@@ -138,8 +134,6 @@ def run(cfg, *, paradigm: str, stage: str, tokens_dir: Path, corpus: str, tokeni
 def save(tmp: Path, model, cfg, result, metrics: dict, *, stage: str, paradigm: str, corpus: str, run_id: str, layout,
          manifest: dict, tokens_dir: Path, tokenizer_dir: Path, init: Path | None, corpora) -> None:
     """The output folder: the model, its tokenizer, ``training.json`` and the model card."""
-    from stages.training.models import save_model
-
     save_model(model, tmp)
     for f in sorted(tokenizer_dir.iterdir()):
         if f.is_file():

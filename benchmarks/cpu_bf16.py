@@ -7,7 +7,7 @@
 workers run) and on all cores (as the pre-training stages run):
 - fine-tuning: the classifier of each paradigm (``make_classifier`` with ``finetune``'s head options from
   ``--params``, over a fresh model of ``pretrain``'s size and architecture) on micro-batches of task-like
-  texts of 100 tokens, loss + backward + fused AdamW, as ``stages.finetune.finetune`` does;
+  texts of 100 tokens, loss + backward + fused AdamW, as ``stages.finetuning.core.finetune`` does;
 - pre-training: ``build_model`` + the paradigm's objective (``pretrain``'s settings) on random blocks of
   ``micro_batch`` x 128 (T5: 141 raw tokens), through ``training_view`` as the loop trains.
 The layouts (vocabulary, special ids, T5's lengths) come from the workspace's token datasets (``--tokens``).

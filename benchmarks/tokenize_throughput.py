@@ -7,8 +7,8 @@ Measured per paradigm (bert = WordPiece, gpt = byte-level BPE, t5 = Unigram), wi
 a. ``training``: ``stages.tokenization.trainers.train`` on the train split of the cleaned general corpus,
    texts read into memory before the timer; median seconds, and seconds per million characters.
 b. ``throughput``: on each cleaned corpus, with the saved tokenizer in ``data/tokenizers/<paradigm>``:
-   - ``stage``: the whole ``stages.tokens.tokenize_corpus`` call (reads Parquet, hashes ids for the split,
-     encodes, packs, writes ``train.npy``/``heldout.npy``, hashes the input file);
+   - ``stage``: the whole ``stages.tokenization.datasets.tokenize_corpus`` call (reads Parquet, hashes ids for the
+     split, encodes, packs, writes ``train.npy``/``heldout.npy``, hashes the input file);
    - ``encode_batch`` (the issue's baseline) and ``encode_batch_fast``: the same texts, already in memory,
      in batches of 1000, ``add_special_tokens=False``, ids turned into Python lists (``[e.ids ...]``).
    tokens/s counts the documents' tokens (the stage: train + held-out ``tokens``; packing adds none of

@@ -1,4 +1,5 @@
-"""The clean stage's settings (``clean.<corpus>`` merged over ``clean.defaults`` in params.yaml) and how they are read."""
+"""The clean stage's settings (``clean.<corpus>`` merged over ``clean.defaults`` in params.yaml) and how they are
+read."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The clean stage's files: the input readers (Parquet, JSONL and its compressed forms) and the drop table and timing log made from a cleaning result."""
+"""The clean stage's files: the input readers (Parquet, JSONL and its compressed forms) and the drop table and timing
+log made from a cleaning result."""
 
 from __future__ import annotations
 

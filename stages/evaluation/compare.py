@@ -1,4 +1,5 @@
-"""The compare stage's core: the objective comparison's rows, their label-count runs, the verdict per paradigm and the report (reports/objectives.md)."""
+"""The compare stage's core: the objective comparison's rows, their label-count runs, the verdict per paradigm and
+the report (reports/objectives.md)."""
 
 from __future__ import annotations
 

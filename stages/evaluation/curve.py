@@ -26,7 +26,7 @@ def _log(message: str) -> None:
 
 
 def small_run(state: dict, job: dict) -> dict:
-    """One fine-tuning run of the curve: ``stages.finetune.finetune`` on ``job['train_examples']`` examples
+    """One fine-tuning run of the curve: ``stages.finetuning.core.finetune`` on ``job['train_examples']`` examples
     with ``job['seed']`` (sample, head initialisation, order) and at least ``min_steps`` updates."""
     from stages.finetuning.core import FinetuneConfig, finetune
 

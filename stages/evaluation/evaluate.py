@@ -1,4 +1,5 @@
-"""The evaluate stage's core: the fine-tuned runs side by side, the data-efficiency curve and baselines, GPT's in-context learning, intrinsic scores before and after DAPT, and the model quality gate."""
+"""The evaluate stage's core: the fine-tuned runs side by side, the data-efficiency curve and baselines, GPT's in-
+context learning, intrinsic scores before and after DAPT, and the model quality gate."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The finetune stage's runs: the task's gate, the learning rate chosen on validation, then every seed at that rate (``workers`` at a time), and the training curve's TSV."""
+"""The finetune stage's runs: the task's gate, the learning rate chosen on validation, then every seed at that rate
+(``workers`` at a time), and the training curve's TSV."""
 
 from __future__ import annotations
 

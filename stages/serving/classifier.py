@@ -1,6 +1,6 @@
 """Classify texts with a fine-tuned model folder (``data/models/finetune/<name>``, or its packaged copy).
 
-Pre-processing is the fine-tuning stage's (``stages.finetune.encode``) and scoring the head's, so the
+Pre-processing is the fine-tuning stage's (``stages.finetuning.core.encode``) and scoring the head's, so the
 service answers what the evaluation measured. Scores are a softmax over the logits (BERT, GPT) or the
 label words' log-likelihoods (T5).
 """

@@ -1,4 +1,5 @@
-"""The package stage's settings (``package`` in params.yaml): the Bento's name and registry, and the service's request limits, batching and resources."""
+"""The package stage's settings (``package`` in params.yaml): the Bento's name and registry, and the service's
+request limits, batching and resources."""
 
 from __future__ import annotations
 

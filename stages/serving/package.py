@@ -1,4 +1,6 @@
-"""The package stage's core: the model the gate chose (with the pre-trained ones beside it) saved to the BentoML store with its lineage record, built into a Bento with the service and the code that serves, sealed with a manifest (signed when a key is set) and exported to the registry."""
+"""The package stage's core: the model the gate chose (with the pre-trained ones beside it) saved to the BentoML
+store with its lineage record, built into a Bento with the service and the code that serves, sealed with a
+manifest (signed when a key is set) and exported to the registry."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Ingest's core: read every source of one corpus into the common Parquet schema (:func:`ingest`), with content-hash ids, deduplication, group splits, the manifest and the quality gate."""
+"""Ingest's core: read every source of one corpus into the common Parquet schema (:func:`ingest`), with content-hash
+ids, deduplication, group splits, the manifest and the quality gate."""
 
 from __future__ import annotations
 

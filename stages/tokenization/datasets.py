@@ -1,4 +1,5 @@
-"""The tokens stage's core: encode the cleaned corpora with a paradigm's tokenizer (batched, or as Dask tasks) and pack them into fixed-length block arrays with their manifest and quality gate."""
+"""The tokens stage's core: encode the cleaned corpora with a paradigm's tokenizer (batched, or as Dask tasks) and
+pack them into fixed-length block arrays with their manifest and quality gate."""
 
 from __future__ import annotations
 

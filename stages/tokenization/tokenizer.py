@@ -1,4 +1,5 @@
-"""The tokenizer stage's core: train one paradigm's tokenizer on the train side of the split, check that the saved files load back, and measure fertility, unknown rate and vocabulary use on held-out text."""
+"""The tokenizer stage's core: train one paradigm's tokenizer on the train side of the split, check that the saved
+files load back, and measure fertility, unknown rate and vocabulary use on held-out text."""
 
 from __future__ import annotations
 

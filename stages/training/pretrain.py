@@ -1,4 +1,5 @@
-"""The pre-training stage's core (pretrain and DAPT): read the token dataset, build or continue the model with its objective (``stages.objectives``), train, and save the model, its tokenizer, ``training.json`` and its model card."""
+"""The pre-training stage's core (pretrain and DAPT): read the token dataset, build or continue the model with its
+objective (``stages.objectives``), train, and save the model, its tokenizer, ``training.json`` and its model card."""
 
 from __future__ import annotations
 

@@ -23,8 +23,8 @@ def main() -> None:
     import yaml
 
     import stages.evaluation.curve as curve
-    from stages.evaluate import load_config
-    from stages.finetune import read_task
+    from stages.evaluation.config import load_evaluate_config as load_config
+    from stages.finetuning.core import read_task
 
     params = args.checkout / "params.yaml"
     df, cfg = read_task(args.task), load_config(params)

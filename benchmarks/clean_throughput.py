@@ -65,7 +65,8 @@ def bench_c4_badwords(rows: list[dict], words: list[str], repeat: int) -> dict:
 
 
 def bench_full(rows: list[dict], words: list[str], workers: int) -> dict:
-    from stages.cleaning.pipeline import CleanerConfig, clean_corpus
+    from stages.cleaning.config import CleanerConfig
+    from stages.cleaning.pipeline import clean_corpus
 
     with tempfile.TemporaryDirectory() as tmp:
         t0 = time.perf_counter()

@@ -7,7 +7,7 @@
 workers run) and on all cores (as the pre-training stages run):
 - fine-tuning: the classifier of each paradigm (``make_classifier`` with ``finetune``'s head options from
   ``--params``, over a fresh model of ``pretrain``'s size and architecture) on micro-batches of task-like
-  texts of 100 tokens, loss + backward + fused AdamW, as ``stages.finetune.finetune`` does;
+  texts of 100 tokens, loss + backward + fused AdamW, as ``stages.finetuning.core.finetune`` does;
 - pre-training: ``build_model`` + the paradigm's objective (``pretrain``'s settings) on random blocks of
   ``micro_batch`` x 128 (T5: 141 raw tokens), through ``training_view`` as the loop trains.
 The layouts (vocabulary, special ids, T5's lengths) come from the workspace's token datasets (``--tokens``).
@@ -40,7 +40,7 @@ def _layout(paradigm: str, tokens: Path):
 
 def _pretrain_config(paradigm: str, params: Path):
     """``pretrain.<paradigm>`` as the stage reads it (model size and architecture, objective, micro-batch)."""
-    from stages.pretrain import load_config
+    from stages.training.config import load_config
 
     return load_config(params, "pretrain", paradigm)
 
@@ -56,7 +56,7 @@ def finetune_step(paradigm: str, folder: Path, tokens: Path, params: Path):
     """A step of the classifier, as the fine-tuning stage takes it."""
     import torch
 
-    from stages.finetune import head_options, load_config
+    from stages.finetuning.core import head_options, load_config
     from stages.finetuning.heads import make_classifier
     from stages.training.models import build_model
 

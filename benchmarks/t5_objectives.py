@@ -50,7 +50,7 @@ def main() -> None:
 
     torch.set_num_threads(args.threads)
     from stages.config import build, deep_merge, load_params, section
-    from stages.finetune import FinetuneConfig, finetune, read_task
+    from stages.finetuning.core import FinetuneConfig, finetune, read_task
     from stages.objectives import for_paradigm
     from stages.tokenization.layout import load_layout
     from stages.training import distributed

@@ -7,8 +7,8 @@ Measured per paradigm (bert = WordPiece, gpt = byte-level BPE, t5 = Unigram), wi
 a. ``training``: ``stages.tokenization.trainers.train`` on the train split of the cleaned general corpus,
    texts read into memory before the timer; median seconds, and seconds per million characters.
 b. ``throughput``: on each cleaned corpus, with the saved tokenizer in ``data/tokenizers/<paradigm>``:
-   - ``stage``: the whole ``stages.tokens.tokenize_corpus`` call (reads Parquet, hashes ids for the split,
-     encodes, packs, writes ``train.npy``/``heldout.npy``, hashes the input file);
+   - ``stage``: the whole ``stages.tokenization.datasets.tokenize_corpus`` call (reads Parquet, hashes ids for the
+     split, encodes, packs, writes ``train.npy``/``heldout.npy``, hashes the input file);
    - ``encode_batch`` (the issue's baseline) and ``encode_batch_fast``: the same texts, already in memory,
      in batches of 1000, ``add_special_tokens=False``, ids turned into Python lists (``[e.ids ...]``).
    tokens/s counts the documents' tokens (the stage: train + held-out ``tokens``; packing adds none of
@@ -44,7 +44,7 @@ BATCH = 1000
 def bench_training(paradigm: str, repeats: int) -> dict:
     from stages.tokenization.corpus import texts_of
     from stages.tokenization.trainers import capped, train
-    from stages.tokenizer import load_config
+    from stages.tokenization.tokenizer import load_tokenizer_config as load_config
 
     cfg, split = load_config(PARAMS, paradigm)
     # What the trainer actually sees (capped as train() caps it), read once: only training is timed.
@@ -65,7 +65,7 @@ def bench_training(paradigm: str, repeats: int) -> dict:
 
 
 def run_stage(path: Path, layout, tok, split, tmp: Path, n: int) -> int:
-    from stages.tokens import tokenize_corpus
+    from stages.tokenization.datasets import tokenize_corpus
 
     counts, _ = tokenize_corpus(path, layout, tok, split, tmp / f"run{n}", batch_docs=BATCH)
     return counts["train"]["tokens"] + counts["heldout"]["tokens"]
@@ -85,7 +85,7 @@ def bench_throughput(paradigm: str, corpus: str, repeats: int) -> dict:
 
     from stages.sources.base import sha256_file
     from stages.tokenization.layout import load_layout
-    from stages.tokens import load_config
+    from stages.tokenization.config import load_tokens_config as load_config
 
     cfg, split = load_config(PARAMS, paradigm)
     # The saved tokenizer is rebuilt by the pipeline; record which one was measured.

@@ -20,6 +20,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+from stages.common.cli import entry
+from stages.config import ConfigError, load_params
+from stages.profile import apply, load_profiles, run_args, validate
+
 MODULES = {  # subcommand -> module whose main(argv) it runs
     "flow": "flows.pipeline", "ui": "flows.ui", "deploy": "flows.deploy", "files": "flows.files",
     "ingest": "stages.ingest", "clean": "stages.clean", "tokenizer": "stages.tokenizer", "tokens": "stages.tokens",
@@ -57,8 +61,6 @@ def run(argv: list[str]) -> int:
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
     if not args.profile:
         return subprocess.call([_tool("dvc"), "repro"], env=env)
-    from stages.config import ConfigError, load_params
-    from stages.profile import apply, load_profiles, run_args, validate
 
     try:
         profile, label = load_profiles(args.profile)
@@ -106,8 +108,6 @@ def main(argv: list[str] | None = None) -> int:
     module = importlib.import_module(MODULES[command])
     sys.argv = [f"lm-pipeline {command}", *rest]  # what argparse names in its usage lines
     if MODULES[command].startswith("stages."):
-        from stages.common.cli import entry
-
         return entry(lambda: module.main(sys.argv[1:]))  # after entry() has taken --debug out
     return module.main(rest)
 

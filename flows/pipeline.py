@@ -29,6 +29,14 @@ from prefect import flow, get_run_logger, task
 from prefect.futures import wait
 from prefect.task_runners import ThreadPoolTaskRunner
 
+from flows.artifacts import publish_run, publish_stage
+from flows.graph import closure, read_pipeline
+from stages.common.atomic import write_bytes_atomic
+from stages.common.shards import ENV as DASK
+from stages.config import load_params
+from stages.profile import apply, load_profiles, set_value, validate
+from stages.training import launch
+
 NETWORK_STAGES = {"ingest", "clean"}  # they fetch packages on a cold cache; a retry rides out a flaky mirror
 TRAINING_STAGES = {"pretrain", "dapt"}  # data-parallel under a launcher (stages.training.launch)
 RETRIES, RETRY_DELAY_S = 2, 10
@@ -47,9 +55,6 @@ def dvc_command() -> list[str]:
 def stage_env(stage: str, *, dask: str | None = None, train_processes: int = 1, launcher: str = "torchrun",
               launch_args: str = "") -> dict[str, str]:
     """The variables a stage gets on top of the flow's environment: where its shards and processes run."""
-    from stages.common.shards import ENV as DASK
-    from stages.training import launch
-
     env: dict[str, str] = {}
     if dask:
         env[DASK] = dask
@@ -186,8 +191,6 @@ def run_stage(stage: str, root: str, outs: list[str], env: dict[str, str] | None
     """One stage through DVC, its output streamed to the task's log; its artifacts published when it succeeds.
     ``address``: the stage as ``dvc repro`` names it when it is not in the root's dvc.yaml
     (``experiments/compare/dvc.yaml:compare-report@objectives``)."""
-    from flows.artifacts import publish_stage
-
     logger = get_run_logger()
     for key in sorted(k for k in (env or {}) if k.startswith("LMPIPE_")):
         logger.info(f"{key}={env[key]}")
@@ -209,8 +212,6 @@ def apply_profile(root: Path, name: str) -> dict:
     """Set the profile's keys in params.yaml, keeping its comments and layout (as ``dvc exp run -S`` does)."""
     from dvc.utils.serialize import modify_yaml
 
-    from stages.config import load_params
-    from stages.profile import apply, load_profiles, set_value, validate
 
     profile, label = load_profiles(name, root)
     validate(apply(load_params(root / "params.yaml"), profile, label))
@@ -262,7 +263,6 @@ def profile_applied(root: Path, name: str):
     (after a SIGKILL, by the next run's :func:`restore_params`)."""
     import hashlib
 
-    from stages.common.atomic import write_bytes_atomic
 
     path, saved = root / "params.yaml", root / SAVED_PARAMS
     original = path.read_bytes()
@@ -326,9 +326,6 @@ def pipeline(target: str | None = None, profile: str | None = None, root: str = 
 
 def _run(base: Path, target: str | None, dask, train_processes: int, launcher: str, launch_args: str,
          timeout_hours: float | None, force: list[str] | None, logger) -> dict:
-    from flows.artifacts import publish_run
-    from flows.graph import closure, read_pipeline
-
     graph, outs, targets = read_pipeline(base)
     order = closure(graph, [target] if target else None)
     force = list(force or [])

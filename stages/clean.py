@@ -21,160 +21,24 @@ only after the gate passed.
 from __future__ import annotations
 
 import argparse
-import csv
-import io
 import json
 import sys
-from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field, fields
+from collections.abc import Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from stages.cleaning.pipeline import CleanerConfig, CleanResult, EmptyInput, clean_corpus
-from stages.cleaning.task_guard import TaskConfig
+from stages.cleaning import task_guard
+from stages.cleaning.badwords import load_words
+from stages.cleaning.config import CleanConfig, load_config
+from stages.cleaning.files import REPAIRED_UTF8, drops_csv, read_records, timing_table
+from stages.cleaning.pipeline import CleanResult, EmptyInput, clean_corpus
+from stages.cleaning.task_guard import read_task
 from stages.common.atomic import work_dir, write_bytes_atomic, write_json_atomic
-from stages.common.cli import Stage
-from stages.config import ConfigError, build, check, deep_merge, load_params, section
-
-if TYPE_CHECKING:
-    from stages.quality.gate import Gate
-
-
-@dataclass(frozen=True, kw_only=True)
-class CleanGateConfig:
-    """Bounds of the post-cleaning quality gate (Great Expectations); a failed bound stops the stage."""
-
-    min_rows: int = 1
-    """Fewest documents that must survive cleaning."""
-    min_kept_fraction: float = 0.0
-    """Least share of input documents kept, in [0, 1]; lower means a rule or the input broke."""
-    max_kept_fraction: float = 1.0
-    """Most share of input documents kept, in [0, 1]; higher means the rules did not bite on noisy input."""
-    min_english_agreement: float = 0.95
-    """Least share of the sampled kept documents that py3langid, independently, also calls English (only with
-    `language` on)."""
-
-    def __post_init__(self) -> None:
-        check(0 <= self.min_kept_fraction <= self.max_kept_fraction <= 1,
-              "min_kept_fraction: need 0 <= min_kept_fraction <= max_kept_fraction <= 1")
-        check(0 <= self.min_english_agreement <= 1, "min_english_agreement: must be in [0, 1]")
-
-
-@dataclass(frozen=True, kw_only=True)
-class CleanConfig:
-    """A `clean.<corpus>` section merged over `clean.defaults`: the cleaner's keys (above), the task guard
-    and TAPT texts, and the gate.
-    """
-
-    cleaner: CleanerConfig = field(default_factory=CleanerConfig)
-    task: TaskConfig = field(default_factory=TaskConfig)
-    """The task guard and task-adaptive texts: what of the labeled task this corpus must drop or add."""
-    gate: CleanGateConfig = field(default_factory=CleanGateConfig)
-    """The post-cleaning gate's bounds."""
-
-
-def config_from_section(data: dict[str, Any], where: str) -> CleanConfig:
-    if not isinstance(data, dict):
-        raise ConfigError(f"{where}: expected a mapping")
-    data = dict(data)
-    gate = build(CleanGateConfig, data.pop("gate", {}), f"{where}.gate")
-    task = build(TaskConfig, data.pop("task", {}), f"{where}.task")
-    allowed = {f.name for f in fields(CleanerConfig)} | {"gate", "task"}
-    unknown = sorted(set(data) - allowed)
-    if unknown:
-        raise ConfigError(f"{where}.{unknown[0]}: unknown key (allowed: {', '.join(sorted(allowed))})")
-    return CleanConfig(cleaner=build(CleanerConfig, data, where), task=task, gate=gate)
-
-
-def load_config(params_path: Path, corpus: str) -> CleanConfig:
-    params = load_params(params_path)
-    defaults = section(params, "clean.defaults")
-    override = section(params, f"clean.{corpus}") or {}
-    return config_from_section(deep_merge(defaults, override), f"clean.{corpus}")
-
-
-# ------------------------------------------------------------------------------------------------ input
-def read_records(path: Path, drops) -> Iterator[dict[str, Any]]:
-    """Documents from a Parquet or JSONL(.gz/.zst) file, or a folder of them (sorted). Undecodable or
-    non-object lines are counted in ``drops`` and skipped: cleaning never crashes on junk input. A line with
-    invalid UTF-8 is kept, each bad byte sequence replaced by U+FFFD, and counted under ``REPAIRED_UTF8``."""
-    if not path.exists():
-        raise FileNotFoundError(f"{path}: no such file or folder")
-    files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
-    for f in files:
-        name = f.name.lower()
-        if name.endswith(".parquet"):
-            yield from _parquet(f)
-        elif name.endswith((".jsonl", ".jsonl.gz", ".jsonl.zst", ".json.gz", ".ndjson")):
-            try:
-                yield from _jsonl(f, drops)
-            except (OSError, EOFError) as exc:  # truncated or not-really-gzip input
-                raise ValueError(f"{f}: cannot read compressed stream ({exc})") from None
-            except Exception as exc:
-                if type(exc).__name__ == "ZstdError":
-                    raise ValueError(f"{f}: cannot read zstd stream ({exc})") from None
-                raise
-        elif not path.is_dir():
-            raise ValueError(f"{f}: expected .parquet or .jsonl[.gz|.zst]")
-
-
-def _parquet(path: Path) -> Iterator[dict[str, Any]]:
-    from stages.common.documents import open_parquet
-
-    pf = open_parquet(path)
-    if "text" not in pf.schema_arrow.names:
-        raise ValueError(f"{path}: no 'text' column (columns: {', '.join(pf.schema_arrow.names)})")
-    cols = [c for c in ("id", "text", "source", "url", "meta", "timestamp") if c in pf.schema_arrow.names]
-    for batch in pf.iter_batches(batch_size=2048, columns=cols):
-        yield from batch.to_pylist()
-
-
-REPAIRED_UTF8 = "invalid_utf8_replaced"  # a count in ``drops`` of records kept, not dropped
-
-
-def _jsonl(path: Path, drops) -> Iterator[dict[str, Any]]:
-    from stages.sources.files import _open_binary
-
-    with _open_binary(path) as fh:
-        for raw in fh:
-            if not raw.strip():
-                continue
-            try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError:  # kept, with U+FFFD for each bad byte sequence, and counted
-                line = raw.decode("utf-8", "replace")
-                drops[REPAIRED_UTF8] += 1
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError:
-                drops["invalid_json"] += 1
-                continue
-            if not isinstance(obj, dict):
-                drops["invalid_record"] += 1
-                continue
-            obj.setdefault("source", path.name)
-            yield obj
-
-
-# ----------------------------------------------------------------------------------------------- output
-def drops_csv(result: CleanResult) -> str:
-    """One row per filter: documents and lines it dropped (the DVC bar plot of drops by filter)."""
-    buf = io.StringIO()
-    w = csv.writer(buf, lineterminator="\n")
-    w.writerow(["filter", "documents_dropped", "lines_dropped", "characters_removed"])
-    for name, st in result.filters.items():
-        w.writerow([name, sum(st.dropped.values()), sum(st.lines_dropped.values()), st.chars_in - st.chars_out])
-    return buf.getvalue()
-
-
-def timing_table(result: CleanResult) -> str:
-    mb = result.bytes_in / 1e6
-    lines = [f"[clean] {result.docs_in} documents in, {result.docs_out} kept; {mb:.1f} MB in "
-             f"{result.seconds:.1f}s ({mb / result.seconds if result.seconds else 0:.2f} MB/s wall)"]
-    for name, st in result.filters.items():
-        lines.append(f"[clean]   {name:<18} in {st.docs_in:>8} out {st.docs_out:>8}  cpu {st.seconds:7.2f}s")
-    lines.append("[clean]   phases: " + ", ".join(f"{k} {v:.1f}s" for k, v in result.phase_seconds.items()))
-    return "\n".join(lines)
+from stages.common.cli import Stage, entry
+from stages.config import ConfigError
+from stages.quality.gate import Expect, Gate, GateFailed
+from stages.quality.gate import preload as preload_gx
+from stages.sources.base import SourceError
 
 
 def clean(cfg: CleanConfig, *, input_path: Path, out: Path, cache_dir: Path, task_path: Path | None = None,
@@ -185,12 +49,7 @@ def clean(cfg: CleanConfig, *, input_path: Path, out: Path, cache_dir: Path, tas
     splits in the output."""
     from collections import Counter
 
-    from stages.cleaning import task_guard
-
-    from stages.cleaning.badwords import load_words
     from stages.quality.clean_suite import cleaned_suite
-    from stages.quality.gate import Expect, Gate
-    from stages.quality.gate import preload as preload_gx
 
     words: list[str] = []
     lists: dict[str, Any] = {}
@@ -204,8 +63,6 @@ def clean(cfg: CleanConfig, *, input_path: Path, out: Path, cache_dir: Path, tas
     if task_path is not None and not task_path.is_file():
         raise FileNotFoundError(f"{task_path}: no task data (run ingest@task first)")
     if task_path is not None:
-        from stages.cleaning.task_guard import read_task
-
         read_task(task_path)  # a damaged task file stops the stage now, not after the whole corpus is cleaned
     drops: Counter = Counter()
     with work_dir(out) as work:
@@ -277,9 +134,6 @@ def _run(args: argparse.Namespace, log) -> dict:
 
 
 def _stage() -> Stage:
-    from stages.quality.gate import GateFailed
-    from stages.sources.base import SourceError
-
     return Stage("stages.clean", "Clean a corpus with C4's rules.", _arguments, _run,
                  inputs=("input", "task", "params", "cache-dir"), folder="output", outputs=("report", "metrics", "plot"),
                  errors=(ConfigError, SourceError, GateFailed, FileNotFoundError, ValueError))
@@ -290,6 +144,4 @@ def main(argv: Iterable[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from stages.common.cli import entry
-
     sys.exit(entry(main))

@@ -18,123 +18,19 @@ card, the task's sources and licences from the ``manifest.json`` beside ``--task
 from __future__ import annotations
 
 import argparse
-import csv
-import io
-import shutil
 import sys
 from dataclasses import asdict
 from pathlib import Path
 
-import numpy as np
-
 from stages.common.atomic import write_json_atomic
 from stages.common.cli import Stage, entry
-from stages.quality.gate import GateFailed
 from stages.common.inputs import check_folder
 from stages.config import ConfigError
-from stages.finetuning.core import (  # noqa: F401  (the stage's names: tests, the curve and the service use them)
-    INITS, FinetuneConfig, TaskGateConfig, _mean_std, autocast, encode, finetune, head_options, length_batches,
-    load_config, predict, read_task, sample_train, token_lengths,
-)
+from stages.finetuning.core import INITS, load_config, read_task
+from stages.finetuning.seeds import curve_tsv, finetune_seeds, gate_task
+from stages.provenance import stagecard
+from stages.quality.gate import GateFailed
 from stages.tokenization.trainers import PARADIGMS
-
-
-def gate_task(df, cfg: FinetuneConfig, report: Path) -> None:
-    """Labels in the expected set, no text in two splits, class shares in bounds (Great Expectations)."""
-    from stages.quality.gate import enforce
-    from stages.quality.suites import labeled_suite
-
-    tables, expectations = labeled_suite(df, labels=list(cfg.labels), splits=["train", "validation", "test"],
-                                         min_class_share=cfg.gate.min_class_share,
-                                         max_class_share=cfg.gate.max_class_share)
-    enforce("finetune-task", tables, expectations, report)
-
-
-def _seed_run(state: dict, job: dict) -> dict:
-    """One run of :func:`finetune_seeds` (module level: it may run in a worker process). Returns the metrics,
-    the curve and the trained weights (CPU tensors), not the classifier object."""
-    import dataclasses
-
-    cfg = dataclasses.replace(state["cfg"], seed=job["seed"], lr=job["lr"])
-    if state.get("threads"):
-        cfg = dataclasses.replace(cfg, threads=state["threads"])
-    live = state.get("live_dir")
-    run = finetune(cfg, paradigm=state["paradigm"], init=state["init"], model_dir=Path(state["model_dir"]),
-                   df=state["df"], log=state.get("log") or (lambda m: print(m, file=sys.stderr, flush=True)),
-                   progress=state.get("progress", False),
-                   live_dir=Path(live) / f"lr{job['lr']:g}-seed{job['seed']}" if live else None)
-    return {"metrics": run["metrics"], "curve": run["curve"], "weights": run["classifier"].model.state_dict()}
-
-
-def finetune_seeds(cfg: FinetuneConfig, *, paradigm: str, init: str, model_dir: Path, df, log=print,
-                   progress: bool = False, live_dir: Path | None = None) -> dict:
-    """The stage's runs: the learning rate chosen on validation from ``lr_grid`` with the first seed, then
-    every seed at that rate, ``workers`` runs at a time (the runs are independent: the result does not depend
-    on ``workers``). Returns the best-on-validation run (its model is what the stage saves) with metrics that
-    are the mean over seeds, their std and the per-seed results."""
-    import dataclasses
-
-    from transformers import AutoTokenizer
-
-    from stages.common.pool import WorkerPool
-    from stages.finetuning.heads import make_classifier
-
-    first = cfg.seeds[0]
-    grid = list(cfg.lr_grid) or [cfg.lr]
-    rest = list(cfg.seeds[1:])
-    # With one rate there is nothing to choose: every seed runs in the first batch.
-    single = len(grid) == 1
-    first_batch = ([{"seed": s, "lr": grid[0]} for s in cfg.seeds] if single else
-                   [{"seed": first, "lr": lr} for lr in grid])
-    workers = min(cfg.workers, max(len(first_batch), 0 if single else len(rest)))
-    if live_dir is not None and live_dir.exists():
-        shutil.rmtree(live_dir)  # the previous run's live logs: this run's replace them
-    state = {"cfg": cfg, "paradigm": paradigm, "init": init, "model_dir": str(model_dir), "df": df,
-             "live_dir": str(live_dir) if live_dir is not None else None,
-             **({"threads": 1} if workers > 1 else {"log": log, "progress": progress})}
-    runs: dict[int, dict] = {}
-    tried, best_lr, best_val = [], grid[0], -1.0
-    # One pool for the grid and the seeds: its workers start once (about 10 s each of imports and loading).
-    with WorkerPool(_seed_run, state, workers=workers) as pool:
-        if single:
-            runs.update(zip(cfg.seeds, pool.run(first_batch)))
-            tried.append({"lr": grid[0], "best_val_macro_f1": runs[first]["metrics"]["best_val_macro_f1"]})
-        else:
-            for lr, run in zip(grid, pool.run(first_batch)):
-                val = run["metrics"]["best_val_macro_f1"]
-                tried.append({"lr": lr, "best_val_macro_f1": val})
-                if val > best_val:  # ties keep the earlier (grid order) rate
-                    best_lr, best_val, runs[first] = lr, val, run
-            log(f"[finetune] {paradigm}-{init}: learning rate {best_lr:g} chosen on validation "
-                "(" + ", ".join(f"{t['lr']:g}: {t['best_val_macro_f1']:.3f}" for t in tried) + ")")
-            runs.update(zip(rest, pool.run([{"seed": s, "lr": best_lr} for s in rest])))
-    per_seed = [{"seed": s, "lr": best_lr, **{k: runs[s]["metrics"][k] for k in
-                                              ("best_val_macro_f1", "test_macro_f1", "test_accuracy", "steps")}}
-                for s in cfg.seeds]
-    best_seed = max(cfg.seeds, key=lambda s: (runs[s]["metrics"]["best_val_macro_f1"], -cfg.seeds.index(s)))
-    metrics = dict(runs[best_seed]["metrics"])
-    for key in ("test_macro_f1", "test_accuracy", "best_val_macro_f1"):
-        metrics[key], metrics[f"{key}_std"] = _mean_std([p[key] for p in per_seed])
-    metrics.update(seeds=per_seed, lr=best_lr, lr_grid=tried, saved_seed=best_seed,
-                   steps=int(np.mean([p["steps"] for p in per_seed])))
-    log(f"[finetune] {paradigm}-{init}: {len(per_seed)} seeds at lr {best_lr:g}: test macro-F1 "
-        f"{metrics['test_macro_f1']:.3f} ± {metrics['test_macro_f1_std']:.3f}, validation "
-        f"{metrics['best_val_macro_f1']:.3f}; saved seed {best_seed}")
-    tok = AutoTokenizer.from_pretrained(str(model_dir))
-    clf = make_classifier(paradigm, model_dir, list(cfg.labels), tok, init=init, seed=best_seed,
-                          **head_options(cfg))
-    clf.model.load_state_dict(runs[best_seed]["weights"])
-    return {"metrics": metrics, "config": dataclasses.replace(cfg, lr=best_lr), "curve": runs[first]["curve"],
-            "classifier": clf, "tokenizer": tok}
-
-
-def curve_tsv(curve: list[dict]) -> str:
-    buf = io.StringIO()
-    w = csv.writer(buf, delimiter="\t", lineterminator="\n")
-    w.writerow(["step", "epoch", "loss", "val_accuracy", "val_macro_f1"])
-    for row in curve:
-        w.writerow([row["step"], row["epoch"], row["loss"], row["val_accuracy"], row["val_macro_f1"]])
-    return buf.getvalue()
 
 
 def _arguments(ap: argparse.ArgumentParser) -> None:
@@ -153,8 +49,6 @@ def _arguments(ap: argparse.ArgumentParser) -> None:
 
 
 def _run(args: argparse.Namespace, log) -> dict:
-    from stages.provenance import stagecard
-
     cfg = load_config(args.params, args.paradigm)
     df = read_task(args.task)
     task_sources = stagecard.corpora([args.task.parent / "manifest.json"])

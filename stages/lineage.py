@@ -41,7 +41,13 @@ import sys
 from collections.abc import Iterable
 from pathlib import Path
 
-from stages.provenance.record import find_workspace
+from stages.provenance import stagecard
+from stages.provenance.card import classifier_card, generative_card
+from stages.provenance.chain import render
+from stages.provenance.manifest import load_public_key
+from stages.provenance.record import LineageError, find_workspace
+from stages.provenance.targets import open_target
+from stages.provenance.verify import verify
 
 
 def report(verdict, with_workspace: bool) -> str:
@@ -91,10 +97,6 @@ def main(argv: Iterable[str] | None = None) -> int:
     ap.add_argument("--card", action="store_true", help="print the model card rendered from the record (for a "
                                                         "pre-trained or DAPT folder of a workspace, that model's)")
     args = ap.parse_args(list(argv) if argv is not None else None)
-    from stages.provenance.chain import render
-    from stages.provenance.record import LineageError
-    from stages.provenance.targets import open_target
-    from stages.provenance.verify import verify
 
     try:
         target = open_target(args.target)
@@ -110,8 +112,6 @@ def main(argv: Iterable[str] | None = None) -> int:
         return 2
     public_key = None
     if args.public_key is not None:
-        from stages.provenance.manifest import load_public_key
-
         try:
             public_key = load_public_key(args.public_key)
         except LineageError as exc:
@@ -130,7 +130,6 @@ def main(argv: Iterable[str] | None = None) -> int:
                              "workspace: none (no dvc.lock here or above; only the Bento's own files and the record's "
                              "own consistency were checked, not the data and code upstream)")
         if target.folder and target.workspace is not None:  # the card its stage wrote into the folder
-            from stages.provenance import stagecard
 
             problems, verified = stagecard.check(target.workspace / target.folder, target.record.get("sources"))
             verdict.checked += 1 + len((stagecard.read_facts(target.workspace / target.folder) or {}).get("corpora")
@@ -139,8 +138,6 @@ def main(argv: Iterable[str] | None = None) -> int:
             verdict.verified += [v for v in verified if not v.endswith("no folder card to check")]
             verdict.notes += [v for v in verified if v.endswith("no folder card to check")]
     if args.card:
-        from stages.provenance.card import classifier_card, generative_card
-
         by = "`python -m stages.lineage --card`"
         if target.stage and not target.stage.startswith("finetune@"):
             print(generative_card(target.record, target.folder, by=by), end="")

@@ -18,7 +18,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from stages.config import ConfigError, load_params
+from stages.config import ConfigError, build, load_params
+from stages.sources.config import CorpusConfig
 
 
 def load_profile(name: str, root: Path = Path(".")) -> dict[str, Any]:
@@ -62,13 +63,13 @@ def set_value(node: dict, key: str, value: Any) -> None:
 
 
 def schema_depth(dotted: str) -> int:
-    """When ``dotted`` names a field of the config class that reads its section (stages.reference.SECTIONS),
+    """When ``dotted`` names a field of the config class that reads its section (stages.params.sections.SECTIONS),
     the depth of the section's prefix (``pretrain.<paradigm>``: 2), else 0. A profile may set such a key when
     params.yaml leaves it to its default, below a prefix params.yaml has."""
     import dataclasses
     import typing
 
-    from stages.reference import SECTIONS
+    from stages.params.sections import SECTIONS
 
     parts = dotted.split(".")
     for name, prefix, _, classes in SECTIONS:
@@ -111,9 +112,7 @@ def apply(params: dict[str, Any], profile: dict[str, Any], where: str = "profile
 
 def validate(params: dict[str, Any]) -> None:
     """Build every stage config from ``params`` so a profile cannot produce an invalid run."""
-    from stages.clean import load_config as clean_config
-    from stages.ingest import CorpusConfig
-    from stages.config import build
+    from stages.cleaning.config import load_config as clean_config
 
     for corpus, section in params.get("ingest", {}).items():
         build(CorpusConfig, section, f"ingest.{corpus}")
@@ -127,9 +126,9 @@ def validate(params: dict[str, Any]) -> None:
         for corpus in params.get("clean", {}):
             if corpus != "defaults":
                 clean_config(Path(fh.name), corpus)
-        from stages.pretrain import load_config as pretrain_config
-        from stages.tokenizer import load_config as tokenizer_config
-        from stages.tokens import load_config as tokens_config
+        from stages.tokenization.config import load_tokens_config as tokens_config
+        from stages.tokenization.tokenizer import load_tokenizer_config as tokenizer_config
+        from stages.training.config import load_config as pretrain_config
 
         for paradigm in params.get("tokenizer", {}):
             tokenizer_config(Path(fh.name), paradigm)
@@ -138,13 +137,13 @@ def validate(params: dict[str, Any]) -> None:
                 if paradigm != "defaults":
                     loader(Path(fh.name), paradigm) if loader else pretrain_config(Path(fh.name), name, paradigm)
         if "compare" in params:
-            from stages.compare import load_config as compare_config
+            from stages.evaluation.config import load_compare_config as compare_config
 
             for entry in compare_config(Path(fh.name)).entries():  # each objective's runs, as its stages build them
                 for name in ("pretrain", "dapt"):
                     pretrain_config(Path(fh.name), name, entry["paradigm"], entry["name"])
-        from stages.evaluate import load_config as evaluate_config
-        from stages.finetune import load_config as finetune_config
+        from stages.evaluation.config import load_evaluate_config as evaluate_config
+        from stages.finetuning.core import load_config as finetune_config
 
         for paradigm in params.get("finetune", {}):
             if paradigm != "defaults":
@@ -152,7 +151,7 @@ def validate(params: dict[str, Any]) -> None:
         if "evaluate" in params:
             evaluate_config(Path(fh.name))
         if "package" in params:
-            from stages.package import load_config as package_config
+            from stages.serving.config import load_config as package_config
 
             package_config(Path(fh.name))
     finally:

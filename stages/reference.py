@@ -21,37 +21,9 @@ import typing
 from pathlib import Path
 from typing import Any, Literal, Union, get_args, get_origin
 
-from stages.clean import CleanConfig
-from stages.cleaning.pipeline import CleanerConfig
-from stages.compare import CompareConfig
-from stages.evaluate import EvaluateConfig
-from stages.finetuning.core import FinetuneConfig
-from stages.ingest import CorpusConfig
-from stages.package import PackageConfig
-from stages.pretrain import DaptConfig
-from stages.tokenization.split import SplitConfig
-from stages.tokenization.trainers import TokenizerConfig
-from stages.tokens import TokensConfig
-from stages.training.config import PretrainConfig
+from stages.params.sections import SECTIONS, SKIP
 
 PAGE = Path("docs/params.md")
-
-# params.yaml's sections: (heading, key prefix, how the section is read, the config classes of its keys). A section
-# with several classes lists them side by side at the same level (clean: the cleaner's keys, task, gate).
-SECTIONS: tuple[tuple[str, str, str, tuple[type, ...]], ...] = (
-    ("ingest", "ingest.<corpus>", "one section per corpus: general, domain, task", (CorpusConfig,)),
-    ("clean", "clean.<corpus>", "clean.defaults, with each corpus's section merged over it", (CleanerConfig, CleanConfig)),
-    ("split", "split", "the held-out split of the cleaned corpora", (SplitConfig,)),
-    ("tokenizer", "tokenizer.<paradigm>", "one section per paradigm: bert, gpt, t5", (TokenizerConfig,)),
-    ("tokens", "tokens.<paradigm>", "tokens.defaults, with each paradigm's section merged over it", (TokensConfig,)),
-    ("pretrain", "pretrain.<paradigm>", "pretrain.defaults, with each paradigm's section merged over it", (PretrainConfig,)),
-    ("dapt", "dapt.<paradigm>", "dapt.defaults, with each paradigm's section merged over it", (DaptConfig,)),
-    ("finetune", "finetune.<paradigm>", "finetune.defaults, with each paradigm's section merged over it", (FinetuneConfig,)),
-    ("evaluate", "evaluate", "one section", (EvaluateConfig,)),
-    ("compare", "compare", "the objective comparison; profiles/compare.yaml fills it", (CompareConfig,)),
-    ("package", "package", "one section", (PackageConfig,)),
-)
-SKIP = {CleanConfig: {"cleaner"}}  # CleanConfig.cleaner is CleanerConfig's keys, listed at the section's level
 
 
 @functools.cache

@@ -11,7 +11,7 @@ def _no_workspace_above_the_temporary_folders(tmp_path_factory):
     to verify against (as git finds its repository). The tests build projects in temporary folders and some
     check a Bento with no workspace at all: a stray dvc.lock above those folders (a copy left in /tmp, say)
     would make them verify against it and fail far from the cause. Say so instead."""
-    from stages.lineage import find_workspace
+    from stages.provenance.record import find_workspace
 
     base = tmp_path_factory.getbasetemp()
     stray = find_workspace(base)

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from stages.cleaning.base import Doc, Filter
+from stages.sources.base import Provenance, SourceContext, SourceError
+from stages.sources.npm import fetch_npm
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -30,9 +32,6 @@ class BadWordsConfig:
 
 def load_words(cfg: BadWordsConfig, cache_dir: Path) -> tuple[list[str], dict]:
     """Fetch (or reuse from the cache) the npm package and return its word list plus provenance."""
-    from stages.sources.base import Provenance, SourceContext, SourceError
-    from stages.sources.npm import fetch_npm
-
     prov = Provenance(kind="npm_badwords")
     tarball = fetch_npm(cfg.package, SourceContext(cache_dir=cache_dir), prov)
     member = f"package/{cfg.language}.json"

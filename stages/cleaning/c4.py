@@ -11,8 +11,8 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-
 from stages.cleaning.base import Doc, Filter
+from stages.cleaning.sentences import count_sentences
 from stages.config import check
 
 # c4_utils._POLICY_SUBSTRINGS
@@ -60,8 +60,6 @@ class C4Rules:
 
 
 def _default_counter() -> Callable[[str, int], int]:
-    from stages.cleaning.sentences import count_sentences
-
     return count_sentences
 
 

@@ -4,26 +4,24 @@ independently of the filters' bookkeeping, so the gate never loads the cleaned t
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 
-if TYPE_CHECKING:
-    from stages.cleaning.base import Doc
-    from stages.cleaning.pipeline import CleanerConfig
+from stages.cleaning.base import Doc
+from stages.cleaning.c4 import line_key
+from stages.cleaning.config import CleanerConfig
+from stages.cleaning.langid import is_english
+from stages.cleaning.sentences import count_sentences
+from stages.common.documents import doc_id, is_json_text
 
 FEATURE_COLUMNS = ["source_id", "id", "text_chars", "meta_is_json", "has_lorem_ipsum", "has_curly_brace",
                    "bad_line_endings", "sentences_up_to_min", "english_second_opinion"]
 
 
-def document_features(docs: list["Doc"], cfg: "CleanerConfig", *, english_rate: float = 1.0) -> pd.DataFrame:
+def document_features(docs: list[Doc], cfg: CleanerConfig, *, english_rate: float = 1.0) -> pd.DataFrame:
     """One row per kept document: what the gate checks, on the cleaned text. ``english_second_opinion``
     is computed for a content-hash sample of ``english_rate`` (None elsewhere, ignored by "mostly")."""
-    from stages.cleaning.langid import is_english
-    from stages.cleaning.sentences import count_sentences
-    from stages.common.documents import doc_id, is_json_text
-
     rules = cfg.c4
     rows = []
     for d in docs:
@@ -50,9 +48,7 @@ def document_features(docs: list["Doc"], cfg: "CleanerConfig", *, english_rate: 
     return pd.DataFrame(rows, columns=FEATURE_COLUMNS)
 
 
-def write_line_hashes(docs: list["Doc"], path: Path) -> None:
+def write_line_hashes(docs: list[Doc], path: Path) -> None:
     """The output lines' identities (C4's line key: stripped, lower-cased, hashed), sorted."""
-    from stages.cleaning.c4 import line_key
-
     hashes = [line_key(ln) for d in docs for ln in d.text.split("\n")]
     np.save(path, np.sort(np.array(hashes, dtype=np.uint64)))

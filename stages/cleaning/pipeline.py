@@ -18,74 +18,26 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from stages.cleaning.badwords import BadWordsConfig, BadWordsFilter
+from stages.cleaning.badwords import BadWordsFilter
 from stages.cleaning.base import Doc, Filter, FilterStats
-from stages.cleaning.c4 import C4LinesFilter, C4Rules, PageLengthFilter
-from stages.cleaning.dedup import (URL_RULES, LineDedupConfig, LineDedupFilter, build_selection, line_pairs,
-                                   url_dedup)
-from stages.cleaning.gopher import (GopherQualityConfig, GopherQualityFilter, GopherRepetitionConfig,
-                                    GopherRepetitionFilter)
-from stages.cleaning.minhash import MinHashConfig
+from stages.cleaning.c4 import C4LinesFilter, PageLengthFilter
+from stages.cleaning.config import CleanerConfig, LanguageConfig
+from stages.cleaning.dedup import (
+    LineDedupFilter,
+    build_selection,
+    count_duplicates,
+    line_pairs,
+    url_dedup,
+    write_shard_pairs,
+)
+from stages.cleaning.gopher import GopherQualityFilter, GopherRepetitionFilter
+from stages.cleaning.langid import is_english
+from stages.cleaning.minhash import band_hashes, duplicates
+from stages.cleaning.sentences import count_sentences
+from stages.common.documents import arrow_schema, doc_id
 from stages.common.shards import open_shards
-from stages.config import check
 
 SHARD_COLUMNS = ("id", "text", "source", "url", "meta", "timestamp", "raw_id")
-
-
-@dataclass(frozen=True, kw_only=True)
-class LanguageConfig:
-    """C4's language filter: keep English pages only."""
-
-    enabled: bool = True
-    """Keep only pages identified as English (C4: langdetect, seed 0)."""
-    min_probability: float = 0.99
-    """Least confidence of the English decision, in [0, 1] (C4: 0.99)."""
-    backend: str = "langdetect"
-    """Identifier: `langdetect` (C4's) or `py3langid` (faster; agreement in benchmarks/)."""
-    second_opinion_docs: int = 4000
-    """About how many kept documents the gate re-checks with py3langid, a content-hash sample; 0 = every one."""
-
-    def __post_init__(self) -> None:
-        check(0 <= self.min_probability <= 1, "min_probability: must be in [0, 1]")
-        check(self.second_opinion_docs >= 0, "second_opinion_docs: must be >= 0 (0 = all)")
-        check(self.backend in ("langdetect", "py3langid"), "backend: must be langdetect or py3langid")
-
-
-@dataclass(frozen=True, kw_only=True)
-class CleanerConfig:
-    """Everything the filters need; the stage's params section maps onto it (see stages/clean.py)."""
-
-    c4: C4Rules = field(default_factory=C4Rules)
-    """C4's page and line rules."""
-    url_dedup: bool = True
-    """Keep one page per normalised URL and drop exact-duplicate texts (pages without a URL: only the latter)."""
-    url_dedup_rule: str = "newest"
-    """Which page of a URL survives: `newest` = latest timestamp (C4's paper), `tfds` = largest MD5 of the text
-    (TFDS's code)."""
-    line_dedup: LineDedupConfig = field(default_factory=LineDedupConfig)
-    """C4's corpus-wide line deduplication."""
-    language: LanguageConfig = field(default_factory=LanguageConfig)
-    """C4's language filter."""
-    badwords: BadWordsConfig = field(default_factory=BadWordsConfig)
-    """C4's bad-words page filter."""
-    gopher_quality: GopherQualityConfig = field(default_factory=GopherQualityConfig)
-    """Gopher's quality filter (not in C4)."""
-    gopher_repetition: GopherRepetitionConfig = field(default_factory=GopherRepetitionConfig)
-    """Gopher's repetition filter (not in C4)."""
-    minhash: MinHashConfig = field(default_factory=MinHashConfig)
-    """MinHash near-duplicate page removal (not in C4)."""
-    workers: int = 2
-    """Worker processes for the sharded phases; 0 = one per core, 1 = in this process; `LMPIPE_DASK` overrides."""
-    shard_docs: int = 500
-    """Documents per shard, the unit of work handed to a worker."""
-    reject_samples: int = 20
-    """Rejected documents kept for audit, per filter and reason; 0 = none."""
-
-    def __post_init__(self) -> None:
-        check(self.workers >= 0, "workers: must be >= 0 (0 = one per CPU core)")
-        check(self.url_dedup_rule in URL_RULES, f"url_dedup_rule: one of {', '.join(URL_RULES)}")
-        check(self.shard_docs >= 1, "shard_docs: must be >= 1")
-        check(self.reject_samples >= 0, "reject_samples: must be >= 0")
 
 
 @dataclass
@@ -128,8 +80,6 @@ class CleanResult:
 
 
 def _count_sentences() -> Callable[[str, int], int]:
-    from stages.cleaning.sentences import count_sentences
-
     return count_sentences
 
 
@@ -141,8 +91,6 @@ class LanguageFilter(Filter):
         self.cfg = cfg
 
     def apply(self, doc: Doc) -> str | None:
-        from stages.cleaning.langid import is_english
-
         keep, reason = is_english(doc.text, min_probability=self.cfg.min_probability, backend=self.cfg.backend)
         return None if keep else reason
 
@@ -216,8 +164,6 @@ def phase1(shard_in: Path, shard_out: Path, pairs_out: Path, drop: frozenset[int
     shard_in.unlink()
     filters = [length, c4]
     if with_pairs:
-        from stages.cleaning.dedup import write_shard_pairs
-
         write_shard_pairs([line_pairs(d) for d in kept], pairs_out)
     return _report(filters), len(kept)
 
@@ -237,8 +183,6 @@ def phase3(shard_in: Path, shard_out: Path, bands_out: Path, table: Path | None,
     document_features(kept, cfg, english_rate=english_rate).to_parquet(feats_out, index=False)
     write_line_hashes(kept, lines_out)
     if cfg.minhash.enabled:
-        from stages.cleaning.minhash import band_hashes
-
         bands = np.stack([band_hashes(d.text, cfg.minhash) for d in kept]) if kept else \
             np.empty((0, cfg.minhash.bands), dtype=np.uint64)
         np.save(bands_out, bands)
@@ -251,8 +195,6 @@ def write_input_shards(records: Iterator[dict[str, Any]], work: Path, shard_docs
     """Stream input records into shard files; returns shards, (index, id, url, timestamp, chars) rows (with
     the text's MD5 hex digest last when ``text_md5``), docs, chars, bytes. Records whose text is not a
     string are counted in ``drops`` and skipped."""
-    from stages.common.documents import doc_id
-
     shards: list[Path] = []
     rows: list[tuple] = []
     batch: list[Doc] = []
@@ -398,8 +340,6 @@ def clean_corpus(records: Iterator[dict[str, Any]], cfg: CleanerConfig, *, work:
     t0 = time.perf_counter()
     near_dups: set[str] = set()
     if cfg.minhash.enabled:
-        from stages.cleaning.minhash import duplicates
-
         ids = []
         for a in p3:
             ids += pq.read_table(a[1], columns=["id"])["id"].to_pylist()
@@ -411,7 +351,6 @@ def clean_corpus(records: Iterator[dict[str, Any]], cfg: CleanerConfig, *, work:
             st.dropped["near_duplicate"] = len(near_dups)
         filters["minhash"] = st
 
-    from stages.common.documents import arrow_schema, doc_id
 
     schema = arrow_schema(False)
     n_out = chars_out = 0
@@ -457,8 +396,6 @@ def clean_corpus(records: Iterator[dict[str, Any]], cfg: CleanerConfig, *, work:
     features = pd.concat(feature_frames, ignore_index=True) if feature_frames else None
     duplicate_lines = None
     if cfg.line_dedup.enabled:
-        from stages.cleaning.dedup import count_duplicates
-
         duplicate_lines = count_duplicates([a[7] for a in p3], cfg.line_dedup.buckets)
     phase_s["write"] = time.perf_counter() - t0
 

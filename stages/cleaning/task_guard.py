@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from stages.common.documents import doc_id, meta_json, open_parquet
 from stages.config import check
 
 TAPT_SOURCE = "task-train"
@@ -76,8 +77,6 @@ class HeldOut:
 
 
 def read_task(path: Path):
-    from stages.common.documents import open_parquet
-
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no task data (run ingest@task first)")
     df = open_parquet(path).read().to_pandas()
@@ -94,7 +93,6 @@ def apply(cfg: TaskConfig, parquet: Path, task_path: Path) -> dict:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from stages.common.documents import doc_id, meta_json
 
     task = read_task(task_path)
     held = HeldOut(task, cfg.holdout_splits)

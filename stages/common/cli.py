@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
+from stages.common.atomic import Staged, atomic_dir, refuse_overlap, sweep_dead, write_bytes_atomic, write_json_atomic
+
 
 def named_path(value: str) -> tuple[str, Path]:
     """``NAME=PATH`` (NAME a plain word: it becomes a key of the stage's outputs and metrics)."""
@@ -23,8 +25,6 @@ def named_path(value: str) -> tuple[str, Path]:
 def overlap_error(args: argparse.Namespace, outputs: list[str], inputs: list[str]) -> bool:
     """True, after printing ``error: ...``, when an output option's path overlaps an input option's
     (:func:`stages.common.atomic.refuse_overlap`). Options hold a path, a list of paths or ``NAME=PATH``, or None."""
-    from stages.common.atomic import refuse_overlap
-
     def paths(names: list[str]) -> dict[str, Path]:
         out: dict[str, Path] = {}
         for name in names:
@@ -58,8 +58,6 @@ class Folder(dict):
 def publish(files: Mapping[Path | None, Any]) -> None:
     """Write each ``path: content`` atomically, in order: a :class:`Folder` as a folder, ``bytes`` as they are,
     ``str`` as UTF-8 text, anything else as JSON; a ``None`` path is skipped."""
-    from stages.common.atomic import atomic_dir, write_bytes_atomic, write_json_atomic
-
     def write(path: Path, content: Any) -> None:
         if isinstance(content, bytes):
             write_bytes_atomic(path, content)
@@ -102,8 +100,6 @@ class Stage:
     folder: str | None = None
 
     def main(self, argv: Iterable[str] | None = None) -> int:
-        from stages.common.atomic import Staged
-
         ap = argparse.ArgumentParser(prog=f"python -m {self.prog}", description=self.description)
         self.arguments(ap)
         argv = list(argv) if argv is not None else sys.argv[1:]
@@ -156,7 +152,6 @@ def entry(main: Callable[[], int]) -> int:
         sys.argv.remove("--debug")
         debug = True
     if Path("dvc.yaml").is_file():  # a workspace: what killed runs left behind goes first
-        from stages.common.atomic import sweep_dead
 
         for p in sweep_dead(["data", "reports", "dist"]):
             print(f"removed {p}: left by a run that was killed", file=sys.stderr)

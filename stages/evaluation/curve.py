@@ -18,15 +18,16 @@ import sys
 from pathlib import Path
 
 from stages.common.pool import run_ordered
+from stages.config import build
+
 
 def _log(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
 def small_run(state: dict, job: dict) -> dict:
-    """One fine-tuning run of the curve: ``stages.finetune.finetune`` on ``job['train_examples']`` examples
+    """One fine-tuning run of the curve: ``stages.finetuning.core.finetune`` on ``job['train_examples']`` examples
     with ``job['seed']`` (sample, head initialisation, order) and at least ``min_steps`` updates."""
-    from stages.config import build
     from stages.finetuning.core import FinetuneConfig, finetune
 
     ft = build(FinetuneConfig, job["config"], f"{job['paradigm']}-{job['init']} finetune.json")

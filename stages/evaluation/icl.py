@@ -29,6 +29,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from stages.config import check, check_seed
+from stages.finetuning.metrics import scores
+
 
 @dataclass(frozen=True, kw_only=True)
 class IclConfig:
@@ -54,8 +57,6 @@ class IclConfig:
     """Inputs put in place of the query to estimate the prompt's label bias (contextual calibration)."""
 
     def __post_init__(self) -> None:
-        from stages.config import check, check_seed
-
         check_seed("seed", self.seed)
         check(len(self.shots) >= 1 and all(k >= 0 for k in self.shots), "shots: need one or more k >= 0")
         check(self.max_examples >= 0, "max_examples: must be >= 0")
@@ -141,8 +142,6 @@ def icl_accuracy(model, tokenizer, labels: list[str], train: list[tuple[str, int
     """For each k in ``cfg.shots``, on ``test`` (text, label index) pairs: accuracy and macro-F1, mean and std
     over the prompt orderings, uncalibrated (top level) and calibrated (``calibrated``). ``score(ids)`` gives
     the label log-likelihoods after a prompt (default: :func:`label_scores` with ``model``)."""
-    from stages.finetuning.metrics import scores
-
     builder = PromptBuilder(tokenizer, labels, separator=cfg.separator, context=context)
     if score is None:
         model.eval()

@@ -8,11 +8,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from stages.common.inputs import load_npy, read_json
+from stages.objectives import for_paradigm
+from stages.tokenization.layout import BlockLayout
+from stages.training.config import TrainConfig
 
 
 def read_layout(tokens_dir: Path):
-    from stages.tokenization.layout import BlockLayout
-
     manifest = tokens_dir / "manifest.json"
     if not manifest.is_file():
         raise FileNotFoundError(f"{manifest}: no token dataset (run the tokens stage first)")
@@ -24,8 +25,6 @@ def score(model, layout, tokens_dir: Path, corpus: str, *, eval_blocks: int, mic
     autocast when there is one (the model is moved there), else on the CPU in fp32."""
     import torch
 
-    from stages.objectives import for_paradigm
-    from stages.training.config import TrainConfig
     from stages.training.loop import evaluate, native_bf16
 
     path = tokens_dir / corpus / "heldout.npy"

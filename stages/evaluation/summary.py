@@ -17,6 +17,8 @@ from pathlib import Path
 
 import numpy as np
 
+from stages.evaluation.baselines import best_at
+
 MIN_GAIN = 0.03
 PRETRAINED_INITS = ("pretrained", "dapt")
 
@@ -168,8 +170,6 @@ def versus_baselines(de: dict, table: dict, baselines: list[str]) -> dict:
     "series": {name: {n: {difference, pooled_std, resolved}}}}`` (``n`` as a string; differences in test
     macro-F1, neural minus baseline; resolved as in :func:`difference`, the baseline's single whole-split fit
     counting as noise-free). The fine-tuning ``table`` supplies each model's full-sample point."""
-    from stages.evaluation.baselines import best_at
-
     neural = neural_points(de, table)
     sizes = sorted({pt["train_examples"] for b in baselines for pt in de.get(b, [])})
     out: dict = {"best": {}, "series": {}}

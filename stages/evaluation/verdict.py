@@ -5,6 +5,7 @@ the pooled seed standard deviation (:mod:`stages.evaluation.summary`)."""
 
 from __future__ import annotations
 
+from stages.evaluation.baselines import settings_words, title
 from stages.evaluation.summary import MIN_GAIN, neural_points, point_at, pooled
 
 NAMES = {"bert": "BERT", "gpt": "GPT", "t5": "T5"}
@@ -92,7 +93,6 @@ def against_baselines(result: dict) -> list[str]:
     versus, base = result.get("versus_baselines") or {}, result.get("baselines") or {}
     if not versus.get("best"):
         return ["No practitioner baseline in this run (`evaluate.baseline`)."]
-    from stages.evaluation.baselines import settings_words, title
 
     de, full_n = result["data_efficiency"], result["full_n"]
     neural = neural_points(de, result.get("finetune"))

@@ -21,6 +21,7 @@ import json
 from pathlib import Path
 
 from stages import objectives
+from stages.common.atomic import write_bytes_atomic
 
 CARD_FILE = "README.md"
 FACTS_FILE = "card.json"
@@ -341,8 +342,6 @@ def render(facts: dict) -> str:
 def write(folder: Path, facts: dict) -> None:
     """``card.json`` and the ``README.md`` rendered from it, into ``folder`` (a stage's temporary output folder,
     published atomically with the weights)."""
-    from stages.common.atomic import write_bytes_atomic
-
     folder = Path(folder)
     write_bytes_atomic(folder / FACTS_FILE,
                        (json.dumps(facts, indent=2, sort_keys=True, ensure_ascii=False) + "\n").encode("utf-8"))

@@ -15,9 +15,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from stages.provenance.hashing import CHUNK, folder_manifest, md5_file
-from stages.provenance.manifest import (MANIFEST_FILE, SIGNATURE_FILE, bento_layout, folder_files, model_tags,
-                                        sha256_path)
-from stages.provenance.record import LineageError, find_workspace
+from stages.provenance.manifest import (
+    MANIFEST_FILE,
+    SIGNATURE_FILE,
+    bento_layout,
+    folder_files,
+    model_tags,
+    sha256_path,
+)
+from stages.provenance.record import SCHEMA, LineageError, Lock, collect, find_workspace, stored
 
 
 @dataclass
@@ -134,8 +140,6 @@ MODEL_STAGES = ("finetune", "pretrain", "dapt")
 def from_workspace_model(folder: Path, evaluate_stage: str = "evaluate") -> Target:
     """A workspace model folder (finetune, pretrain or dapt): the record the package stage would build (for
     a pre-trained model, that of the selected classifier). The workspace must match its ``dvc.lock``."""
-    from stages.provenance.record import Lock, collect, find_workspace, stored
-
     folder = folder.resolve()
     root = find_workspace(folder)
     if root is None:
@@ -240,8 +244,6 @@ REQUIRED = {"model": ("name", "stage", "path", "files", "md5"), "stages": (), "f
 
 def check_record(record, where: str) -> dict:
     """A record this version can read: schema 1 with the keys the chain and the checks use."""
-    from stages.provenance.record import SCHEMA
-
     if not isinstance(record, dict) or record.get("schema") != SCHEMA:
         raise LineageError(f"{where}: lineage.json is not a schema-{SCHEMA} lineage record")
     for key, inner in REQUIRED.items():

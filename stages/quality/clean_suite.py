@@ -8,23 +8,18 @@ workers (``stages.cleaning.features``); the gate never loads the cleaned text.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import pandas as pd
 
+from stages.cleaning.config import CleanConfig
 from stages.cleaning.features import FEATURE_COLUMNS
+from stages.common.documents import DOCUMENT_COLUMNS
 from stages.quality.gate import Expect
-
-if TYPE_CHECKING:
-    from stages.clean import CleanConfig
 
 SCHEMA = "clean_schema"
 FEATURES = "clean_features"
 SUMMARY = "clean_summary"
 def cleaned_suite(features: pd.DataFrame | None, *, columns: list[str], duplicate_lines: int | None,
-                  cfg: "CleanConfig", kept_fraction: float):
-    from stages.common.documents import DOCUMENT_COLUMNS
-
+                  cfg: CleanConfig, kept_fraction: float):
     rules = cfg.cleaner.c4
     gate = cfg.gate
     feats = (features if features is not None else pd.DataFrame(columns=FEATURE_COLUMNS[1:])).copy()

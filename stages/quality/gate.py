@@ -25,6 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from stages.common.atomic import write_bytes_atomic
+
 if TYPE_CHECKING:  # only for annotations; pandas is imported lazily like GX
     import pandas
 
@@ -224,8 +226,6 @@ def validate(
 
 def write_report(result: GateResult, path: str | Path) -> None:
     """Write `result` as pretty JSON with sorted keys, atomically (temp file + os.replace)."""
-    from stages.common.atomic import write_bytes_atomic
-
     # allow_nan=False: the observed values are sanitised, and a stray NaN would make invalid JSON.
     text = json.dumps(result.to_json(), indent=2, sort_keys=True, allow_nan=False) + "\n"
     write_bytes_atomic(path, text.encode("utf-8"))

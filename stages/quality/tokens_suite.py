@@ -10,16 +10,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 
 from stages.config import check
+from stages.objectives.span_corruption import corrupt
 from stages.quality.gate import Expect
-
-if TYPE_CHECKING:
-    from stages.tokenization.layout import BlockLayout
+from stages.tokenization.layout import BlockLayout
 
 CORRUPTION = "t5_corruption"
 
@@ -77,8 +75,6 @@ def block_features(blocks: np.ndarray, layout: "BlockLayout", *, chunk: int = 81
 
 def corruption_lengths(blocks: np.ndarray, layout: "BlockLayout", sample: int, seed: int = 0) -> pd.DataFrame:
     """Encoder-input and target lengths after span corruption, for up to ``sample`` random blocks."""
-    from stages.objectives.span_corruption import corrupt
-
     rng = np.random.default_rng(seed)
     rows = np.sort(rng.choice(len(blocks), size=min(sample, len(blocks)), replace=False)) if len(blocks) else []
     out = []

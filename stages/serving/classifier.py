@@ -1,6 +1,6 @@
 """Classify texts with a fine-tuned model folder (``data/models/finetune/<name>``, or its packaged copy).
 
-Pre-processing is the fine-tuning stage's (``stages.finetune.encode``) and scoring the head's, so the
+Pre-processing is the fine-tuning stage's (``stages.finetuning.core.encode``) and scoring the head's, so the
 service answers what the evaluation measured. Scores are a softmax over the logits (BERT, GPT) or the
 label words' log-likelihoods (T5).
 """
@@ -10,13 +10,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from stages.config import build
+
 
 class TextClassifier:
     def __init__(self, model_dir: str | Path, *, device: str | None = None, batch_size: int = 64) -> None:
         import torch
         from transformers import AutoTokenizer
 
-        from stages.config import build
         from stages.finetuning.core import FinetuneConfig, head_options
         from stages.finetuning.heads import make_classifier
 

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Literal
 
 from stages.common.documents import Record
+from stages.config import check
 from stages.sources.base import Provenance, SourceContext, SourceError, offline, sha256_file
 
 TOPICAL_SECTIONS = (
@@ -62,8 +63,6 @@ class DebianDescriptionsSource:
     """Run `apt-get update` on the private apt lists even when cached ones exist."""
 
     def __post_init__(self) -> None:
-        from stages.config import check
-
         overlap = sorted(set(self.sections) & set(self.exclude_sections))
         check(not overlap, f"exclude_sections: {overlap[0]!r} is also in sections" if overlap else "")
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
+from stages.common.documents import open_parquet
 from stages.tokenization.split import SplitConfig, is_heldout
 
 SPLITS = ("train", "heldout")
@@ -12,8 +13,6 @@ SPLITS = ("train", "heldout")
 
 def read_batches(path: Path, *, batch_docs: int) -> Iterator[tuple[list[str], list[str]]]:
     """(ids, texts) in batches from a documents Parquet file (the contract's ``id`` and ``text`` columns)."""
-    from stages.common.documents import open_parquet
-
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such file (expected a documents Parquet file)")
     pf = open_parquet(path)

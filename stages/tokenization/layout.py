@@ -7,6 +7,7 @@ import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from stages.common.inputs import reading
 from stages.tokenization.trainers import BERT_SPECIALS, GPT_EOT, T5_SPECIALS, sentinel
 
 SENTENCE_END_MARKS = (".", "?", "!")
@@ -60,7 +61,6 @@ def load_layout(tokenizer_dir: Path, paradigm: str, *, seq_len: int, noise_densi
     path = Path(tokenizer_dir) / "tokenizer.json"
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no tokenizer (run the tokenizer stage first)")
-    from stages.common.inputs import reading
 
     with reading(path, "tokenizer file"):
         tok = tokenizer_from_json(path.read_text(encoding="utf-8"))

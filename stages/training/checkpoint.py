@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 
 from stages.common.atomic import atomic_dir, write_json_atomic
+from stages.common.hashing import sha256_file
 
 
 class CheckpointError(RuntimeError):
@@ -42,8 +43,6 @@ def state_digest(state: dict) -> str:
 
 def digests(folder: Path) -> dict[str, str]:
     """SHA-256 of every file of a checkpoint folder but ``state.json``, by path relative to it."""
-    from stages.common.hashing import sha256_file
-
     return {p.relative_to(folder).as_posix(): sha256_file(p) for p in sorted(folder.rglob("*"))
             if p.is_file() and p.name != "state.json"}
 

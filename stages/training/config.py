@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Literal
 
-from stages.config import check, check_seed
 from stages import objectives
-
+from stages.common.inputs import check_folder, read_json
+from stages.config import ConfigError, build, check, check_seed, deep_merge, load_params, section
 
 # What ``precision`` may say (pre-training and fine-tuning): bf16 autocast where native, fp32, or bf16.
 PRECISIONS = ("auto", "fp32", "bf16")
@@ -146,3 +147,87 @@ class PretrainConfig:
     """The model (pre-training only)."""
     train: TrainConfig = field(default_factory=TrainConfig)
     """The run."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class DaptConfig:
+    """A ``dapt.<paradigm>`` section: only the run; the model is the general checkpoint's."""
+
+    train: TrainConfig = field(default_factory=TrainConfig)
+    """The run."""
+
+
+def load_config(params_path: Path, section_name: str, paradigm: str, variant: str | None = None):
+    """The section's config; with ``variant``, that ``compare.objectives`` entry's objective and ``train``
+    settings over it (the objective comparison's runs: the same model and budget, another objective)."""
+    params = load_params(params_path)
+    merged = deep_merge(section(params, f"{section_name}.defaults"), section(params, f"{section_name}.{paradigm}") or {})
+    where = f"{section_name}.{paradigm}"
+    if variant is not None:
+        entry = compare_entry({variant: section(params, f"compare.objectives.{variant}")}, variant, paradigm)
+        merged = deep_merge(merged, {"train": {**(entry.get("train") or {}), "objective": entry["objective"]}})
+        where = f"{where} with compare.objectives.{variant}"
+    cls = PretrainConfig if section_name == "pretrain" else DaptConfig
+    return build(cls, merged, where)
+
+
+COMPARE_KEYS = ("paradigm", "objective", "train")
+
+
+def compare_entries(entries) -> list[dict]:
+    """``compare.objectives`` checked and listed: a mapping of names to ``{paradigm, objective[, train]}``, each
+    objective one of its paradigm's (``stages.objectives``), ``train`` the run's own settings; each entry comes
+    back as a dict with its ``name``."""
+    own = {paradigm: objectives.names(paradigm) for paradigm in objectives.OWN}
+    if entries is None:
+        return []
+    if not isinstance(entries, dict):
+        raise ConfigError(f"compare.objectives: expected a mapping of names to {{paradigm, objective}}, got {entries!r}")
+    out = []
+    for name, e in entries.items():
+        where = f"compare.objectives.{name}"
+        name = str(name)
+        if not name[:1].isalpha() or not all(c.isalnum() or c in "-_" for c in name):
+            raise ConfigError(f"{where}: a name starts with a letter and holds letters, digits, '-' and '_' only "
+                              "(it names stages and folders)")
+        if not isinstance(e, dict):
+            raise ConfigError(f"{where}: expected a mapping with paradigm and objective, got {e!r}")
+        unknown = sorted(set(e) - set(COMPARE_KEYS))
+        missing = [k for k in COMPARE_KEYS[:2] if not e.get(k)]
+        if unknown or missing:
+            raise ConfigError(f"{where}: " + "; ".join(
+                ([f"unknown key(s) {', '.join(map(str, unknown))}"] if unknown else [])
+                + ([f"missing {', '.join(missing)}"] if missing else [])))
+        if e["paradigm"] not in own:
+            raise ConfigError(f"{where}.paradigm: {e['paradigm']!r} is not one of {', '.join(own)}")
+        if e["objective"] not in own[e["paradigm"]]:
+            raise ConfigError(f"{where}.objective: {e['objective']!r} is not one of {e['paradigm']}'s objectives "
+                              f"({', '.join(own[e['paradigm']])})")
+        if e.get("train") is not None and not isinstance(e["train"], dict):
+            raise ConfigError(f"{where}.train: expected a mapping of train settings, got {e['train']!r}")
+        out.append({"name": name, **e})
+    return out
+
+
+def compare_entry(entries, name: str, paradigm: str) -> dict:
+    """The ``compare.objectives`` entry called ``name`` (a ConfigError when there is none or its paradigm differs)."""
+    listed = compare_entries(entries)
+    entry = next((e for e in listed if e["name"] == name), None)
+    if entry is None:
+        known = ", ".join(e["name"] for e in listed) or "none"
+        raise ConfigError(f"compare.objectives: no entry named {name!r} (entries: {known})")
+    if entry["paradigm"] != paradigm:
+        raise ConfigError(f"compare.objectives.{name}.paradigm: {entry['paradigm']!r}, not --paradigm {paradigm}")
+    return entry
+
+
+def match_flops(cfg, reference: Path):
+    """``cfg`` with ``train.budget_flops`` set to the FLOPs of the run saved in ``reference`` (its tokens x its
+    FLOPs per token, from its ``training.json``): equal compute with that run, whatever this run's objective."""
+    import dataclasses
+
+    record = read_json(check_folder(reference) / "training.json")
+    m = record.get("metrics") or {}
+    if not m.get("tokens") or not m.get("flops_per_token"):
+        raise ValueError(f"{reference / 'training.json'}: no metrics.tokens / metrics.flops_per_token to match")
+    return dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, budget_flops=float(m["tokens"]) * float(m["flops_per_token"])))

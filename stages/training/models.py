@@ -9,11 +9,9 @@ BERT -> ``BertForMaskedLM``, GPT -> ``GPT2LMHeadModel``, T5 -> ``T5ForConditiona
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from stages.tokenization.layout import BlockLayout
-    from stages.training.config import ModelConfig
+from stages.tokenization.layout import BlockLayout
+from stages.training.config import ModelConfig
 
 
 def model_config(layout: "BlockLayout", m: "ModelConfig"):

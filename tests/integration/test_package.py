@@ -94,7 +94,7 @@ def test_export_takes_an_fsspec_url(project, exported, tmp_path):
     """Any fsspec URL works as package.registry (s3://, gs://, ... with their filesystems installed);
     file:// goes through the same path."""
     store = project / ".bentoml"
-    code = ("import bentoml; from stages.package import export; "
+    code = ("import bentoml; from stages.serving.package import export; "
             f"print(export(bentoml.bentos.get('lm-pipeline:latest'), 'file://{tmp_path}/registry'))")
     proc = _run([PY, "-c", code], project, store)
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -107,7 +107,7 @@ def test_a_gz_export_is_what_bentoml_imports_and_lineage_verifies(project, expor
     """package.export_format gz (the GPU profile's: xz spends minutes on weights that do not compress) writes
     `<name>-<version>.tar.gz`, which `bentoml import` and the auditor's `stages.lineage --verify` both read."""
     store = project / ".bentoml"
-    code = ("import bentoml; from stages.package import export; "
+    code = ("import bentoml; from stages.serving.package import export; "
             f"print(export(bentoml.bentos.get('lm-pipeline:latest'), '{tmp_path}/registry', 'gz'))")
     proc = _run([PY, "-c", code], project, store)
     assert proc.returncode == 0, proc.stderr[-2000:]

@@ -8,7 +8,10 @@ import pandas as pd
 import pytest
 import yaml
 
-from stages.clean import config_from_section, deep_merge, load_config, main
+from stages.cleaning.config import config_from_section
+from stages.clean import main
+from stages.config import deep_merge
+from stages.cleaning.config import load_config
 from stages.config import ConfigError
 from tests.helpers import english_page, seed_badwords
 

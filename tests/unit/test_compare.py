@@ -9,9 +9,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from stages.compare import CompareConfig, markdown, metrics_json, verdict
+from stages.evaluation.config import CompareConfig
+from stages.evaluation.compare import markdown, metrics_json
+from stages.evaluation.compare import verdict
 from stages.config import ConfigError, build, load_params
-from stages.pretrain import compare_entries, load_config, match_flops
+from stages.training.config import compare_entries, load_config, match_flops
 from stages.profile import apply, load_profile, run_args, set_args
 
 ROOT = Path(__file__).resolve().parents[2]

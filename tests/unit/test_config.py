@@ -8,7 +8,8 @@ from typing import Literal, Union
 import pytest
 
 from stages.config import ConfigError, build, check, load_params, section
-from stages.ingest import CorpusConfig, load_config
+from stages.sources.config import CorpusConfig
+from stages.sources.config import load_config
 from stages.sources import FilesSource, SpamAssassinSource
 
 
@@ -113,8 +114,8 @@ def test_ingest_source_kinds_are_a_tagged_union():
 def test_an_out_of_range_seed_names_its_key(tmp_path, where, seed):
     import yaml
 
-    from stages.evaluate import load_config as evaluate_config
-    from stages.finetune import load_config as finetune_config
+    from stages.evaluation.config import load_evaluate_config as evaluate_config
+    from stages.finetuning.core import load_config as finetune_config
     from stages.training.config import TrainConfig
 
     with pytest.raises(ConfigError) as err:

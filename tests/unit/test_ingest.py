@@ -10,7 +10,10 @@ import yaml
 
 from stages.common.atomic import Staged
 from stages.config import build
-from stages.ingest import CorpusConfig, SplitConfig, assign_split, ingest, main
+from stages.sources.config import CorpusConfig, SplitConfig
+from stages.sources.ingest import assign_split
+from stages.ingest import main
+from stages.sources.ingest import ingest
 from stages.quality.gate import GateFailed
 
 

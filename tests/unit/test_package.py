@@ -9,7 +9,9 @@ from pathlib import Path
 import pytest
 
 from stages.config import ConfigError, build
-from stages.package import PackageConfig, PackageRefused, main, model_metadata, read_gate
+from stages.serving.config import PackageConfig
+from stages.serving.package import PackageRefused, model_metadata, read_gate
+from stages.package import main
 from stages.provenance.record import collect
 from tests.unit.provenance.workspace import make_workspace
 
@@ -64,7 +66,7 @@ def test_labels_and_metadata_carry_the_audit_summary(tmp_path):
 
 
 def test_resources_are_validated_and_declared_as_bentoml_takes_them():
-    from stages.package import ResourcesConfig
+    from stages.serving.config import ResourcesConfig
 
     assert build(PackageConfig, {}, "package").resources.as_service() == {"cpu": "2", "memory": "2Gi"}
     assert build(ResourcesConfig, {"cpu": 0.5, "memory": "512Mi"}, "r").as_service() == {"cpu": "0.5",
@@ -79,7 +81,8 @@ def test_the_image_declares_this_python_and_installable_pins():
     import sys
     from importlib.metadata import version
 
-    from stages.package import SYSTEM_PACKAGES, image_options
+    from stages.serving.package import SYSTEM_PACKAGES
+    from stages.serving.package import image_options
 
     image = image_options()
     assert image["docker"] == {"distro": "debian", "python_version": f"{sys.version_info[0]}.{sys.version_info[1]}",
@@ -100,7 +103,7 @@ def test_a_package_run_writes_model_cards_and_declares_the_image_and_resources(t
 
     import yaml
 
-    from stages.package import python_version
+    from stages.serving.package import python_version
     from stages.provenance.card import classifier_card, generative_card
     from tests.unit.provenance.workspace import entry, write
 
@@ -188,7 +191,7 @@ def test_a_package_run_writes_model_cards_and_declares_the_image_and_resources(t
 
 
 def test_a_registry_urls_credentials_are_redacted():
-    from stages.package import redact_text, redact_url
+    from stages.common.redact import redact_text, redact_url
 
     assert redact_url("s3://user:secret@host/bucket/x.bento") == "s3://host/bucket/x.bento"
     assert redact_url("https://user:token@host:8443/x?y=1") == "https://host:8443/x?y=1"
@@ -203,7 +206,7 @@ def _fake_stage(monkeypatch, exported: str, fail: BaseException | None = None):
     what it writes and logs about the export."""
     import types
 
-    import stages.package as pkg
+    import stages.serving.package as pkg
 
     monkeypatch.setattr(pkg, "save_models", lambda record, cfg, **kw: {"classifier": "lm-classifier:v1",
                                                                        "generative": {}})
@@ -250,7 +253,7 @@ def test_a_remote_exports_digest_is_read_back_through_fsspec():
 
     import fsspec
 
-    from stages.package import archive_digest
+    from stages.serving.package import archive_digest
 
     fs = fsspec.filesystem("memory")
     fs.makedirs("/registry", exist_ok=True)

@@ -57,8 +57,8 @@ def test_tiny_profile_keeps_every_paradigm_small(tmp_path):
     leaves that paradigm at full size (the tiny run once spent minutes on GPT's 3 M-token DAPT)."""
     import yaml
 
-    from stages.finetune import load_config as finetune_config
-    from stages.pretrain import load_config as pretrain_config
+    from stages.finetuning.core import load_config as finetune_config
+    from stages.training.config import load_config as pretrain_config
 
     path = tmp_path / "params.yaml"
     path.write_text(yaml.safe_dump(apply(load_params("params.yaml"), load_profile("tiny"))))
@@ -96,8 +96,8 @@ def test_gpu_quick_profile_is_smaller_than_gpu_for_every_paradigm(tmp_path):
     `defaults`) and keep the GPU profile's models and sequence length."""
     import yaml
 
-    from stages.finetune import load_config as finetune_config
-    from stages.pretrain import load_config as pretrain_config
+    from stages.finetuning.core import load_config as finetune_config
+    from stages.training.config import load_config as pretrain_config
 
     base, quick = tmp_path / "gpu.yaml", tmp_path / "quick.yaml"
     params = load_params("params.yaml")

@@ -15,8 +15,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from stages.common.pool import run_ordered
 from stages.evaluation.baselines.fasttext import FastTextConfig
 from stages.evaluation.baselines.tfidf import TfidfConfig
+from stages.finetuning.core import FinetuneConfig, sample_train
 
 # series name -> (config field on BaselineConfig, module)
 SERIES = {
@@ -66,8 +68,6 @@ def settings_words(name: str, settings: dict) -> str:
 
 def _fit_job(state: dict, job: tuple[str, int, int]) -> dict:
     """One (baseline, training size, seed) fit of :func:`run_baselines` (module level, so a worker can run it)."""
-    from stages.finetuning.core import FinetuneConfig, sample_train
-
     name, n, seed = job
     attr = SERIES[name][0]
     labels, index = state["labels"], {lab: i for i, lab in enumerate(state["labels"])}
@@ -84,8 +84,6 @@ def run_baselines(df, labels: list[str], cfg: BaselineConfig, points: list[tuple
     ``{train_examples, runs: [fit_score per seed]}``. A size of 0 or of the whole training split is the whole
     split, fitted once (no sample to vary). The fits run on ``workers`` processes, the largest first
     (:func:`stages.common.pool.run_ordered`); the results do not depend on ``workers``."""
-    from stages.common.pool import run_ordered
-
     index = {lab: i for i, lab in enumerate(labels)}
 
     def split(frame) -> tuple[list[str], np.ndarray]:

@@ -16,6 +16,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from stages.config import check
+from stages.finetuning.metrics import scores
+
 
 @dataclass(frozen=True, kw_only=True)
 class FastTextConfig:
@@ -39,8 +42,6 @@ class FastTextConfig:
     """Hash rows for the word and character n-grams."""
 
     def __post_init__(self) -> None:
-        from stages.config import check
-
         check(len(self.lrs) >= 1 and all(0 < x <= 10 for x in self.lrs), "lrs: one or more values in (0, 10]")
         check(len(self.epochs) >= 1 and all(e >= 1 for e in self.epochs), "epochs: one or more values >= 1")
         check(self.word_ngrams >= 1, "word_ngrams: must be >= 1")
@@ -76,7 +77,6 @@ def fit_score(train: tuple[list[str], np.ndarray], val: tuple[list[str], np.ndar
     except ImportError as exc:  # a dependency of the project: only a broken install lands here
         raise ImportError("the fastText baseline needs the fasttext-community package (pip install -e .)") from exc
 
-    from stages.finetuning.metrics import scores
 
     start = time.perf_counter()
     val_lines, test_lines = [_line(t) for t in val[0]], [_line(t) for t in test[0]]

@@ -23,6 +23,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from stages.config import check
+from stages.finetuning.metrics import scores
+
 FEATURES = ("word", "char", "word+char")
 CLASS_WEIGHTS = ("none", "balanced")
 CLASSIFIERS = ("svm", "logreg")
@@ -62,8 +65,6 @@ class TfidfConfig:
     """Solver iterations per fit."""
 
     def __post_init__(self) -> None:
-        from stages.config import check
-
         for name, values, allowed in (("features", self.features, FEATURES),
                                       ("classifiers", self.classifiers, CLASSIFIERS),
                                       ("class_weights", self.class_weights, CLASS_WEIGHTS)):
@@ -154,8 +155,6 @@ def walk(score, cfg: TfidfConfig) -> list[tuple[float, float, object]]:
 def fit_score(train: tuple[list[str], np.ndarray], val: tuple[list[str], np.ndarray],
               test: tuple[list[str], np.ndarray], num_labels: int, cfg: TfidfConfig, *, seed: int = 0) -> dict:
     """Search on ``val``, score the chosen model on ``test``. Pure: same in, same out."""
-    from stages.finetuning.metrics import scores
-
     start = time.perf_counter()
     if len(np.unique(train[1])) < 2:  # a sample with one class: the classifier is that class
         only = int(train[1][0])

@@ -14,7 +14,7 @@ from stages.evaluation.baselines import BaselineConfig, best_at, run_baselines
 from stages.evaluation.baselines.fasttext import FastTextConfig
 from stages.evaluation.baselines.fasttext import fit_score as fasttext_fit
 from stages.evaluation.baselines.tfidf import TfidfConfig, fit_score, walk
-from stages.finetune import FinetuneConfig, sample_train
+from stages.finetuning.core import FinetuneConfig, sample_train
 
 FILLER = ["the", "an", "of", "and", "to", "in", "we", "saw", "it", "on"]
 

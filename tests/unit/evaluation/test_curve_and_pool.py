@@ -22,9 +22,9 @@ def test_run_ordered_is_the_same_for_one_or_two_workers(jobs):
 
 
 def test_curve_runs_agree_for_one_and_two_workers(models):
-    from stages.evaluate import CurveConfig, EvaluateConfig
+    from stages.evaluation.config import CurveConfig, EvaluateConfig
     from stages.evaluation.curve import data_efficiency
-    from stages.finetune import read_task
+    from stages.finetuning.core import read_task
     from tests.unit.finetuning.conftest import FINETUNE
 
     df = read_task(models.task)

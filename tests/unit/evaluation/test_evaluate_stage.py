@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from stages.evaluate import main as evaluate_main
-from stages.finetune import INITS
+from stages.finetuning.core import INITS
 from stages.finetune import main as finetune_main
 from stages.tokenization.trainers import PARADIGMS
 from tests.unit.finetuning.conftest import write_params

@@ -9,7 +9,7 @@ import pytest
 
 from stages.evaluation.summary import curve_gains, gains, paradigm_row, run_row, seed_runs, versus_baselines
 from stages.evaluation.verdict import verdict
-from stages.finetune import INITS
+from stages.finetuning.core import INITS
 from stages.tokenization.trainers import PARADIGMS
 
 

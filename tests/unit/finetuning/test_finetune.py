@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from stages.finetune import finetune, load_config, main, read_task
+from stages.finetuning.core import finetune, load_config, read_task
+from stages.finetune import main
 from stages.finetuning.metrics import majority, scores
 from tests.unit.finetuning.conftest import LABELS, task_rows, write_params, write_task
 
@@ -97,7 +98,7 @@ def test_t5_predictions_are_always_labels(models, tmp_path):
     out = finetune(cfg, paradigm="t5", init="pretrained", model_dir=models.models["t5"],
                    df=read_task(models.task), log=lambda m: None)
     clf, tok = out["classifier"], out["tokenizer"]
-    from stages.finetune import encode
+    from stages.finetuning.core import encode
 
     pred = clf.predict(encode(tok, ["anything at all", "the castle"], cfg, "t5"))
     assert pred.dtype == torch.int64 and set(pred.tolist()) <= {0, 1, 2}
@@ -105,7 +106,7 @@ def test_t5_predictions_are_always_labels(models, tmp_path):
 
 
 def test_gpt_auxiliary_lm_loss_is_added(models, tmp_path):
-    from stages.finetune import encode
+    from stages.finetuning.core import encode
     from stages.finetuning.heads import make_classifier
     from transformers import AutoTokenizer
 
@@ -127,7 +128,7 @@ def test_gpt_auxiliary_lm_loss_is_added(models, tmp_path):
 
 
 def test_sampled_auxiliary_lm_loss_is_unbiased(models, tmp_path):
-    from stages.finetune import encode
+    from stages.finetuning.core import encode
     from stages.finetuning.heads import make_classifier
     from transformers import AutoTokenizer
 
@@ -186,7 +187,7 @@ def test_the_returned_model_is_the_best_on_validation_not_the_last(models, tmp_p
 
 @pytest.mark.parametrize("val_select", ["full", "sample"])
 def test_validation_score_is_the_best_checkpoint_on_the_whole_split_or_the_sample(models, tmp_path, val_select):
-    import stages.finetune as ft
+    import stages.finetuning.core as ft
 
     df = read_task(models.task)
     n_val = int((df["split"] == "validation").sum())
@@ -227,7 +228,7 @@ def test_task_gate_rejects_unknown_labels_and_leaks(models, tmp_path, capsys):
 
 @pytest.mark.parametrize("paradigm", ["bert", "gpt", "t5"])
 def test_pooled_head_saves_and_reloads_the_same_scores(models, tmp_path, paradigm):
-    from stages.finetune import encode
+    from stages.finetuning.core import encode
     from stages.finetuning.heads import HEAD_FILE, PooledClassifier, make_classifier
 
     cfg = load_config(write_params(tmp_path / "p.yaml", epochs=2, head="pooled"), paradigm)
@@ -281,7 +282,7 @@ def test_stage_runs_every_seed_and_picks_the_rate_on_validation(models, tmp_path
 
 @pytest.mark.parametrize("lr_grid", [[], [0.003, 0.001]])  # one batch of seeds; a grid, then the seeds
 def test_seeds_in_two_worker_processes_give_the_same_runs(models, tmp_path, lr_grid):
-    from stages.finetune import finetune_seeds
+    from stages.finetuning.seeds import finetune_seeds
 
     results = []
     for workers in (1, 2):
@@ -336,7 +337,7 @@ def test_pooled_batch_norm_trains_on_a_batch_of_one():
 
 
 def test_length_batches_cover_every_example_once_with_similar_lengths():
-    from stages.finetune import length_batches
+    from stages.finetuning.core import length_batches
 
     rng = np.random.default_rng(0)
     lengths = rng.integers(5, 128, size=1000)
@@ -355,7 +356,7 @@ def test_length_batches_cover_every_example_once_with_similar_lengths():
 
 @pytest.mark.parametrize("paradigm", ["bert", "t5"])
 def test_predict_in_length_order_returns_the_texts_own_predictions(models, tmp_path, paradigm):
-    from stages.finetune import encode, predict
+    from stages.finetuning.core import encode, predict
     from stages.finetuning.heads import make_classifier
 
     cfg = load_config(write_params(tmp_path / "p.yaml", head="pooled"), paradigm)
@@ -418,7 +419,7 @@ def test_live_log_has_the_curve_and_the_throughput_of_each_evaluation(models, tm
 
 
 def test_prompt_head_scores_the_label_words_at_a_mask_before_the_final_sep(models, tmp_path):
-    from stages.finetune import encode
+    from stages.finetuning.core import encode
     from stages.finetuning.heads import PromptClassifier, make_classifier
 
     cfg = load_config(write_params(tmp_path / "p.yaml", epochs=2, head="prompt"), "bert")

@@ -275,7 +275,7 @@ def test_a_signed_manifest_binds_the_bento_to_the_operators_key(ws, tmp_path, ca
 
 
 def test_the_package_stage_refuses_a_signing_key_it_cannot_use(tmp_path):
-    from stages.package import signing_key
+    from stages.serving.package import signing_key
     from stages.provenance.record import LineageError
 
     operator, _ = keys(tmp_path)

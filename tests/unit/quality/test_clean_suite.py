@@ -6,9 +6,9 @@ import json
 
 import pandas as pd
 
-from stages.clean import CleanConfig
+from stages.cleaning.config import CleanConfig
 from stages.cleaning.base import Doc
-from stages.cleaning.pipeline import CleanerConfig
+from stages.cleaning.config import CleanerConfig
 from stages.common.documents import doc_id
 from stages.cleaning.features import document_features
 from stages.quality.clean_suite import cleaned_suite

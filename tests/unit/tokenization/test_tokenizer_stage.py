@@ -10,7 +10,8 @@ import yaml
 
 from stages.config import ConfigError, build
 from stages.tokenization.trainers import TokenizerConfig, train
-from stages.tokenizer import main, measure
+from stages.tokenizer import main
+from stages.tokenization.tokenizer import measure
 from tests.helpers import english_page
 
 

@@ -120,6 +120,7 @@ def test_a_checkpoint_claiming_a_step_beyond_the_run_is_refused(datasets, tmp_pa
 def poison_after(monkeypatch, good_forwards: int):
     """Fresh models whose training loss is NaN after ``good_forwards`` training forward passes."""
     import stages.training.models as models
+    import stages.training.pretrain as pretrain_core
 
     real_build = models.build_model
 
@@ -138,7 +139,7 @@ def poison_after(monkeypatch, good_forwards: int):
         model.forward = poisoned
         return model
 
-    monkeypatch.setattr(models, "build_model", build)
+    monkeypatch.setattr(pretrain_core, "build_model", build)  # the pre-training core builds the model
 
 
 @pytest.mark.parametrize("checkpoint_every,log_every,good,diverged_at,last_good", [

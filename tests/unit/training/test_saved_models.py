@@ -131,6 +131,7 @@ def test_training_json_metrics_and_plot(pretrained, datasets, paradigm):
 
 def test_dapt_starts_from_the_pretrained_weights(pretrained, datasets, tmp_path, monkeypatch):
     import stages.training.loop as loop
+    import stages.training.pretrain as pretrain_core
 
     init = pretrained["gpt"][0]
     seen = {}
@@ -140,7 +141,7 @@ def test_dapt_starts_from_the_pretrained_weights(pretrained, datasets, tmp_path,
         seen["weights"] = {n: t.detach().clone() for n, t in model.state_dict().items()}
         return real_train(model, *a, **k)
 
-    monkeypatch.setattr(loop, "train", spy)
+    monkeypatch.setattr(pretrain_core, "train", spy)  # the pre-training core calls the loop's train
     params = write_params(tmp_path / "params.yaml")
     out, metrics = tmp_path / "dapt", tmp_path / "dapt.json"
     assert main(datasets.args("gpt", out, params, section="dapt", corpus="domain", init=init, metrics=metrics,

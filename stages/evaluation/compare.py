@@ -1,0 +1,206 @@
+"""The compare stage's core: the objective comparison's rows, their label-count runs, the verdict per paradigm and
+the report (reports/objectives.md)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from stages import objectives
+from stages.common.inputs import check_folder, read_json
+from stages.common.pool import run_ordered
+from stages.config import ConfigError
+from stages.evaluation.config import CompareConfig
+from stages.evaluation.curve import small_run
+from stages.evaluation.summary import paradigm_row, pooled, read_training, run_row, summarise
+
+
+@dataclass(frozen=True)
+class Row:
+    """One initialisation of the comparison: its label, paradigm, objective, the folders it comes from."""
+
+    name: str
+    paradigm: str
+    objective: str
+    finetuned: Path  # the finetune stage's folder (finetune.json)
+    source: Path  # the model the label-count runs start from (random init: the general model's config)
+    pretrain: Path | None = None  # the general and DAPT runs behind it (None for random init)
+    dapt: Path | None = None
+    init: str = "dapt"
+    own: bool = False  # the paradigm's own objective (the default run's DAPT model)
+
+
+def rows_for(cfg: CompareConfig, *, compare: Path, finetuned: Path, pretrained: Path, dapt: Path) -> list[Row]:
+    """Per paradigm of the entries: its own objective (the default run's DAPT model), each entry, random init."""
+    out = []
+    entries = cfg.entries()
+    for p in dict.fromkeys(e["paradigm"] for e in entries):
+        own = (read_json(check_folder(dapt / p) / "training.json").get("config", {}).get("train", {})
+               .get("objective") or objectives.OWN[p])
+        out.append(Row(f"{p}-{own}", p, own, finetuned / f"{p}-dapt", dapt / p, pretrained / p, dapt / p, own=True))
+        for e in (e for e in entries if e["paradigm"] == p):
+            name = e["name"]
+            if name in (f"{p}-{own}", f"{p}-random"):
+                raise ConfigError(f"compare.objectives.{name}: the name of a row of the default run")
+            out.append(Row(name, p, e["objective"], compare / "finetune" / name, compare / "dapt" / name,
+                           compare / "pretrain" / name, compare / "dapt" / name))
+        out.append(Row(f"{p}-random", p, "none", finetuned / f"{p}-random", pretrained / p, init="random"))
+    return out
+
+
+def curve(cfg: CompareConfig, rows: list[Row], records: dict[str, dict], df, log) -> dict[str, list[dict]]:
+    """name -> [{train_examples, macro_f1, accuracy, val_macro_f1}] at ``cfg.sizes`` (each over ``cfg.seeds``)."""
+    jobs = []
+    for row in rows:
+        record = records[row.name]
+        jobs += [{"name": row.name, "paradigm": row.paradigm, "init": row.init, "train_examples": n, "seed": seed,
+                  "min_steps": cfg.min_steps, "config": record["config"], "model_dir": str(row.source)}
+                 for n in sorted(set(cfg.sizes)) if n < record["metrics"]["train_examples"] for seed in cfg.seeds]
+    log(f"[compare] {len(jobs)} fine-tuning runs at {', '.join(map(str, sorted(set(cfg.sizes))))} labels, "
+        f"{min(cfg.workers, len(jobs) or 1)} at a time")
+    state = {"df": df, "log": log} if cfg.workers <= 1 else {"df": df, "threads": 1}
+    results = run_ordered(small_run, state, [{k: v for k, v in j.items() if k != "name"} for j in jobs],
+                          workers=cfg.workers)
+    grouped: dict[str, dict[int, list[dict]]] = {}
+    for job, r in zip(jobs, results):
+        grouped.setdefault(job["name"], {}).setdefault(job["train_examples"], []).append(r)
+    return {name: [{"train_examples": n, "macro_f1": summarise([r["test_macro_f1"] for r in rs]),
+                    "accuracy": summarise([r["test_accuracy"] for r in rs]),
+                    "val_macro_f1": summarise([r["best_val_macro_f1"] for r in rs])} for n, rs in sorted(by_n.items())]
+            for name, by_n in grouped.items()}
+
+
+def compare_all(cfg: CompareConfig, *, df, compare: Path, finetuned: Path, pretrained: Path, dapt: Path,
+                log=print) -> dict:
+    rows = rows_for(cfg, compare=compare, finetuned=finetuned, pretrained=pretrained, dapt=dapt)
+    records = {}
+    for row in rows:
+        path = row.finetuned / "finetune.json"
+        if not path.is_file():
+            stage = (f"finetune@{row.paradigm}-{row.init}" if row.finetuned.parent == finetuned
+                     else f"compare-finetune@{row.name}")
+            raise FileNotFoundError(f"{path}: missing (run the {stage} stage first)")
+        records[row.name] = read_json(path)
+    points = curve(cfg, rows, records, df, log)
+    out = {}
+    for row in rows:
+        full = run_row(records[row.name])
+        pre = read_training(row.pretrain) if row.pretrain else None
+        ada = read_training(row.dapt) if row.dapt else None
+        cost = paradigm_row(pre, ada, {"best_init": row.init, "test_macro_f1": full["test_macro_f1"],
+                                       "test_macro_f1_std": full["test_macro_f1_std"]}) if pre or ada else {}
+        label_points = {str(pt["train_examples"]): pt for pt in points.get(row.name, [])}
+        label_points[str(full["train_examples"])] = {
+            "train_examples": full["train_examples"],
+            "macro_f1": {"mean": full["test_macro_f1"], "std": full["test_macro_f1_std"], "runs": full["seeds"]},
+            "val_macro_f1": {"mean": full["best_val_macro_f1"], "std": full["best_val_macro_f1_std"],
+                             "runs": full["seeds"]}}
+        out[row.name] = {"paradigm": row.paradigm, "objective": row.objective, "init": row.init, "own": row.own,
+                         "tokens": cost.get("tokens"), "flops_per_token": cost.get("flops_per_token"),
+                         "flops": cost.get("flops"), "pretrain_eval_loss": cost.get("pretrain_eval_loss"),
+                         "dapt_eval_loss": cost.get("dapt_eval_loss"), "lr": full["lr"],
+                         "points": dict(sorted(label_points.items(), key=lambda kv: int(kv[0])))}
+    return {"rows": out, "verdict": verdict(out)}
+
+
+def verdict(rows: dict) -> list[dict]:
+    """Per paradigm and label count: the objective with the best mean *validation* macro-F1 (as a user would
+    choose), its test score against the paradigm's own objective and against random init, each difference with
+    the pooled seed std and whether it exceeds twice that (``resolved``)."""
+    out = []
+    for p in dict.fromkeys(r["paradigm"] for r in rows.values()):
+        mine = {n: r for n, r in rows.items() if r["paradigm"] == p}
+        own = next(n for n, r in mine.items() if r["own"])
+        random = next((n for n, r in mine.items() if r["init"] == "random"), None)
+        trained = [n for n, r in mine.items() if r["init"] != "random"]
+        for n in sorted({int(k) for r in mine.values() for k in r["points"]}):
+            have = [t for t in trained if str(n) in mine[t]["points"]]
+            if not have:
+                continue
+            best = max(have, key=lambda t: (mine[t]["points"][str(n)]["val_macro_f1"]["mean"], t == own, t))
+            b = mine[best]["points"][str(n)]["macro_f1"]
+            item = {"paradigm": p, "train_examples": n, "best": best, "test_macro_f1": b["mean"],
+                    "test_macro_f1_std": b["std"]}
+            for key, other in (("vs_own", own), ("vs_random", random)):
+                pt = mine[other]["points"].get(str(n)) if other else None
+                if other is None or other == best or pt is None:
+                    continue
+                o = pt["macro_f1"]
+                noise = pooled(b["std"], o["std"])
+                diff = round(b["mean"] - o["mean"], 5)
+                seeds = min(b.get("runs", 1), o.get("runs", 1))
+                item[key] = {"other": other, "difference": diff, "pooled_std": noise, "seeds": seeds,
+                             "resolved": seeds >= 2 and abs(diff) > 2 * noise}
+            out.append(item)
+    return out
+
+
+def _f(x, digits: int = 3) -> str:
+    return "-" if x is None else f"{x:.{digits}f}"
+
+
+def _si(x) -> str:
+    if x is None:
+        return "-"
+    for unit, scale in (("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(x) >= scale:
+            return f"{x / scale:.3g} {unit}"
+    return f"{x:.3g}"
+
+
+def markdown(result: dict) -> str:
+    rows = result["rows"]
+    sizes = sorted({int(k) for r in rows.values() for k in r["points"]})
+    lines = ["# Pre-training objectives at equal FLOPs", "",
+             "Written by `python -m stages.compare` (the `compare-report@objectives` stage) from this workspace's "
+             "models. Each objective of `compare.objectives` pre-trains the paradigm's model on the FLOPs of the "
+             "paradigm's own general and DAPT runs (tokens x FLOPs per token; `stages.training.models`), and its "
+             "domain-adapted model is fine-tuned with the same recipe, head and seeds as the default run's. "
+             "Test macro-F1, mean ± sample std over the seeds (validation macro-F1 in brackets); the largest "
+             "label count is the finetune stage's sample, the others are fine-tuned again here. Held-out losses "
+             "are each objective's own and are not comparable across objectives.", ""]
+    for p in dict.fromkeys(r["paradigm"] for r in rows.values()):
+        lines += [f"## {p.upper()}", "",
+                  "| model | objective | pre-training tokens | FLOPs / token | FLOPs | held-out loss (general / DAPT) | "
+                  + " | ".join(f"{n} labels" for n in sizes) + " |",
+                  "|---|---|---|---|---|---|" + "---|" * len(sizes)]
+        for name, r in rows.items():
+            if r["paradigm"] != p:
+                continue
+            cells = []
+            for n in sizes:
+                pt = r["points"].get(str(n))
+                cells.append("-" if pt is None else f"{pt['macro_f1']['mean']:.3f} ± {pt['macro_f1']['std']:.3f} "
+                             f"({pt['val_macro_f1']['mean']:.3f})")
+            label = r["objective"] + (" (the paradigm's own)" if r["own"] else "")
+            lines.append(f"| {name} | {label if r['init'] != 'random' else 'random init'} | {_si(r['tokens'])} | "
+                         f"{_si(r['flops_per_token'])} | {_si(r['flops'])} | "
+                         f"{_f(r['pretrain_eval_loss'])} / {_f(r['dapt_eval_loss'])} | " + " | ".join(cells) + " |")
+        lines.append("")
+    lines += ["## Verdict", "",
+              "Per paradigm and label count, the objective that a user would choose (best mean validation "
+              "macro-F1), its test macro-F1, and its difference to the paradigm's own objective and to random "
+              "init; a difference is resolved when it exceeds twice the pooled seed std.", ""]
+    for v in result["verdict"]:
+        text = (f"- {v['paradigm'].upper()}, {v['train_examples']} labels: **{v['best']}** "
+                f"({v['test_macro_f1']:.3f} ± {v['test_macro_f1_std']:.3f})")
+        parts = []
+        for key, what in (("vs_own", "the paradigm's own objective"), ("vs_random", "random init")):
+            d = v.get(key)
+            if d:
+                judged = ("one seed: no spread to judge it by" if d.get("seeds", 2) < 2 else
+                          f"pooled seed std {d['pooled_std']:.3f}, "
+                          + ("resolved" if d["resolved"] else "within 2x: not resolved"))
+                parts.append(f"{d['difference']:+.3f} against {what} ({d['other']}; {judged})")
+            elif key == "vs_own":
+                parts.append("it is the paradigm's own objective")
+        lines.append(text + ": " + "; ".join(parts) + ".")
+    return "\n".join(lines) + "\n"
+
+
+def metrics_json(result: dict) -> dict:
+    return {"rows": {n: {k: r[k] for k in ("paradigm", "objective", "tokens", "flops", "dapt_eval_loss")}
+                     | {"test_macro_f1": {k: pt["macro_f1"]["mean"] for k, pt in r["points"].items()},
+                        "test_macro_f1_std": {k: pt["macro_f1"]["std"] for k, pt in r["points"].items()}}
+                     for n, r in result["rows"].items()},
+            "verdict": result["verdict"]}

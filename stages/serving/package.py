@@ -1,0 +1,335 @@
+"""The package stage's core: the model the gate chose (with the pre-trained ones beside it) saved to the BentoML
+store with its lineage record, built into a Bento with the service and the code that serves, sealed with a
+manifest (signed when a key is set) and exported to the registry."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+from dataclasses import asdict
+from pathlib import Path
+
+from stages.common.atomic import temp_sibling, work_dir, write_json_atomic
+from stages.common.inputs import check_folder, read_json
+from stages.common.redact import redact_url
+from stages.provenance.card import CARD_FILE, bento_card, classifier_card, generative_card
+from stages.provenance.hashing import folder_manifest, md5_file
+from stages.provenance.manifest import (
+    SIGNING_KEY_ENV,
+    load_private_key,
+    model_tags,
+    sha256_path,
+    sha256_stream,
+    write_manifest,
+)
+from stages.provenance.record import LineageError, collect
+from stages.provenance.record import stored as as_stored
+from stages.serving.config import EXPORT_SUFFIX, PackageConfig
+
+
+class PackageRefused(RuntimeError):
+    """The model gate did not pass (or named no model): nothing is packaged."""
+
+
+def read_gate(path: Path) -> dict:
+    """The model gate's verdict; raises ``PackageRefused`` naming the failed checks unless it passed."""
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no model gate verdict (run the evaluate stage first)")
+    gate = read_json(path)
+    if not isinstance(gate, dict):
+        raise ValueError(f"{path}: not a model gate verdict (a JSON object)")
+    if not gate.get("passed"):
+        failed = [f"{c.get('check')} = {c.get('value')} (minimum {c.get('minimum')})"
+                  for c in gate.get("checks", []) if not c.get("passed")]
+        raise PackageRefused(f"{path}: the model gate did not pass ({'; '.join(failed) or 'no candidate'}); "
+                             "nothing was packaged")
+    if not gate.get("selected"):
+        raise PackageRefused(f"{path}: the gate passed but selected no model")
+    return gate
+
+
+def model_metadata(record: dict) -> tuple[dict[str, str], dict]:
+    """BentoML labels (flat strings, for listing and filtering) and metadata (the audit summary; the full
+    record with per-file hashes is ``lineage.json`` in the model folder)."""
+    git, model = record["git"], record["model"]
+    gate = record.get("model_gate") or {}
+    labels = {"pipeline": "lm-pipeline", "selected": model["name"], "paradigm": str(model["paradigm"]),
+              "init": str(model["init"]), "git_commit": str(git.get("commit")), "git_dirty": str(git.get("dirty")),
+              "model_gate": "passed" if gate.get("passed") else "failed"}
+    stages = {name: {kind: {e["path"]: e.get("md5") for e in entry.get(kind, [])} for kind in ("deps", "outs")}
+              for name, entry in record["stages"].items()}
+    metadata = _plain({"git": git, "model": {k: model.get(k) for k in ("name", "paradigm", "init", "labels",
+                                                                        "parameters", "md5")},
+                "dvc_lock": stages, "params": record["params"], "gates": record["gates"],
+                "model_gate": gate, "evaluation": record["metrics"].get("reports/metrics/evaluation.json"),
+                "lineage_file": "lineage.json"})
+    return labels, metadata
+
+
+def _plain(value):
+    """BentoML metadata takes no None: nulls are dropped from mappings and written as "null" in lists (the
+    full record, nulls included, is lineage.json)."""
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items() if v is not None}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) if v is not None else "null" for v in value]
+    return value
+
+
+def save_models(record: dict, cfg: PackageConfig, *, root: Path, model_dir: Path, generative_dirs: dict[str, Path],
+                made: list[str]) -> dict:
+    """Copy the classifier and the chosen pre-trained models into the model store, each with its model card
+    (``README.md``, rendered from ``record``); returns their tags and appends ``"model <tag>"`` to ``made`` for
+    each."""
+    import bentoml
+
+
+    # the cards are rendered from the record as lineage.json stores it (keys sorted), as a verifier reads it
+    stored = as_stored(record)
+    labels, metadata = model_metadata(record)
+    with bentoml.models.create(f"{cfg.name}-classifier", labels=labels, metadata=metadata) as m:
+        _copy_files(root / model_dir, Path(m.path), skip=CARD_FILE)
+        write_json_atomic(Path(m.path) / "lineage.json", record)
+        (Path(m.path) / CARD_FILE).write_bytes(classifier_card(stored).encode("utf-8"))
+    made.append(f"model {m.tag}")
+    tags = {"classifier": str(m.tag), "generative": {}}
+    for paradigm, folder in generative_dirs.items():
+        rel = folder.as_posix()
+        info = record["files"].get(rel)
+        meta = _plain({"source": rel, "md5": info["md5"], "files": info["files"], "classifier": str(m.tag),
+                "git": record["git"], "stage": next((n for n, e in record["stages"].items()
+                                                     if any(o["path"] == rel for o in e.get("outs", []))), None)})
+        with bentoml.models.create(f"{cfg.name}-{paradigm}",
+                                   labels={"pipeline": "lm-pipeline", "paradigm": paradigm,
+                                           "weights": cfg.generative_from, "git_commit": labels["git_commit"]},
+                                   metadata=meta) as g:
+            _copy_files(root / folder, Path(g.path), skip=CARD_FILE)
+            (Path(g.path) / CARD_FILE).write_bytes(generative_card(stored, rel).encode("utf-8"))
+        made.append(f"model {g.tag}")
+        tags["generative"][paradigm] = str(g.tag)
+    return tags
+
+
+def _remove(made: list[str]) -> None:
+    """Delete the Bento and models a failed run created (newest first), so the store holds only whole
+    packages."""
+    import bentoml
+
+    for item in reversed(made):
+        kind, tag = item.split(" ", 1)
+        try:
+            (bentoml.bentos.delete if kind == "bento" else bentoml.models.delete)(tag)
+        except Exception:  # already gone, or the store is unwritable: nothing more to undo
+            pass
+
+
+def _copy_files(src: Path, dst: Path, skip: str | None = None) -> None:
+    """``src``'s files into ``dst``; ``skip``: a top-level file left behind (the folder's own model card, which
+    the card rendered from the lineage record replaces)."""
+    for item in sorted(src.rglob("*")):
+        if item.is_file() and "__pycache__" not in item.parts and item.relative_to(src).as_posix() != skip:
+            target = dst / item.relative_to(src)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(item, target)
+
+
+def python_packages() -> list[str]:
+    """The serving dependencies pinned to the versions that built the Bento (``bentoml containerize``
+    installs these). A local build label (torch's ``+cpu`` / ``+cu128``) is dropped: no default index carries
+    it, and which torch build the image gets (CPU or CUDA) is the image builder's choice (docs/deploying.md)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    pins = []
+    for name in ("torch", "transformers", "tokenizers", "safetensors", "numpy", "pydantic", "pyyaml"):
+        try:
+            pins.append(f"{name}=={version(name).split('+', 1)[0]}")
+        except PackageNotFoundError:
+            pass
+    return pins
+
+
+# The image's base distribution (BentoML's python:<version>-slim for "debian") and the system packages the
+# service needs on it: none, since every dependency above is a manylinux wheel with its native libraries inside.
+DISTRO = "debian"
+
+
+SYSTEM_PACKAGES: tuple[str, ...] = ()
+
+
+def python_version() -> str:
+    """The running interpreter's ``major.minor``: the Bento is built, and its pins resolved, with it."""
+    return f"{sys.version_info.major}.{sys.version_info.minor}"
+
+
+def image_options() -> dict:
+    """The Bento's image, as ``bentoml.bentos.build`` takes it: the ``docker`` and ``python`` build options,
+    which BentoML 1.4 turns into the ``image`` of ``bento.yaml`` and the Dockerfile."""
+    return {"docker": {"distro": DISTRO, "python_version": python_version(),
+                       "system_packages": list(SYSTEM_PACKAGES)},
+            "python": {"packages": python_packages(), "lock_packages": False}}
+
+
+def served_code(stages_dir: Path, service: Path) -> dict[str, str]:
+    """MD5 of every file the Bento's ``src/`` will hold (the service, its config aside, and the ``stages``
+    package's Python files), so ``stages.lineage --verify`` can check the code that serves."""
+    code = {f"stages/{rel}": md5 for rel, md5 in folder_manifest(stages_dir).items() if rel.endswith(".py")}
+    code["service.py"] = md5_file(service)
+    return code
+
+
+def build_bento(cfg: PackageConfig, tags: dict, *, service: Path, stages_dir: Path, record: dict, scratch: Path,
+                sources: dict[str, str] | None = None):
+    """Build the Bento in a temporary build context: the service, its config and the ``stages`` package; its
+    README is the Bento's card (``stages.provenance.card.bento_card``). ``sources``: each generative model's
+    folder as the record names it."""
+    import bentoml
+
+
+    image = image_options()
+    resources = cfg.resources.as_service()
+    served = {"name": cfg.name, "classifier": tags["classifier"],
+              "generative": {p: {"tag": t, "source": (sources or {}).get(p)} for p, t in tags["generative"].items()},
+              "image": {"python_version": image["docker"]["python_version"], "distro": image["docker"]["distro"],
+                        "system_packages": image["docker"]["system_packages"],
+                        "python_packages": image["python"]["packages"],
+                        "extra_index_url": image["python"].get("extra_index_url")},
+              "resources": resources}
+    # The build context is scratch in the workspace (``dist/.bento-ctx.work-<pid>@<host>-*``), not in /tmp: one
+    # left by a killed run is removed by the next stage's sweep (stages.common.atomic.sweep_dead).
+    with work_dir(scratch / "bento-ctx") as tmp:
+        ctx = Path(tmp)
+        shutil.copy2(service, ctx / "service.py")
+        shutil.copytree(stages_dir, ctx / "stages", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        config = {"name": cfg.name, "classifier": tags["classifier"], "generative": tags["generative"],
+                  "limits": asdict(cfg.limits), "batching": asdict(cfg.batching), "resources": resources}
+        (ctx / "bento_config.json").write_text(json.dumps(config, indent=2, sort_keys=True), encoding="utf-8")
+        git = record["git"]
+        return bentoml.bentos.build(
+            "service:LMPipeline", name=cfg.name, build_ctx=str(ctx),
+            include=["service.py", "bento_config.json", "stages/**/*.py"],
+            labels={"pipeline": "lm-pipeline", "selected": record["model"]["name"],
+                    "git_commit": str(git.get("commit")), "git_dirty": str(git.get("dirty"))},
+            description=bento_card(record, served), docker=image["docker"], python=image["python"],
+        )
+
+
+def archive_digest(target: str) -> tuple[int, str]:
+    """(bytes, SHA-256) of the exported archive, read back from where it was written: a local path, or any
+    fsspec URL (what the registry holds, not a local copy)."""
+    if "://" not in target:
+        return Path(target).stat().st_size, sha256_path(Path(target))
+    import fsspec
+
+    fs, path = fsspec.url_to_fs(target)
+    with fs.open(path, "rb") as f:
+        digest = sha256_stream(f)
+    return int(fs.size(path)), digest
+
+
+def signing_key(env=os.environ):
+    """The operator's ed25519 private key (``LMPIPE_SIGNING_KEY``: a PEM file), or None: read before anything
+    is made, so a bad key packages nothing."""
+    path = env.get(SIGNING_KEY_ENV)
+    return load_private_key(path) if path else None
+
+
+def seal(bento, private_key=None) -> dict:
+    """Write the Bento's manifest (and its signature) into the built Bento; what the metrics record of it."""
+    import bentoml
+    import yaml
+
+
+    folder = Path(bento.path)
+    info = yaml.safe_load((folder / "bento.yaml").read_text(encoding="utf-8")) or {}
+    models = {tag: Path(bentoml.models.get(tag).path) for tag in model_tags(info)}
+    return write_manifest(folder, str(bento.tag), models, private_key)
+
+
+def export(bento, registry: str, fmt: str = "bento") -> str:
+    """Export to ``registry`` as ``<name>-<version>.bento`` (or ``.tar.gz`` / ``.tar``: ``fmt``); a local file
+    appears whole or not at all. Returns the file's path, or its URL (as ``registry`` gave it, user-info
+    included: redact before showing it)."""
+    import bentoml
+
+    suffix = EXPORT_SUFFIX[fmt]
+    name = f"{bento.tag.name}-{bento.tag.version}{suffix}"
+    if "://" in registry:
+        import fsspec
+
+        fs, root = fsspec.url_to_fs(registry)
+        fs.makedirs(root, exist_ok=True)  # a no-op on object stores; BentoML does not create the folder
+        url = registry.rstrip("/") + "/" + name
+        bentoml.bentos.export_bento(bento.tag, url, fmt)
+        return url
+    folder = Path(registry).resolve()  # BentoML's fsspec export reads a relative path from the filesystem root
+    folder.mkdir(parents=True, exist_ok=True)
+
+    # Same extension (BentoML goes by it); a killed export's file is swept later.
+    tmp = temp_sibling(folder / name, suffix=suffix)
+    try:
+        bentoml.bentos.export_bento(bento.tag, str(tmp), fmt)
+        os.replace(tmp, folder / name)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return str(folder / name)
+
+
+def package(cfg: PackageConfig, *, root: Path, gate_path: Path, finetuned: Path, pretrained: Path, dapt: Path,
+            service: Path, log=print) -> dict:
+    """Gate, record, save, build, export; returns what was made (the stage's metrics)."""
+    def rel(p: Path) -> Path:  # the record names paths as dvc.lock does: relative to the workspace
+        return Path(os.path.relpath(p if p.is_absolute() else root / p, root))
+
+    gate = read_gate(root / rel(gate_path))
+    selected = gate["selected"]
+    model_dir = rel(finetuned) / selected
+    service = root / rel(service)
+    record = collect(root, model_name=selected, model_dir=model_dir, gate_report=rel(gate_path))
+    record["served_code"] = served_code(Path(__file__).parents[1], service)
+    base = rel({"pretrained": pretrained, "dapt": dapt}[cfg.generative_from])
+    generative_dirs = {p: base / p for p in cfg.generative}
+    for p, folder in generative_dirs.items():
+        if not (root / folder / "config.json").is_file():
+            raise FileNotFoundError(f"{folder}: no {p} model to ship (package.generative lists {p})")
+        if folder.as_posix() not in record["files"]:
+            raise LineageError(f"{folder}: not upstream of the evaluation in dvc.lock, so it cannot be shipped "
+                               "with its lineage")
+    for folder in [model_dir, *generative_dirs.values()]:  # what ships, checked file by file before it is read
+        check_folder(root / folder)
+    private_key = signing_key()
+    registry = cfg.registry if "://" in cfg.registry or Path(cfg.registry).is_absolute() else str(
+        root / cfg.registry)
+    made: list[str] = []  # what this run put in the store, removed again if a later step fails
+    try:
+        tags = save_models(record, cfg, root=root, model_dir=model_dir, generative_dirs=generative_dirs, made=made)
+        log(f"[package] models: {tags['classifier']}" + "".join(f", {t}" for t in tags["generative"].values()))
+        bento = build_bento(cfg, tags, service=service, stages_dir=Path(__file__).parents[1], record=record,
+                            scratch=root / "dist",
+                            sources={p: folder.as_posix() for p, folder in generative_dirs.items()})
+        made.append(f"bento {bento.tag}")
+        log(f"[package] bento: {bento.tag}")
+        sealed = seal(bento, private_key)
+        log(f"[package] manifest: {sealed['manifest_files']} files, sha256 {sealed['manifest_sha256']}"
+            + (f", signed by the key sha256 {sealed['signature']['public_key_sha256']}" if sealed["signature"] else
+               " (unsigned: no LMPIPE_SIGNING_KEY)"))
+        target = export(bento, registry, cfg.export_format)
+        size, digest = archive_digest(target)
+    except BaseException:
+        _remove(made)
+        raise
+    shown = redact_url(target)
+    log(f"[package] exported: {shown} (sha256 {digest})")
+    return {"bento": str(bento.tag), "models": tags, "exported": shown, "selected": selected,
+            "model_gate_passed": True, "git_commit": record["git"]["commit"], "git_dirty": record["git"]["dirty"],
+            "model_md5": record["model"]["md5"], "lineage_md5": lineage_md5(tags["classifier"]),
+            "bytes": size, "sha256": digest, **sealed}
+
+
+def lineage_md5(model_tag: str) -> str:
+    """MD5 of the ``lineage.json`` packaged with the classifier ``model_tag``."""
+    import bentoml
+
+
+    return md5_file(Path(bentoml.models.get(model_tag).path) / "lineage.json")

@@ -1,0 +1,248 @@
+"""Ingest's core: read every source of one corpus into the common Parquet schema (:func:`ingest`), with content-hash
+ids, deduplication, group splits, the manifest and the quality gate."""
+
+from __future__ import annotations
+
+import dataclasses
+import glob
+import hashlib
+import platform
+import time
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from stages.common.atomic import write_json_atomic
+from stages.common.documents import LABELED_COLUMNS, Record, arrow_schema, doc_id, is_json_text, meta_json
+from stages.quality.gate import Gate
+from stages.sources import Provenance, SourceContext, SourceError, read_source
+from stages.sources.base import sha256_file
+from stages.sources.config import CorpusConfig, SplitConfig
+from stages.sources.debian import DebianDescriptionsSource
+
+SPLITS = ("train", "validation", "test")
+
+
+@dataclass(frozen=True, kw_only=True)
+class IngestResult:
+    metrics: dict[str, Any]
+    manifest: dict[str, Any]
+    gate: Gate  # checked by the stage's entry before the folder is published
+
+
+def assign_split(group: str, cfg: SplitConfig) -> str:
+    """Deterministic split of a group: a seeded SHA-256 of its name mapped to [0, 1)."""
+    h = int.from_bytes(hashlib.sha256(f"{cfg.seed}\0{group}".encode()).digest()[:8], "big") / 2**64
+    if h < cfg.test:
+        return "test"
+    if h < cfg.test + cfg.validation:
+        return "validation"
+    return "train"
+
+
+def read_all(cfg: CorpusConfig, ctx: SourceContext, provs: list[Provenance], dropped: Counter,
+             log=print) -> Iterator[Record]:
+    """Every record of every source, in order, with one Provenance per source appended to ``provs``;
+    each source stops once ``max_docs`` records have been read in all."""
+    total = 0
+    for i, src in enumerate(cfg.sources):
+        prov = Provenance(kind=src.kind)
+        provs.append(prov)
+        t0 = time.perf_counter()
+        for rec in read_source(src, ctx, prov):
+            if cfg.max_docs is not None and total >= cfg.max_docs:
+                dropped["max_docs"] += 1
+                break
+            prov.records += 1
+            total += 1
+            yield rec
+        log(f"[ingest] source {i} ({src.kind}): {prov.records} records in {time.perf_counter() - t0:.1f}s")
+
+
+def collect_labeled(cfg: CorpusConfig, ctx: SourceContext,
+                    log=print) -> tuple[list[dict[str, Any]], list[Provenance], Counter]:
+    """Labeled corpora, in memory: rows in the output schema with their split, per-source provenance and
+    drop counters. Texts whose copies disagree on the label are dropped."""
+    provs: list[Provenance] = []
+    rows: dict[str, dict[str, Any]] = {}
+    labels_of: dict[str, set[str]] = {}
+    dropped: Counter = Counter()
+    for rec in read_all(cfg, ctx, provs, dropped, log):
+        if not rec.label:
+            raise SourceError(f"source {rec.source}: a record has no label but the corpus is labeled "
+                              "(set label_field on the source)")
+        did = doc_id(rec.text)
+        key = did if cfg.dedup else f"{did}:{len(rows)}"
+        labels_of.setdefault(key, set()).add(rec.label)
+        if key in rows:
+            dropped["duplicate_text"] += 1
+            continue
+        rows[key] = {"id": did, "text": rec.text, "source": rec.source, "url": rec.url,
+                     "meta": meta_json(rec.meta), "label": rec.label,
+                     "split": assign_split(rec.group or did, cfg.split)}
+    conflicted = [k for k, labels in labels_of.items() if len(labels) > 1]
+    for k in conflicted:  # one text, several labels: no right answer to learn or score, so drop it
+        del rows[k]
+    dropped["label_conflict"] += len(conflicted)
+    return list(rows.values()), provs, dropped
+
+
+def gate_labels(cfg: CorpusConfig) -> tuple[str, ...]:
+    if cfg.gate.labels:
+        return cfg.gate.labels
+    sections: list[str] = []
+    for src in cfg.sources:
+        if isinstance(src, DebianDescriptionsSource):
+            sections += [s for s in src.sections if s not in sections]
+    return tuple(sections)
+
+
+def stream_documents(cfg: CorpusConfig, ctx: SourceContext, path: Path, log=print):
+    """Unlabeled corpora: read every source straight into Parquet, batch by batch, so memory holds the
+    ids and a few numbers per document, never the corpus. Returns what the gate and manifest need."""
+    import pandas as pd
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    schema = arrow_schema(False)
+    provs: list[Provenance] = []
+    dropped: Counter = Counter()
+    seen: set[str] = set()
+    ids: list[str] = []
+    sources: list[str] = []
+    text_chars: list[int] = []
+    meta_ok: list[bool] = []
+    batch: list[dict[str, Any]] = []
+    counts = {"documents": 0, "characters": 0, "by_source": Counter()}
+    with pq.ParquetWriter(path, schema, compression="zstd") as writer:
+        for rec in read_all(cfg, ctx, provs, dropped, log):
+            did = doc_id(rec.text)
+            if cfg.dedup and did in seen:
+                dropped["duplicate_text"] += 1
+                continue
+            seen.add(did)
+            meta = meta_json(rec.meta)
+            batch.append({"id": did, "text": rec.text, "source": rec.source, "url": rec.url, "meta": meta})
+            ids.append(did)
+            sources.append(rec.source)
+            text_chars.append(len(rec.text.strip()))
+            meta_ok.append(is_json_text(meta))
+            counts["documents"] += 1
+            counts["characters"] += len(rec.text)
+            counts["by_source"][rec.source] += 1
+            if len(batch) == 2048:
+                writer.write_table(pa.Table.from_pylist(batch, schema=schema))
+                batch = []
+        if batch:
+            writer.write_table(pa.Table.from_pylist(batch, schema=schema))
+    light = pd.DataFrame({"id": ids, "source": sources})
+    counts["by_source"] = dict(sorted(counts["by_source"].items()))
+    return provs, dropped, light, text_chars, meta_ok, counts
+
+
+def _table_counts(table) -> dict[str, Any]:
+    import pyarrow.compute as pc
+
+    counts: dict[str, Any] = {
+        "documents": table.num_rows,
+        "characters": int(pc.sum(pc.utf8_length(table["text"])).as_py() or 0) if table.num_rows else 0,
+        "by_source": dict(sorted(Counter(table["source"].to_pylist()).items())),
+    }
+    if "label" in table.column_names:
+        counts["by_split"] = dict(sorted(Counter(table["split"].to_pylist()).items()))
+        counts["by_label"] = dict(sorted(Counter(table["label"].to_pylist()).items()))
+    return counts
+
+
+def ingest(cfg: CorpusConfig, *, corpus: str, cache_dir: Path, out: Path, log=print) -> IngestResult:
+    """Read and normalise one corpus into the folder ``out``; returns its metrics, manifest and gate (checked by
+    the stage's entry before it publishes the folder). Raises SourceError.
+
+    Unlabeled corpora stream to disk (memory: ids and a few numbers per document); labeled corpora,
+    which need a global view for label conflicts and class balance, are built in memory.
+    """
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from stages.quality.suites import combine, documents_suite, labeled_suite
+
+    t0 = time.perf_counter()
+    ctx = SourceContext(cache_dir=cache_dir)
+    g = cfg.gate
+    path = out / "documents.parquet"
+    if cfg.labeled:
+        rows, provs, dropped = collect_labeled(cfg, ctx, log=log)
+        table = pa.Table.from_pylist(rows, schema=arrow_schema(True)) if rows else \
+            arrow_schema(True).empty_table()
+        pq.write_table(table, path, compression="zstd", row_group_size=2048)
+        df = table.to_pandas()
+        labels = gate_labels(cfg) or tuple(sorted(df["label"].unique()))
+        tables, expectations = combine(
+            documents_suite(df, min_rows=g.min_rows, max_rows=g.max_rows,
+                            min_nonempty_ratio=g.min_nonempty_ratio, extra_columns=LABELED_COLUMNS[5:]),
+            labeled_suite(df, labels=labels, splits=SPLITS, min_class_share=g.min_class_share,
+                          max_class_share=g.max_class_share))
+        counts = _table_counts(table)
+        del rows, table, df
+    else:
+        provs, dropped, light, text_chars, meta_ok, counts = stream_documents(cfg, ctx, path, log=log)
+        tables, expectations = documents_suite(
+            light, min_rows=g.min_rows, max_rows=g.max_rows, min_nonempty_ratio=g.min_nonempty_ratio,
+            text_chars=text_chars, meta_is_json=meta_ok, columns=pq.read_schema(path).names)
+    manifest = build_manifest(cfg, corpus, counts, provs, dropped, path)
+    write_json_atomic(out / "manifest.json", manifest)
+    # No wall-clock figures in metrics: the same input and params must give byte-identical files. They are
+    # published only when the gate passed.
+    metrics = manifest["counts"] | {"gate_passed": True}
+    log(f"[ingest] {corpus}: made in {time.perf_counter() - t0:.1f}s")
+    return IngestResult(metrics=metrics, manifest=manifest, gate=Gate(f"ingest-{corpus}", tables, expectations))
+
+
+def _portable(path: str) -> str:
+    """Paths in the manifest relative to the working directory when inside it, so they read the same on
+    every clone."""
+    p = Path(path)
+    try:
+        return p.resolve().relative_to(Path.cwd().resolve()).as_posix()
+    except ValueError:
+        return p.as_posix()
+
+
+def build_manifest(cfg, corpus, counts, provs, dropped, parquet_path: Path) -> dict[str, Any]:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    counts = {**counts, "dropped": dict(sorted(dropped.items())),
+              "skipped": dict(sorted(sum((p.skipped for p in provs), Counter()).items()))}
+    n_rows = pq.ParquetFile(parquet_path).metadata.num_rows
+    schema_names = pq.read_schema(parquet_path).names
+    sources = []
+    for p in provs:
+        entry = p.to_json()
+        for f in entry["files"]:
+            f["path"] = _portable(f["path"])
+        sources.append(entry)
+    return {
+        "corpus": corpus,
+        "schema": schema_names,
+        "counts": counts,
+        "sources": sources,
+        "outputs": {"documents.parquet": {"sha256": sha256_file(parquet_path), "rows": n_rows}},
+        "config": dataclasses.asdict(cfg),
+        "software": {"python": platform.python_version(), "pyarrow": pa.__version__},
+    }
+
+
+def local_source_paths(cfg: CorpusConfig, where: str) -> dict[str, Path]:
+    """The local files and folders the corpus's sources read (a glob's matches), by params key."""
+    out: dict[str, Path] = {}
+    for i, src in enumerate(cfg.sources):
+        raw = getattr(src, "path", None)
+        if not raw:
+            continue
+        key = f"{where}.sources[{i}].path"
+        found = sorted(glob.glob(raw, recursive=True)) if glob.has_magic(raw) else [raw]
+        out.update({key if k == 0 else f"{key} #{k + 1}": Path(p) for k, p in enumerate(found)})
+    return out

@@ -1,0 +1,152 @@
+"""The pre-training stage's core (pretrain and DAPT): read the token dataset, build or continue the model with its
+objective (``stages.objectives``), train, and save the model, its tokenizer, ``training.json`` and its model card."""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+import json
+import shutil
+from collections.abc import Callable
+from dataclasses import asdict
+from pathlib import Path
+
+from stages import objectives
+from stages.common.atomic import write_json_atomic
+from stages.common.inputs import check_folder, load_npy, read_json
+from stages.common.live import LiveLog
+from stages.objectives.denoisers import sentence_end_ids
+from stages.provenance import stagecard
+from stages.sources.base import sha256_file
+from stages.tokenization.layout import load_layout
+from stages.training import distributed
+from stages.training.loop import train
+from stages.training.models import build_model, flops_per_token, load_model, save_model
+
+
+def fingerprint(*parts) -> str:
+    """What makes two runs the same run (a checkpoint of another run is not resumed)."""
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def _file_sha(path: Path) -> str:
+    return sha256_file(path) if path.exists() else "missing"
+
+
+def plot_tsv(history: list[dict], evals: list[dict]) -> str:
+    """One row per logged step (training loss, lr) with the evaluation where there was one. Timings are not
+    here (they differ between runs of the same inputs): the live log has them (stages.common.live)."""
+    by_step = {e["step"]: e for e in evals}
+    buf = io.StringIO()
+    w = csv.writer(buf, delimiter="\t", lineterminator="\n")
+    w.writerow(["step", "tokens", "loss", "lr", "eval_loss"])
+    for row in history:
+        ev = by_step.get(row["step"], {})
+        w.writerow([row["step"], row["tokens"], row["loss"], f"{row['lr']:.3g}", ev.get("eval_loss", "")])
+    return buf.getvalue()
+
+
+def read_inputs(tokens_dir: Path, tokenizer_dir: Path, paradigm: str, corpus: str):
+    """The token dataset's manifest, the block layout (checked against the tokenizer) and the corpus's train and
+    held-out blocks."""
+    manifest_path = tokens_dir / "manifest.json"
+    if not manifest_path.is_file():
+        raise FileNotFoundError(f"{manifest_path}: no token dataset (run the tokens stage first)")
+    manifest = read_json(manifest_path)
+    check_folder(tokenizer_dir)
+    if manifest["paradigm"] != paradigm:
+        raise ValueError(f"{manifest_path}: blocks for {manifest['paradigm']}, not {paradigm}")
+    lay = manifest["layout"]
+    layout, _ = load_layout(tokenizer_dir, paradigm, seq_len=lay["seq_len"],
+                            noise_density=lay.get("noise_density") or 0.15, mean_span=lay.get("mean_span") or 3.0)
+    if layout.block_len != lay["block_len"] or layout.vocab_size != lay["vocab_size"]:
+        raise ValueError(f"{tokenizer_dir}: does not match the tokenizer the blocks in {tokens_dir} were made with")
+    if corpus not in manifest["corpora"]:
+        raise ValueError(f"{manifest_path}: no corpus {corpus!r} (has: {', '.join(manifest['corpora'])})")
+    return manifest, layout, load_npy(tokens_dir / corpus / "train.npy"), load_npy(tokens_dir / corpus / "heldout.npy")
+
+
+def model_and_objective(cfg, layout, paradigm: str, init: Path | None, tokenizer_dir: Path):
+    """The model (fresh, or ``init`` continued), the objective's batch builder, and the FLOPs per token once the
+    objective's own heads are attached (``stages.objectives``)."""
+    if init is not None:
+        model = load_model(check_folder(init), paradigm)
+        if model.config.vocab_size != layout.vocab_size:
+            raise ValueError(f"{init}: vocabulary {model.config.vocab_size} != the tokenizer's {layout.vocab_size}")
+    else:
+        model = build_model(layout, cfg.model, seed=cfg.train.seed)
+    objective = objectives.get(paradigm, cfg.train.objective)
+    settings = objective.settings(cfg.train)
+    if objective.sentence_ends:  # it cuts after the tokenizer's full stops
+        settings["sentence_ends"] = sentence_end_ids((tokenizer_dir / "tokenizer.json").read_text(encoding="utf-8"))
+    builder = objective.make(layout, **settings)
+    if objective.setup is not None:
+        return model, builder, objective.setup(model, layout, builder, cfg.train, init)
+    return model, builder, flops_per_token(model, layout, predicted_fraction=getattr(builder, "select", 1.0),
+                                           targets_len=getattr(builder, "targets_len", None))
+
+
+def run(cfg, *, paradigm: str, stage: str, tokens_dir: Path, corpus: str, tokenizer_dir: Path, init: Path | None,
+        out: Callable[[], Path], checkpoint_dir: Path | None, log=print, progress: bool = True,
+        live_dir: Path | None = None, sources: list[Path] = ()) -> tuple[dict, str] | None:
+    """Train and save into the folder ``out()`` (asked for only by the process that saves); returns the metrics
+    and the curve's TSV (on the main process; None on the others).
+    ``live_dir``: the run's live log (:mod:`stages.common.live`). ``sources``: the ingest manifests of the
+    corpora behind the model; their sources and licences go into the folder's model card."""
+    manifest, layout, train_blocks, eval_blocks = read_inputs(tokens_dir, tokenizer_dir, paradigm, corpus)
+    corpora = stagecard.corpora(list(sources))
+    dist = distributed.init()
+    model, objective, fpt = model_and_objective(cfg, layout, paradigm, init, tokenizer_dir)
+    run_id = fingerprint(stage, paradigm, corpus, asdict(cfg), dist.world, manifest["corpora"][corpus],
+                         manifest["tokenizer"]["sha256"], _file_sha(init / "model.safetensors") if init else None)
+    with LiveLog(live_dir if dist.main else None) as live:  # the loop starts it where the run starts
+        result = train(model, objective, train_blocks, eval_blocks, cfg.train, flops_per_token=fpt,
+                       seq_len=layout.seq_len, dist=dist, checkpoint_dir=checkpoint_dir, fingerprint=run_id,
+                       log=log if dist.main else (lambda m: None), progress=progress, live=live)
+        live.summary({"tokens": result.tokens, "steps": result.steps, "resumed_from": result.resumed_from,
+                      "tokens_per_second": round(result.tokens_per_second, 1),
+                      "flops_per_second": float(f"{result.flops_per_second:.4g}"),
+                      "mfu": None if result.mfu is None else round(result.mfu, 4),
+                      "train_seconds": round(result.train_seconds, 1)})
+    outcome = None
+    if dist.main:
+        final_eval = result.evals[-1] if result.evals else {}
+        metrics = {"paradigm": paradigm, "stage": stage, "corpus": corpus, "steps": result.steps,
+                   "tokens": result.tokens, "parameters": sum(p.numel() for p in model.parameters()),
+                   "flops_per_token": fpt, "devices": dist.world,
+                   "train_loss": result.history[-1]["loss"] if result.history else None,
+                   **{k: v for k, v in final_eval.items() if k.startswith("eval_")}}
+        save(out(), model, cfg, result, metrics, stage=stage, paradigm=paradigm, corpus=corpus, run_id=run_id,
+             layout=layout, manifest=manifest, tokens_dir=tokens_dir, tokenizer_dir=tokenizer_dir, init=init,
+             corpora=corpora)
+        log(f"[{stage}] {paradigm} on {corpus}: {result.steps} steps, {result.tokens:,} tokens, train loss "
+            f"{metrics['train_loss']}, eval " + ", ".join(f"{k} {v}" for k, v in final_eval.items() if k.startswith("eval"))
+            + f"; {result.tokens_per_second:,.0f} tokens/s, {result.flops_per_second / 1e12:.3g} model TFLOP/s"
+            + (f", MFU {result.mfu:.1%}" if result.mfu else ""))
+        outcome = metrics, plot_tsv(result.history, result.evals)
+        if checkpoint_dir is not None and checkpoint_dir.exists():
+            shutil.rmtree(checkpoint_dir)  # the run finished: its model is the output, nothing to resume
+    distributed.barrier(dist)
+    distributed.shutdown(dist)
+    return outcome
+
+
+def save(tmp: Path, model, cfg, result, metrics: dict, *, stage: str, paradigm: str, corpus: str, run_id: str, layout,
+         manifest: dict, tokens_dir: Path, tokenizer_dir: Path, init: Path | None, corpora) -> None:
+    """The output folder: the model, its tokenizer, ``training.json`` and the model card."""
+    save_model(model, tmp)
+    for f in sorted(tokenizer_dir.iterdir()):
+        if f.is_file():
+            shutil.copy2(f, tmp / ("tokenizer_provenance.json" if f.name == "provenance.json" else f.name))
+    write_json_atomic(tmp / "training.json", {
+        "stage": stage, "paradigm": paradigm, "corpus": corpus, "fingerprint": run_id,
+        "config": asdict(cfg), "layout": layout.to_json(),
+        "inputs": {"tokens": {"path": str(tokens_dir), "manifest_sha256": _file_sha(tokens_dir / "manifest.json"),
+                              "corpus": manifest["corpora"][corpus]},
+                   "tokenizer": {"path": str(tokenizer_dir), "sha256": manifest["tokenizer"]["sha256"]},
+                   "init": None if init is None else {"path": str(init),
+                                                      "sha256": _file_sha(init / "model.safetensors")}},
+        "metrics": metrics, "history": result.history, "evals": result.evals})
+    stagecard.write(tmp, stagecard.pretrain_facts(kind=stage, paradigm=paradigm, corpus=corpus, config=asdict(cfg),
+                                                  metrics=metrics, sources=corpora, init=init))

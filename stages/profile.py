@@ -12,13 +12,15 @@ applies gpu.yaml, then gpu-quick.yaml over it (a key in both takes the later val
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import shlex
 import sys
+import typing
 from pathlib import Path
 from typing import Any
 
-from stages.config import ConfigError, build, load_params
+from stages.config import ConfigError, build, load_params, section
 from stages.sources.config import CorpusConfig
 
 
@@ -66,10 +68,7 @@ def schema_depth(dotted: str) -> int:
     """When ``dotted`` names a field of the config class that reads its section (stages.params.sections.SECTIONS),
     the depth of the section's prefix (``pretrain.<paradigm>``: 2), else 0. A profile may set such a key when
     params.yaml leaves it to its default, below a prefix params.yaml has."""
-    import dataclasses
-    import typing
-
-    from stages.params.sections import SECTIONS
+    from stages.params.sections import SECTIONS  # here: it imports every stage's config (and pandas)
 
     parts = dotted.split(".")
     for name, prefix, _, classes in SECTIONS:
@@ -114,8 +113,8 @@ def validate(params: dict[str, Any]) -> None:
     """Build every stage config from ``params`` so a profile cannot produce an invalid run."""
     from stages.cleaning.config import load_config as clean_config
 
-    for corpus, section in params.get("ingest", {}).items():
-        build(CorpusConfig, section, f"ingest.{corpus}")
+    for corpus, data in params.get("ingest", {}).items():
+        build(CorpusConfig, data, f"ingest.{corpus}")
     import tempfile
 
     import yaml
@@ -185,11 +184,10 @@ def set_args(profile: dict[str, Any], params: dict[str, Any] | None = None) -> l
 
 
 def _has(params: dict[str, Any], dotted: str) -> bool:
-    node: Any = params
-    for part in dotted.split("."):
-        if not isinstance(node, dict) or part not in node:
-            return False
-        node = node[part]
+    try:
+        section(params, dotted)
+    except ConfigError:
+        return False
     return True
 
 

@@ -124,8 +124,9 @@ class TrainConfig:
         check(self.objective in ("", *objectives.names()), f"objective: one of '', {', '.join(objectives.names())}")
         check(self.rtd_weight > 0, "rtd_weight: must be > 0")
         check(0 <= self.generator_size <= 1, "generator_size: must be in [0, 1] (0 = generator tied to the model)")
-        takes = [name for name in objectives.names() if "generator_size" in objectives.named(name).own_keys]
-        check(not self.generator_size or self.objective in takes, f"generator_size: for objective {', '.join(takes)} only")
+        if self.generator_size:
+            takes = [name for name in objectives.names() if "generator_size" in objectives.named(name).own_keys]
+            check(self.objective in takes, f"generator_size: for objective {', '.join(takes)} only")
         check_seed("seed", self.seed)
         check(self.budget_tokens > 0 or self.budget_flops > 0, "budget_tokens: must be > 0 (or set budget_flops)")
         check(self.micro_batch >= 1, "micro_batch: must be >= 1")

@@ -148,8 +148,8 @@ def flops_per_token(model, layout: "BlockLayout", *, predicted_fraction: float =
     encoder's self-attention plus the decoder's self- and cross-attention over their lengths. ``targets_len``
     is the decoder width the objective uses (default: the layout's, span corruption's).
 
-    BERT trained through :func:`training_view` computes its output layer (transform + vocabulary
-    projection) at ``predicted_fraction`` of the positions only (the MLM selection rate), so only that share
+    BERT trained through its sparse view (``stages.objectives.masked_lm.sparse_view``) computes its output
+    layer (transform + vocabulary projection) at ``predicted_fraction`` of the positions only (the MLM selection rate), so only that share
     of those matmuls is counted: MFU counts the work done, not the work a dense head would do.
 
     DeBERTa-v2's disentangled attention adds two score matrices (content-to-position and

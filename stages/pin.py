@@ -21,7 +21,8 @@ from stages.sources.pins import PINS
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m stages.pin", description=__doc__.split("\n\n")[0])
+    prog = sys.argv[0] if sys.argv[0].startswith("lm-pipeline") else "python -m stages.pin"
+    ap = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
     ap.add_argument("corpora", nargs="*", help="sections under ingest: in params (default: all)")
     ap.add_argument("--params", type=Path, default=Path("params.yaml"))
     ap.add_argument("--cache-dir", type=Path, default=Path(".cache/sources"))

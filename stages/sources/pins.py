@@ -14,6 +14,7 @@ from typing import Any
 import yaml
 
 from stages.common.atomic import write_bytes_atomic
+from stages.common.pin import describe  # noqa: F401 (re-exported: names a pinned state in errors)
 from stages.sources.base import SourceError
 
 PINS = Path("pins.yaml")
@@ -55,10 +56,3 @@ def write(corpus: str, entries: list[dict[str, Any] | None], path: Path = PINS) 
     pins[corpus] = entries
     write_bytes_atomic(path, (HEADER + yaml.safe_dump(dict(sorted(pins.items())), sort_keys=False, width=120)).encode())
 
-
-def describe(pin: dict[str, Any]) -> str:
-    """One phrase naming a pinned or offered state (for mismatch errors)."""
-    if "integrity" in pin:
-        return f"{pin.get('name')}@{pin.get('version')} {pin.get('integrity', '')[:24]}..."
-    return (f"{pin.get('codename', pin.get('suite', '?'))} {pin.get('version', '')} of {pin.get('date', '?')} "
-            f"(Release sha256 {pin.get('release_sha256', '?')[:16]}...)")

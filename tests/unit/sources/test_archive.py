@@ -179,3 +179,11 @@ def test_the_host_mirror_comes_from_either_apt_sources_format(tmp_path):
 def test_debian_versions_order_as_dpkg_orders_them():
     ordered = ["1.0~rc1-1", "1.0-1", "1.0-1+b1", "1.0a-1", "1.2-1", "1.10-1", "1:0.9-1"]
     assert sorted(reversed(ordered), key=version_key) == ordered
+
+
+def test_a_dated_snapshot_of_the_archive_serves_as_the_mirror(tmp_path):
+    root = tmp_path / "snapshots"
+    build_archive(root / "archive" / "debian" / "20260711T101637Z")
+    with serve(root) as url:
+        recs, prov = read(descriptions(url + "archive/debian/20260711T101637Z/"), tmp_path / "c")
+    assert len(recs) == 4 and prov.extra["pin"]["date"] == "Sat, 11 Jul 2026 10:16:37 UTC"

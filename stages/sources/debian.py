@@ -14,6 +14,7 @@ import fnmatch
 import hashlib
 import os
 import re
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Literal
@@ -106,7 +107,7 @@ def open_suite(cfg: DebianDocsSource | DebianDescriptionsSource, ctx: SourceCont
     release = archive.release(pinned)
     if pinned and release.sha256 != pinned:
         raise PinMismatch(f"{cfg.kind} suite {cfg.suite}", describe(ctx.pin), describe({'kind': cfg.kind, **release.identity()}))
-    prov.extra["signature"] = archive.signature
+    print(f"[ingest] {cfg.kind} suite {cfg.suite}: Release signature {archive.signature}", file=sys.stderr)
     return archive, release
 
 

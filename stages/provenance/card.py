@@ -1,17 +1,14 @@
-"""Model cards (``README.md``) rendered from a lineage record, so a card cannot say anything its record does not.
-
-Pure: a record (``lineage.json``) in, markdown out; a figure the record lacks is ``unknown``. Three cards:
-``classifier_card`` (the model the gate selected), ``generative_card`` (a pre-trained or DAPT model shipped
-beside it, by its ``dvc.lock`` folder) and ``bento_card`` (the Bento's README). ``stages.provenance.verify``
-renders them again from the packaged record and names any that differ.
-"""
+"""Model cards (``README.md``) rendered from a lineage record alone (a figure it lacks is ``unknown``): the
+selected classifier's, a pre-trained model's shipped beside it, and the Bento's; ``verify`` renders them again."""
 
 from __future__ import annotations
 
 from stages.provenance.chain import render as render_chain
 from stages.provenance.record import Lock
 
-from stages.provenance.stagecard import (CARD_FILE, UNKNOWN, architecture_text, objective_text, task_name)  # noqa: F401
+from stages.provenance.stagecard import (CARD_FILE, PRETRAINED_LIMITS, TERMS, UNKNOWN, WEIGHTS,  # noqa: F401
+                                         architecture_text, corpora_lines, evaluation_lines, held_out_rows,
+                                         objective_text, task_name, tokens_table)
 from stages.provenance.stagecard import cell as _cell
 from stages.provenance.stagecard import count as _count
 from stages.provenance.stagecard import render_sections as _render
@@ -90,34 +87,16 @@ def _architecture(record: dict, stage: str | None) -> str:
 
 def _tokens_rows(record: dict, stages: list[str]) -> tuple[list[str], object]:
     """One table row per training stage (corpus, objective, tokens) and the total (None if any is unknown)."""
-    rows, total = ["| stage | corpus | objective | tokens |", "|---|---|---|---|"], 0
-    for s in stages:
-        m = _stage_metrics(record, s)
-        tokens = m.get("tokens")
-        if isinstance(tokens, (int, float)) and not isinstance(tokens, bool) and total is not None:
-            total += int(tokens)
-        else:
-            total = None
-        rows.append(f"| {s} | {_cell(m.get('corpus') or UNKNOWN)} | {_cell(_objective(record, s))} | "
-                    f"{_count(tokens)} |")
-    return rows, total
+    metrics = {s: _stage_metrics(record, s) for s in stages}
+    return tokens_table([{"stage": s, "corpus": m.get("corpus"), "objective": _objective(record, s),
+                          "tokens": m.get("tokens")} for s, m in metrics.items()])
 
 
 def _corpora_lines(record: dict, stages: list[str]) -> list[str]:
     """The raw sources of every corpus ingested upstream, with their licence terms."""
-    lines = []
-    for corpus, info in sorted((record.get("sources") or {}).items()):  # lineage.json sorts keys: so does the card
-        if info.get("stage") not in stages:
-            continue
-        docs = (info.get("counts") or {}).get("documents")
-        lines.append(f"- **{corpus}** ({info.get('stage')}; {_count(docs)} documents after ingest)")
-        for src in info.get("sources") or []:
-            lines.append(f"  - {src.get('kind') or UNKNOWN}: {src.get('description') or UNKNOWN}")
-            licence = src.get("licence") or "unknown (not recorded for this source: check its terms before any use)"
-            lines.append(f"    - licence: {licence}")
-            if src.get("records") is not None:
-                lines.append(f"    - records: {_count(src.get('records'))}")
-    return lines or [f"- {UNKNOWN}"]
+    return corpora_lines({corpus: {"stage": info["stage"], "documents": (info.get("counts") or {}).get("documents"),
+                                   "sources": info.get("sources") or []}
+                          for corpus, info in (record.get("sources") or {}).items() if info.get("stage") in stages})
 
 
 def _task_corpora(record: dict, stage: str | None) -> list[dict]:
@@ -239,20 +218,6 @@ def _classifier_sections(record: dict) -> list[tuple[str, list[str]]]:
                        f"examples, {_count(scores.get('steps'))} steps per seed, learning rate "
                        f"{scores.get('lr', UNKNOWN)}, {_count(scores.get('seed_count'))} seeds."]
 
-    saved, seeds = scores.get("saved"), scores.get("seed_count")
-    evaluation = _table([
-        ("test macro-F1", _score(scores.get("test_macro_f1"), scores.get("test_macro_f1_std"), seeds)),
-        ("test accuracy", _score(scores.get("test_accuracy"), scores.get("test_accuracy_std"), seeds)),
-        ("majority-class baseline, test macro-F1", _score(scores.get("majority_test_macro_f1"))),
-        ("majority-class baseline, test accuracy", _score(scores.get("majority_test_accuracy"))),
-        ("best practitioner baseline (no pre-training), test macro-F1", _baseline(record, scores)),
-        ("best validation macro-F1", _score(scores.get("best_val_macro_f1"), scores.get("best_val_macro_f1_std"),
-                                            seeds)),
-        ("test examples", _count(scores.get("test_examples"))),
-        ("these weights (seed)", f"seed {saved.get('seed')}: test macro-F1 {_score(saved.get('test_macro_f1'))}, "
-                                 f"accuracy {_score(saved.get('test_accuracy'))}" if saved else UNKNOWN),
-    ], ("metric", "value"))
-
     use = [f"- Labelling {'Debian package descriptions with their archive section' if task else 'texts'} among "
            f"the {len(labels) or UNKNOWN} labels above, as the pipeline's demonstration of a gated, traceable model.",
            "- Comparing paradigms and initialisations with the rest of the pipeline's evaluation."]
@@ -268,16 +233,14 @@ def _classifier_sections(record: dict) -> list[tuple[str, list[str]]]:
         f"- Evaluated only on the held-out test split of its task data ({_count(scores.get('test_examples'))} "
         "examples). Any other use (other text, other labels, other languages, decisions about people) needs its "
         "own evaluation first.",
-        "- The training data's terms (above) come with the model: read each source's before any use beyond "
-        "research.",
+        TERMS,
     ]
     return [
         ("Model", _table(about, ("field", "value"))),
         ("Training data", ["Raw sources of every corpus upstream of this model, as ingested, with their licence "
                            "terms:", "", *_corpora_lines(record, upstream)]),
         ("Training", training_lines),
-        ("Evaluation", ["Test-split scores of this fine-tuning run, mean ± std over its seeds, with the "
-                        "majority-class baseline:", "", *evaluation]),
+        ("Evaluation", evaluation_lines(scores, scores.get("seed_count"), _baseline(record, scores))),
         ("Model gate", _gate_lines(record, model.get("name"))),
         ("Intended use", use),
         ("Limits", limits),
@@ -297,10 +260,9 @@ def _generative_facts(record: dict, source: str) -> dict:
     kind, _, paradigm = (stage or "").partition("@")
     metrics = _stage_metrics(record, stage) if stage else {}
     training = _training_stages(record, stage)
-    _, total = _tokens_rows(record, training)
     intrinsic = (((_evaluation(record).get("intrinsic") or {}).get(paradigm) or {}).get(kind) or {})
     return {"stage": stage, "kind": kind, "paradigm": paradigm or None, "metrics": metrics, "training": training,
-            "total": total if training else None, "intrinsic": intrinsic}
+            "total": _tokens_rows(record, training)[1], "intrinsic": intrinsic}
 
 
 def _generative_sections(record: dict, source: str, packaged: bool = True) -> list[tuple[str, list[str]]]:
@@ -310,8 +272,8 @@ def _generative_sections(record: dict, source: str, packaged: bool = True) -> li
     about = _table([
         ("source", f"`{source}`, written by {stage or UNKNOWN}"),
         ("paradigm", paradigm or UNKNOWN),
-        ("weights", {"pretrain": "pre-trained", "dapt": "pre-trained, then domain-adapted (DAPT)"}.get(
-            f["kind"], UNKNOWN) + (f" (corpus: {metrics['corpus']})" if metrics.get("corpus") else "")),
+        ("weights", WEIGHTS.get(f["kind"], UNKNOWN) + (f" (corpus: {metrics['corpus']})" if metrics.get("corpus")
+                                                        else "")),
         ("architecture", _architecture(record, f["training"][0] if f["training"] else None)),
         ("parameters", _count(metrics.get("parameters"))),
         ("objective", _objective(record, stage) if stage else UNKNOWN),
@@ -319,9 +281,7 @@ def _generative_sections(record: dict, source: str, packaged: bool = True) -> li
         ("served by", (f"the Bento's `{ENDPOINT[paradigm]}` endpoint" + ("" if packaged else ", where the package "
                        "stage ships it (`package.generative`)")) if paradigm in ENDPOINT else UNKNOWN),
     ], ("field", "value"))
-    held_out = [("final training loss", _score(metrics.get("train_loss"))),
-                ("held-out loss", _score(metrics.get("eval_loss"))),
-                ("held-out accuracy (predicted tokens)", _score(metrics.get("eval_accuracy")))]
+    held_out = held_out_rows(metrics)
     for corpus, values in sorted(f["intrinsic"].items()):
         if isinstance(values, dict):
             held_out.append((f"evaluation on held-out {corpus} blocks",
@@ -335,11 +295,7 @@ def _generative_sections(record: dict, source: str, packaged: bool = True) -> li
     limits = [
         f"- A tiny language model ({_count(metrics.get('parameters'))} parameters, {_count(f['total'])} training "
         "tokens, trained on a CPU-scale budget): not instruction-tuned, not fine-tuned; do not expect fluent text.",
-        "- Pre-trained only: it predicts tokens like its training corpora; it answers no questions and states no "
-        "facts. Do not show its output to anyone as information.",
-        "- Evaluated only by its held-out loss; any other use needs its own evaluation first.",
-        "- The training data's terms (above) come with the model: read each source's before any use beyond "
-        "research.",
+        *PRETRAINED_LIMITS,
     ]
     return [
         ("Model", about),

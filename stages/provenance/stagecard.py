@@ -1,18 +1,9 @@
 """The model card a training stage writes into its model folder, from what that stage knows when it saves it.
 
-Every folder under ``data/models/`` (``pretrain/<paradigm>``, ``dapt/<paradigm>``, ``finetune/<name>``) holds
-``card.json``, the folder's record (its paradigm, architecture, parameters, objective, the tokens of each
-training stage behind it, the raw sources of every corpus behind it with their licence terms, and its own
-scores), and ``README.md``, rendered from ``card.json`` by :func:`render` and from nothing else. The record is
-made of the stage's declared inputs only (its params, the ingest manifests it is given, the ``card.json`` of
-the folder it starts from, and its own results), never of git or ``dvc.lock``, so the same inputs give the
-same folder, byte for byte.
-
-What the stage cannot know, the card says so: the model gate's verdict comes later (the evaluate stage), and
-``python -m stages.lineage <folder> --card`` renders the card with it from the workspace's lineage record;
-``--verify`` checks this README against its ``card.json`` and ``card.json``'s licences against the ingest
-manifests. The package stage gives a packaged model the card its lineage record renders instead
-(``stages.provenance.card``).
+Each folder under ``data/models/`` holds ``card.json`` (its record, made of the stage's declared inputs only, so
+the same inputs give the same folder byte for byte) and ``README.md``, rendered from it by :func:`render`.
+``python -m stages.lineage <folder> --verify`` checks both (:func:`check`); ``--card`` renders the card with the
+model gate's verdict from the lineage record (``stages.provenance.card``), as the package stage does.
 """
 
 from __future__ import annotations
@@ -200,9 +191,11 @@ def finetune_facts(*, paradigm: str, init: str, labels: list[str], config: dict,
 
 # --------------------------------------------------------------------------------------------- rendering
 def corpora_lines(corpora_: dict) -> list[str]:
+    """Each corpus's raw sources with their licence terms (and its ingest ``stage``, where given)."""
     lines = []
     for corpus, info in sorted((corpora_ or {}).items()):
-        lines.append(f"- **{corpus}** ({count(info.get('documents'))} documents after ingest)")
+        stage = f"{info['stage']}; " if "stage" in info else ""
+        lines.append(f"- **{corpus}** ({stage}{count(info.get('documents'))} documents after ingest)")
         if info.get("sources") is None:
             lines.append("  - sources and licences: unknown (no ingest manifest beside the data: check its terms "
                          "before any use)")
@@ -228,6 +221,29 @@ def tokens_table(training: list[dict] | None) -> tuple[list[str], object]:
     return rows, total if training else None
 
 
+def evaluation_lines(s: dict, seeds, baseline: str | None = None) -> list[str]:
+    """A classifier card's Evaluation section from its scores (``baseline``: the best baseline's, where known)."""
+    saved = s.get("saved")
+    rows = [
+        ("test macro-F1", score(s.get("test_macro_f1"), s.get("test_macro_f1_std"), seeds)),
+        ("test accuracy", score(s.get("test_accuracy"), s.get("test_accuracy_std"), seeds)),
+        ("majority-class baseline, test macro-F1", score(s.get("majority_test_macro_f1"))),
+        ("majority-class baseline, test accuracy", score(s.get("majority_test_accuracy"))),
+        *([("best practitioner baseline (no pre-training), test macro-F1", baseline)] if baseline else []),
+        ("best validation macro-F1", score(s.get("best_val_macro_f1"), s.get("best_val_macro_f1_std"), seeds)),
+        ("test examples", count(s.get("test_examples"))),
+        ("these weights (seed)", f"seed {saved.get('seed')}: test macro-F1 {score(saved.get('test_macro_f1'))}, "
+                                 f"accuracy {score(saved.get('test_accuracy'))}" if saved else UNKNOWN),
+    ]
+    return ["Test-split scores of this fine-tuning run, mean ± std over its seeds, with the majority-class "
+            "baseline:", "", *table(rows, ("metric", "value"))]
+
+
+def held_out_rows(s: dict) -> list[tuple[str, str]]:
+    return [("final training loss", score(s.get("train_loss"))), ("held-out loss", score(s.get("eval_loss"))),
+            ("held-out accuracy (predicted tokens)", score(s.get("eval_accuracy")))]
+
+
 INTRO = ("Written by the stage that saved this folder, from `card.json` beside it: the folder's record, made of the "
          "stage's params and inputs (the ingest manifests with the data's licence terms, the card of the model it "
          "started from) and its own results. Every figure below is a value of that file; `unknown` marks one it "
@@ -239,6 +255,9 @@ GATE_LATER = ("Not known when this folder was written: the evaluate stage's mode
               "`reports/quality/model-gate.json`); `python -m stages.lineage <this folder> --card` shows its verdict.")
 TERMS = ("- The training data's terms (above) come with the model: read each source's before any use beyond "
          "research.")
+PRETRAINED_LIMITS = ["- Pre-trained only: it predicts tokens like its training corpora; it answers no questions and "
+                     "states no facts. Do not show its output to anyone as information.",
+                     "- Evaluated only by its held-out loss; any other use needs its own evaluation first.", TERMS]
 
 
 def _classifier_sections(f: dict) -> list[tuple[str, list[str]]]:
@@ -261,25 +280,13 @@ def _classifier_sections(f: dict) -> list[tuple[str, list[str]]]:
                 ["Pre-training (tokens seen, per stage):", "", *rows, "", f"Total: {count(total)} tokens."])
     training += ["", f"Fine-tuning: {count(s.get('train_examples'))} training examples, {count(s.get('steps'))} "
                      f"steps per seed, learning rate {s.get('lr', UNKNOWN)}, {count(s.get('seeds'))} seeds."]
-    saved, seeds = s.get("saved"), s.get("seeds")
-    evaluation = table([
-        ("test macro-F1", score(s.get("test_macro_f1"), s.get("test_macro_f1_std"), seeds)),
-        ("test accuracy", score(s.get("test_accuracy"), s.get("test_accuracy_std"), seeds)),
-        ("majority-class baseline, test macro-F1", score(s.get("majority_test_macro_f1"))),
-        ("majority-class baseline, test accuracy", score(s.get("majority_test_accuracy"))),
-        ("best validation macro-F1", score(s.get("best_val_macro_f1"), s.get("best_val_macro_f1_std"), seeds)),
-        ("test examples", count(s.get("test_examples"))),
-        ("these weights (seed)", f"seed {saved.get('seed')}: test macro-F1 {score(saved.get('test_macro_f1'))}, "
-                                 f"accuracy {score(saved.get('test_accuracy'))}" if saved else UNKNOWN),
-    ], ("metric", "value"))
     task = f.get("task")
     return [
         ("Model", about),
         ("Training data", ["Raw sources of every corpus behind this model (its tokenizer's, its pre-training's and "
                            "the task's), as ingested, with their licence terms:", "", *corpora_lines(f.get("corpora"))]),
         ("Training", training),
-        ("Evaluation", ["Test-split scores of this fine-tuning run, mean ± std over its seeds, with the "
-                        "majority-class baseline:", "", *evaluation]),
+        ("Evaluation", evaluation_lines(s, s.get("seeds"))),
         ("Model gate", [GATE_LATER]),
         ("Intended use", [f"- Labelling {'Debian package descriptions with their archive section' if task else 'texts'}"
                           f" among the {len(labels) or UNKNOWN} labels above; comparing paradigms and "
@@ -311,21 +318,14 @@ def _generative_sections(f: dict) -> list[tuple[str, list[str]]]:
         ("Training data", ["Raw sources of every corpus behind this model (its tokenizer's and its training's), "
                            "with their licence terms:", "", *corpora_lines(f.get("corpora"))]),
         ("Training", [*rows] if f.get("training") else [f"{UNKNOWN}."]),
-        ("Evaluation", table([("final training loss", score(s.get("train_loss"))),
-                              ("held-out loss", score(s.get("eval_loss"))),
-                              ("held-out accuracy (predicted tokens)", score(s.get("eval_accuracy")))],
-                             ("metric", "value"))),
+        ("Evaluation", table(held_out_rows(s), ("metric", "value"))),
         ("Model gate", ["Not judged by the model gate, which chooses among fine-tuned classifiers; the "
                         "classifiers fine-tuned from this model are (`reports/evaluation.md`)."]),
         ("Intended use", ["- The starting point of fine-tuning and domain adaptation in this pipeline; trying a "
                           "pre-trained model of this paradigm; comparing paradigms."]),
         ("Limits", [
             f"- A tiny language model ({count(f.get('parameters'))} parameters, {count(total)} training tokens, "
-            "trained on a CPU-scale budget): not instruction-tuned; do not expect fluent text.",
-            "- Pre-trained only: it predicts tokens like its training corpora; it answers no questions and states no "
-            "facts. Do not show its output to anyone as information.",
-            "- Evaluated only by its held-out loss; any other use needs its own evaluation first.",
-            TERMS]),
+            "trained on a CPU-scale budget): not instruction-tuned; do not expect fluent text.", *PRETRAINED_LIMITS]),
     ]
 
 

@@ -18,7 +18,7 @@ from stages.provenance.card import CARD_FILE, bento_card, classifier_card, gener
 from stages.provenance.hashing import folder_manifest, md5_file
 from stages.provenance.manifest import (
     SIGNING_KEY_ENV,
-    load_private_key,
+    load_key,
     model_tags,
     sha256_path,
     sha256_stream,
@@ -232,7 +232,7 @@ def signing_key(env=os.environ):
     """The operator's ed25519 private key (``LMPIPE_SIGNING_KEY``: a PEM file), or None: read before anything
     is made, so a bad key packages nothing."""
     path = env.get(SIGNING_KEY_ENV)
-    return load_private_key(path) if path else None
+    return load_key(path, private=True) if path else None
 
 
 def seal(bento, private_key=None) -> dict:

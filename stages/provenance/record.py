@@ -1,15 +1,7 @@
-"""The lineage record of a packaged model, collected from a workspace after ``dvc repro``.
-
-The record is a JSON document (``lineage.json`` inside the packaged model, so it travels with the Bento):
-
-- ``model``: name, paradigm, initialisation, labels, parameter count and the MD5 of each file;
-- ``git``: the commit, whether the tree was dirty and which paths were;
-- ``stages``: the ``dvc.lock`` entry of every stage upstream of the model and of its evaluation;
-- ``files``: every path those stages read or wrote, with DVC's hash and per-file MD5s (checked against
-  ``dvc.lock`` when the record is made);
-- ``params``, ``sources`` (raw inputs and checksums), ``metrics`` of every upstream stage;
-- ``gates``: every Great Expectations gate on the way and the model gate's verdict.
-"""
+"""The lineage record of a packaged model (``lineage.json``, travelling inside the Bento), collected from a
+workspace after ``dvc repro``: the model and its files' MD5s, git state, the ``dvc.lock`` entries of every stage
+upstream of the model and its evaluation, every path they read or wrote (checked against ``dvc.lock``), their
+params, raw sources, metrics and gates, and the model gate's verdict (:func:`collect`)."""
 
 from __future__ import annotations
 
@@ -145,8 +137,6 @@ def gate_summary(report: dict) -> dict:
         return {"gate": report["gate"], "success": report.get("success"), "summary": report.get("summary"),
                 "failed": report.get("failed", []), "stats": report.get("stats", {})}
     return report  # the model gate is small and is kept whole
-
-
 
 
 def sources(root: Path, stage_names: list[str], lock: Lock) -> dict:

@@ -16,15 +16,8 @@ from stages.common.inputs import check_folder, read_json
 from stages.common.redact import redact_url
 from stages.provenance.card import CARD_FILE, bento_card, classifier_card, generative_card
 from stages.provenance.hashing import folder_manifest, md5_file
-from stages.provenance.manifest import (
-    SIGNING_KEY_ENV,
-    load_key,
-    model_tags,
-    sha256_path,
-    sha256_stream,
-    write_manifest,
-)
-from stages.provenance.record import LineageError, collect
+from stages.provenance.manifest import SIGNING_KEY_ENV, load_key, model_tags, sha256_path, sha256_stream, write_manifest
+from stages.provenance.record import LineageError, Lock, collect
 from stages.provenance.record import stored as as_stored
 from stages.serving.config import EXPORT_SUFFIX, PackageConfig
 
@@ -85,9 +78,7 @@ def save_models(record: dict, cfg: PackageConfig, *, root: Path, model_dir: Path
     each."""
     import bentoml
 
-
-    # the cards are rendered from the record as lineage.json stores it (keys sorted), as a verifier reads it
-    stored = as_stored(record)
+    stored = as_stored(record)  # the cards are rendered from the record as lineage.json stores it, as verify reads it
     labels, metadata = model_metadata(record)
     with bentoml.models.create(f"{cfg.name}-classifier", labels=labels, metadata=metadata) as m:
         _copy_files(root / model_dir, Path(m.path), skip=CARD_FILE)
@@ -99,8 +90,7 @@ def save_models(record: dict, cfg: PackageConfig, *, root: Path, model_dir: Path
         rel = folder.as_posix()
         info = record["files"].get(rel)
         meta = _plain({"source": rel, "md5": info["md5"], "files": info["files"], "classifier": str(m.tag),
-                "git": record["git"], "stage": next((n for n, e in record["stages"].items()
-                                                     if any(o["path"] == rel for o in e.get("outs", []))), None)})
+                       "git": record["git"], "stage": Lock(stages=record["stages"]).writer(rel)})
         with bentoml.models.create(f"{cfg.name}-{paradigm}",
                                    labels={"pipeline": "lm-pipeline", "paradigm": paradigm,
                                            "weights": cfg.generative_from, "git_commit": labels["git_commit"]},
@@ -150,11 +140,9 @@ def python_packages() -> list[str]:
     return pins
 
 
-# The image's base distribution (BentoML's python:<version>-slim for "debian") and the system packages the
-# service needs on it: none, since every dependency above is a manylinux wheel with its native libraries inside.
+# The image's base distribution (BentoML's python:<version>-slim) and the system packages the service needs on it:
+# none, since every dependency above is a manylinux wheel with its native libraries inside.
 DISTRO = "debian"
-
-
 SYSTEM_PACKAGES: tuple[str, ...] = ()
 
 
@@ -186,7 +174,6 @@ def build_bento(cfg: PackageConfig, tags: dict, *, service: Path, stages_dir: Pa
     folder as the record names it."""
     import bentoml
 
-
     image = image_options()
     resources = cfg.resources.as_service()
     served = {"name": cfg.name, "classifier": tags["classifier"],
@@ -196,8 +183,7 @@ def build_bento(cfg: PackageConfig, tags: dict, *, service: Path, stages_dir: Pa
                         "python_packages": image["python"]["packages"],
                         "extra_index_url": image["python"].get("extra_index_url")},
               "resources": resources}
-    # The build context is scratch in the workspace (``dist/.bento-ctx.work-<pid>@<host>-*``), not in /tmp: one
-    # left by a killed run is removed by the next stage's sweep (stages.common.atomic.sweep_dead).
+    # scratch in the workspace, not /tmp: one a killed run leaves is swept (stages.common.atomic.sweep_dead)
     with work_dir(scratch / "bento-ctx") as tmp:
         ctx = Path(tmp)
         shutil.copy2(service, ctx / "service.py")
@@ -240,7 +226,6 @@ def seal(bento, private_key=None) -> dict:
     import bentoml
     import yaml
 
-
     folder = Path(bento.path)
     info = yaml.safe_load((folder / "bento.yaml").read_text(encoding="utf-8")) or {}
     models = {tag: Path(bentoml.models.get(tag).path) for tag in model_tags(info)}
@@ -265,8 +250,6 @@ def export(bento, registry: str, fmt: str = "bento") -> str:
         return url
     folder = Path(registry).resolve()  # BentoML's fsspec export reads a relative path from the filesystem root
     folder.mkdir(parents=True, exist_ok=True)
-
-    # Same extension (BentoML goes by it); a killed export's file is swept later.
     tmp = temp_sibling(folder / name, suffix=suffix)
     try:
         bentoml.bentos.export_bento(bento.tag, str(tmp), fmt)
@@ -330,6 +313,5 @@ def package(cfg: PackageConfig, *, root: Path, gate_path: Path, finetuned: Path,
 def lineage_md5(model_tag: str) -> str:
     """MD5 of the ``lineage.json`` packaged with the classifier ``model_tag``."""
     import bentoml
-
 
     return md5_file(Path(bentoml.models.get(model_tag).path) / "lineage.json")

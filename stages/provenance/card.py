@@ -6,9 +6,9 @@ from __future__ import annotations
 from stages.provenance.chain import render as render_chain
 from stages.provenance.record import Lock
 
-from stages.provenance.stagecard import (CARD_FILE, PRETRAINED_LIMITS, TERMS, UNKNOWN, WEIGHTS,  # noqa: F401
-                                         architecture_text, corpora_lines, evaluation_lines, held_out_rows,
-                                         objective_text, task_name, tokens_table)
+from stages.provenance.stagecard import (CARD_FILE, TERMS, UNKNOWN, architecture_text,  # noqa: F401
+                                         classifier_sections, generative_sections, objective_text, task_name,
+                                         tokens_table)
 from stages.provenance.stagecard import cell as _cell
 from stages.provenance.stagecard import count as _count
 from stages.provenance.stagecard import render_sections as _render
@@ -85,18 +85,18 @@ def _architecture(record: dict, stage: str | None) -> str:
     return architecture_text(model, f"params of {stage}")
 
 
-def _tokens_rows(record: dict, stages: list[str]) -> tuple[list[str], object]:
-    """One table row per training stage (corpus, objective, tokens) and the total (None if any is unknown)."""
+def _training(record: dict, stages: list[str]) -> list[dict]:
+    """Each training stage's corpus, objective and tokens, as a folder card's ``training`` holds them."""
     metrics = {s: _stage_metrics(record, s) for s in stages}
-    return tokens_table([{"stage": s, "corpus": m.get("corpus"), "objective": _objective(record, s),
-                          "tokens": m.get("tokens")} for s, m in metrics.items()])
+    return [{"stage": s, "corpus": m.get("corpus"), "objective": _objective(record, s), "tokens": m.get("tokens")}
+            for s, m in metrics.items()]
 
 
-def _corpora_lines(record: dict, stages: list[str]) -> list[str]:
-    """The raw sources of every corpus ingested upstream, with their licence terms."""
-    return corpora_lines({corpus: {"stage": info["stage"], "documents": (info.get("counts") or {}).get("documents"),
-                                   "sources": info.get("sources") or []}
-                          for corpus, info in (record.get("sources") or {}).items() if info.get("stage") in stages})
+def _corpora(record: dict, stages: list[str]) -> dict:
+    """The raw sources of every corpus ingested by ``stages``, as a folder card's ``corpora`` holds them."""
+    return {corpus: {"stage": info["stage"], "documents": (info.get("counts") or {}).get("documents"),
+                     "sources": info.get("sources") or []}
+            for corpus, info in (record.get("sources") or {}).items() if info.get("stage") in stages}
 
 
 def _task_corpora(record: dict, stage: str | None) -> list[dict]:
@@ -160,10 +160,10 @@ def _classifier_scores(record: dict) -> dict:
             if value is not None:
                 merged.setdefault(key, value)
     seeds = merged.get("seeds")
-    merged["seed_count"] = len(seeds) if isinstance(seeds, list) else seeds if isinstance(seeds, int) else None
     if isinstance(seeds, list):
-        saved = next((s for s in seeds if isinstance(s, dict) and s.get("seed") == merged.get("saved_seed")), None)
-        merged["saved"] = saved
+        merged["saved"] = next((s for s in seeds if isinstance(s, dict) and s.get("seed") == merged.get("saved_seed")),
+                               None)
+    merged["seeds"] = len(seeds) if isinstance(seeds, list) else seeds if isinstance(seeds, int) else None
     return merged
 
 
@@ -177,47 +177,19 @@ def _baseline(record: dict, scores: dict) -> str:
 
 def _classifier_sections(record: dict) -> list[tuple[str, list[str]]]:
     model = record.get("model") or {}
-    stage = model.get("stage")
-    paradigm, init = model.get("paradigm"), model.get("init")
+    stage, init = model.get("stage"), model.get("init")
     labels = model.get("labels") or []
-    upstream = _upstream(record, stage)
     training = _training_stages(record, stage)
-    scores = _classifier_scores(record)
-    task = _task_name(record, stage)
-    max_len = _stage_setting(record, stage, "max_len") if stage else None
-    head = _stage_setting(record, stage, "head") if stage else None
     backbone = training[0] if training else None  # the config a random-init model was built from, too
     if init == "random":  # the pre-trained folder gave the architecture only, none of the weights
         training = []
-    token_rows, total = _tokens_rows(record, training)
-
-    about = [
-        ("task", f"{task}: a package description in, one of its {len(labels)} sections out" if task and labels
-         else f"text classification into {len(labels)} labels" if labels else UNKNOWN),
-        ("labels", ", ".join(map(str, labels)) if labels else UNKNOWN),
-        ("paradigm", str(paradigm) if paradigm else UNKNOWN),
-        ("initialisation", str(init) if init else UNKNOWN),
-        ("architecture", _architecture(record, backbone)),
-        ("parameters", _count(model.get("parameters"))),
-        ("fine-tuning objective", f"classification into the {len(labels)} labels (head `{head}`)" if labels and head
-         else f"classification into the {len(labels)} labels" if labels else UNKNOWN),
-        ("pre-training tokens", "none (random initialisation: no pre-trained weights)" if init == "random"
-         else _count(total) if training else UNKNOWN),
-        ("fine-tuning examples", _count(scores.get("train_examples"))),
-        ("files", f"{len(model.get('files') or {})}, md5 {model.get('md5') or UNKNOWN}"),
-    ]
-    training_lines = []
-    if training:
-        training_lines += ["Pre-training (tokens seen, per stage):", "", *token_rows, "",
-                           f"Total: {_count(total)} tokens."]
-    elif init == "random":
-        training_lines.append("No pre-training: the weights were initialised at random, then fine-tuned.")
-    else:
-        training_lines.append(f"Pre-training: {UNKNOWN}.")
-    training_lines += ["", f"Fine-tuning ({stage or UNKNOWN}): {_count(scores.get('train_examples'))} training "
-                       f"examples, {_count(scores.get('steps'))} steps per seed, learning rate "
-                       f"{scores.get('lr', UNKNOWN)}, {_count(scores.get('seed_count'))} seeds."]
-
+    scores = _classifier_scores(record)
+    task = _task_name(record, stage)
+    max_len = _stage_setting(record, stage, "max_len") if stage else None
+    facts = {"labels": labels, "task": task, "paradigm": model.get("paradigm"), "init": init, "scores": scores,
+             "parameters": model.get("parameters"), "head": _stage_setting(record, stage, "head") if stage else None,
+             "training": _training(record, training), "corpora": _corpora(record, _upstream(record, stage))}
+    total = tokens_table(facts["training"])[1]
     use = [f"- Labelling {'Debian package descriptions with their archive section' if task else 'texts'} among "
            f"the {len(labels) or UNKNOWN} labels above, as the pipeline's demonstration of a gated, traceable model.",
            "- Comparing paradigms and initialisations with the rest of the pipeline's evaluation."]
@@ -235,16 +207,11 @@ def _classifier_sections(record: dict) -> list[tuple[str, list[str]]]:
         "own evaluation first.",
         TERMS,
     ]
-    return [
-        ("Model", _table(about, ("field", "value"))),
-        ("Training data", ["Raw sources of every corpus upstream of this model, as ingested, with their licence "
-                           "terms:", "", *_corpora_lines(record, upstream)]),
-        ("Training", training_lines),
-        ("Evaluation", evaluation_lines(scores, scores.get("seed_count"), _baseline(record, scores))),
-        ("Model gate", _gate_lines(record, model.get("name"))),
-        ("Intended use", use),
-        ("Limits", limits),
-    ]
+    return classifier_sections(
+        facts, architecture=_architecture(record, backbone), gate=_gate_lines(record, model.get("name")),
+        data="Raw sources of every corpus upstream of this model, as ingested, with their licence terms:",
+        use=use, limits=limits, stage=f" ({stage or UNKNOWN})", baseline=_baseline(record, scores),
+        files=f"{len(model.get('files') or {})}, md5 {model.get('md5') or UNKNOWN}", unknown_pretraining=True)
 
 
 def classifier_card(record: dict, by: str = PACKAGE) -> str:
@@ -260,53 +227,33 @@ def _generative_facts(record: dict, source: str) -> dict:
     kind, _, paradigm = (stage or "").partition("@")
     metrics = _stage_metrics(record, stage) if stage else {}
     training = _training_stages(record, stage)
-    intrinsic = (((_evaluation(record).get("intrinsic") or {}).get(paradigm) or {}).get(kind) or {})
-    return {"stage": stage, "kind": kind, "paradigm": paradigm or None, "metrics": metrics, "training": training,
-            "total": _tokens_rows(record, training)[1], "intrinsic": intrinsic}
+    facts = {"stage": stage, "kind": kind, "paradigm": paradigm or None, "corpus": metrics.get("corpus"),
+             "parameters": metrics.get("parameters"), "objective": _objective(record, stage) if stage else UNKNOWN,
+             "training": _training(record, training), "corpora": _corpora(record, _upstream(record, stage)),
+             "scores": metrics, "backbone": training[0] if training else None}
+    return {**facts, "total": tokens_table(facts["training"])[1]}
 
 
 def _generative_sections(record: dict, source: str, packaged: bool = True) -> list[tuple[str, list[str]]]:
     f = _generative_facts(record, source)
-    stage, paradigm, metrics = f["stage"], f["paradigm"], f["metrics"]
-    token_rows, _ = _tokens_rows(record, f["training"])
-    about = _table([
-        ("source", f"`{source}`, written by {stage or UNKNOWN}"),
-        ("paradigm", paradigm or UNKNOWN),
-        ("weights", WEIGHTS.get(f["kind"], UNKNOWN) + (f" (corpus: {metrics['corpus']})" if metrics.get("corpus")
-                                                        else "")),
-        ("architecture", _architecture(record, f["training"][0] if f["training"] else None)),
-        ("parameters", _count(metrics.get("parameters"))),
-        ("objective", _objective(record, stage) if stage else UNKNOWN),
-        ("training tokens", _count(f["total"])),
-        ("served by", (f"the Bento's `{ENDPOINT[paradigm]}` endpoint" + ("" if packaged else ", where the package "
-                       "stage ships it (`package.generative`)")) if paradigm in ENDPOINT else UNKNOWN),
-    ], ("field", "value"))
-    held_out = held_out_rows(metrics)
-    for corpus, values in sorted(f["intrinsic"].items()):
-        if isinstance(values, dict):
-            held_out.append((f"evaluation on held-out {corpus} blocks",
-                             ", ".join(f"{k} {_score(v)}" for k, v in sorted(values.items())
-                                       if k != "blocks") or UNKNOWN))
+    stage, paradigm, kind = f["stage"], f["paradigm"], f["kind"]
+    intrinsic = (((_evaluation(record).get("intrinsic") or {}).get(paradigm) or {}).get(kind) or {})
+    held_out = [(f"evaluation on held-out {corpus} blocks",
+                 ", ".join(f"{k} {_score(v)}" for k, v in sorted(values.items()) if k != "blocks") or UNKNOWN)
+                for corpus, values in sorted(intrinsic.items()) if isinstance(values, dict)]
     gate = record.get("model_gate") if isinstance(record.get("model_gate"), dict) else {}
-    gate_line = (f"Not judged by the model gate, which chooses among fine-tuned classifiers; this model "
-                 f"{'ships beside' if packaged else 'is upstream of'} the classifier "
-                 f"`{(record.get('model') or {}).get('name') or UNKNOWN}`, whose verdict was "
-                 f"**{'PASSED' if gate.get('passed') else 'FAILED' if 'passed' in gate else UNKNOWN}**.")
-    limits = [
-        f"- A tiny language model ({_count(metrics.get('parameters'))} parameters, {_count(f['total'])} training "
-        "tokens, trained on a CPU-scale budget): not instruction-tuned, not fine-tuned; do not expect fluent text.",
-        *PRETRAINED_LIMITS,
-    ]
-    return [
-        ("Model", about),
-        ("Training data", ["Raw sources of every corpus upstream of this model, with their licence terms:", "",
-                           *_corpora_lines(record, _upstream(record, stage))]),
-        ("Training", [*token_rows] if f["training"] else [f"{UNKNOWN}."]),
-        ("Evaluation", _table(held_out, ("metric", "value"))),
-        ("Model gate", [gate_line]),
-        ("Intended use", ["- Trying the pipeline's pre-trained model through its endpoint; comparing paradigms."]),
-        ("Limits", limits),
-    ]
+    served = ((f"the Bento's `{ENDPOINT[paradigm]}` endpoint" + ("" if packaged else ", where the package stage "
+              "ships it (`package.generative`)")) if paradigm in ENDPOINT else UNKNOWN)
+    return generative_sections(
+        f, architecture=_architecture(record, f["backbone"]), first=[("source", f"`{source}`, written by "
+                                                                               f"{stage or UNKNOWN}")],
+        last=[("served by", served)], evaluation=held_out, not_fine_tuned=", not fine-tuned",
+        data="Raw sources of every corpus upstream of this model, with their licence terms:",
+        gate=f"Not judged by the model gate, which chooses among fine-tuned classifiers; this model "
+             f"{'ships beside' if packaged else 'is upstream of'} the classifier "
+             f"`{(record.get('model') or {}).get('name') or UNKNOWN}`, whose verdict was "
+             f"**{'PASSED' if gate.get('passed') else 'FAILED' if 'passed' in gate else UNKNOWN}**.",
+        use="- Trying the pipeline's pre-trained model through its endpoint; comparing paradigms.")
 
 
 def generative_card(record: dict, source: str, by: str = PACKAGE) -> str:
@@ -346,10 +293,9 @@ def bento_card(record: dict, served: dict) -> str:
     for paradigm, g in sorted(generative.items()):
         f = _generative_facts(record, g.get("source") or "")
         sections.append((f"Pre-trained {paradigm} ({g.get('tag') or UNKNOWN})", [
-            f"From `{g.get('source') or UNKNOWN}` ({f['stage'] or UNKNOWN}): {_count(f['metrics'].get('parameters'))} "
-            f"parameters, {_count(f['total'])} training tokens, objective "
-            f"{_objective(record, f['stage']) if f['stage'] else UNKNOWN}, held-out loss "
-            f"{_score(f['metrics'].get('eval_loss'))}. Not judged by the model gate; its own card is the model's "
+            f"From `{g.get('source') or UNKNOWN}` ({f['stage'] or UNKNOWN}): {_count(f['parameters'])} "
+            f"parameters, {_count(f['total'])} training tokens, objective {f['objective']}, held-out loss "
+            f"{_score(f['scores'].get('eval_loss'))}. Not judged by the model gate; its own card is the model's "
             f"`{CARD_FILE}`."]))
     sections.append(("Lineage", ["The chain from raw sources to this Bento (`python -m stages.lineage` prints it "
                                  "and `--verify` checks it):", "", "```", render_chain(record), "```"]))

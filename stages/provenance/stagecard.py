@@ -253,90 +253,102 @@ INTRO = ("Written by the stage that saved this folder, from `card.json` beside i
 GATE_LATER = ("Not known when this folder was written: the evaluate stage's model gate chooses among the "
               "fine-tuned classifiers on the validation split afterwards (`reports/evaluation.md`, "
               "`reports/quality/model-gate.json`); `python -m stages.lineage <this folder> --card` shows its verdict.")
+CLASSIFIER_DATA = ("Raw sources of every corpus behind this model (its tokenizer's, its pre-training's and the "
+                   "task's), as ingested, with their licence terms:")
+GENERATIVE_DATA = ("Raw sources of every corpus behind this model (its tokenizer's and its training's), with their "
+                   "licence terms:")
+GENERATIVE_GATE = ("Not judged by the model gate, which chooses among fine-tuned classifiers; the classifiers "
+                   "fine-tuned from this model are (`reports/evaluation.md`).")
+GENERATIVE_USE = ("- The starting point of fine-tuning and domain adaptation in this pipeline; trying a pre-trained "
+                  "model of this paradigm; comparing paradigms.")
 TERMS = ("- The training data's terms (above) come with the model: read each source's before any use beyond "
          "research.")
-PRETRAINED_LIMITS = ["- Pre-trained only: it predicts tokens like its training corpora; it answers no questions and "
-                     "states no facts. Do not show its output to anyone as information.",
-                     "- Evaluated only by its held-out loss; any other use needs its own evaluation first.", TERMS]
 
 
-def _classifier_sections(f: dict) -> list[tuple[str, list[str]]]:
+def classifier_sections(f: dict, *, architecture: str, data: str, gate: list[str], use: list[str],
+                        limits: list[str], stage: str = "", baseline: str | None = None, files: str | None = None,
+                        unknown_pretraining: bool = False) -> list[tuple[str, list[str]]]:
+    """A fine-tuned classifier's card sections from its facts (a folder's ``card.json`` or the lineage record's)."""
     labels, s = f.get("labels") or [], f.get("scores") or {}
     rows, total = tokens_table(f.get("training"))
     random = f.get("init") == "random"
-    about = table([
+    about = [
         ("task", f"{f['task']}: a package description in, one of its {len(labels)} sections out"
          if f.get("task") and labels else f"text classification into {len(labels)} labels" if labels else UNKNOWN),
         ("labels", ", ".join(map(str, labels)) or UNKNOWN),
         ("paradigm", str(f.get("paradigm") or UNKNOWN)),
         ("initialisation", str(f.get("init") or UNKNOWN)),
-        ("architecture", architecture_text(f.get("model_config"))),
+        ("architecture", architecture),
         ("parameters", count(f.get("parameters"))),
-        ("fine-tuning objective", f"classification into the {len(labels)} labels (head `{f.get('head')}`)"),
+        ("fine-tuning objective", f"classification into the {len(labels)} labels (head `{f['head']}`)"
+         if labels and f.get("head") else f"classification into the {len(labels)} labels" if labels else UNKNOWN),
         ("pre-training tokens", "none (random initialisation: no pre-trained weights)" if random else count(total)),
         ("fine-tuning examples", count(s.get("train_examples"))),
-    ], ("field", "value"))
-    training = (["No pre-training: the weights were initialised at random, then fine-tuned."] if random else
-                ["Pre-training (tokens seen, per stage):", "", *rows, "", f"Total: {count(total)} tokens."])
-    training += ["", f"Fine-tuning: {count(s.get('train_examples'))} training examples, {count(s.get('steps'))} "
-                     f"steps per seed, learning rate {s.get('lr', UNKNOWN)}, {count(s.get('seeds'))} seeds."]
-    task = f.get("task")
-    return [
-        ("Model", about),
-        ("Training data", ["Raw sources of every corpus behind this model (its tokenizer's, its pre-training's and "
-                           "the task's), as ingested, with their licence terms:", "", *corpora_lines(f.get("corpora"))]),
-        ("Training", training),
-        ("Evaluation", evaluation_lines(s, s.get("seeds"))),
-        ("Model gate", [GATE_LATER]),
-        ("Intended use", [f"- Labelling {'Debian package descriptions with their archive section' if task else 'texts'}"
-                          f" among the {len(labels) or UNKNOWN} labels above; comparing paradigms and "
-                          "initialisations with the rest of the pipeline's evaluation."]),
-        ("Limits", [
-            f"- A tiny model ({count(f.get('parameters'))} parameters) from a pipeline built to train on CPU: far "
-            "below general-purpose language models in knowledge and robustness.",
-            "- A closed label set: every input gets one of the labels, also text unlike the training data.",
-            f"- Texts longer than {count(f.get('max_len'))} tokens are cut to that length.",
-            f"- Evaluated only on the held-out test split of its task data ({count(s.get('test_examples'))} "
-            "examples); any other use needs its own evaluation first.",
-            TERMS]),
+        *([("files", files)] if files else []),
     ]
+    if random:
+        training = ["No pre-training: the weights were initialised at random, then fine-tuned."]
+    elif f.get("training") or not unknown_pretraining:
+        training = ["Pre-training (tokens seen, per stage):", "", *rows, "", f"Total: {count(total)} tokens."]
+    else:
+        training = [f"Pre-training: {UNKNOWN}."]
+    training += ["", f"Fine-tuning{stage}: {count(s.get('train_examples'))} training examples, "
+                     f"{count(s.get('steps'))} steps per seed, learning rate {s.get('lr', UNKNOWN)}, "
+                     f"{count(s.get('seeds'))} seeds."]
+    return [("Model", table(about, ("field", "value"))),
+            ("Training data", [data, "", *corpora_lines(f.get("corpora"))]),
+            ("Training", training),
+            ("Evaluation", evaluation_lines(s, s.get("seeds"), baseline)),
+            ("Model gate", gate), ("Intended use", use), ("Limits", limits)]
 
 
-def _generative_sections(f: dict) -> list[tuple[str, list[str]]]:
+def generative_sections(f: dict, *, architecture: str, data: str, gate: str, use: str, first=(), last=(),
+                        evaluation=(), not_fine_tuned: str = "") -> list[tuple[str, list[str]]]:
+    """A pre-trained (or DAPT) model's card sections from its facts."""
     rows, total = tokens_table(f.get("training"))
-    s = f.get("scores") or {}
     about = table([
+        *first,
         ("paradigm", str(f.get("paradigm") or UNKNOWN)),
         ("weights", WEIGHTS.get(f.get("kind"), UNKNOWN) + (f" (corpus: {f['corpus']})" if f.get("corpus") else "")),
-        ("architecture", architecture_text(f.get("model_config"))),
+        ("architecture", architecture),
         ("parameters", count(f.get("parameters"))),
         ("objective", f.get("objective") or UNKNOWN),
         ("training tokens", count(total)),
+        *last,
     ], ("field", "value"))
-    return [
-        ("Model", about),
-        ("Training data", ["Raw sources of every corpus behind this model (its tokenizer's and its training's), "
-                           "with their licence terms:", "", *corpora_lines(f.get("corpora"))]),
-        ("Training", [*rows] if f.get("training") else [f"{UNKNOWN}."]),
-        ("Evaluation", table(held_out_rows(s), ("metric", "value"))),
-        ("Model gate", ["Not judged by the model gate, which chooses among fine-tuned classifiers; the "
-                        "classifiers fine-tuned from this model are (`reports/evaluation.md`)."]),
-        ("Intended use", ["- The starting point of fine-tuning and domain adaptation in this pipeline; trying a "
-                          "pre-trained model of this paradigm; comparing paradigms."]),
-        ("Limits", [
-            f"- A tiny language model ({count(f.get('parameters'))} parameters, {count(total)} training tokens, "
-            "trained on a CPU-scale budget): not instruction-tuned; do not expect fluent text.", *PRETRAINED_LIMITS]),
-    ]
+    limits = [f"- A tiny language model ({count(f.get('parameters'))} parameters, {count(total)} training tokens, "
+              f"trained on a CPU-scale budget): not instruction-tuned{not_fine_tuned}; do not expect fluent text.",
+              "- Pre-trained only: it predicts tokens like its training corpora; it answers no questions and states no "
+              "facts. Do not show its output to anyone as information.",
+              "- Evaluated only by its held-out loss; any other use needs its own evaluation first.", TERMS]
+    return [("Model", about),
+            ("Training data", [data, "", *corpora_lines(f.get("corpora"))]),
+            ("Training", [*rows] if f.get("training") else [f"{UNKNOWN}."]),
+            ("Evaluation", table([*held_out_rows(f.get("scores") or {}), *evaluation], ("metric", "value"))),
+            ("Model gate", [gate]), ("Intended use", [use]), ("Limits", limits)]
 
 
-def render(facts: dict) -> str:
+def render(f: dict) -> str:
     """A model folder's ``README.md`` from its ``card.json``."""
-    kind, paradigm = facts.get("kind"), facts.get("paradigm") or UNKNOWN
-    if kind == "finetune":
-        title = f"Model card: {paradigm}-{facts.get('init') or UNKNOWN} (lm-pipeline classifier, fine-tuned)"
-        return render_sections(title, [INTRO], _classifier_sections(facts))
-    title = f"Model card: {paradigm}, {WEIGHTS.get(kind, UNKNOWN)} (lm-pipeline)"
-    return render_sections(title, [INTRO], _generative_sections(facts))
+    kind, paradigm, architecture = f.get("kind"), f.get("paradigm") or UNKNOWN, architecture_text(f.get("model_config"))
+    if kind != "finetune":
+        return render_sections(f"Model card: {paradigm}, {WEIGHTS.get(kind, UNKNOWN)} (lm-pipeline)", [INTRO],
+                               generative_sections(f, architecture=architecture, data=GENERATIVE_DATA,
+                                                   gate=GENERATIVE_GATE, use=GENERATIVE_USE))
+    labels, s = f.get("labels") or [], f.get("scores") or {}
+    sections = classifier_sections(
+        f, architecture=architecture, gate=[GATE_LATER], data=CLASSIFIER_DATA,
+        use=[f"- Labelling {'Debian package descriptions with their archive section' if f.get('task') else 'texts'}"
+             f" among the {len(labels) or UNKNOWN} labels above; comparing paradigms and initialisations with the "
+             "rest of the pipeline's evaluation."],
+        limits=[f"- A tiny model ({count(f.get('parameters'))} parameters) from a pipeline built to train on CPU: far "
+                "below general-purpose language models in knowledge and robustness.",
+                "- A closed label set: every input gets one of the labels, also text unlike the training data.",
+                f"- Texts longer than {count(f.get('max_len'))} tokens are cut to that length.",
+                f"- Evaluated only on the held-out test split of its task data ({count(s.get('test_examples'))} "
+                "examples); any other use needs its own evaluation first.", TERMS])
+    return render_sections(f"Model card: {paradigm}-{f.get('init') or UNKNOWN} (lm-pipeline classifier, fine-tuned)",
+                           [INTRO], sections)
 
 
 def write(folder: Path, facts: dict) -> None:

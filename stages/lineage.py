@@ -60,13 +60,11 @@ def main(argv: Iterable[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m stages.lineage", description=__doc__.split("\n\n")[0])
     ap.add_argument("target", help="an exported .bento file, a Bento or model tag, a Bento or model folder")
     ap.add_argument("--verify", action="store_true", help="recompute hashes; exit 1 on any mismatch")
-    ap.add_argument("--workspace", type=Path, help="the project folder to verify against (default: a workspace "
-                                                   "model folder's own; else the nearest folder at or above the "
-                                                   "current one holding dvc.lock)")
-    ap.add_argument("--pin", metavar="SHA256", help="with --verify and a Bento (exported file, folder or tag): the "
-                                                    "SHA-256 of its manifest (package.json manifest_sha256) or of the "
-                                                    "exported archive (sha256), from a place its publisher cannot "
-                                                    "rewrite; binds every file")
+    ap.add_argument("--workspace", type=Path, help="the project folder to verify against (default: the model "
+                    "folder's own, else the nearest folder at or above the current one holding dvc.lock)")
+    ap.add_argument("--pin", metavar="SHA256", help="with --verify and a Bento: the SHA-256 of its manifest "
+                    "(package.json manifest_sha256) or of the exported archive, from where its publisher cannot "
+                    "rewrite it; binds every file")
     ap.add_argument("--public-key", metavar="PEM", type=Path,
                     help="with --verify and a Bento: the ed25519 public key whose private key signed the manifest "
                          "at packaging (LMPIPE_SIGNING_KEY); binds every file")
@@ -75,33 +73,25 @@ def main(argv: Iterable[str] | None = None) -> int:
                          "audit that must prove origin, not only consistency)")
     ap.add_argument("--json", action="store_true", help="print the record (and the verdict) as JSON")
     ap.add_argument("--card", action="store_true", help="print the model card rendered from the record (for a "
-                                                        "pre-trained or DAPT folder of a workspace, that model's)")
+                    "pre-trained or DAPT folder of a workspace, that model's)")
     args = ap.parse_args(list(argv) if argv is not None else None)
 
+    verdict = None
     try:
         target = open_target(args.target)
+        binding = [flag for flag, value in (("--pin", args.pin), ("--public-key", args.public_key)) if value]
+        if binding and not (args.verify and target.files is not None):
+            raise LineageError(f"{' and '.join(binding)} check a Bento (an exported .bento, a Bento folder or a Bento "
+                               f"tag) with --verify; {args.target} is "
+                               f"{'not one' if args.verify else 'given without --verify'}")
+        public_key = load_key(args.public_key, private=False) if args.public_key is not None else None
+        workspace = (args.workspace or target.workspace or find_workspace(Path.cwd())) if args.verify else None
+        if args.verify and args.workspace is not None and not (workspace / "dvc.lock").is_file():
+            raise LineageError(f"{workspace}: no dvc.lock in this workspace")
     except LineageError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    verdict, workspace = None, None
-    binding = [flag for flag, value in (("--pin", args.pin), ("--public-key", args.public_key)) if value]
-    if binding and not (args.verify and target.files is not None):
-        print(f"error: {' and '.join(binding)} check a Bento (an exported .bento, a Bento folder or a Bento tag) "
-              f"with --verify; {args.target} is {'not one' if args.verify else 'given without --verify'}",
-              file=sys.stderr)
-        return 2
-    public_key = None
-    if args.public_key is not None:
-        try:
-            public_key = load_key(args.public_key, private=False)
-        except LineageError as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return 2
     if args.verify:
-        workspace = args.workspace or target.workspace or find_workspace(Path.cwd())
-        if args.workspace is not None and not (workspace / "dvc.lock").is_file():
-            print(f"error: {workspace}: no dvc.lock in this workspace", file=sys.stderr)
-            return 2
         verdict = verify(target.record, packaged=target.packaged, workspace=workspace, src=target.src,
                          all_files=target.all_files, bento=target.bento, pin=args.pin, files=target.files,
                          manifest=target.manifest, signature=target.signature, public_key=public_key,
@@ -116,27 +106,24 @@ def main(argv: Iterable[str] | None = None) -> int:
             verdict.mismatches += problems
             verdict.verified += [v for v in verified if not v.endswith("no folder card to check")]
             verdict.notes += [v for v in verified if v.endswith("no folder card to check")]
-    if args.card:
-        by = "`python -m stages.lineage --card`"
-        if target.stage and not target.stage.startswith("finetune@"):
-            print(generative_card(target.record, target.folder, by=by), end="")
-        else:
-            print(classifier_card(target.record, by=by), end="")
-        if verdict is not None:
-            print()
-            print(report(verdict, workspace is not None))
-    elif args.json:
+    if args.json and not args.card:
         out = {"bento": target.bento, "record": target.record}
         if verdict is not None:
             out["verify"] = verdict.as_dict()
         json.dump(out, sys.stdout, indent=2, sort_keys=True)
         sys.stdout.write("\n")
     else:
-        if target.folder:
-            print(f"Workspace model folder {target.folder} (written by {target.stage}); the record of the classifier "
-                  f"{target.record['model']['name']}" + ("" if target.stage.startswith("finetune@") else
-                                                        ", which it is upstream of") + ":")
-        print(render(target.record, target.bento))
+        by = "`python -m stages.lineage --card`"
+        if args.card and target.stage and not target.stage.startswith("finetune@"):
+            print(generative_card(target.record, target.folder, by=by), end="")
+        elif args.card:
+            print(classifier_card(target.record, by=by), end="")
+        else:
+            if target.folder:
+                print(f"Workspace model folder {target.folder} (written by {target.stage}); the record of the "
+                      f"classifier {target.record['model']['name']}" + ("" if target.stage.startswith("finetune@")
+                                                                       else ", which it is upstream of") + ":")
+            print(render(target.record, target.bento))
         if verdict is not None:
             print()
             print(report(verdict, workspace is not None))

@@ -54,8 +54,7 @@ def diff_manifests(path: str, recorded: dict[str, str], current: dict[str, str])
 
 
 def verify_packaged(record: dict, packaged: list[dict], verdict: Verdict) -> None:
-    """The packaged models' files are the ones the record describes (the classifier's, and each shipped
-    pre-trained model's source folder). ``packaged``: ``{"name", "role", "source", "files": {relpath: md5}}``."""
+    """Each packaged model's files (``{"name", "role", "source", "files": {relpath: md5}}``) are the record's."""
     for item in packaged:
         files = {rel: md5 for rel, md5 in item["files"].items() if rel not in PACKAGING_FILES}
         if item["role"] == "classifier":
@@ -103,8 +102,7 @@ CODE_SUFFIXES = (".pyc", ".pyo", ".so", ".pyd", ".dylib")
 
 
 def executable_extras(all_files: list[str]) -> list[str]:
-    """Byte-code and native extension modules under ``src/`` (``classifier.cpython-311-x86_64-linux-gnu.so``
-    is imported before ``classifier.py``)."""
+    """Byte-code and native extension modules under ``src/`` (Python imports them before the ``.py``)."""
     return [rel for rel in all_files
             if rel.startswith("src/") and (rel.endswith(CODE_SUFFIXES) or "/__pycache__/" in rel)]
 
@@ -130,8 +128,7 @@ ARCHIVE_PINNED = "pin: the archive's SHA-256 is the pinned one: every byte of it
 
 
 def _latest_pointer(rel: str, digest: str, listed: dict[str, str]) -> bool:
-    """``models/<name>/latest``, which BentoML's export adds beside each model: it names a version of that
-    model the manifest lists."""
+    """``models/<name>/latest`` (BentoML's export adds it) naming a version of that model the manifest lists."""
     parts = rel.split("/")
     if len(parts) != 3 or parts[0] != "models" or parts[2] != "latest":
         return False
@@ -266,8 +263,7 @@ def verify_record(record: dict, verdict: Verdict) -> None:
 
 
 def verify_lock(record: dict, lock: Lock, verdict: Verdict) -> None:
-    """Every upstream stage's entry in the workspace's ``dvc.lock`` pins what the record holds, and no
-    stage upstream of the model (by the workspace's lock) is missing from the record."""
+    """The workspace's ``dvc.lock`` pins what the record holds, and no upstream stage is missing from it."""
     try:
         expected = lock.upstream([record["model"]["stage"], "evaluate"])
     except LineageError as exc:

@@ -44,8 +44,7 @@ def read_gate(path: Path) -> dict:
 
 
 def model_metadata(record: dict) -> tuple[dict[str, str], dict]:
-    """BentoML labels (flat strings, for listing and filtering) and metadata (the audit summary; the full
-    record with per-file hashes is ``lineage.json`` in the model folder)."""
+    """BentoML labels (flat strings) and metadata (the audit summary; the full record is ``lineage.json``)."""
     git, model = record["git"], record["model"]
     gate = record.get("model_gate") or {}
     labels = {"pipeline": "lm-pipeline", "selected": model["name"], "paradigm": str(model["paradigm"]),
@@ -62,8 +61,7 @@ def model_metadata(record: dict) -> tuple[dict[str, str], dict]:
 
 
 def _plain(value):
-    """BentoML metadata takes no None: nulls are dropped from mappings and written as "null" in lists (the
-    full record, nulls included, is lineage.json)."""
+    """BentoML metadata takes no None: dropped from mappings, "null" in lists."""
     if isinstance(value, dict):
         return {str(k): _plain(v) for k, v in value.items() if v is not None}
     if isinstance(value, (list, tuple)):
@@ -103,8 +101,7 @@ def save_models(record: dict, cfg: PackageConfig, *, root: Path, model_dir: Path
 
 
 def _remove(made: list[str]) -> None:
-    """Delete the Bento and models a failed run created (newest first), so the store holds only whole
-    packages."""
+    """Delete the Bento and models a failed run created (newest first): the store holds only whole packages."""
     import bentoml
 
     for item in reversed(made):
@@ -116,8 +113,7 @@ def _remove(made: list[str]) -> None:
 
 
 def _copy_files(src: Path, dst: Path, skip: str | None = None) -> None:
-    """``src``'s files into ``dst``; ``skip``: a top-level file left behind (the folder's own model card, which
-    the card rendered from the lineage record replaces)."""
+    """``src``'s files into ``dst``, but for the top-level ``skip`` (the folder's own card, which is replaced)."""
     for item in sorted(src.rglob("*")):
         if item.is_file() and "__pycache__" not in item.parts and item.relative_to(src).as_posix() != skip:
             target = dst / item.relative_to(src)
@@ -152,16 +148,14 @@ def python_version() -> str:
 
 
 def image_options() -> dict:
-    """The Bento's image, as ``bentoml.bentos.build`` takes it: the ``docker`` and ``python`` build options,
-    which BentoML 1.4 turns into the ``image`` of ``bento.yaml`` and the Dockerfile."""
+    """The Bento's image as ``bentoml.bentos.build``'s ``docker`` and ``python`` build options."""
     return {"docker": {"distro": DISTRO, "python_version": python_version(),
                        "system_packages": list(SYSTEM_PACKAGES)},
             "python": {"packages": python_packages(), "lock_packages": False}}
 
 
 def served_code(stages_dir: Path, service: Path) -> dict[str, str]:
-    """MD5 of every file the Bento's ``src/`` will hold (the service, its config aside, and the ``stages``
-    package's Python files), so ``stages.lineage --verify`` can check the code that serves."""
+    """MD5 of every Python file the Bento's ``src/`` will hold, for ``stages.lineage --verify``."""
     code = {f"stages/{rel}": md5 for rel, md5 in folder_manifest(stages_dir).items() if rel.endswith(".py")}
     code["service.py"] = md5_file(service)
     return code
@@ -202,8 +196,7 @@ def build_bento(cfg: PackageConfig, tags: dict, *, service: Path, stages_dir: Pa
 
 
 def archive_digest(target: str) -> tuple[int, str]:
-    """(bytes, SHA-256) of the exported archive, read back from where it was written: a local path, or any
-    fsspec URL (what the registry holds, not a local copy)."""
+    """(bytes, SHA-256) of the exported archive, read back from where it was written (a path or fsspec URL)."""
     if "://" not in target:
         return Path(target).stat().st_size, sha256_path(Path(target))
     import fsspec
@@ -215,8 +208,7 @@ def archive_digest(target: str) -> tuple[int, str]:
 
 
 def signing_key(env=os.environ):
-    """The operator's ed25519 private key (``LMPIPE_SIGNING_KEY``: a PEM file), or None: read before anything
-    is made, so a bad key packages nothing."""
+    """The ``LMPIPE_SIGNING_KEY`` private key, or None; read first, so a bad key packages nothing."""
     path = env.get(SIGNING_KEY_ENV)
     return load_key(path, private=True) if path else None
 

@@ -6,14 +6,9 @@ from __future__ import annotations
 from stages.provenance.chain import render as render_chain
 from stages.provenance.record import Lock
 
-from stages.provenance.stagecard import (CARD_FILE, TERMS, UNKNOWN, architecture_text,  # noqa: F401
-                                         classifier_sections, generative_sections, objective_text, task_name,
-                                         tokens_table)
-from stages.provenance.stagecard import cell as _cell
-from stages.provenance.stagecard import count as _count
-from stages.provenance.stagecard import render_sections as _render
-from stages.provenance.stagecard import score as _score
-from stages.provenance.stagecard import table as _table
+from stages.provenance.stagecard import (CARD_FILE, TERMS, UNKNOWN, architecture_text, cell,  # noqa: F401
+                                         classifier_sections, count, generative_sections, objective_text,
+                                         render_sections, score, table, task_name, tokens_table)
 
 ENDPOINT = {"bert": "fill_mask", "gpt": "generate", "t5": "text2text"}
 
@@ -23,20 +18,11 @@ def _stages(record: dict) -> dict:
     return record.get("stages") or {}
 
 
-def _kind(stage: str) -> str:
-    return stage.split("@", 1)[0]
-
-
 def _upstream(record: dict, stage: str | None) -> list[str]:
     """``stage`` and every stage of the record it depends on (producers first); [] when it is not there."""
     if not stage or stage not in _stages(record):
         return []
     return Lock(stages=_stages(record)).upstream([stage])
-
-
-def _producer(record: dict, path: str) -> str | None:
-    """The stage whose outputs include ``path``."""
-    return Lock(stages=_stages(record)).writer(path)
 
 
 def _stage_metrics(record: dict, stage: str) -> dict:
@@ -69,7 +55,7 @@ def _stage_setting(record: dict, stage: str, *keys: str):
 
 def _training_stages(record: dict, stage: str | None) -> list[str]:
     """The pre-training and DAPT stages upstream of ``stage`` (itself included), in training order."""
-    return [s for s in _upstream(record, stage) if _kind(s) in ("pretrain", "dapt")]
+    return [s for s in _upstream(record, stage) if s.split("@", 1)[0] in ("pretrain", "dapt")]
 
 
 def _objective(record: dict, stage: str) -> str:
@@ -99,15 +85,12 @@ def _corpora(record: dict, stages: list[str]) -> dict:
             for corpus, info in (record.get("sources") or {}).items() if info.get("stage") in stages}
 
 
-def _task_corpora(record: dict, stage: str | None) -> list[dict]:
-    """The corpora the fine-tuning stage reads directly (its labelled task data)."""
-    deps = {d.get("path") for d in _stages(record).get(stage or "", {}).get("deps", [])}
-    direct = {_producer(record, p) for p in deps}
-    return [info for info in (record.get("sources") or {}).values() if info.get("stage") in direct]
-
-
 def _task_name(record: dict, stage: str | None) -> str | None:
-    return task_name(s.get("kind") for info in _task_corpora(record, stage) for s in info.get("sources") or [])
+    """The task of the corpora the fine-tuning stage reads directly (its labelled task data)."""
+    deps = {d.get("path") for d in _stages(record).get(stage or "", {}).get("deps", [])}
+    direct = {Lock(stages=_stages(record)).writer(p) for p in deps}
+    return task_name(s.get("kind") for info in (record.get("sources") or {}).values() if info.get("stage") in direct
+                     for s in info.get("sources") or [])
 
 
 def _gate_lines(record: dict, name: str | None = None) -> list[str]:
@@ -123,8 +106,8 @@ def _gate_lines(record: dict, name: str | None = None) -> list[str]:
     if checks:
         lines += ["", "| check | value | minimum | result |", "|---|---|---|---|"]
         for c in checks:
-            lines.append(f"| {_cell(c.get('check') or UNKNOWN)} | {_score(c.get('value'))} | "
-                         f"{_score(c.get('minimum'))} | {'passed' if c.get('passed') else 'FAILED'} |")
+            lines.append(f"| {cell(c.get('check') or UNKNOWN)} | {score(c.get('value'))} | "
+                         f"{score(c.get('minimum'))} | {'passed' if c.get('passed') else 'FAILED'} |")
     return lines
 
 
@@ -172,7 +155,7 @@ def _baseline(record: dict, scores: dict) -> str:
     best = ((_evaluation(record).get("versus_baselines") or {}).get("best") or {}).get(str(scores.get("train_examples")))
     if not isinstance(best, dict):
         return UNKNOWN
-    return f"{_score(best.get('test_macro_f1'), best.get('test_macro_f1_std'))} ({_cell(str(best.get('series')))})"
+    return f"{score(best.get('test_macro_f1'), best.get('test_macro_f1_std'))} ({cell(str(best.get('series')))})"
 
 
 def _classifier_sections(record: dict) -> list[tuple[str, list[str]]]:
@@ -194,15 +177,15 @@ def _classifier_sections(record: dict) -> list[tuple[str, list[str]]]:
            f"the {len(labels) or UNKNOWN} labels above, as the pipeline's demonstration of a gated, traceable model.",
            "- Comparing paradigms and initialisations with the rest of the pipeline's evaluation."]
     limits = [
-        f"- A tiny model ({_count(model.get('parameters'))} parameters"
-        + (f", {_count(total)} pre-training tokens" if training else "") + ") from a pipeline built to train on "
+        f"- A tiny model ({count(model.get('parameters'))} parameters"
+        + (f", {count(total)} pre-training tokens" if training else "") + ") from a pipeline built to train on "
         "CPU: far below general-purpose language models in knowledge and robustness.",
         "- A closed label set: every input gets one of the labels, also text that is not "
         + ("a package description" if task else "like the training data") + "; its scores are not a "
         "confidence for such input.",
-        f"- Texts longer than {_count(max_len) if max_len else UNKNOWN} tokens are cut to that length (the "
+        f"- Texts longer than {count(max_len) if max_len else UNKNOWN} tokens are cut to that length (the "
         "response says `truncated`).",
-        f"- Evaluated only on the held-out test split of its task data ({_count(scores.get('test_examples'))} "
+        f"- Evaluated only on the held-out test split of its task data ({count(scores.get('test_examples'))} "
         "examples). Any other use (other text, other labels, other languages, decisions about people) needs its "
         "own evaluation first.",
         TERMS,
@@ -217,13 +200,13 @@ def _classifier_sections(record: dict) -> list[tuple[str, list[str]]]:
 def classifier_card(record: dict, by: str = PACKAGE) -> str:
     """The card of the fine-tuned model a lineage record describes (``by``: what rendered it)."""
     model = record.get("model") or {}
-    return _render(f"Model card: {model.get('name') or UNKNOWN} (lm-pipeline classifier)",
+    return render_sections(f"Model card: {model.get('name') or UNKNOWN} (lm-pipeline classifier)",
                    _provenance_lines(record, by=by), _classifier_sections(record))
 
 
 # --------------------------------------------------------------------------------------------- generative
 def _generative_facts(record: dict, source: str) -> dict:
-    stage = _producer(record, source)
+    stage = Lock(stages=_stages(record)).writer(source)
     kind, _, paradigm = (stage or "").partition("@")
     metrics = _stage_metrics(record, stage) if stage else {}
     training = _training_stages(record, stage)
@@ -239,7 +222,7 @@ def _generative_sections(record: dict, source: str, packaged: bool = True) -> li
     stage, paradigm, kind = f["stage"], f["paradigm"], f["kind"]
     intrinsic = (((_evaluation(record).get("intrinsic") or {}).get(paradigm) or {}).get(kind) or {})
     held_out = [(f"evaluation on held-out {corpus} blocks",
-                 ", ".join(f"{k} {_score(v)}" for k, v in sorted(values.items()) if k != "blocks") or UNKNOWN)
+                 ", ".join(f"{k} {score(v)}" for k, v in sorted(values.items()) if k != "blocks") or UNKNOWN)
                 for corpus, values in sorted(intrinsic.items()) if isinstance(values, dict)]
     gate = record.get("model_gate") if isinstance(record.get("model_gate"), dict) else {}
     served = ((f"the Bento's `{ENDPOINT[paradigm]}` endpoint" + ("" if packaged else ", where the package stage "
@@ -261,7 +244,7 @@ def generative_card(record: dict, source: str, by: str = PACKAGE) -> str:
     classifier."""
     f = _generative_facts(record, source)
     whose = f"the classifier `{(record.get('model') or {}).get('name') or UNKNOWN}`'s"  # it travels with that model
-    return _render(f"Model card: {f['paradigm'] or UNKNOWN} from {source} (lm-pipeline, pre-trained)",
+    return render_sections(f"Model card: {f['paradigm'] or UNKNOWN} from {source} (lm-pipeline, pre-trained)",
                    _provenance_lines(record, whose, by), _generative_sections(record, source, by == PACKAGE))
 
 
@@ -277,7 +260,7 @@ def bento_card(record: dict, served: dict) -> str:
     endpoints += [(ENDPOINT.get(p, p), f"the pre-trained {p} `{g.get('tag') or UNKNOWN}`")
                   for p, g in sorted(generative.items())]
     endpoints.append(("lineage", "which model this is, its commit and the model gate's verdict"))
-    runtime = _table([
+    runtime = table([
         ("python", str(image.get("python_version") or UNKNOWN)),
         ("base distribution", str(image.get("distro") or UNKNOWN)),
         ("system packages", ", ".join(image.get("system_packages") or [])
@@ -286,23 +269,23 @@ def bento_card(record: dict, served: dict) -> str:
         ("extra package index", ", ".join(image.get("extra_index_url") or []) or "none"),
         ("resources", ", ".join(f"{k} {v}" for k, v in resources.items()) or UNKNOWN),
     ], ("declared", "value"))
-    sections = [("Endpoints", _table(endpoints, ("endpoint", "model"))),
+    sections = [("Endpoints", table(endpoints, ("endpoint", "model"))),
                 ("Runtime", ["As declared in the Bento (`bento.yaml`: `image`, and the service's `resources`):", "",
                              *runtime])]
     sections += [(f"Classifier: {heading}", body) for heading, body in _classifier_sections(record)]
     for paradigm, g in sorted(generative.items()):
         f = _generative_facts(record, g.get("source") or "")
         sections.append((f"Pre-trained {paradigm} ({g.get('tag') or UNKNOWN})", [
-            f"From `{g.get('source') or UNKNOWN}` ({f['stage'] or UNKNOWN}): {_count(f['parameters'])} "
-            f"parameters, {_count(f['total'])} training tokens, objective {f['objective']}, held-out loss "
-            f"{_score(f['scores'].get('eval_loss'))}. Not judged by the model gate; its own card is the model's "
+            f"From `{g.get('source') or UNKNOWN}` ({f['stage'] or UNKNOWN}): {count(f['parameters'])} "
+            f"parameters, {count(f['total'])} training tokens, objective {f['objective']}, held-out loss "
+            f"{score(f['scores'].get('eval_loss'))}. Not judged by the model gate; its own card is the model's "
             f"`{CARD_FILE}`."]))
     sections.append(("Lineage", ["The chain from raw sources to this Bento (`python -m stages.lineage` prints it "
                                  "and `--verify` checks it):", "", "```", render_chain(record), "```"]))
     intro = [*_provenance_lines(record, "the served classifier's"), "",
              "Endpoints and Runtime are what the package stage declared when it built this Bento; every other "
              "section comes from the record."]
-    return _render(f"{served.get('name') or 'lm-pipeline'}: {model.get('name') or UNKNOWN}, gated and traced",
+    return render_sections(f"{served.get('name') or 'lm-pipeline'}: {model.get('name') or UNKNOWN}, gated and traced",
                    intro, sections)
 
 

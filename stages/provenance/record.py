@@ -45,14 +45,10 @@ class Lock:
     def producers(self, path: str) -> list[str]:
         """The stages that wrote ``path``: an output equal to it, a folder holding it, or (for a dependency on
         a whole folder such as ``data/models/finetune``) outputs inside it."""
-        found = []
-        for name, entry in self.stages.items():
-            for out in entry.get("outs", []):
-                o = out["path"].rstrip("/")
-                if path == o or path.startswith(o + "/") or o.startswith(path.rstrip("/") + "/"):
-                    found.append(name)
-                    break
-        return found
+        inside = path.rstrip("/") + "/"
+        return [name for name, entry in self.stages.items()
+                if any(path == (o := out["path"].rstrip("/")) or path.startswith(o + "/") or o.startswith(inside)
+                       for out in entry.get("outs", []))]
 
     def upstream(self, roots: list[str]) -> list[str]:
         """``roots`` and every stage they depend on, transitively, in a stable order (producers first)."""

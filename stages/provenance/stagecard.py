@@ -149,10 +149,8 @@ def pretrain_facts(*, kind: str, paradigm: str, corpus: str, config: dict, metri
     """The record of a ``pretrain`` or ``dapt`` folder. ``config``: the run's config (``asdict``), ``metrics``:
     the stage's, ``sources``: :func:`corpora` of the corpora it read, ``init``: the folder it continued."""
     train = config.get("train") or {}
-    own = {"stage": kind, "corpus": corpus, "objective": objective_text(paradigm, train.get("objective"),
-                                                                         train.get("mlm_select"),
-                                                                         train.get("generator_size")),
-           "tokens": metrics.get("tokens")}
+    objective = objective_text(paradigm, train.get("objective"), train.get("mlm_select"), train.get("generator_size"))
+    own = {"stage": kind, "corpus": corpus, "objective": objective, "tokens": metrics.get("tokens")}
     upstream = read_facts(init) if init is not None else {}
     model = config.get("model") or (upstream or {}).get("model_config")
     return {

@@ -31,7 +31,7 @@ class BadWordsConfig:
 
 
 def load_words(cfg: BadWordsConfig, cache_dir: Path) -> tuple[list[str], dict]:
-    """Fetch (or reuse from the cache) the npm package and return its word list plus provenance."""
+    """Fetch (or reuse from the cache) the npm package; its word list and provenance (stats.json's word_lists)."""
     prov = Provenance(kind="npm_badwords")
     tarball = fetch_npm(cfg.package, SourceContext(cache_dir=cache_dir), prov)
     member = f"package/{cfg.language}.json"
@@ -41,8 +41,9 @@ def load_words(cfg: BadWordsConfig, cache_dir: Path) -> tuple[list[str], dict]:
         except KeyError:
             raise SourceError(f"{tarball}: no word list {member}") from None
     words = sorted({w.strip().lower() for w in words if isinstance(w, str) and w.strip()})
-    return words, {"package": prov.packages[0], "file": prov.files[0], "words": len(words),
-                   "licence": "CC-BY-4.0 (naughty-words / LDNOOBW)"}
+    pkg = prov.packages[0]
+    return words, {"package": f"{pkg['name']}@{pkg['version']}", "integrity": pkg["integrity"],
+                   "sha256": prov.files[0]["sha256"], "words": len(words), "licence": "CC-BY-4.0 (naughty-words / LDNOOBW)"}
 
 
 def compile_badwords(words: list[str]) -> re.Pattern[str]:

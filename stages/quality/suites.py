@@ -1,14 +1,9 @@
 """Standard gate suites for the data contracts between stages (docs/stages.md, "The data contract").
 
-Each builder takes the caller's DataFrame and returns `(tables, expectations)` ready for
-`gate.validate` / `gate.enforce`:
-
-- `tables`: a copy of the frame plus *derived* tables computed here with pandas (GX cannot express
-  "share of rows per label" or "a text in two splits"); the caller's DataFrame is never mutated.
-- `expectations`: a list of `Expect`, each with its reason in the builder's docstring.
-
-Bad *data* (a missing column, nulls, an empty frame) is left for the gate to report; ValueError only
-for bad *parameters*.
+Each builder returns `(tables, expectations)` for `gate.validate` / `gate.enforce`: a copy of the caller's
+frame plus *derived* tables computed here with pandas (GX cannot express "share of rows per label"), and
+the `Expect` list, each check's reason in the builder's docstring. Bad *data* (a missing column, nulls) is
+left for the gate to report; ValueError only for bad *parameters*.
 """
 
 from __future__ import annotations
@@ -19,14 +14,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from stages.common.documents import is_json_text
+from stages.common.documents import DOCUMENT_COLUMNS, is_json_text
 from stages.quality.gate import Expect
 
 __all__ = ["combine", "documents_suite", "labeled_suite"]
 
 Suite = tuple[dict[str, pd.DataFrame], list[Expect]]
-
-DOCUMENT_COLUMNS = ("id", "text", "source", "url", "meta")
 
 # Table names; also the prefixes of check names in reports and GateFailed messages.
 DOCUMENTS = "documents"
@@ -38,17 +31,9 @@ CLASS_SHARES = "class_shares"
 SPLIT_OVERLAP = "split_overlap"
 
 
-def documents_suite(
-    df: pd.DataFrame,
-    *,
-    min_rows: int,
-    max_rows: int,
-    min_nonempty_ratio: float,
-    extra_columns: Sequence[str] = (),
-    text_chars: Sequence[int] | None = None,
-    meta_is_json: Sequence[bool] | None = None,
-    columns: Sequence[str] | None = None,
-) -> Suite:
+def documents_suite(df: pd.DataFrame, *, min_rows: int, max_rows: int, min_nonempty_ratio: float,
+                    extra_columns: Sequence[str] = (), text_chars: Sequence[int] | None = None,
+                    meta_is_json: Sequence[bool] | None = None, columns: Sequence[str] | None = None) -> Suite:
     """Checks for a documents table (id, text, source, url, meta [+ extra_columns]).
 
     Checks (and why): columns exactly as listed (later stages read them by name); rows in
@@ -62,59 +47,32 @@ def documents_suite(
     _require(0 <= min_rows <= max_rows, f"need 0 <= min_rows <= max_rows, got {min_rows}, {max_rows}")
     _require(0.0 <= min_nonempty_ratio <= 1.0, f"min_nonempty_ratio must be in [0, 1], got {min_nonempty_ratio}")
 
-    features = pd.DataFrame(
-        {
-            "text_chars": (np.asarray(text_chars, dtype="int64") if text_chars is not None
-                           else _column(df, "text").map(_stripped_length).astype("int64").to_numpy()),
-            "meta_is_json": (np.asarray(meta_is_json, dtype=bool) if meta_is_json is not None
-                             else _column(df, "meta").map(is_json_text).astype(bool).to_numpy()),
-        },
-        # Indexed by document id so GX's unexpected-row list names the offending documents.
-        index=pd.Index(_column(df, "id").to_numpy(), name="id"),
-    )
+    features = pd.DataFrame({
+        "text_chars": (np.asarray(text_chars, dtype="int64") if text_chars is not None
+                       else _column(df, "text").map(_stripped_length).astype("int64").to_numpy()),
+        "meta_is_json": (np.asarray(meta_is_json, dtype=bool) if meta_is_json is not None
+                         else _column(df, "meta").map(is_json_text).astype(bool).to_numpy()),
+    }, index=pd.Index(_column(df, "id").to_numpy(), name="id"))  # GX's unexpected-row list names the documents
     tables = {DOCUMENTS: df.copy(), DOCUMENT_FEATURES: features}
-    schema_table = DOCUMENTS
+    schema_table = DOCUMENTS if columns is None else DOCUMENT_SCHEMA
     if columns is not None:
-        schema_table = DOCUMENT_SCHEMA
         tables[DOCUMENT_SCHEMA] = pd.DataFrame(columns=list(columns))
-    expected_columns = [*DOCUMENT_COLUMNS, *extra_columns]
     expectations = [
-        Expect(
-            table=schema_table,
-            kind="ExpectTableColumnsToMatchSet",
-            kwargs={"column_set": expected_columns, "exact_match": True},
-        ),
-        Expect(
-            table=DOCUMENTS,
-            kind="ExpectTableRowCountToBeBetween",
-            kwargs={"min_value": min_rows, "max_value": max_rows},
-        ),
-        Expect(table=DOCUMENTS, kind="ExpectColumnValuesToBeUnique", kwargs={"column": "id"}),
-        Expect(table=DOCUMENTS, kind="ExpectColumnValuesToNotBeNull", kwargs={"column": "id"}),
-        Expect(table=DOCUMENTS, kind="ExpectColumnValuesToNotBeNull", kwargs={"column": "source"}),
-        Expect(
-            table=DOCUMENT_FEATURES,
-            kind="ExpectColumnValuesToBeBetween",
-            kwargs={"column": "text_chars", "min_value": 1, "mostly": min_nonempty_ratio},
-        ),
-        Expect(
-            table=DOCUMENT_FEATURES,
-            kind="ExpectColumnValuesToBeInSet",
-            kwargs={"column": "meta_is_json", "value_set": [True]},
-        ),
+        Expect(schema_table, "ExpectTableColumnsToMatchSet",
+               {"column_set": [*DOCUMENT_COLUMNS, *extra_columns], "exact_match": True}),
+        Expect(DOCUMENTS, "ExpectTableRowCountToBeBetween", {"min_value": min_rows, "max_value": max_rows}),
+        Expect(DOCUMENTS, "ExpectColumnValuesToBeUnique", {"column": "id"}),
+        Expect(DOCUMENTS, "ExpectColumnValuesToNotBeNull", {"column": "id"}),
+        Expect(DOCUMENTS, "ExpectColumnValuesToNotBeNull", {"column": "source"}),
+        Expect(DOCUMENT_FEATURES, "ExpectColumnValuesToBeBetween",
+               {"column": "text_chars", "min_value": 1, "mostly": min_nonempty_ratio}),
+        Expect(DOCUMENT_FEATURES, "ExpectColumnValuesToBeInSet", {"column": "meta_is_json", "value_set": [True]}),
     ]
     return tables, expectations
 
 
-def labeled_suite(
-    df: pd.DataFrame,
-    *,
-    labels: Sequence[str],
-    splits: Sequence[str],
-    min_class_share: float,
-    max_class_share: float,
-    train_split: str = "train",
-) -> Suite:
+def labeled_suite(df: pd.DataFrame, *, labels: Sequence[str], splits: Sequence[str], min_class_share: float,
+                  max_class_share: float, train_split: str = "train") -> Suite:
     """Checks for labeled examples (text, label, split); combine with `documents_suite` for the rest.
 
     Checks (and why): label and split not null (GX's in-set checks skip nulls); label in `labels`
@@ -125,10 +83,8 @@ def labeled_suite(
     _require(bool(labels), "labels must not be empty")
     _require(bool(splits), "splits must not be empty")
     _require(train_split in splits, f"train_split {train_split!r} is not among splits {list(splits)}")
-    _require(
-        0.0 <= min_class_share <= max_class_share <= 1.0,
-        f"need 0 <= min_class_share <= max_class_share <= 1, got {min_class_share}, {max_class_share}",
-    )
+    _require(0.0 <= min_class_share <= max_class_share <= 1.0,
+             f"need 0 <= min_class_share <= max_class_share <= 1, got {min_class_share}, {max_class_share}")
 
     label = _column(df, "label")
     split = _column(df, "split")
@@ -139,28 +95,15 @@ def labeled_suite(
         SPLIT_OVERLAP: _split_overlap(_column(df, "text"), split),
     }
     expectations = [
-        Expect(table=LABELED, kind="ExpectColumnValuesToNotBeNull", kwargs={"column": "label"}),
-        Expect(table=LABELED, kind="ExpectColumnValuesToNotBeNull", kwargs={"column": "split"}),
-        Expect(
-            table=LABELED, kind="ExpectColumnValuesToBeInSet", kwargs={"column": "label", "value_set": list(labels)}
-        ),
-        Expect(
-            table=LABELED, kind="ExpectColumnValuesToBeInSet", kwargs={"column": "split", "value_set": list(splits)}
-        ),
+        Expect(LABELED, "ExpectColumnValuesToNotBeNull", {"column": "label"}),
+        Expect(LABELED, "ExpectColumnValuesToNotBeNull", {"column": "split"}),
+        Expect(LABELED, "ExpectColumnValuesToBeInSet", {"column": "label", "value_set": list(labels)}),
+        Expect(LABELED, "ExpectColumnValuesToBeInSet", {"column": "split", "value_set": list(splits)}),
         # ContainSet, not EqualSet: unknown labels are the in-set check's failure, not this one's.
-        Expect(
-            table=LABELED_TRAIN,
-            kind="ExpectColumnDistinctValuesToContainSet",
-            kwargs={"column": "label", "value_set": list(labels)},
-        ),
-        Expect(
-            table=CLASS_SHARES,
-            kind="ExpectColumnValuesToBeBetween",
-            kwargs={"column": "share", "min_value": min_class_share, "max_value": max_class_share},
-        ),
-        Expect(
-            table=SPLIT_OVERLAP, kind="ExpectColumnValuesToBeInSet", kwargs={"column": "n_splits", "value_set": [1]}
-        ),
+        Expect(LABELED_TRAIN, "ExpectColumnDistinctValuesToContainSet", {"column": "label", "value_set": list(labels)}),
+        Expect(CLASS_SHARES, "ExpectColumnValuesToBeBetween",
+               {"column": "share", "min_value": min_class_share, "max_value": max_class_share}),
+        Expect(SPLIT_OVERLAP, "ExpectColumnValuesToBeInSet", {"column": "n_splits", "value_set": [1]}),
     ]
     return tables, expectations
 
@@ -185,12 +128,8 @@ def _class_shares(label: pd.Series, labels: Sequence[str]) -> pd.DataFrame:
     in the denominator, so they cannot make the declared classes look balanced)."""
     counts = label.value_counts(dropna=True)
     rows = [int(counts.get(name, 0)) for name in labels]
-    total = len(label)
-    shares = [count / total if total else 0.0 for count in rows]
-    return pd.DataFrame(
-        {"rows": rows, "share": shares},
-        index=pd.Index(list(labels), name="label"),
-    )
+    shares = [count / len(label) if len(label) else 0.0 for count in rows]
+    return pd.DataFrame({"rows": rows, "share": shares}, index=pd.Index(list(labels), name="label"))
 
 
 def _split_overlap(text: pd.Series, split: pd.Series) -> pd.DataFrame:
@@ -207,9 +146,7 @@ def _split_overlap(text: pd.Series, split: pd.Series) -> pd.DataFrame:
 
 def _column(df: pd.DataFrame, name: str) -> pd.Series:
     # A missing column yields nulls, so builders keep going and the gate reports the real problem.
-    if name in df.columns:
-        return df[name]
-    return pd.Series([None] * len(df), index=df.index, dtype=object)
+    return df[name] if name in df.columns else pd.Series([None] * len(df), index=df.index, dtype=object)
 
 
 def _stripped_length(value: Any) -> int:

@@ -93,29 +93,25 @@ def tokens_suite(files: Mapping[str, np.ndarray], layout: "BlockLayout", gate: T
         tables[name] = block_features(blocks, layout)
         least = gate.min_heldout_blocks if name.endswith("_heldout") else gate.min_train_blocks
         checks += [
-            Expect(table=name, kind="ExpectTableRowCountToBeBetween", kwargs={"min_value": least}),
-            Expect(table=name, kind="ExpectColumnValuesToBeBetween",
-                   kwargs={"column": "max_id", "min_value": 0, "max_value": layout.vocab_size - 1}),
-            Expect(table=name, kind="ExpectColumnValuesToBeInSet", kwargs={"column": "reserved_tokens", "value_set": [0]}),
-            Expect(table=name, kind="ExpectColumnMeanToBeBetween",
-                   kwargs={"column": "unk_fraction", "min_value": 0, "max_value": gate.max_unk_fraction}),
-            Expect(table=name, kind="ExpectColumnMeanToBeBetween",
-                   kwargs={"column": "pad_fraction", "min_value": 0, "max_value": gate.max_pad_fraction}),
+            Expect(name, "ExpectTableRowCountToBeBetween", {"min_value": least}),
+            Expect(name, "ExpectColumnValuesToBeBetween",
+                   {"column": "max_id", "min_value": 0, "max_value": layout.vocab_size - 1}),
+            Expect(name, "ExpectColumnValuesToBeInSet", {"column": "reserved_tokens", "value_set": [0]}),
+            Expect(name, "ExpectColumnMeanToBeBetween",
+                   {"column": "unk_fraction", "min_value": 0, "max_value": gate.max_unk_fraction}),
+            Expect(name, "ExpectColumnMeanToBeBetween",
+                   {"column": "pad_fraction", "min_value": 0, "max_value": gate.max_pad_fraction}),
         ]
         if layout.paradigm == "bert":
-            checks += [Expect(table=name, kind="ExpectColumnValuesToBeInSet", kwargs={"column": c, "value_set": [True]})
+            checks += [Expect(name, "ExpectColumnValuesToBeInSet", {"column": c, "value_set": [True]})
                        for c in ("first_is_cls", "closed_by_sep")]
     if layout.paradigm == "t5" and gate.corruption_sample:
         train = [b for n, b in files.items() if n.endswith("_train")]
         tables[CORRUPTION] = pd.concat([corruption_lengths(b, layout, gate.corruption_sample, seed=i)
                                         for i, b in enumerate(train)]) if train else pd.DataFrame(
             columns=["input_len", "target_len"])
-        checks += [
-            Expect(table=CORRUPTION, kind="ExpectColumnValuesToBeInSet",
-                   kwargs={"column": "input_len", "value_set": [layout.seq_len]}),
-            Expect(table=CORRUPTION, kind="ExpectColumnValuesToBeInSet",
-                   kwargs={"column": "target_len", "value_set": [layout.targets_len]}),
-        ]
+        checks += [Expect(CORRUPTION, "ExpectColumnValuesToBeInSet", {"column": column, "value_set": [length]})
+                   for column, length in (("input_len", layout.seq_len), ("target_len", layout.targets_len))]
     return tables, checks
 
 

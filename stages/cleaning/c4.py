@@ -59,10 +59,6 @@ class C4Rules:
         check(all(self.end_marks), "end_marks: empty strings are not end marks")
 
 
-def _default_counter() -> Callable[[str, int], int]:
-    return count_sentences
-
-
 class PageLengthFilter(Filter):
     """Drop pages longer than ``max_page_chars`` characters before any other work (C4 does it first)."""
 
@@ -84,16 +80,11 @@ class C4LinesFilter(Filter):
     name = "c4_lines"
 
     def __init__(self, rules: C4Rules, reject_samples: int = 0,
-                 count_sentences: Callable[[str, int], int] | None = None) -> None:
+                 count_sentences: Callable[[str, int], int] = count_sentences) -> None:
         super().__init__(reject_samples)
         self.r = rules
-        self._count = count_sentences
+        self.count = count_sentences
         self._policy = tuple(rules.policy_substrings) if rules.policy else ()
-
-    def count(self, text: str, limit: int) -> int:
-        if self._count is None:
-            self._count = _default_counter()
-        return self._count(text, limit)
 
     def apply(self, doc: Doc) -> str | None:
         r = self.r

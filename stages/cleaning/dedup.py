@@ -24,6 +24,7 @@ import numpy as np
 
 from stages.cleaning.base import Doc, Filter
 from stages.cleaning.c4 import line_key, normalize_url, page_key
+from stages.cleaning.sentences import count_sentences
 from stages.config import check
 
 
@@ -175,8 +176,8 @@ class LineDedupFilter(Filter):
 
     name = "line_dedup"
 
-    def __init__(self, table_path: Path, cfg: LineDedupConfig, count_sentences: Callable[[str, int], int],
-                 reject_samples: int = 0) -> None:
+    def __init__(self, table_path: Path, cfg: LineDedupConfig,
+                 count_sentences: Callable[[str, int], int] = count_sentences, reject_samples: int = 0) -> None:
         super().__init__(reject_samples)
         table = np.load(table_path, mmap_mode="r")  # (2, distinct lines), row 0 sorted
         self.hashes = table[0]

@@ -74,7 +74,7 @@ class BadWordsFilter(Filter):
     name = "badwords"
 
     def __init__(self, words: list[str], reject_samples: int = 0) -> None:
-        super().__init__(reject_samples)
+        super().__init__(words, reject_samples)
         self.regex = compile_badwords(words) if words else None
 
     def apply(self, doc: Doc) -> str | None:

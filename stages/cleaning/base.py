@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 
@@ -38,13 +38,12 @@ class FilterStats:
     lines_dropped: Counter = field(default_factory=Counter)
 
     def merge(self, other: "FilterStats") -> None:
-        self.docs_in += other.docs_in
-        self.docs_out += other.docs_out
-        self.chars_in += other.chars_in
-        self.chars_out += other.chars_out
-        self.seconds += other.seconds
-        self.dropped.update(other.dropped)
-        self.lines_dropped.update(other.lines_dropped)
+        for f in fields(self):
+            mine = getattr(self, f.name)
+            if isinstance(mine, Counter):
+                mine.update(getattr(other, f.name))
+            else:
+                setattr(self, f.name, mine + getattr(other, f.name))
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -61,11 +60,12 @@ class FilterStats:
 
 
 class Filter:
-    """Base of every cleaning filter. Subclasses set ``name`` and implement :meth:`apply`."""
+    """Base of every cleaning filter. Subclasses set ``name`` and implement :meth:`apply` (reading ``self.cfg``)."""
 
     name = "filter"
 
-    def __init__(self, reject_samples: int = 0) -> None:
+    def __init__(self, cfg: Any = None, reject_samples: int = 0) -> None:
+        self.cfg = cfg
         self.stats = FilterStats()
         self.reject_samples = reject_samples
         self.rejects: list[dict[str, Any]] = []

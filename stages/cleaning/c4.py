@@ -64,14 +64,9 @@ class PageLengthFilter(Filter):
 
     name = "page_length"
 
-    def __init__(self, rules: C4Rules, reject_samples: int = 0) -> None:
-        super().__init__(reject_samples)
-        self.max_chars = rules.max_page_chars
-
     def apply(self, doc: Doc) -> str | None:
-        if self.max_chars and len(doc.text) > self.max_chars:
-            return "too_long"
-        return None
+        limit = self.cfg.max_page_chars
+        return "too_long" if limit and len(doc.text) > limit else None
 
 
 class C4LinesFilter(Filter):
@@ -81,13 +76,12 @@ class C4LinesFilter(Filter):
 
     def __init__(self, rules: C4Rules, reject_samples: int = 0,
                  count_sentences: Callable[[str, int], int] = count_sentences) -> None:
-        super().__init__(reject_samples)
-        self.r = rules
+        super().__init__(rules, reject_samples)
         self.count = count_sentences
         self._policy = tuple(rules.policy_substrings) if rules.policy else ()
 
     def apply(self, doc: Doc) -> str | None:
-        r = self.r
+        r = self.cfg
         kept: list[str] = []
         sentences = 0
         for line in doc.text.splitlines():

@@ -16,7 +16,7 @@ time and workers memory-map the final table, so memory is bounded by the bucket,
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -108,67 +108,52 @@ def write_shard_pairs(pairs: list[np.ndarray], path: Path) -> int:
     return len(arr)
 
 
-def build_selection(shard_files: list[Path], out: Path, buckets: int) -> int:
-    """Merge shards' pairs into one table sorted by line hash: for each distinct line, the smallest page
-    key holding it. Works bucket by bucket (by the hash's top bits) to bound memory. Returns distinct lines."""
+def _by_bucket(files: list[Path], buckets: int) -> Iterator[np.ndarray]:
+    """Per hash bucket (a range of the hash's top bits, ascending), the entries of every file in it, concatenated;
+    files hold sorted 1-D hashes or (2, n) arrays sorted by row 0. Memory is bounded by one bucket."""
     edges = [(2**64 * b) // buckets for b in range(buckets + 1)]
-    parts: list[Path] = []
-    total = 0
-    for b in range(buckets):
-        lo, hi = edges[b], edges[b + 1]
+    for lo, hi in zip(edges, edges[1:]):
         chunks = []
-        for f in shard_files:  # opened per bucket and released: thousands of shards, few open files
-            arr = np.load(f, mmap_mode="r")  # (2, n), sorted by row 0
-            col = arr[0]
+        for f in files:  # opened per bucket and released: thousands of shards, few open files
+            arr = np.load(f, mmap_mode="r")
+            col = arr[0] if arr.ndim == 2 else arr
             i = np.searchsorted(col, np.uint64(lo), side="left")
             j = len(col) if hi >= 2**64 else np.searchsorted(col, np.uint64(hi), side="left")
             if j > i:
-                chunks.append(np.array(arr[:, i:j]))
+                chunks.append(np.array(arr[..., i:j]))
             del arr, col
-        if not chunks:
-            continue
-        data = np.concatenate(chunks, axis=1)
-        order = np.lexsort((data[1], data[0]))  # by line hash, then page key ascending
-        data = data[:, order]
+        if chunks:
+            yield np.concatenate(chunks, axis=-1)
+
+
+def build_selection(shard_files: list[Path], out: Path, buckets: int) -> int:
+    """Merge shards' pairs into one table sorted by line hash: for each distinct line, the smallest page
+    key holding it. Works bucket by bucket to bound memory. Returns distinct lines."""
+    parts: list[Path] = []
+    sizes: list[int] = []
+    for b, data in enumerate(_by_bucket(shard_files, buckets)):
+        data = data[:, np.lexsort((data[1], data[0]))]  # by line hash, then page key ascending
         first = np.ones(data.shape[1], dtype=bool)
         first[1:] = data[0, 1:] != data[0, :-1]
-        table = np.ascontiguousarray(data[:, first])
-        part = out.parent / f"{out.stem}.part{b}.npy"
-        np.save(part, table)
-        parts.append(part)
-        total += table.shape[1]
-        del data, order, first, table, chunks
-    final = np.lib.format.open_memmap(out, mode="w+", dtype=np.uint64, shape=(2, total))
+        parts.append(out.parent / f"{out.stem}.part{b}.npy")
+        np.save(parts[-1], np.ascontiguousarray(data[:, first]))
+        sizes.append(int(first.sum()))
+        del data, first
+    final = np.lib.format.open_memmap(out, mode="w+", dtype=np.uint64, shape=(2, sum(sizes)))
     pos = 0
-    for part in parts:  # buckets are ranges of the hash, so their concatenation stays sorted
-        t = np.load(part, mmap_mode="r")
-        final[:, pos:pos + t.shape[1]] = t
-        pos += t.shape[1]
+    for part, size in zip(parts, sizes):  # buckets are ranges of the hash, so their concatenation stays sorted
+        final[:, pos:pos + size] = np.load(part, mmap_mode="r")
+        pos += size
         part.unlink()
     final.flush()
     del final
-    return total
+    return sum(sizes)
 
 
 def count_duplicates(files: list[Path], buckets: int) -> int:
     """How many entries of the sorted 1-D uint64 arrays in ``files`` repeat an earlier entry (all files
     together), bucket by bucket so memory stays bounded. Used by the gate to re-check line dedup."""
-    edges = [(2**64 * b) // buckets for b in range(buckets + 1)]
-    dups = 0
-    for b in range(buckets):
-        lo, hi = edges[b], edges[b + 1]
-        chunks = []
-        for f in files:
-            arr = np.load(f, mmap_mode="r")
-            i = np.searchsorted(arr, np.uint64(lo), side="left")
-            j = len(arr) if hi >= 2**64 else np.searchsorted(arr, np.uint64(hi), side="left")
-            if j > i:
-                chunks.append(np.array(arr[i:j]))
-            del arr
-        if chunks:
-            data = np.sort(np.concatenate(chunks))
-            dups += int(np.count_nonzero(data[1:] == data[:-1]))
-    return dups
+    return sum(int(np.count_nonzero(data[1:] == data[:-1])) for data in map(np.sort, _by_bucket(files, buckets)))
 
 
 class LineDedupFilter(Filter):
@@ -178,11 +163,8 @@ class LineDedupFilter(Filter):
 
     def __init__(self, table_path: Path, cfg: LineDedupConfig,
                  count_sentences: Callable[[str, int], int] = count_sentences, reject_samples: int = 0) -> None:
-        super().__init__(reject_samples)
-        table = np.load(table_path, mmap_mode="r")  # (2, distinct lines), row 0 sorted
-        self.hashes = table[0]
-        self.keys = table[1]
-        self.min_sentences = cfg.min_sentences
+        super().__init__(cfg, reject_samples)
+        self.hashes, self.keys = np.load(table_path, mmap_mode="r")  # (2, distinct lines), row 0 sorted
         self.count = count_sentences
 
     def apply(self, doc: Doc) -> str | None:
@@ -207,7 +189,8 @@ class LineDedupFilter(Filter):
         text = "\n".join(kept)
         if not text:
             return "empty"
-        if self.min_sentences and self.count(text, self.min_sentences) < self.min_sentences:
+        least = self.cfg.min_sentences
+        if least and self.count(text, least) < least:
             return "too_few_sentences"
         doc.text = text
         return None

@@ -21,7 +21,7 @@ from typing import Any
 from stages.cleaning.badwords import BadWordsFilter
 from stages.cleaning.base import Doc, Filter, FilterStats
 from stages.cleaning.c4 import C4LinesFilter, PageLengthFilter
-from stages.cleaning.config import CleanerConfig, LanguageConfig
+from stages.cleaning.config import CleanerConfig
 from stages.cleaning.dedup import (
     LineDedupFilter,
     build_selection,
@@ -80,10 +80,6 @@ class CleanResult:
 
 class LanguageFilter(Filter):
     name = "language"
-
-    def __init__(self, cfg: LanguageConfig, reject_samples: int = 0) -> None:
-        super().__init__(reject_samples)
-        self.cfg = cfg
 
     def apply(self, doc: Doc) -> str | None:
         keep, reason = is_english(doc.text, min_probability=self.cfg.min_probability, backend=self.cfg.backend)

@@ -15,7 +15,6 @@ Backends (models loaded once per process, on first use):
 from __future__ import annotations
 
 import threading
-from typing import Any, Protocol
 
 BACKENDS = ("langdetect", "py3langid")
 
@@ -28,27 +27,17 @@ class Undetectable(Exception):
         self.reason = reason
 
 
-class LangID(Protocol):
+class LangID:
     """A language identifier: the best language of a text and its probability."""
 
-    name: str
-
-    def best(self, text: str) -> tuple[str, float]:
-        """Best (language, probability); raises :class:`Undetectable` when there is none."""
-        ...
-
-    def detect(self, text: str) -> tuple[str, float] | None:
-        """Best (language, probability), or None when the text is undetectable."""
-        ...
-
-
-class _Base:
     name = ""
 
     def best(self, text: str) -> tuple[str, float]:
+        """Best (language, probability); raises :class:`Undetectable` when there is none."""
         raise NotImplementedError
 
     def detect(self, text: str) -> tuple[str, float] | None:
+        """Best (language, probability), or None when the text is undetectable."""
         try:
             return self.best(text)
         except Undetectable:
@@ -70,7 +59,7 @@ def _langdetect_engine() -> str:
     return "langdetect-rs" if found and wanted != "python" else "langdetect"
 
 
-class LangdetectID(_Base):
+class LangdetectID(LangID):
     """langdetect exactly as C4 calls it (``detect_langs`` with seed 0); codes like "en", "zh-cn"."""
 
     name = "langdetect"
@@ -102,7 +91,7 @@ class LangdetectID(_Base):
         return predictions[0].lang, float(predictions[0].prob)
 
 
-class Py3LangidID(_Base):
+class Py3LangidID(LangID):
     """py3langid with normalised probabilities; ISO 639-1 codes ("en", "zh")."""
 
     name = "py3langid"
@@ -122,7 +111,6 @@ class Py3LangidID(_Base):
         return ranked[0][0], float(ranked[0][1])
 
 
-_FACTORIES: dict[str, Any] = {"langdetect": LangdetectID, "py3langid": Py3LangidID}
 _instances: dict[str, LangID] = {}
 _lock = threading.Lock()
 
@@ -130,15 +118,13 @@ _lock = threading.Lock()
 def get_langid(backend: str = "langdetect") -> LangID:
     """The process-wide identifier for ``backend``, loaded once under a lock (langdetect's loader is not
     thread-safe)."""
-    found = _instances.get(backend)
-    if found is None:
-        if backend not in _FACTORIES:
+    if backend not in _instances:
+        if backend not in BACKENDS:
             raise ValueError(f"unknown language-ID backend {backend!r}; expected one of {BACKENDS}")
         with _lock:
-            found = _instances.get(backend)
-            if found is None:
-                found = _instances[backend] = _FACTORIES[backend]()
-    return found
+            if backend not in _instances:
+                _instances[backend] = (LangdetectID if backend == "langdetect" else Py3LangidID)()
+    return _instances[backend]
 
 
 def detect(text: str, *, backend: str = "langdetect") -> tuple[str, float] | None:

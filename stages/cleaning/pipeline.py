@@ -162,18 +162,16 @@ def write_input_shards(records: Iterator[dict[str, Any]], work: Path, shard_docs
         text = text.encode("utf-8", "replace").decode("utf-8")  # lone surrogates cannot be written to Parquet
         # Key on the content hash; a user's id (not necessarily unique) is only carried in meta.raw_id.
         did = doc_id(text)
-        given = rec.get("id")
-        raw_id = str(given) if given not in (None, "") else did
+        raw_id = str(rec["id"]) if rec.get("id") not in (None, "") else did
         url = rec.get("url") if isinstance(rec.get("url"), str) and rec.get("url") else None
         meta = rec.get("meta") if isinstance(rec.get("meta"), str) else \
             json.dumps(rec.get("meta") or {}, sort_keys=True, default=str)
         ts = str(rec.get("timestamp") or _meta_timestamp(meta))
-        doc = Doc(id=did, text=text, source=str(rec.get("source") or ""), url=url, meta=meta, timestamp=ts,
-                  raw_id=raw_id)
+        batch.append(Doc(id=did, text=text, source=str(rec.get("source") or ""), url=url, meta=meta, timestamp=ts,
+                         raw_id=raw_id))
         rows.append((len(rows), did, url, ts) + ((hashlib.md5(text.encode("utf-8")).hexdigest(),) if text_md5 else ()))
         lengths.append(len(text))
         nbytes += len(text.encode("utf-8"))
-        batch.append(doc)
         if len(batch) == shard_docs:
             shards.append(_flush(batch, work, len(shards)))
             batch = []
@@ -191,9 +189,8 @@ def _meta_timestamp(meta: str) -> str:
 
 
 def _flush(batch: list[Doc], work: Path, i: int) -> Path:
-    path = work / f"in-{i:06d}.parquet"
-    _write_shard(batch, path)
-    return path
+    _write_shard(batch, work / f"in-{i:06d}.parquet")
+    return work / f"in-{i:06d}.parquet"
 
 
 def _merger(into: dict[str, FilterStats], rejects: dict[str, list], cap: int) -> Callable[[Any], None]:
@@ -292,10 +289,8 @@ def clean_corpus(records: Iterator[dict[str, Any]], cfg: CleanerConfig, *, work:
     if cfg.minhash.enabled:
         ids = [i for a in p3 for i in pq.read_table(a[1], columns=["id"])["id"].to_pylist()]
         near_dups = duplicates(ids, np.concatenate([np.load(a[2]) for a in p3]))  # p3: one entry per shard, >= 1
-        st = FilterStats(docs_in=len(ids), docs_out=len(ids) - len(near_dups))
-        if near_dups:
-            st.dropped["near_duplicate"] = len(near_dups)
-        filters["minhash"] = st
+        filters["minhash"] = FilterStats(docs_in=len(ids), docs_out=len(ids) - len(near_dups),
+                                         dropped=Counter({"near_duplicate": len(near_dups)} if near_dups else {}))
 
     schema = arrow_schema(False)
     n_out = chars_out = 0
@@ -306,9 +301,8 @@ def clean_corpus(records: Iterator[dict[str, Any]], cfg: CleanerConfig, *, work:
         for a in p3:  # one row group per shard, in input order
             docs = [d for d in _read_shard(a[1]) if d.id not in near_dups]
             feats = pd.read_parquet(a[6])
+            feats = feats[~feats["source_id"].isin(near_dups)]
             a[1].unlink()
-            if near_dups:
-                feats = feats[~feats["source_id"].isin(near_dups)]
             if seen_ids is not None:
                 # Without line dedup two pages can clean to the same text (same id): keep the first.
                 first: dict[str, int] = {}
@@ -324,26 +318,21 @@ def clean_corpus(records: Iterator[dict[str, Any]], cfg: CleanerConfig, *, work:
             feature_frames.append(feats.drop(columns=["source_id"]))
             if not docs:
                 continue
-            writer.write_table(pa.table({
-                "id": [doc_id(d.text) for d in docs],
-                "text": [d.text for d in docs],
-                "source": [d.source for d in docs],
-                "url": [d.url for d in docs],
-                "meta": [_with_raw_id(d.meta, d.raw_id or d.id) for d in docs],
-            }, schema=schema))
+            writer.write_table(pa.Table.from_pylist([
+                {"id": doc_id(d.text), "text": d.text, "source": d.source, "url": d.url,
+                 "meta": _with_raw_id(d.meta, d.raw_id or d.id)} for d in docs], schema=schema))
             n_out += len(docs)
             chars_out += sum(len(d.text) for d in docs)
     if seen_ids is not None and final.dropped:
         filters["exact_dedup"] = final
-    features = pd.concat(feature_frames, ignore_index=True) if feature_frames else None
     duplicate_lines = count_duplicates([a[7] for a in p3], cfg.line_dedup.buckets) if cfg.line_dedup.enabled else None
     phase_s["write"] = time.perf_counter() - t0
 
-    merged_rejects = [r for name in rejects for r in rejects[name]]
     return CleanResult(docs_in=n_in + sum(input_drops.values()), docs_out=n_out, chars_in=chars_in,
-                       chars_out=chars_out, bytes_in=bytes_in, filters=filters, rejects=merged_rejects,
+                       chars_out=chars_out, bytes_in=bytes_in, filters=filters,
+                       rejects=[r for name in rejects for r in rejects[name]],
                        input_drops=input_drops, seconds=time.perf_counter() - t_start, phase_seconds=phase_s,
-                       gate_features=features, duplicate_lines=duplicate_lines)
+                       gate_features=pd.concat(feature_frames, ignore_index=True), duplicate_lines=duplicate_lines)
 
 
 def _with_raw_id(meta: str, raw_id: str) -> str:

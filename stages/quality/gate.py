@@ -120,23 +120,14 @@ class GateResult:
 
     def to_json(self) -> dict:
         failures = self.failures()
-        return {
-            "gate": self.gate,
-            "success": self.success,
-            "stats": dict(self.stats),
-            "summary": {"checks": len(self.checks), "failed": len(failures)},
-            "failed": [check.name for check in failures],
-            "checks": [check.to_json() for check in self.checks],
-            **({"data_docs": self.data_docs} if self.data_docs else {}),
-        }
+        return {"gate": self.gate, "success": self.success, "stats": dict(self.stats),
+                "summary": {"checks": len(self.checks), "failed": len(failures)},
+                "failed": [check.name for check in failures], "checks": [check.to_json() for check in self.checks],
+                **({"data_docs": self.data_docs} if self.data_docs else {})}
 
 
-def validate(
-    gate: str,
-    tables: Mapping[str, pandas.DataFrame],
-    expectations: Sequence[Expect],
-    project: Path | None = None,
-) -> GateResult:
+def validate(gate: str, tables: Mapping[str, pandas.DataFrame], expectations: Sequence[Expect],
+             project: Path | None = None) -> GateResult:
     """Run `expectations` over `tables` and return every check's outcome (never raises on bad data).
     ``project``: a GX project root (created on first use) to store results and Data Docs; None: ephemeral.
 
@@ -152,10 +143,8 @@ def validate(
             raise TypeError(f"gate {gate}: table {table!r} is {type(frame).__name__}, not a DataFrame")
     for expect in expectations:
         if expect.table not in tables:
-            raise ValueError(
-                f"gate {gate}: expectation {expect.kind} is on table {expect.table!r}, "
-                f"which is not among the tables given: {sorted(tables)}"
-            )
+            raise ValueError(f"gate {gate}: expectation {expect.kind} is on table {expect.table!r}, "
+                             f"which is not among the tables given: {sorted(tables)}")
 
     with _quiet_gx(), _project_lock(project):
         gx = _import_gx()
@@ -179,14 +168,10 @@ def validate(
                                      [(expectations[i], built[i]) for i in indices], stored=project is not None)
             results.update(zip(indices, checks, strict=True))
 
-    checks_done = tuple(results[i] for i in range(len(expectations)))
-    return GateResult(
-        gate=gate,
-        success=all(check.success for check in checks_done),
-        checks=checks_done,
-        stats={table: int(len(frame)) for table, frame in tables.items()},
-        data_docs=str(project / DATA_DOCS_INDEX) if project is not None else None,
-    )
+    checks = tuple(results[i] for i in range(len(expectations)))
+    return GateResult(gate=gate, success=all(check.success for check in checks), checks=checks,
+                      stats={table: int(len(frame)) for table, frame in tables.items()},
+                      data_docs=str(project / DATA_DOCS_INDEX) if project is not None else None)
 
 
 def write_report(result: GateResult, path: str | Path) -> None:
@@ -196,12 +181,8 @@ def write_report(result: GateResult, path: str | Path) -> None:
     write_bytes_atomic(path, text.encode("utf-8"))
 
 
-def enforce(
-    gate: str,
-    tables: Mapping[str, pandas.DataFrame],
-    expectations: Sequence[Expect],
-    report_path: str | Path,
-) -> GateResult:
+def enforce(gate: str, tables: Mapping[str, pandas.DataFrame], expectations: Sequence[Expect],
+            report_path: str | Path) -> GateResult:
     """Validate in `gx_project`, always write the report (a failed stage leaves its evidence), and
     raise `GateFailed` if any check failed."""
     result = validate(gate, tables, expectations, gx_project())
@@ -289,15 +270,10 @@ def _validate_table(gx: Any, context: Any, datasource: Any, gate: str, table: st
     """Validate one table's (expect, built GX expectation) pairs in one GX batch; results in their order.
     ``stored``: the context is file-backed: the suite replaces the stored one of its name, and a checkpoint runs it."""
     name = f"{gate}.{table}"
-    if stored:
-        asset = _get_or_add(lambda: datasource.get_asset(name), lambda: datasource.add_dataframe_asset(name=name))
-        batch_definition = _get_or_add(lambda: asset.get_batch_definition(_BATCH_DEFINITION_NAME),
-                                       lambda: asset.add_batch_definition_whole_dataframe(name=_BATCH_DEFINITION_NAME))
-        suite = context.suites.add_or_update(gx.ExpectationSuite(name=name))  # today's checks, nothing older
-    else:
-        asset = datasource.add_dataframe_asset(name=table)
-        batch_definition = asset.add_batch_definition_whole_dataframe(name=_BATCH_DEFINITION_NAME)
-        suite = context.suites.add(gx.ExpectationSuite(name=name))
+    asset = _get_or_add(lambda: datasource.get_asset(name), lambda: datasource.add_dataframe_asset(name=name))
+    batch_definition = _get_or_add(lambda: asset.get_batch_definition(_BATCH_DEFINITION_NAME),
+                                   lambda: asset.add_batch_definition_whole_dataframe(name=_BATCH_DEFINITION_NAME))
+    suite = context.suites.add_or_update(gx.ExpectationSuite(name=name))  # today's checks, nothing older
 
     position_by_id: dict[str, int] = {}
     for position, (expect, expectation) in enumerate(expects):

@@ -1,17 +1,10 @@
 """Corpus-wide deduplication as C4 does it: by URL before cleaning, by line after cleaning.
 
-URL dedup (c4.py "normalize and deduplicate by URL"): pages sharing a normalised URL keep the newest one
-(by timestamp; ties broken by id so the result never depends on input order). Pages without a URL are
-kept. Byte-identical pages (same id) are also kept once.
-
-Line dedup (c4_utils.remove_duplicate_text): every (stripped, lower-cased) line is hashed; among all pages
-holding a line, the page with the smallest page key (MD5 of its URL, or of its id) keeps it and every other
-page loses it; repeats inside the keeping page are dropped too. Then pages left empty or with fewer than
-3 Punkt sentences are dropped.
-
-Memory: shards write sorted (line hash, page key) pairs to disk; the selection runs one hash bucket at a
-time and workers memory-map the final table, so memory is bounded by the bucket, not the corpus
-(benchmarks/cleaning.md).
+URL dedup (c4.py): pages sharing a normalised URL keep one (`url_dedup`); byte-identical pages are kept once.
+Line dedup (c4_utils.remove_duplicate_text): among all pages holding a (stripped, lower-cased) line, the page
+with the smallest page key keeps it, repeats inside it are dropped too; then pages left empty or with too few
+sentences go. Shards write sorted (line hash, page key) pairs; the selection runs one hash bucket at a time,
+so memory is bounded by the bucket, not the corpus (benchmarks/cleaning.md).
 """
 
 from __future__ import annotations
@@ -47,12 +40,10 @@ URL_RULES = ("newest", "tfds")
 
 
 def url_dedup(rows: Iterable[tuple], rule: str = "newest") -> tuple[set[int], int, int]:
-    """Pick which rows survive URL and exact-duplicate dedup.
+    """Pick which rows survive URL and exact-duplicate dedup: (indices to drop, URL duplicates, exact duplicates).
 
     ``rows``: (index, id, url, timestamp), plus the text's MD5 hex digest for ``rule="tfds"``. Per normalised
-    URL, ``newest`` keeps the latest timestamp (ties: smaller id; C4's paper), ``tfds`` the largest MD5, as
-    TFDS's ``c4_utils.dedupe_urls``. Returns (indices to drop, incl. exact duplicates; URL duplicates; exact
-    duplicates).
+    URL, ``newest`` keeps the latest timestamp (ties: smaller id; C4's paper), ``tfds`` the largest MD5 (TFDS).
     """
     if rule not in URL_RULES:
         raise ValueError(f"url_dedup_rule: {rule!r} is not one of {', '.join(URL_RULES)}")
@@ -71,10 +62,11 @@ def url_dedup(rows: Iterable[tuple], rule: str = "newest") -> tuple[set[int], in
             continue
         key = normalize_url(url)
         cand = (ts or "", did, idx) if rule == "newest" else (row[4], did, idx)
-        cur = best_by_url.get(key)
-        if cur is None:
-            best_by_url[key] = cand
-        elif (_newer(cand, cur) if rule == "newest" else cand[0] > cur[0]):
+        cur = best_by_url.setdefault(key, cand)
+        if cur is cand:
+            continue
+        # newest: C4's select_newest_page, the later timestamp wins, equal timestamps fall back to the smaller id
+        if cand[0] > cur[0] or (rule == "newest" and cand[0] == cur[0] and cand[1] < cur[1]):
             best_by_url[key] = cand
             drop.add(cur[2])
         else:
@@ -82,21 +74,10 @@ def url_dedup(rows: Iterable[tuple], rule: str = "newest") -> tuple[set[int], in
     return drop, len(drop) - exact, exact
 
 
-def _newer(a: tuple[str, str, int], b: tuple[str, str, int]) -> bool:
-    """C4's select_newest_page: the later timestamp wins; equal timestamps fall back to the smaller id."""
-    if a[0] != b[0]:
-        return a[0] > b[0]
-    return a[1] < b[1]
-
-
 def line_pairs(doc: Doc) -> np.ndarray:
     """(line hash, page key) for every line of a cleaned page, as an (n, 2) uint64 array."""
     key = page_key(doc)
-    hashes = [line_key(line) for line in doc.text.split("\n")]
-    out = np.empty((len(hashes), 2), dtype=np.uint64)
-    out[:, 0] = hashes
-    out[:, 1] = key
-    return out
+    return np.array([(line_key(line), key) for line in doc.text.split("\n")], dtype=np.uint64).reshape(-1, 2)
 
 
 def write_shard_pairs(pairs: list[np.ndarray], path: Path) -> int:

@@ -1,16 +1,15 @@
 """A pre-training corpus and the labeled task it is scored on: the leakage guard and task-adaptive text.
 
-The corpus must not hold the task's held-out examples, or the model is scored on text it has read. After
-cleaning, the guard drops documents whose ``meta`` names a held-out ``package`` / ``source_package`` and
-documents whose normalised text equals a held-out one. With ``tapt`` (Gururangan et al. 2020, "Don't Stop
-Pretraining", section 5) the task's training texts are appended unlabeled and not rewritten by the rules.
-The gate re-checks the output independently (:func:`leaks`).
+After cleaning, the guard drops documents whose ``meta`` names a held-out ``package`` / ``source_package`` or
+whose normalised text equals a held-out one; with ``tapt`` (Gururangan et al. 2020, section 5) the task's
+training texts are appended unlabeled. The gate re-checks the output independently (:func:`leaks`).
 """
 
 from __future__ import annotations
 
 import json
 import re
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -93,20 +92,14 @@ def apply(cfg: TaskConfig, parquet: Path, task_path: Path) -> dict:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-
     task = read_task(task_path)
     held = HeldOut(task, cfg.holdout_splits)
     table = pq.read_table(parquet)
     df = table.to_pandas()
-    dropped: dict[str, int] = {}
-    dropped_ids: set[str] = set()
-    if cfg.guard:
-        reasons = [held.reason(t, m) for t, m in zip(df["text"], df["meta"])]
-        for rid, why in zip(df["id"], reasons):
-            if why:
-                dropped[why] = dropped.get(why, 0) + 1
-                dropped_ids.add(rid)
-        df = df[[not r for r in reasons]]
+    reasons = [held.reason(t, m) for t, m in zip(df["text"], df["meta"])] if cfg.guard else [""] * len(df)
+    dropped = dict(Counter(why for why in reasons if why))
+    dropped_ids = {rid for rid, why in zip(df["id"], reasons) if why}
+    df = df[[not why for why in reasons]] if cfg.guard else df
     added = 0
     if cfg.tapt:
         seen = set(df["id"])

@@ -43,18 +43,15 @@ def load_words(cfg: BadWordsConfig, cache_dir: Path) -> tuple[list[str], dict]:
     words = sorted({w.strip().lower() for w in words if isinstance(w, str) and w.strip()})
     pkg = prov.packages[0]
     return words, {"package": f"{pkg['name']}@{pkg['version']}", "integrity": pkg["integrity"],
-                   "sha256": prov.files[0]["sha256"], "words": len(words), "licence": "CC-BY-4.0 (naughty-words / LDNOOBW)"}
+                   "sha256": prov.files[0]["sha256"], "words": len(words),
+                   "licence": "CC-BY-4.0 (naughty-words / LDNOOBW)"}
 
 
 def compile_badwords(words: list[str]) -> re.Pattern[str]:
     """C4's regex: escaped words, flanked by a non-word character or the start/end of the text. The
     alternation is a trie of the same words (same matches, faster: benchmarks/cleaning.md)."""
-    return re.compile(r"(?:\W|^)(" + _trie_pattern(sorted(set(words))) + r")(?:\W|$)")
-
-
-def _trie_pattern(words: list[str]) -> str:
     trie: dict = {}
-    for word in words:
+    for word in sorted(set(words)):
         node = trie
         for ch in word:
             node = node.setdefault(ch, {})
@@ -67,7 +64,7 @@ def _trie_pattern(words: list[str]) -> str:
         body = branches[0] if len(branches) == 1 else "(?:" + "|".join(branches) + ")"
         return f"(?:{body})?" if "" in node else body
 
-    return pattern(trie)
+    return re.compile(r"(?:\W|^)(" + pattern(trie) + r")(?:\W|$)")
 
 
 class BadWordsFilter(Filter):

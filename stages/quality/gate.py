@@ -97,8 +97,28 @@ class CheckResult:
         return _check_name(self.table, self.expectation, self.kwargs)
 
     def why(self) -> str:
-        """One-line reason for a failure, for error messages."""
-        return _why(self.observed)
+        """One-line reason for a failure, for error messages: the error, the unexpected values, what is missing."""
+        observed = self.observed
+        if not isinstance(observed, Mapping):
+            return _clip(repr(observed))
+        if "exception" in observed:
+            return _clip(f"error: {observed['exception']}")
+        parts: list[str] = []
+        if "observed_value" in observed:
+            parts.append(f"observed {observed['observed_value']!r}")
+        details = observed.get("details")
+        mismatched = details.get("mismatched") if isinstance(details, Mapping) else None
+        if mismatched:
+            parts.append(f"mismatched {mismatched!r}")
+        if observed.get("unexpected_count"):
+            # With a named index GX lists unexpected rows as {index_name: value, column: value} dicts: show those.
+            index_list = observed.get("partial_unexpected_index_list") or []
+            named = bool(index_list) and isinstance(index_list[0], Mapping)
+            examples = (index_list if named else observed.get("partial_unexpected_list")) or []
+            parts.append(f"{observed['unexpected_count']} unexpected, e.g. {examples[:3]!r}")
+        if observed.get("partial_missing_list"):
+            parts.append(f"missing {observed['partial_missing_list']!r}")
+        return _clip(", ".join(parts) or "failed")
 
     def to_json(self) -> dict:
         return {"name": self.name, **dataclasses.asdict(self)}
@@ -400,30 +420,6 @@ def _jsonable(value: Any) -> Any:
 def _check_name(table: str, kind: str, kwargs: Mapping[str, Any]) -> str:
     column = kwargs.get("column")
     return f"{table}.{kind}({column})" if column is not None else f"{table}.{kind}"
-
-
-def _why(observed: object) -> str:
-    """Summarise an observed dict in a few words: the error, the unexpected values, what is missing."""
-    if not isinstance(observed, Mapping):
-        return _clip(repr(observed))
-    if "exception" in observed:
-        return _clip(f"error: {observed['exception']}")
-    parts: list[str] = []
-    if "observed_value" in observed:
-        parts.append(f"observed {observed['observed_value']!r}")
-    details = observed.get("details")
-    mismatched = details.get("mismatched") if isinstance(details, Mapping) else None
-    if mismatched:
-        parts.append(f"mismatched {mismatched!r}")
-    if observed.get("unexpected_count"):
-        # With a named index GX lists unexpected rows as {index_name: value, column: value} dicts: show those.
-        index_list = observed.get("partial_unexpected_index_list") or []
-        named = bool(index_list) and isinstance(index_list[0], Mapping)
-        examples = (index_list if named else observed.get("partial_unexpected_list")) or []
-        parts.append(f"{observed['unexpected_count']} unexpected, e.g. {examples[:3]!r}")
-    if observed.get("partial_missing_list"):
-        parts.append(f"missing {observed['partial_missing_list']!r}")
-    return _clip(", ".join(parts) or "failed")
 
 
 def _clip(text: str) -> str:

@@ -9,12 +9,12 @@ left for the gate to report; ValueError only for bad *parameters*.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from stages.common.documents import DOCUMENT_COLUMNS, is_json_text
+from stages.config import check
 from stages.quality.gate import Expect
 
 __all__ = ["combine", "documents_suite", "labeled_suite"]
@@ -44,15 +44,16 @@ def documents_suite(df: pd.DataFrame, *, min_rows: int, max_rows: int, min_nonem
     For corpora too large for memory, pass ``df`` without text plus ``text_chars`` (stripped length per
     row), ``meta_is_json`` and ``columns`` (the written file's columns): nothing reads the text.
     """
-    _require(0 <= min_rows <= max_rows, f"need 0 <= min_rows <= max_rows, got {min_rows}, {max_rows}")
-    _require(0.0 <= min_nonempty_ratio <= 1.0, f"min_nonempty_ratio must be in [0, 1], got {min_nonempty_ratio}")
+    check(0 <= min_rows <= max_rows, f"need 0 <= min_rows <= max_rows, got {min_rows}, {max_rows}")
+    check(0.0 <= min_nonempty_ratio <= 1.0, f"min_nonempty_ratio must be in [0, 1], got {min_nonempty_ratio}")
 
-    features = pd.DataFrame({
-        "text_chars": (np.asarray(text_chars, dtype="int64") if text_chars is not None
-                       else _column(df, "text").map(_stripped_length).astype("int64").to_numpy()),
-        "meta_is_json": (np.asarray(meta_is_json, dtype=bool) if meta_is_json is not None
-                         else _column(df, "meta").map(is_json_text).astype(bool).to_numpy()),
-    }, index=pd.Index(_column(df, "id").to_numpy(), name="id"))  # GX's unexpected-row list names the documents
+    if text_chars is None:
+        text_chars = _column(df, "text").map(lambda v: len(v.strip()) if isinstance(v, str) else 0)
+    if meta_is_json is None:
+        meta_is_json = _column(df, "meta").map(is_json_text)
+    features = pd.DataFrame({"text_chars": np.asarray(text_chars, dtype="int64"),
+                             "meta_is_json": np.asarray(meta_is_json, dtype=bool)},
+                            index=pd.Index(_column(df, "id").to_numpy(), name="id"))  # failures name the documents
     tables = {DOCUMENTS: df.copy(), DOCUMENT_FEATURES: features}
     schema_table = DOCUMENTS if columns is None else DOCUMENT_SCHEMA
     if columns is not None:
@@ -80,19 +81,29 @@ def labeled_suite(df: pd.DataFrame, *, labels: Sequence[str], splits: Sequence[s
     share of all rows in [min_class_share, max_class_share] (a dominant class misleads accuracy); each
     normalised text in exactly one split (a leak inflates scores; the report names the texts).
     """
-    _require(bool(labels), "labels must not be empty")
-    _require(bool(splits), "splits must not be empty")
-    _require(train_split in splits, f"train_split {train_split!r} is not among splits {list(splits)}")
-    _require(0.0 <= min_class_share <= max_class_share <= 1.0,
+    check(bool(labels), "labels must not be empty")
+    check(bool(splits), "splits must not be empty")
+    check(train_split in splits, f"train_split {train_split!r} is not among splits {list(splits)}")
+    check(0.0 <= min_class_share <= max_class_share <= 1.0,
              f"need 0 <= min_class_share <= max_class_share <= 1, got {min_class_share}, {max_class_share}")
 
     label = _column(df, "label")
     split = _column(df, "split")
+    # Per declared label, its rows and share of *all* rows (nulls and unknowns count in the denominator, so they
+    # cannot make the declared classes look balanced).
+    by_label = label.value_counts(dropna=True)
+    counts = [int(by_label.get(name, 0)) for name in labels]
+    shares = [count / len(label) if len(label) else 0.0 for count in counts]
+    # Per normalised text, how many distinct splits it appears in (rows without text/split skipped).
+    text_key = _column(df, "text").map(lambda value: value.strip().lower() if isinstance(value, str) else None)
+    pairs = pd.DataFrame({"text_key": text_key, "split": split}).dropna()
+    n_splits = pairs.groupby("text_key", sort=True)["split"].nunique().astype("int64")
     tables = {
         LABELED: df.copy(),
         LABELED_TRAIN: pd.DataFrame({"label": label[split == train_split]}),
-        CLASS_SHARES: _class_shares(label, labels),
-        SPLIT_OVERLAP: _split_overlap(_column(df, "text"), split),
+        CLASS_SHARES: pd.DataFrame({"rows": counts, "share": shares}, index=pd.Index(list(labels), name="label")),
+        # indexed by the text so GX's report shows it
+        SPLIT_OVERLAP: pd.DataFrame({"n_splits": n_splits.to_numpy()}, index=pd.Index(n_splits.index, name="text_key")),
     }
     expectations = [
         Expect(LABELED, "ExpectColumnValuesToNotBeNull", {"column": "label"}),
@@ -114,45 +125,12 @@ def combine(*suites: Suite) -> Suite:
     expectations: list[Expect] = []
     for suite_tables, suite_expectations in suites:
         clash = tables.keys() & suite_tables.keys()
-        _require(not clash, f"suites share table names {sorted(clash)}")
+        check(not clash, f"suites share table names {sorted(clash)}")
         tables.update(suite_tables)
         expectations.extend(suite_expectations)
     return tables, expectations
 
 
-# --- derived tables ----------------------------------------------------------------------------
-
-
-def _class_shares(label: pd.Series, labels: Sequence[str]) -> pd.DataFrame:
-    """One row per declared label: its row count and share of *all* rows (nulls and unknowns count
-    in the denominator, so they cannot make the declared classes look balanced)."""
-    counts = label.value_counts(dropna=True)
-    rows = [int(counts.get(name, 0)) for name in labels]
-    shares = [count / len(label) if len(label) else 0.0 for count in rows]
-    return pd.DataFrame({"rows": rows, "share": shares}, index=pd.Index(list(labels), name="label"))
-
-
-def _split_overlap(text: pd.Series, split: pd.Series) -> pd.DataFrame:
-    """Per normalised text, how many distinct splits it appears in (rows without text/split skipped),
-    indexed by the text so GX's report shows it."""
-    key = text.map(lambda value: value.strip().lower() if isinstance(value, str) else None)
-    pairs = pd.DataFrame({"text_key": key, "split": split}).dropna()
-    n_splits = pairs.groupby("text_key", sort=True)["split"].nunique().astype("int64")
-    return pd.DataFrame({"n_splits": n_splits.to_numpy()}, index=pd.Index(n_splits.index, name="text_key"))
-
-
-# --- small helpers -----------------------------------------------------------------------------
-
-
 def _column(df: pd.DataFrame, name: str) -> pd.Series:
     # A missing column yields nulls, so builders keep going and the gate reports the real problem.
     return df[name] if name in df.columns else pd.Series([None] * len(df), index=df.index, dtype=object)
-
-
-def _stripped_length(value: Any) -> int:
-    return len(value.strip()) if isinstance(value, str) else 0
-
-
-def _require(condition: bool, message: str) -> None:
-    if not condition:
-        raise ValueError(message)

@@ -1,8 +1,5 @@
-"""C4's bad-words page filter with the LDNOOBW English list (npm ``naughty-words``, CC-BY-4.0).
-
-As C4's ``c4_utils.get_badwords_filter_fn``: a page is dropped when its lower-cased text holds a listed
-word flanked by non-word characters or the text's ends; applied after language ID.
-"""
+"""C4's bad-words page filter (``c4_utils.get_badwords_filter_fn``) with the LDNOOBW English list (npm
+``naughty-words``, CC-BY-4.0)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""The record cleaning filters work on, and the base class that counts, times and samples what they drop.
-
-A filter answers keep (``None``) or drop (a reason) for one :class:`Doc`; line filters may rewrite
-``doc.text``. The base class keeps the counts and a few rejects per reason (as datatrove's ``BaseFilter``).
-"""
+"""The record cleaning filters work on, and the base class that counts, times and samples what they drop
+(as datatrove's ``BaseFilter``)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""C4's page and line rules, implemented to match tensorflow_datasets ``text/c4_utils.py``.
-
-Raffel et al. 2020, section 2.2, and ``clean_page``, in its order (which matters: "{" drops the page only
-on a line that passed the checks before it): see `C4Rules`.
-"""
+"""C4's page and line rules (Raffel et al. 2020, 2.2) as tensorflow_datasets ``text/c4_utils.py``'s ``clean_page``,
+in its order, which matters: "{" drops the page only on a line that passed the checks before it."""
 
 from __future__ import annotations
 
@@ -136,8 +133,6 @@ _TRACKING = re.compile(r"\?(utm_|ref|feed).*")
 
 def normalize_url(url: str) -> str:
     """c4_utils.normalize_url: drop scheme and ``www.``, tracking query strings and a trailing slash."""
-    url = _SCHEME_WWW.sub("", url)
-    url = _TRACKING.sub("", url)
-    return url.rstrip("/")
+    return _TRACKING.sub("", _SCHEME_WWW.sub("", url)).rstrip("/")
 
 

@@ -15,7 +15,6 @@ from stages.common.documents import open_parquet
 from stages.sources.files import _open_binary
 
 
-# ------------------------------------------------------------------------------------------------ input
 def read_records(path: Path, drops) -> Iterator[dict[str, Any]]:
     """Documents from a Parquet or JSONL(.gz/.zst) file, or a folder of them (sorted). Undecodable or
     non-object lines are counted in ``drops`` and skipped: cleaning never crashes on junk input. A line with
@@ -74,7 +73,6 @@ def _jsonl(path: Path, drops) -> Iterator[dict[str, Any]]:
             yield obj
 
 
-# ----------------------------------------------------------------------------------------------- output
 def drops_csv(result: CleanResult) -> str:
     """One row per filter: documents and lines it dropped (the DVC bar plot of drops by filter)."""
     buf = io.StringIO()

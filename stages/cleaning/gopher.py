@@ -118,18 +118,12 @@ def _top_ngram_fraction(words: list[str], n: int) -> float:
 
 def _dup_ngram_fraction(words: list[str], n: int) -> float:
     """Characters of words inside any n-gram that occurs more than once, over all word characters."""
-    if len(words) < n:
-        return 0.0
     seen: dict[tuple[str, ...], int] = {}
     covered = [False] * len(words)
     for i in range(len(words) - n + 1):
-        gram = tuple(words[i:i + n])
-        first = seen.setdefault(gram, i)
+        first = seen.setdefault(tuple(words[i:i + n]), i)
         if first != i:
-            for j in range(i, i + n):
-                covered[j] = True
-            for j in range(first, first + n):
-                covered[j] = True
+            covered[i:i + n] = covered[first:first + n] = [True] * n
     total = sum(len(w) for w in words) or 1
     return sum(len(w) for w, c in zip(words, covered) if c) / total
 

@@ -4,12 +4,9 @@ C4 (TFDS ``text/c4_utils.py``, ``is_language``) keeps a page iff langdetect (see
 probability >= 0.99. Its counters, in its order, are our reasons: "langdetect_exception", "no_predictions",
 "low_confidence" (checked before the language), "not_english:<lang>".
 
-Backends (models loaded once per process, on first use):
-- ``langdetect`` (default): C4's detector, seeded per detection; run by ``langdetect-rs`` when installed,
-  a Rust port with bit-identical output (benchmarks/cleaning.md, "Cleaning"); ``LMPIPE_LANGDETECT=python``
-  forces the Python package.
-- ``py3langid``: naive Bayes over byte n-grams with normalised probabilities, calibrated differently, so
-  its threshold is a separate choice (``benchmarks/cleaning_agreement.py``).
+Backends, loaded once per process: ``langdetect`` (C4's; run by the bit-identical Rust port ``langdetect-rs``
+when installed, unless ``LMPIPE_LANGDETECT=python``; benchmarks/cleaning.md) and ``py3langid`` (calibrated
+differently: ``benchmarks/cleaning_agreement.py``).
 """
 
 from __future__ import annotations

@@ -1,5 +1,4 @@
-"""MinHash near-duplicate removal (Broder 1997; LSH banding as in Leskovec et al., "Mining of Massive
-Datasets", ch. 3). Optional and off by default: C4 only removes exact duplicate lines.
+"""MinHash near-duplicate removal (Broder 1997; LSH banding, Leskovec et al. ch. 3); off by default (not C4).
 
 Word n-gram shingles -> ``num_perm`` seeded hashes -> ``bands`` bands; documents agreeing on a whole band
 are clustered (union-find) and each cluster keeps its smallest id (order- and sharding-independent).

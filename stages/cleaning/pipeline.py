@@ -1,5 +1,4 @@
-"""Run the cleaning filters over a corpus: sharded, parallel over processes or Dask
-(``stages.common.shards``), memory bounded.
+"""Run the cleaning filters over a corpus: sharded, parallel over processes or Dask, memory bounded.
 
 Phases (C4's order, then the extras): 0. main: input shards, URL / exact-duplicate drops; 1. workers:
 page length, C4 line rules, line-hash pairs; 2. main: line-dedup table; 3. workers: line dedup,
@@ -74,10 +73,6 @@ class CleanResult:
         } | ({"task": self.task} if self.task is not None else {})
 
 
-# ---------------------------------------------------------------------------------------------- workers
-# Workers build their filters per shard; the expensive parts are cached per process by their modules.
-
-
 class LanguageFilter(Filter):
     name = "language"
 
@@ -144,7 +139,6 @@ def phase3(shard_in: Path, shard_out: Path, bands_out: Path, table: Path | None,
     return _report(filters), len(kept)
 
 
-# ------------------------------------------------------------------------------------------------- main
 def write_input_shards(records: Iterator[dict[str, Any]], work: Path, shard_docs: int,
                        drops: Counter, text_md5: bool = False) -> tuple[list[Path], list[tuple], list[int], int]:
     """Stream input records into shard files; returns shards, (index, id, url, timestamp) rows (with the text's

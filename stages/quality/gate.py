@@ -150,12 +150,8 @@ def validate(gate: str, tables: Mapping[str, pandas.DataFrame], expectations: Se
              project: Path | None = None) -> GateResult:
     """Run `expectations` over `tables` and return every check's outcome (never raises on bad data).
     ``project``: a GX project root (created on first use) to store results and Data Docs; None: ephemeral.
-
-    Raises:
-        ValueError: an expectation names an unknown GX class, a table not in `tables`, has kwargs
-            its class rejects, or duplicates another expectation on the same table.
-        TypeError: a value of `tables` is not a pandas DataFrame.
-    """
+    ValueError for a bad suite (unknown GX class or table, rejected kwargs, a duplicate); TypeError for a
+    table that is not a DataFrame."""
     import pandas as pd
 
     for table, frame in tables.items():
@@ -355,11 +351,8 @@ def _project_lock(project: Path | None) -> Iterator[None]:
 
     (project / "gx").mkdir(parents=True, exist_ok=True)
     with open(project / "gx" / ".lock", "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+        fcntl.flock(handle, fcntl.LOCK_EX)  # released when the file closes, on any exit
+        yield
 
 
 # --- turning GX results into small JSON ------------------------------------------------------

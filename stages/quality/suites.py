@@ -34,16 +34,11 @@ SPLIT_OVERLAP = "split_overlap"
 def documents_suite(df: pd.DataFrame, *, min_rows: int, max_rows: int, min_nonempty_ratio: float,
                     extra_columns: Sequence[str] = (), text_chars: Sequence[int] | None = None,
                     meta_is_json: Sequence[bool] | None = None, columns: Sequence[str] | None = None) -> Suite:
-    """Checks for a documents table (id, text, source, url, meta [+ extra_columns]).
-
-    Checks (and why): columns exactly as listed (later stages read them by name); rows in
-    [min_rows, max_rows] (a truncated or exploded corpus); id unique and not null (content hashes for
-    dedup and lineage); at least `min_nonempty_ratio` non-blank texts; source not null (splits and
-    lineage); meta parses as JSON (parsed downstream).
-
-    For corpora too large for memory, pass ``df`` without text plus ``text_chars`` (stripped length per
-    row), ``meta_is_json`` and ``columns`` (the written file's columns): nothing reads the text.
-    """
+    """Checks for a documents table (id, text, source, url, meta [+ extra_columns]), and why: columns exactly as
+    listed (read by name); rows in [min_rows, max_rows] (a truncated or exploded corpus); id unique and not null
+    (dedup, lineage); at least `min_nonempty_ratio` non-blank texts; source not null; meta parses as JSON.
+    Too large for memory: pass ``df`` without text plus ``text_chars`` (stripped length per row),
+    ``meta_is_json`` and ``columns`` (the written file's columns)."""
     check(0 <= min_rows <= max_rows, f"need 0 <= min_rows <= max_rows, got {min_rows}, {max_rows}")
     check(0.0 <= min_nonempty_ratio <= 1.0, f"min_nonempty_ratio must be in [0, 1], got {min_nonempty_ratio}")
 
@@ -74,13 +69,10 @@ def documents_suite(df: pd.DataFrame, *, min_rows: int, max_rows: int, min_nonem
 
 def labeled_suite(df: pd.DataFrame, *, labels: Sequence[str], splits: Sequence[str], min_class_share: float,
                   max_class_share: float, train_split: str = "train") -> Suite:
-    """Checks for labeled examples (text, label, split); combine with `documents_suite` for the rest.
-
-    Checks (and why): label and split not null (GX's in-set checks skip nulls); label in `labels`
-    and split in `splits` (the head's label map); every label in the `train_split` rows; each label's
-    share of all rows in [min_class_share, max_class_share] (a dominant class misleads accuracy); each
-    normalised text in exactly one split (a leak inflates scores; the report names the texts).
-    """
+    """Checks for labeled examples (text, label, split), and why: label and split not null (in-set checks skip
+    nulls) and in `labels` / `splits` (the head's label map); every label in the `train_split` rows; each label's
+    share of all rows in [min_class_share, max_class_share] (a dominant class misleads accuracy); each normalised
+    text in exactly one split (a leak inflates scores)."""
     check(bool(labels), "labels must not be empty")
     check(bool(splits), "splits must not be empty")
     check(train_split in splits, f"train_split {train_split!r} is not among splits {list(splits)}")

@@ -1,9 +1,6 @@
-"""The gate after tokenization: measured on the block files as written, not on the packers' bookkeeping.
-
-Per block, scalar columns: ``max_id`` (below the vocabulary), ``unk_fraction`` and ``pad_fraction``,
-``reserved_tokens`` (none allowed) and, for BERT, [CLS] ... [SEP]. For T5 a sample is span-corrupted to
-check the exact ``seq_len`` and ``targets_len``.
-"""
+"""The gate after tokenization, measured per block on the block files as written: ``max_id``, ``unk_fraction``,
+``pad_fraction``, ``reserved_tokens`` and, for BERT, [CLS] ... [SEP]; for T5 a sample is span-corrupted to
+check the exact ``seq_len`` and ``targets_len``."""
 
 from __future__ import annotations
 

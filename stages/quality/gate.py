@@ -36,7 +36,7 @@ _OBSERVED_KEYS = ("observed_value", "element_count", "unexpected_count", "missin
 _MAX_STR_CHARS = 200
 _MAX_WHY_CHARS = 160
 _DATASOURCE_NAME = "gate"
-_BATCH_DEFINITION_NAME = "whole"
+_BATCH = "whole"
 # The Data Docs site of a file-backed project, relative to the project root (GX's default local site).
 DATA_DOCS_INDEX = "gx/uncommitted/data_docs/local_site/index.html"
 _NO_RESULT = {"exception": "great_expectations returned no result for this expectation"}
@@ -177,14 +177,42 @@ def validate(gate: str, tables: Mapping[str, pandas.DataFrame], expectations: Se
 
             context.variables.progress_bars = ProgressBarsConfig(globally=False, metric_calculations=False)
         datasource = context.data_sources.add_or_update_pandas(name=_DATASOURCE_NAME)
-        results: dict[int, CheckResult] = {}
+        index_by_id: dict[str, int] = {}
+        results: dict[int, Any] = {}
         for table in dict.fromkeys(expect.table for expect in expectations):  # first-seen order: deterministic
-            indices = [i for i, expect in enumerate(expectations) if expect.table == table]
-            checks = _validate_table(gx, context, datasource, gate, table, tables[table],
-                                     [(expectations[i], built[i]) for i in indices], stored=project is not None)
-            results.update(zip(indices, checks, strict=True))
+            # One GX batch per table; the suite replaces the stored one of its name (today's checks, nothing older).
+            name = f"{gate}.{table}"
+            asset = _get_or_add(lambda: datasource.get_asset(name), lambda: datasource.add_dataframe_asset(name=name))
+            batch_definition = _get_or_add(lambda: asset.get_batch_definition(_BATCH),
+                                           lambda: asset.add_batch_definition_whole_dataframe(name=_BATCH))
+            suite = context.suites.add_or_update(gx.ExpectationSuite(name=name))
+            for i, expect in enumerate(expectations):
+                if expect.table == table:
+                    added = suite.add_expectation(built[i])
+                    # GX silently drops an expectation equal to one already in the suite (no id): say so.
+                    if added.id is None or added.id in index_by_id:
+                        raise ValueError(f"gate {gate}: duplicate expectation {expect.name}")
+                    index_by_id[added.id] = i
+            if project is not None:  # a checkpoint stores the result and renders Data Docs
+                _prune_history(Path(context.root_directory), gate, table)
+                definition = context.validation_definitions.add_or_update(
+                    gx.ValidationDefinition(name=name, data=batch_definition, suite=suite))
+                checkpoint = context.checkpoints.add_or_update(gx.Checkpoint(
+                    name=name, validation_definitions=[definition], result_format="SUMMARY",
+                    actions=[gx.checkpoint.UpdateDataDocsAction(name="data_docs")]))
+                run = checkpoint.run(batch_parameters={"dataframe": tables[table]})
+                validation = next(iter(run.run_results.values()))
+            else:
+                batch = batch_definition.get_batch(batch_parameters={"dataframe": tables[table]})
+                validation = batch.validate(suite, result_format="SUMMARY")
+            results.update((index_by_id[result.expectation_config.id], result) for result in validation.results)
 
-    checks = tuple(results[i] for i in range(len(expectations)))
+    # A check GX returned nothing for must not pass by omission.
+    checks = tuple(
+        CheckResult(table=expect.table, expectation=expect.kind, kwargs=_jsonable(expect.kwargs),
+                    success=result is not None and bool(result.success),
+                    observed=_NO_RESULT if result is None else _observed(result.result, result.exception_info))
+        for expect, result in ((expect, results.get(i)) for i, expect in enumerate(expectations)))
     return GateResult(gate=gate, success=all(check.success for check in checks), checks=checks,
                       stats={table: int(len(frame)) for table, frame in tables.items()},
                       data_docs=str(project / DATA_DOCS_INDEX) if project is not None else None)
@@ -279,43 +307,6 @@ def _build_expectation(expect: Expect) -> Any:
         return cls(**expect.kwargs)
     except Exception as error:  # pydantic validation errors: re-raise naming the check
         raise ValueError(f"bad kwargs for {expect.name}: {error}".replace("\n", " ")) from error
-
-
-def _validate_table(gx: Any, context: Any, datasource: Any, gate: str, table: str, frame: pandas.DataFrame,
-                    expects: Sequence[tuple[Expect, Any]], stored: bool) -> list[CheckResult]:
-    """Validate one table's (expect, built GX expectation) pairs in one GX batch; results in their order.
-    ``stored``: the context is file-backed: the suite replaces the stored one of its name, and a checkpoint runs it."""
-    name = f"{gate}.{table}"
-    asset = _get_or_add(lambda: datasource.get_asset(name), lambda: datasource.add_dataframe_asset(name=name))
-    batch_definition = _get_or_add(lambda: asset.get_batch_definition(_BATCH_DEFINITION_NAME),
-                                   lambda: asset.add_batch_definition_whole_dataframe(name=_BATCH_DEFINITION_NAME))
-    suite = context.suites.add_or_update(gx.ExpectationSuite(name=name))  # today's checks, nothing older
-
-    position_by_id: dict[str, int] = {}
-    for position, (expect, expectation) in enumerate(expects):
-        added = suite.add_expectation(expectation)
-        # GX silently drops an expectation equal to one already in the suite (no id): say so.
-        if added.id is None or added.id in position_by_id:
-            raise ValueError(f"gate {gate}: duplicate expectation {expect.name}")
-        position_by_id[added.id] = position
-
-    if stored:
-        _prune_history(Path(context.root_directory), gate, table)
-        definition = context.validation_definitions.add_or_update(
-            gx.ValidationDefinition(name=name, data=batch_definition, suite=suite))
-        checkpoint = context.checkpoints.add_or_update(gx.Checkpoint(
-            name=name, validation_definitions=[definition], result_format="SUMMARY",
-            actions=[gx.checkpoint.UpdateDataDocsAction(name="data_docs")]))
-        validation = next(iter(checkpoint.run(batch_parameters={"dataframe": frame}).run_results.values()))
-    else:
-        batch = batch_definition.get_batch(batch_parameters={"dataframe": frame})
-        validation = batch.validate(suite, result_format="SUMMARY")
-    by_position = {position_by_id[result.expectation_config.id]: result for result in validation.results}
-    # A check GX returned nothing for must not pass by omission.
-    return [CheckResult(table=table, expectation=expect.kind, kwargs=_jsonable(expect.kwargs),
-                        success=result is not None and bool(result.success),
-                        observed=_NO_RESULT if result is None else _observed(result.result, result.exception_info))
-            for position, (expect, _) in enumerate(expects) for result in [by_position.get(position)]]
 
 
 # Validation results kept per gate table in a file-backed project (each run adds one; Data Docs index them all).

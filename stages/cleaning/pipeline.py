@@ -21,14 +21,8 @@ from stages.cleaning.badwords import BadWordsFilter
 from stages.cleaning.base import Doc, Filter, FilterStats
 from stages.cleaning.c4 import C4LinesFilter, PageLengthFilter
 from stages.cleaning.config import CleanerConfig
-from stages.cleaning.dedup import (
-    LineDedupFilter,
-    build_selection,
-    count_duplicates,
-    line_pairs,
-    url_dedup,
-    write_shard_pairs,
-)
+from stages.cleaning.dedup import (LineDedupFilter, build_selection, count_duplicates, line_pairs, url_dedup,
+                                   write_shard_pairs)
 from stages.cleaning.gopher import GopherQualityFilter, GopherRepetitionFilter
 from stages.cleaning.langid import is_english
 from stages.cleaning.minhash import band_hashes, duplicates
@@ -58,19 +52,15 @@ class CleanResult:
 
     def stats_json(self) -> dict[str, Any]:
         """Counts only (no wall-clock time), so the same input and params give identical bytes."""
-        return {
-            "documents_in": self.docs_in,
-            "documents_out": self.docs_out,
-            "kept_fraction": round(self.docs_out / self.docs_in, 6) if self.docs_in else 0.0,
-            "characters_in": self.chars_in,
-            "characters_out": self.chars_out,
-            "input_dropped": dict(sorted(self.input_drops.items())),
-            "input_repaired": dict(sorted(self.input_repaired.items())),
-            "filter_order": list(self.filters),
-            "word_lists": self.word_lists,
-            "filters": {name: {k: v for k, v in st.to_json().items() if k != "seconds"}
-                        for name, st in self.filters.items()},
-        } | ({"task": self.task} if self.task is not None else {})
+        return {"documents_in": self.docs_in, "documents_out": self.docs_out,
+                "kept_fraction": round(self.docs_out / self.docs_in, 6) if self.docs_in else 0.0,
+                "characters_in": self.chars_in, "characters_out": self.chars_out,
+                "input_dropped": dict(sorted(self.input_drops.items())),
+                "input_repaired": dict(sorted(self.input_repaired.items())),
+                "filter_order": list(self.filters), "word_lists": self.word_lists,
+                "filters": {name: {k: v for k, v in st.to_json().items() if k != "seconds"}
+                            for name, st in self.filters.items()},
+                **({"task": self.task} if self.task is not None else {})}
 
 
 class LanguageFilter(Filter):

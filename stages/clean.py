@@ -1,21 +1,12 @@
 """Clean stage: C4's rules (plus optional Gopher and MinHash filters) over a corpus.
 
-Under DVC (one corpus of params.yaml):
+Under DVC, one corpus of params.yaml: ``python -m stages.clean --corpus general --input ... --output ...``; on
+anyone's data (JSONL, JSONL.gz/.zst or Parquet with a ``text`` field; optional ``url``, ``id``, ``timestamp``),
+with C4's defaults: ``python -m stages.clean --input PATH --output DIR``.
 
-    python -m stages.clean --corpus general --input data/ingested/general/documents.parquet \
-        --output data/cleaned/general --report reports/quality/clean-general.json \
-        --metrics reports/metrics/clean-general.json --plot reports/plots/clean-general.csv
-
-On anyone's data, with C4's defaults (JSONL, JSONL.gz/.zst or Parquet with a ``text`` field; optional
-``url``, ``id``, ``timestamp``):
-
-    python -m stages.clean --input PATH --output DIR
-
-The output folder gets ``documents.parquet`` (id, text, source, url, meta; ``meta.raw_id`` is the input
-id), ``stats.json`` (per filter: documents and lines dropped by reason, characters in and out) and
-``rejects.jsonl`` (a sample of dropped documents with filter and reason). The core (:func:`clean`) writes them
-into a temporary sibling of the folder and returns the quality gate; the stage's entry publishes the folder
-only after the gate passed.
+The output folder gets ``documents.parquet`` (``meta.raw_id`` is the input id), ``stats.json`` (per filter:
+drops by reason, characters in and out) and ``rejects.jsonl`` (a sample of dropped documents); the entry
+publishes it only after the gate :func:`clean` returns passed.
 """
 
 from __future__ import annotations
@@ -23,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -47,8 +39,6 @@ def clean(cfg: CleanConfig, *, input_path: Path, out: Path, cache_dir: Path, tas
     that must pass before the folder is published. With ``task_path`` (a labeled task's documents), the task
     guard and TAPT texts of ``cfg.task`` apply, and the gate fails on any document of the task's held-out
     splits in the output."""
-    from collections import Counter
-
     from stages.quality.clean_suite import cleaned_suite
 
     words: list[str] = []

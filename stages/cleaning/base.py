@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from collections import Counter
 from dataclasses import dataclass, field, fields
@@ -20,6 +21,15 @@ class Doc:
     meta: str
     timestamp: str = ""
     raw_id: str = ""  # the id the input gave the document (kept in meta; never used as a key)
+
+
+def meta_dict(value: Any) -> dict:
+    """A document's ``meta`` JSON text as a dict; {} when it is not a string holding a JSON object."""
+    try:
+        meta = json.loads(value) if isinstance(value, str) else {}
+    except ValueError:
+        return {}
+    return meta if isinstance(meta, dict) else {}
 
 
 @dataclass

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from stages.cleaning.badwords import BadWordsFilter
-from stages.cleaning.base import Doc, Filter, FilterStats
+from stages.cleaning.base import Doc, Filter, FilterStats, meta_dict
 from stages.cleaning.c4 import C4LinesFilter, PageLengthFilter
 from stages.cleaning.config import CleanerConfig
 from stages.cleaning.dedup import (LineDedupFilter, build_selection, count_duplicates, line_pairs, url_dedup,
@@ -151,7 +151,7 @@ def write_input_shards(records: Iterator[dict[str, Any]], work: Path, shard_docs
         url = rec.get("url") if isinstance(rec.get("url"), str) and rec.get("url") else None
         meta = rec.get("meta") if isinstance(rec.get("meta"), str) else \
             json.dumps(rec.get("meta") or {}, sort_keys=True, default=str)
-        ts = str(rec.get("timestamp") or _meta_timestamp(meta))
+        ts = str(rec.get("timestamp") or meta_dict(meta).get("warc_date") or meta_dict(meta).get("timestamp") or "")
         batch.append(Doc(id=did, text=text, source=str(rec.get("source") or ""), url=url, meta=meta, timestamp=ts,
                          raw_id=raw_id))
         rows.append((len(rows), did, url, ts) + ((hashlib.md5(text.encode("utf-8")).hexdigest(),) if text_md5 else ()))
@@ -163,14 +163,6 @@ def write_input_shards(records: Iterator[dict[str, Any]], work: Path, shard_docs
     if batch:
         shards.append(_flush(batch, work, len(shards)))
     return shards, rows, lengths, nbytes
-
-
-def _meta_timestamp(meta: str) -> str:
-    try:
-        m = json.loads(meta)
-    except (TypeError, json.JSONDecodeError):
-        return ""
-    return str(m.get("warc_date") or m.get("timestamp") or "") if isinstance(m, dict) else ""
 
 
 def _flush(batch: list[Doc], work: Path, i: int) -> Path:

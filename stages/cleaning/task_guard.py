@@ -7,13 +7,13 @@ training texts are appended unlabeled. The gate re-checks the output independent
 
 from __future__ import annotations
 
-import json
 import re
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from stages.cleaning.base import meta_dict
 from stages.common.documents import doc_id, meta_json, open_parquet
 from stages.config import check
 
@@ -44,35 +44,24 @@ def normal_text(text: str) -> str:
     return " ".join(_WORD.findall(text.lower()))
 
 
-def _meta(value: Any) -> dict:
-    try:
-        meta = json.loads(value) if isinstance(value, str) else {}
-    except ValueError:
-        return {}
-    return meta if isinstance(meta, dict) else {}
-
-
 class HeldOut:
     """The packages, source packages and normalised texts of the task's held-out splits."""
 
     def __init__(self, task, holdout_splits: tuple[str, ...]) -> None:
         held = task[task["split"].isin(holdout_splits)]
-        metas = [_meta(m) for m in held["meta"]] if "meta" in held.columns else []
-        self.packages = {m["package"] for m in metas if m.get("package")}
-        self.sources = {m["source_package"] for m in metas if m.get("source_package")}
+        metas = [meta_dict(m) for m in held["meta"]] if "meta" in held.columns else []
+        self.packages, self.sources = ({m[key] for m in metas if m.get(key)} for key in ("package", "source_package"))
         self.texts = {normal_text(t) for t in held["text"]}
         self.examples = len(held)
 
     def reason(self, text: str, meta: Any) -> str:
         """Why a document leaks ('' when it does not)."""
-        m = _meta(meta)
-        if m.get("package") and m["package"] in self.packages:
-            return "held-out package"
-        if m.get("source_package") and m["source_package"] in self.sources:
-            return "held-out source package"
-        if normal_text(text) in self.texts:
-            return "held-out text"
-        return ""
+        m = meta_dict(meta)
+        for key, known, why in (("package", self.packages, "held-out package"),
+                                ("source_package", self.sources, "held-out source package")):
+            if m.get(key) and m[key] in known:
+                return why
+        return "held-out text" if normal_text(text) in self.texts else ""
 
 
 def read_task(path: Path):
@@ -100,10 +89,9 @@ def apply(cfg: TaskConfig, parquet: Path, task_path: Path) -> dict:
     dropped = dict(Counter(why for why in reasons if why))
     dropped_ids = {rid for rid, why in zip(df["id"], reasons) if why}
     df = df[[not why for why in reasons]] if cfg.guard else df
-    added = 0
+    rows: list[dict] = []
     if cfg.tapt:
         seen = set(df["id"])
-        rows = []
         for t in task.loc[task["split"] == "train"].itertuples(index=False):
             tid = doc_id(t.text)
             if tid in seen or (cfg.guard and held.reason(t.text, None)):
@@ -111,14 +99,13 @@ def apply(cfg: TaskConfig, parquet: Path, task_path: Path) -> dict:
             seen.add(tid)
             rows.append({"id": tid, "text": t.text, "source": TAPT_SOURCE, "url": None,
                          "meta": meta_json({"task_id": t.id, "split": "train"})})
-        added = len(rows)
         df = pd.concat([df, pd.DataFrame(rows, columns=df.columns)], ignore_index=True)
     out = pa.Table.from_pandas(df.reset_index(drop=True), schema=table.schema, preserve_index=False)
     tmp = parquet.with_suffix(".guarded.parquet")
     pq.write_table(out, tmp, compression="zstd", row_group_size=2048)
     tmp.replace(parquet)
     return {"task": str(task_path), "holdout_examples": held.examples, "guard": cfg.guard, "dropped": dropped,
-            "tapt_added": added, "documents_out": len(df), "dropped_ids": dropped_ids}
+            "tapt_added": len(rows), "documents_out": len(df), "dropped_ids": dropped_ids}
 
 
 def leaks(parquet: Path, task_path: Path, holdout_splits: tuple[str, ...]):

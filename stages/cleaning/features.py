@@ -27,10 +27,8 @@ def document_features(docs: list[Doc], cfg: CleanerConfig, *, english_rate: floa
     for d in docs:
         text = d.text
         lines = text.split("\n")
-        bad_end = 0
-        if rules.end_marks:
-            bad_end = sum(1 for ln in lines if not ln.endswith(rules.end_marks)
-                          or (rules.drop_ellipsis and ln.endswith("...")))
+        bad_end = sum(1 for ln in lines if not ln.endswith(rules.end_marks)
+                      or (rules.drop_ellipsis and ln.endswith("..."))) if rules.end_marks else 0
         sentences = 0
         for line in lines:  # counting stops at the minimum: only the comparison matters
             if sentences >= rules.min_sentences:

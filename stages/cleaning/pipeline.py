@@ -86,10 +86,6 @@ def _write_shard(docs: list[Doc], path: Path) -> None:
                    compression="zstd")
 
 
-def _report(filters: list[Filter]) -> dict[str, Any]:
-    return {f.name: (f.stats, f.rejects) for f in filters}
-
-
 def phase1(shard_in: Path, shard_out: Path, pairs_out: Path, drop: frozenset[int], cfg: CleanerConfig,
            with_pairs: bool) -> tuple[dict, int]:
     """Page length, the main process's URL-dedup decision, then C4's line rules (C4's order). Deletes its
@@ -100,7 +96,7 @@ def phase1(shard_in: Path, shard_out: Path, pairs_out: Path, drop: frozenset[int
     shard_in.unlink()
     if with_pairs:
         write_shard_pairs([line_pairs(d) for d in kept], pairs_out)
-    return _report([length, c4]), len(kept)
+    return {f.name: (f.stats, f.rejects) for f in (length, c4)}, len(kept)
 
 
 def phase3(shard_in: Path, shard_out: Path, bands_out: Path, table: Path | None, words: list[str],
@@ -126,7 +122,7 @@ def phase3(shard_in: Path, shard_out: Path, bands_out: Path, table: Path | None,
     if cfg.minhash.enabled:
         np.save(bands_out, np.stack([band_hashes(d.text, cfg.minhash) for d in kept]) if kept
                 else np.empty((0, cfg.minhash.bands), dtype=np.uint64))
-    return _report(filters), len(kept)
+    return {f.name: (f.stats, f.rejects) for f in filters}, len(kept)
 
 
 def write_input_shards(records: Iterator[dict[str, Any]], work: Path, shard_docs: int,

@@ -65,9 +65,8 @@ def block_features(blocks: np.ndarray, layout: "BlockLayout", *, chunk: int = 81
         unk = (b == layout.unk_id).sum(axis=1) if layout.unk_id is not None else np.zeros(len(b), int)
         cols["unk_fraction"] = unk / np.maximum(content, 1)
         parts.append(pd.DataFrame(cols, index=pd.RangeIndex(start, start + len(b), name="block")))
-    if not parts:
-        return pd.DataFrame(columns=["max_id", "pad_fraction", "reserved_tokens", "unk_fraction"])
-    return pd.concat(parts)
+    return pd.concat(parts) if parts else pd.DataFrame(columns=["max_id", "pad_fraction", "reserved_tokens",
+                                                                 "unk_fraction"])
 
 
 def corruption_lengths(blocks: np.ndarray, layout: "BlockLayout", sample: int, seed: int = 0) -> pd.DataFrame:

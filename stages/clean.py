@@ -12,6 +12,7 @@ publishes it only after the gate :func:`clean` returns passed.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from collections import Counter
@@ -103,8 +104,6 @@ def _arguments(ap: argparse.ArgumentParser) -> None:
 
 
 def _run(args: argparse.Namespace, log) -> dict:
-    import dataclasses
-
     cfg = load_config(args.params, args.corpus) if args.corpus else CleanConfig()
     if args.workers is not None:
         cfg = dataclasses.replace(cfg, cleaner=dataclasses.replace(cfg.cleaner, workers=args.workers))

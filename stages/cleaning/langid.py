@@ -11,6 +11,8 @@ differently: ``benchmarks/cleaning_agreement.py``).
 
 from __future__ import annotations
 
+import importlib.util
+import os
 import threading
 
 BACKENDS = ("langdetect", "py3langid")
@@ -41,28 +43,20 @@ class LangID:
             return None
 
 
-def _langdetect_engine() -> str:
-    """``langdetect-rs`` where it is installed and not turned off (``LMPIPE_LANGDETECT=python``), else
-    ``langdetect``."""
-    import importlib.util
-    import os
-
-    wanted = os.environ.get("LMPIPE_LANGDETECT", "auto")
-    if wanted not in ("auto", "python", "rust"):
-        raise ValueError(f"LMPIPE_LANGDETECT: one of auto, python, rust; got {wanted!r}")
-    found = importlib.util.find_spec("langdetect_rs") is not None
-    if wanted == "rust" and not found:
-        raise ValueError("LMPIPE_LANGDETECT=rust: the langdetect-rs package is not installed")
-    return "langdetect-rs" if found and wanted != "python" else "langdetect"
-
-
 class LangdetectID(LangID):
     """langdetect exactly as C4 calls it (``detect_langs`` with seed 0); codes like "en", "zh-cn"."""
 
     name = "langdetect"
 
     def __init__(self) -> None:
-        self.engine = _langdetect_engine()
+        # langdetect-rs where it is installed and not turned off (LMPIPE_LANGDETECT=python), else langdetect.
+        wanted = os.environ.get("LMPIPE_LANGDETECT", "auto")
+        if wanted not in ("auto", "python", "rust"):
+            raise ValueError(f"LMPIPE_LANGDETECT: one of auto, python, rust; got {wanted!r}")
+        found = importlib.util.find_spec("langdetect_rs") is not None
+        if wanted == "rust" and not found:
+            raise ValueError("LMPIPE_LANGDETECT=rust: the langdetect-rs package is not installed")
+        self.engine = "langdetect-rs" if found and wanted != "python" else "langdetect"
         if self.engine == "langdetect-rs":
             from langdetect_rs import detector_factory
             from langdetect_rs.lang_detect_exception import LangDetectException

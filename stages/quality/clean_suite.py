@@ -1,10 +1,6 @@
-"""The gate after cleaning: the output must satisfy the rules that produced it.
-
-For the rules switched on, it re-checks the documents independently of the filters: no "lorem ipsum" or
-"{", terminal marks, ``min_sentences``, no line twice, no empty text, unique ids, JSON meta, English by
-py3langid for ``min_english_agreement``, the kept fraction in its band, and no leak of the task's held-out
-examples. Features come from the cleaning workers (``stages.cleaning.features``); the gate never loads the text.
-"""
+"""The gate after cleaning: for the rules switched on, the output re-checked independently of the filters (no
+"lorem ipsum" or "{", end marks, ``min_sentences``, no line twice, English by py3langid, the kept fraction, no
+task leak), on features the cleaning workers computed (``stages.cleaning.features``), never the text."""
 
 from __future__ import annotations
 

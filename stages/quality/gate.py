@@ -354,11 +354,10 @@ def _observed(result: Mapping[str, Any] | None, exception_info: Any) -> dict:
     messages = _exception_messages(exception_info)
     if messages:
         return {"exception": "; ".join(dict.fromkeys(messages))}
-    kept = {key: (result or {})[key] for key in _OBSERVED_KEYS if key in (result or {})}
+    result = result or {}
     # Distinct-value set checks report observed_value=None in GX 1.24; drop the useless key.
-    if kept.get("observed_value", 0) is None:
-        del kept["observed_value"]
-    return _jsonable(kept)
+    return _jsonable({key: result[key] for key in _OBSERVED_KEYS
+                      if key in result and not (key == "observed_value" and result[key] is None)})
 
 
 def _exception_messages(exception_info: Any) -> list[str]:

@@ -53,17 +53,11 @@ class FilterStats:
                 setattr(self, f.name, mine + getattr(other, f.name))
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "docs_in": self.docs_in,
-            "docs_out": self.docs_out,
-            "docs_dropped": sum(self.dropped.values()),
-            "dropped_by_reason": dict(sorted(self.dropped.items())),
-            "lines_dropped": sum(self.lines_dropped.values()),
-            "lines_dropped_by_reason": dict(sorted(self.lines_dropped.items())),
-            "chars_in": self.chars_in,
-            "chars_out": self.chars_out,
-            "seconds": round(self.seconds, 3),
-        }
+        return {"docs_in": self.docs_in, "docs_out": self.docs_out, "docs_dropped": sum(self.dropped.values()),
+                "dropped_by_reason": dict(sorted(self.dropped.items())),
+                "lines_dropped": sum(self.lines_dropped.values()),
+                "lines_dropped_by_reason": dict(sorted(self.lines_dropped.items())),
+                "chars_in": self.chars_in, "chars_out": self.chars_out, "seconds": round(self.seconds, 3)}
 
 
 class Filter:

@@ -240,8 +240,7 @@ def enforce(gate: str, tables: Mapping[str, pandas.DataFrame], expectations: Seq
 
 @dataclass(frozen=True)
 class Gate:
-    """A gate's name, tables and checks, returned by a stage's core; the entry calls :meth:`check`
-    before publishing anything."""
+    """A gate's name, tables and checks, returned by a stage's core; the entry checks it before publishing."""
 
     name: str
     tables: Mapping[str, Any]

@@ -30,6 +30,33 @@ def plain_view(model, builder):
     return model, (lambda batch: batch)
 
 
+def wrap(inner, forward):
+    """A training module around ``inner`` (kept as its submodule ``inner``) whose call is ``forward(inner, ...)``."""
+    import torch
+
+    class View(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, *args, **kwargs):
+            return forward(self.inner, *args, **kwargs)
+
+    return View()
+
+
+class Builder:
+    """A batch builder over ``layout``'s blocks; ``batched``: one call builds a whole micro-batch."""
+
+    batched = True
+
+    def __init__(self, layout) -> None:
+        self.layout = layout
+
+    def input_tokens(self, rows: int) -> int:
+        return rows * self.layout.seq_len
+
+
 @dataclass(frozen=True)
 class Objective:
     """What an objective declares. ``builder(layout, **settings)`` makes its batch builder, given the keys of

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from stages.objectives import Objective
+from stages.objectives import Builder, Objective
 
 
 def _lengths(tokens_length: int, noise_density: float, mean_span: float) -> tuple[int, int]:
@@ -120,15 +120,11 @@ def corrupt(block: np.ndarray, *, sentinel_top: int, eos_id: int, noise_density:
     return inputs[0], target[0]
 
 
-class SpanCorruption:
+class SpanCorruption(Builder):
     """T5's objective over a batch of raw blocks: inputs of exactly ``seq_len`` and labels of exactly
     ``targets_len`` tokens, so batches need no padding."""
 
     name = "span_corruption"
-    batched = True  # draws per row: one call builds a whole micro-batch
-
-    def __init__(self, layout) -> None:
-        self.layout = layout
 
     def __call__(self, rows: np.ndarray, rng: np.random.Generator) -> dict:
         import torch
@@ -139,9 +135,6 @@ class SpanCorruption:
                                        rng=rng)
         inputs, labels = torch.from_numpy(inputs), torch.from_numpy(labels)
         return {"input_ids": inputs, "attention_mask": torch.ones_like(inputs), "labels": labels}
-
-    def input_tokens(self, rows: int) -> int:
-        return rows * self.layout.seq_len
 
 
 OBJECTIVES = (Objective(name="span_corruption", paradigm="t5", builder=SpanCorruption,

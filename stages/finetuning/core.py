@@ -146,19 +146,21 @@ def sample_train(df, cfg: FinetuneConfig, n: int | None = None):
     return train.reset_index(drop=True)
 
 
-def encode(tok, texts: list[str], cfg: FinetuneConfig, paradigm: str) -> dict:
+def _tokenize(tok, texts: list[str], cfg: FinetuneConfig, paradigm: str, **kwargs):
+    """``texts`` (after T5's task prefix) through ``tok``, cut at ``max_len``."""
     if paradigm == "t5":
         texts = [cfg.t5_prefix + t for t in texts]
-    enc = tok(texts, truncation=True, max_length=cfg.max_len, padding="longest", return_tensors="pt",
-              add_special_tokens=paradigm != "gpt")
+    return tok(texts, truncation=True, max_length=cfg.max_len, add_special_tokens=paradigm != "gpt", **kwargs)
+
+
+def encode(tok, texts: list[str], cfg: FinetuneConfig, paradigm: str) -> dict:
+    enc = _tokenize(tok, texts, cfg, paradigm, padding="longest", return_tensors="pt")
     return {"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"]}
 
 
 def token_lengths(tok, texts: list[str], cfg: FinetuneConfig, paradigm: str) -> np.ndarray:
     """Each text's length in tokens as :func:`encode` will see it (after the prefix and truncation)."""
-    if paradigm == "t5":
-        texts = [cfg.t5_prefix + t for t in texts]
-    ids = tok(texts, truncation=True, max_length=cfg.max_len, add_special_tokens=paradigm != "gpt")["input_ids"]
+    ids = _tokenize(tok, texts, cfg, paradigm)["input_ids"]
     return np.fromiter((len(x) for x in ids), dtype=np.int64, count=len(texts))
 
 
@@ -227,12 +229,12 @@ def _finetune(cfg: FinetuneConfig, *, paradigm: str, init: str, model_dir: Path,
     import torch
     from transformers import AutoTokenizer
 
-    from stages.finetuning.heads import make_classifier
+    from stages.finetuning.heads import make_classifier, reinit_top_layers, rescale_embeddings
     from stages.finetuning.metrics import majority, scores
     from stages.training.config import OptimizerConfig
     from stages.training.distributed import Dist
     from stages.training.loop import (EarlyStopping, Hooks, LoopConfig, bf16_enabled, lr_at, make_optimizer, peak_flops,
-                                      run_loop)
+                                      progress_bar, run_loop)
 
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
@@ -241,12 +243,8 @@ def _finetune(cfg: FinetuneConfig, *, paradigm: str, init: str, model_dir: Path,
     clf = make_classifier(paradigm, model_dir, list(cfg.labels), tok, init=init, seed=cfg.seed,
                           **head_options(cfg))
     if cfg.embedding_rms:
-        from stages.finetuning.heads import rescale_embeddings
-
         rescale_embeddings(clf.model, cfg.embedding_rms)
     if cfg.reinit_layers:
-        from stages.finetuning.heads import reinit_top_layers
-
         reinit_top_layers(clf.model, cfg.reinit_layers, seed=cfg.seed)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     clf.to(device)
@@ -279,12 +277,7 @@ def _finetune(cfg: FinetuneConfig, *, paradigm: str, init: str, model_dir: Path,
         return {"val_accuracy": val_scores["accuracy"], "val_macro_f1": val_scores["macro_f1"]}
 
     stream = epochs_of_batches()
-    bar = None
-    if progress:
-        from tqdm import tqdm
-
-        bar = tqdm(total=total, unit="step", dynamic_ncols=True, mininterval=1.0, desc=f"{paradigm}-{init}")
-    try:
+    with progress_bar(total, progress, desc=f"{paradigm}-{init}") as bar:
         # Throughput for the live log: 6N FLOPs per real (unpadded) token, N the classifier's parameters (Kaplan
         # et al. 2020's training estimate; attention left out), timed between evaluations (not counted).
         loop_cfg = LoopConfig(total=total, log_every=cfg.eval_every, clip=1.0, bf16=bf16_enabled(cfg.precision, device),
@@ -295,9 +288,6 @@ def _finetune(cfg: FinetuneConfig, *, paradigm: str, init: str, model_dir: Path,
         run = run_loop(clf.model, optimizer, loop_cfg, batches=lambda step: next(stream), loss=clf.loss,
                        lr=lambda step: lr_at(step, total, recipe), tokens=lambda batch: int(batch["attention_mask"].sum()),
                        hooks=hooks, dist=Dist(device=device))
-    finally:
-        if bar is not None:
-            bar.close()
     curve = [{"step": h["step"], "epoch": h["epoch"], "loss": h["loss"], "val_accuracy": e["val_accuracy"],
               "val_macro_f1": e["val_macro_f1"]} for h, e in zip(run.history, run.evals)]
     best, step, stopped_early = run.best, run.steps, run.stopped_early

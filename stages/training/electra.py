@@ -1,20 +1,12 @@
 """ELECTRA's separate generator (Clark et al. 2020, sections 3.2 and 3.3): a smaller masked-LM transformer
 that shares the discriminator's word embeddings (input and output), used when ``train.generator_size`` > 0.
 
-The paper trains the generator and the discriminator jointly and finds generators of 1/4 to 1/2 of the
-discriminator's size best (Figure 3: a generator as large as the discriminator poses a task too hard for it,
-and trains slowly under the discriminator's loss weight); sharing the token embeddings beats not sharing
-(GLUE 84.3 against 83.6). Here the generator has the discriminator's depth, ``generator_size`` x its hidden
-size (at least 8), one attention head per 64 dimensions, a feed-forward 4x its width, the discriminator's
-architecture (DeBERTa-v2 with its convolution, or BERT), a projection from the shared embedding width in, and
-ELECTRA's output layer out (dense to the embedding width, GELU, LayerNorm, then the shared embedding matrix
-transposed plus a bias).
-
-The generator is saved beside the stock masked-LM model (``generator.safetensors``, its size in
-``generator.json``), as the discriminator's head is, so the folder still loads as the stock class and DAPT
-continues both. The stock class's own masked-LM head is then not trained: fine-tuning uses the
-discriminator's transformer, and the masked-LM scores of such a model are the generator's (the pre-training
-stage's held-out loss) rather than those of the saved class.
+It has the discriminator's depth and architecture, ``generator_size`` x its hidden size (at least 8; the paper
+finds 1/4 to 1/2 best), one attention head per 64 dimensions, a feed-forward 4x its width, a projection from
+the shared embedding width in, and ELECTRA's output layer out (dense, GELU, LayerNorm, then the shared
+embedding matrix transposed plus a bias). It is saved beside the stock masked-LM model
+(``generator.safetensors``, its size in ``generator.json``), so the folder still loads as the stock class and
+DAPT continues both; such a model's masked-LM scores are the generator's.
 """
 
 from __future__ import annotations
@@ -24,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-from stages.training.models import add_side_module
+from stages.training.models import add_side_module, save_tensors
 
 GENERATOR_FILE = "generator.safetensors"
 GENERATOR_CONFIG = "generator.json"
@@ -85,9 +77,7 @@ def attach_generator(model, *, size: float, seed: int, init=None) -> None:
 
 
 def save_generator(gen: Generator, folder) -> None:
-    from safetensors.torch import save_file
-
-    save_file({k: v.detach().cpu().contiguous() for k, v in gen.state_dict().items()}, str(Path(folder) / GENERATOR_FILE))
+    save_tensors(gen, Path(folder) / GENERATOR_FILE)
     (Path(folder) / GENERATOR_CONFIG).write_text(json.dumps({"size": gen.size, "hidden_size": gen.hidden}) + "\n")
 
 

@@ -127,11 +127,9 @@ class TextToTextClassifier(_Classifier):
 
 
 class PromptClassifier(_Classifier):
-    """BERT: the text with a [MASK] before its final [SEP], classified by the masked-LM head at that position,
-    restricted to one word per label (a cloze, as in PET, Schick and Schuetze 2021, and LM-BFF, Gao et al.
-    2021): the scores are the head's logits of the labels' words. The pre-trained model starts with the
-    position and the output layer its pre-training trained; random init learns both from the labels. A
-    label's word is its first word piece; labels must differ in it."""
+    """BERT: the text with a [MASK] before its final [SEP], scored by the masked-LM head at that position over
+    one word per label (a cloze, as PET and LM-BFF). A label's word is its first word piece; labels must
+    differ in it."""
 
     tensors = ("words",)
 

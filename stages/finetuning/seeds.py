@@ -45,9 +45,8 @@ def _seed_run(state: dict, job: dict) -> dict:
 def finetune_seeds(cfg: FinetuneConfig, *, paradigm: str, init: str, model_dir: Path, df, log=print,
                    progress: bool = False, live_dir: Path | None = None) -> dict:
     """The stage's runs: the learning rate chosen on validation from ``lr_grid`` with the first seed, then
-    every seed at that rate, ``workers`` runs at a time (the runs are independent: the result does not depend
-    on ``workers``). Returns the best-on-validation run (its model is what the stage saves) with metrics that
-    are the mean over seeds, their std and the per-seed results."""
+    every seed at that rate, ``workers`` at a time. Returns the best-on-validation run with metrics that are
+    the mean over seeds, their std and the per-seed results."""
     import dataclasses
 
     from transformers import AutoTokenizer

@@ -1,14 +1,11 @@
 """Pre-training objectives, one module each, found through one registry.
 
 An objective declares itself as an :class:`Objective`: its paradigm, the settings it reads from the train
-config, its batch builder (a callable ``(rows, rng) -> batch``: ``rows`` a ``uint16/uint32`` array of stored
-blocks, ``rng`` a ``numpy.random.Generator`` owned by the loop, so masks are drawn fresh whenever a block is
-seen and a resumed run draws the same ones; ``batch`` a dict of CPU tensors with ``labels``), the training
-view the loop calls, its extra heads and FLOPs per token (``setup``), and the words of its model card. The
-pre-training stage, the loop and the card ask :func:`get` and never branch on an objective's name.
-
-Adding one: a module that defines ``OBJECTIVES = (Objective(...),)`` and its name in ``MODULES`` below
-(docs/architecture.md); :func:`register` adds one at run time.
+config, its batch builder (``(rows, rng) -> batch``: stored blocks and the loop's per-block random streams to a
+dict of CPU tensors with ``labels``), the training view the loop calls, its extra heads and FLOPs per token
+(``setup``) and the words of its model card. The stage, the loop and the card ask :func:`get` and never branch
+on an objective's name. Adding one: a module with ``OBJECTIVES = (Objective(...),)`` named in ``MODULES``
+(docs/architecture.md), or :func:`register` at run time.
 """
 
 from __future__ import annotations

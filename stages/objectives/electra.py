@@ -56,10 +56,8 @@ def attach_rtd_head(model, *, seed: int, init=None) -> None:
 
 
 def electra_flops_per_token(model, layout, *, select: float) -> float:
-    """ELECTRA with tied generator and discriminator: the masked-LM pass of ``flops_per_token`` (output layer at
-    the selected share) plus a second pass of the transformer on the corrupted text and the discriminator head
-    at every position (6 x its parameters per token). With a separate generator (``stages.training.electra``):
-    one pass of the discriminator's transformer and head at every position plus the generator's own count."""
+    """Tied generator: masked LM's ``flops_per_token`` plus a second transformer pass and the head at every
+    position. Separate generator: the discriminator's pass and head plus the generator's own count."""
     cfg = model.config
     head = getattr(model, "rtd_head", None)
     generator = getattr(model, "electra_generator", None)
@@ -92,11 +90,9 @@ def setup(model, layout, builder, train, init) -> float:
 
 
 def electra_view(model, builder):
-    """ELECTRA's training module: the generator's masked-LM loss at the selected positions, replacements
-    sampled from its distribution by inverse CDF with the batch's uniform numbers (no gradient through the
-    sampling, as the paper), the discriminator's binary cross-entropy over every real token, weighted by
-    ``builder.rtd_weight``. In eval mode the loss is the generator's masked-LM loss alone, comparable with
-    masked-LM runs at the same rate."""
+    """ELECTRA's training module: the generator's masked-LM loss plus ``rtd_weight`` x the discriminator's
+    binary cross-entropy over every real token, replacements sampled without gradient. In eval mode: the
+    generator's masked-LM loss alone, comparable with masked-LM runs."""
     import torch
 
     body, rtd_weight = body_name(model), builder.rtd_weight

@@ -57,8 +57,7 @@ class PermutedLM(Builder):
 
     def draw(self, rows: int, length: int, rng) -> tuple[np.ndarray, np.ndarray]:
         """(rank of each position in a uniform random order, the last ``c`` positions of that order), one row per
-        block: the order sorts the block's ``length`` uniform draws (``rng``: a numpy Generator, or the training
-        loop's per-block streams, whose row ``b`` depends on block ``b`` only)."""
+        block, from ``rng`` (a numpy Generator or the per-block streams)."""
         order = np.argsort(rng.random((rows, length)), axis=1, kind="stable")
         rank = np.argsort(order, axis=1, kind="stable")
         return rank, order[:, length - self.targets:]
@@ -80,9 +79,8 @@ class PermutedLM(Builder):
 
 
 def permuted_flops_per_token(model, layout, targets: int) -> float:
-    """The transformer runs over ``seq_len`` content rows plus one query row per target, densely masked
-    (attention over ``seq_len + targets`` keys), and the tied output layer at the ``targets`` query rows only;
-    per input token, as ``stages.training.models.flops_per_token`` counts."""
+    """FLOPs per input token: the transformer over ``seq_len + targets`` rows, the output layer at the
+    ``targets`` query rows only."""
     cfg = model.config
     s, d = layout.seq_len, cfg.n_embd
     rows = s + targets
@@ -92,9 +90,8 @@ def permuted_flops_per_token(model, layout, targets: int) -> float:
 
 
 def permuted_view(model, builder):
-    """GPT-2's transformer over the content and query rows with the two-stream mask and the query rows'
-    positions, its tied output layer at the query rows only; (loss, logits, labels) of the targets. The model
-    saves as a stock ``GPT2LMHeadModel``."""
+    """GPT-2's transformer over content and query rows under the two-stream mask, its output layer at the query
+    rows only; (loss, logits, labels) of the targets."""
     import torch
 
     if not hasattr(model, "transformer") or not hasattr(model, "lm_head"):

@@ -123,10 +123,8 @@ def setup(model, layout, builder, train, init) -> float:
 
 
 def pair_view(model, builder):
-    """Masked LM with a sentence-pair task: one pass of the transformer, the masked-LM output layer at the
-    selected positions and the pair head on ``[CLS]``; the loss is their sum, as BERT's. In eval mode the loss is
-    the masked-LM loss alone, comparable with masked-LM runs; ``pair_accuracy`` says how well the head tells
-    the pairs apart."""
+    """Masked LM plus the pair head on ``[CLS]``, one transformer pass, losses summed as BERT's. In eval mode:
+    the masked-LM loss alone, and ``pair_accuracy``."""
     import torch
 
     body = body_name(model)

@@ -1,10 +1,8 @@
 """T5's span corruption (Raffel et al. 2020, section 3.1.4): noise density 0.15, mean span length 3.
 
-A raw block of ``tokens_length`` ids is split into alternating non-noise and noise spans; each noise span
-is replaced in the encoder input by one sentinel, and the target lists each sentinel followed by the span
-it replaced. Both sequences end in ``</s>``. The lengths follow T5's ``compute_input_and_target_lengths``
-(also in transformers' ``examples/flax/language-modeling/run_t5_mlm_flax.py``): an encoder input of 512
-needs 568 raw tokens and gives 114 target tokens.
+Each noise span of a raw block is replaced in the encoder input by one sentinel, and the target lists each
+sentinel followed by the span it replaced; both end in ``</s>``. The lengths follow T5's
+``compute_input_and_target_lengths``: an encoder input of 512 needs 568 raw tokens and gives 114 targets.
 """
 
 from __future__ import annotations

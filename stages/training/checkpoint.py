@@ -1,9 +1,7 @@
-"""Checkpoints without pickles: the model with ``save_pretrained`` (safetensors), the optimizer's tensors in
-``optimizer.safetensors`` and everything else (step, tokens seen, history, the run's fingerprint) in JSON.
-Written atomically, so a kill during a save leaves the previous checkpoint. ``state.json`` holds the SHA-256
-of every other file of the checkpoint and of its own content (``state_sha256``), and a resume checks them
-before it loads anything: a flipped byte, or a step edited in ``state.json``, is an error naming the file, not
-a silently different run."""
+"""Checkpoints without pickles: the model with ``save_pretrained``, the optimizer's tensors in safetensors and
+the rest (step, history, the run's fingerprint) in JSON, written atomically. ``state.json`` holds the SHA-256 of
+every other file and of its own content, checked before a resume loads anything: a changed byte is an error
+naming the file, not a silently different run."""
 
 from __future__ import annotations
 

@@ -176,9 +176,7 @@ COMPARE_KEYS = ("paradigm", "objective", "train")
 
 
 def compare_entries(entries) -> list[dict]:
-    """``compare.objectives`` checked and listed: a mapping of names to ``{paradigm, objective[, train]}``, each
-    objective one of its paradigm's (``stages.objectives``), ``train`` the run's own settings; each entry comes
-    back as a dict with its ``name``."""
+    """``compare.objectives`` checked: names to ``{paradigm, objective[, train]}``, listed as dicts with their ``name``."""
     own = {paradigm: objectives.names(paradigm) for paradigm in objectives.OWN}
     if entries is None:
         return []

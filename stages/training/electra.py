@@ -52,9 +52,8 @@ class Generator(torch.nn.Module):
 
 
 def attach_generator(model, *, size: float, seed: int, init=None) -> None:
-    """Give a masked-LM model a separate generator of ``size`` x its width as the submodule
-    ``electra_generator`` (so the optimizer and checkpoints include it); with ``init`` (a model folder that
-    holds one, e.g. the general model DAPT continues) the trained generator, which must be of that size."""
+    """Give a masked-LM model a generator of ``size`` x its width as the submodule ``electra_generator``;
+    with ``init`` (a model folder that holds one) the trained generator, which must be of that size."""
     saved = Path(init) / GENERATOR_CONFIG if init is not None else None
     if saved is not None and saved.is_file():
         was = json.loads(saved.read_text())["size"]
@@ -82,9 +81,8 @@ def save_generator(gen: Generator, folder) -> None:
 
 
 def generator_flops_per_token(gen: Generator, *, seq_len: int, select: float) -> float:
-    """Training FLOPs per input token of the generator: 6 x its transformer and input projection
-    (every position), its attention (12 x layers x width x seq_len, twice for DeBERTa's disentangled
-    scores), and its output layer (transform and the shared vocabulary projection) at the selected share."""
+    """Training FLOPs per input token of the generator: its transformer, input projection and attention at
+    every position, its output layer at the selected share."""
     cfg = gen.body.config
     per_position = sum(p.numel() for p in gen.body.parameters()) - gen.body.get_input_embeddings().weight.numel()
     per_position += sum(p.numel() for p in gen.proj_in.parameters())

@@ -145,9 +145,8 @@ def to_device(batch: dict, device: str) -> dict:
 
 
 def evaluate(model, objective, blocks: np.ndarray, cfg: TrainConfig, device: str, bf16: bool) -> dict:
-    """Loss over the held-out blocks, weighted by label tokens; perplexity (GPT) or masked-token accuracy
-    (BERT; with NSP / SOP also the pair head's accuracy) or target-token accuracy (T5). Masks are fixed per
-    block, so every evaluation is comparable."""
+    """Loss over the held-out blocks, weighted by label tokens, and accuracy (GPT: perplexity; NSP / SOP: the
+    pair head's accuracy). Masks are fixed per block, so every evaluation is comparable."""
     import torch
 
     n = min(cfg.eval_blocks, len(blocks))
@@ -214,9 +213,8 @@ class LoopConfig:
 
 @dataclass
 class Hooks:
-    """What the loop calls around the steps: ``row(step)`` adds to each history row and evaluation; ``evaluate(step)``
-    scores the model; ``early`` stops on a metric; ``checkpoint_dir`` (with ``fingerprint``) saves and resumes;
-    ``live`` (a :class:`stages.common.live.LiveLog`), ``bar`` (tqdm) and ``log`` report."""
+    """What the loop calls around the steps: ``row(step)`` adds to each history row and evaluation; ``evaluate``
+    scores; ``early`` stops; ``checkpoint_dir`` (with ``fingerprint``) saves and resumes; the rest report."""
 
     row: Callable[[int], dict] = lambda done: {}
     evaluate: Callable[[int], dict] | None = None
@@ -348,10 +346,8 @@ def run_loop(model, optimizer, cfg: LoopConfig, *, batches: Callable[[int], Sequ
 def train(model, objective, train_blocks: np.ndarray, eval_blocks: np.ndarray | None, cfg: TrainConfig, *,
           flops_per_token: float, seq_len: int, dist: Dist, checkpoint_dir: Path | None, fingerprint: str,
           log: Callable[[str], None] = print, progress: bool = True, live=None) -> RunResult:
-    """Pre-train (or adapt) ``model`` on ``train_blocks`` with ``objective`` until the budget is spent
-    (:func:`run_loop`); returns the record. ``history`` rows hold what the inputs determine (step, tokens,
-    loss, lr); the timings (tokens/s, model FLOP/s, MFU) go to ``live`` (a :class:`stages.common.live.LiveLog`
-    or anything with its ``start`` and ``log``) with the same rows, as they happen, and into the result."""
+    """Pre-train (or adapt) ``model`` on ``train_blocks`` until the budget is spent (:func:`run_loop`). ``history``
+    rows hold what the inputs determine; the timings go to ``live`` and into the result."""
     import torch
 
     from stages.training.distributed import wrap

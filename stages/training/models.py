@@ -154,10 +154,8 @@ def flops_per_token(model, layout: "BlockLayout", *, predicted_fraction: float =
 
 
 def attach_side_head(model, name: str, activation, outputs: int, *, file: str, seed: int, init=None) -> None:
-    """Attach ``dense(d, d) -> activation -> dense(d, outputs)`` as the submodule ``name`` (N(0,
-    initializer_range) weights from ``seed``, zero biases), so the optimizer and checkpoints include it, saved by
-    :func:`save_model` to ``file`` beside the model; with ``init`` (a model folder holding ``file``, e.g. the
-    general model DAPT continues) the trained weights."""
+    """Attach ``dense(d, d) -> activation -> dense(d, outputs)`` as the submodule ``name`` (N(0, initializer_range)
+    weights from ``seed``), saved by :func:`save_model` to ``file``; with ``init`` (a folder holding it) trained."""
     import torch
 
     d = model.config.hidden_size

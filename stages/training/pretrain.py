@@ -90,10 +90,8 @@ def model_and_objective(cfg, layout, paradigm: str, init: Path | None, tokenizer
 def run(cfg, *, paradigm: str, stage: str, tokens_dir: Path, corpus: str, tokenizer_dir: Path, init: Path | None,
         out: Callable[[], Path], checkpoint_dir: Path | None, log=print, progress: bool = True,
         live_dir: Path | None = None, sources: list[Path] = ()) -> tuple[dict, str] | None:
-    """Train and save into the folder ``out()`` (asked for only by the process that saves); returns the metrics
-    and the curve's TSV (on the main process; None on the others).
-    ``live_dir``: the run's live log (:mod:`stages.common.live`). ``sources``: the ingest manifests of the
-    corpora behind the model; their sources and licences go into the folder's model card."""
+    """Train and save into ``out()`` (asked for by the saving process only); the metrics and the curve's TSV on
+    the main process, None on the others. ``sources``: ingest manifests whose licences go into the model card."""
     manifest, layout, train_blocks, eval_blocks = read_inputs(tokens_dir, tokenizer_dir, paradigm, corpus)
     corpora = stagecard.corpora(list(sources))
     dist = distributed.init()

@@ -101,10 +101,8 @@ class TextToTextClassifier(_Classifier):
         torch.manual_seed(seed)
         self.model = _load(T5ForConditionalGeneration, model_dir, init)
         enc = tokenizer(labels, add_special_tokens=True)["input_ids"]  # each label word + </s>
-        width = max(map(len, enc))
-        self.candidates = torch.full((len(labels), width), -100, dtype=torch.long)
-        for i, ids in enumerate(enc):
-            self.candidates[i, : len(ids)] = torch.tensor(ids)
+        self.candidates = torch.nn.utils.rnn.pad_sequence([torch.tensor(ids, dtype=torch.long) for ids in enc],
+                                                          batch_first=True, padding_value=-100)
 
     def loss(self, batch: dict) -> torch.Tensor:
         target = self.candidates[batch["labels"]]

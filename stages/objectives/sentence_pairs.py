@@ -68,7 +68,7 @@ class SentencePairs(MaskedLM):
         if len(a) and a[-1] == lay.sep_id:  # a document boundary: the pair's own [SEP] stands for it
             a = a[:-1]
         room = lay.seq_len - 3
-        a = a[:room - 1] if len(a) > room - 1 else a
+        a = a[:room - 1]
         b = b[: room - len(a)]
         if negative and self.name == "sop":
             first, second = b, a

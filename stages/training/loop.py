@@ -372,15 +372,13 @@ def train(model, objective, train_blocks: np.ndarray, eval_blocks: np.ndarray | 
         return [prepare(make_batch(objective, train_blocks, ids, generators(cfg.seed, TRAIN_KEY, epochs, ids)))
                 for ids, epochs in sampler.micro_batches(step)]
 
-    def evaluate_blocks(done: int) -> dict:
-        return evaluate(model, objective, eval_blocks, cfg, dist.device, bf16)
-
     with progress_bar(total, progress and dist.main) as bar:
         loop_cfg = LoopConfig(total=total, log_every=cfg.log_every, clip=cfg.clip, bf16=bf16, eval_every=cfg.eval_every,
                               checkpoint_every=cfg.checkpoint_every, flops_per_token=flops_per_token,
                               peak=peak_flops(dist.device, cfg.peak_tflops), sum_dtype="float32")
         hooks = Hooks(row=lambda done: {"tokens": done * tokens_per_step},
-                      evaluate=evaluate_blocks if eval_blocks is not None and len(eval_blocks) else None,
+                      evaluate=(lambda done: evaluate(model, objective, eval_blocks, cfg, dist.device, bf16))
+                      if eval_blocks is not None and len(eval_blocks) else None,
                       checkpoint_dir=checkpoint_dir, fingerprint=fingerprint, live=live, bar=bar, log=log)
         result = run_loop(model, optimizer, loop_cfg, batches=batches, loss=lambda batch: step_fn(**batch).loss,
                           lr=lambda step: lr_at(step, total, cfg.optimizer), tokens=lambda batch: cfg.micro_batch * seq_len,

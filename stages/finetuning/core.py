@@ -211,21 +211,18 @@ def finetune(cfg: FinetuneConfig, *, paradigm: str, init: str, model_dir: Path, 
              log=print, progress: bool = False, live_dir: Path | None = None) -> dict:
     """Train a classifier; returns scores, the curve and the model (best validation state restored).
     ``live_dir``: the run's live log (its curve as it trains, and its wall time; :mod:`stages.common.live`)."""
-
     from stages.common.live import LiveLog
 
     with LiveLog(live_dir) as live:
         started = time.perf_counter()
-        out = _finetune(cfg, paradigm=paradigm, init=init, model_dir=model_dir, df=df,
-                        train_examples=train_examples, log=log, progress=progress, live=live)
+        out = _finetune(cfg, paradigm, init, model_dir, df, train_examples, log, progress, live)
         m = out["metrics"]
         live.summary({"seconds": round(time.perf_counter() - started, 1), "steps": m["steps"],
                       "best_val_macro_f1": m["best_val_macro_f1"], "test_macro_f1": m["test_macro_f1"]})
     return out
 
 
-def _finetune(cfg: FinetuneConfig, *, paradigm: str, init: str, model_dir: Path, df, train_examples: int | None,
-              log, progress: bool, live) -> dict:
+def _finetune(cfg: FinetuneConfig, paradigm: str, init: str, model_dir: Path, df, train_examples, log, progress, live):
     import torch
     from transformers import AutoTokenizer
 
@@ -240,8 +237,7 @@ def _finetune(cfg: FinetuneConfig, *, paradigm: str, init: str, model_dir: Path,
         torch.set_num_threads(cfg.threads)
     label_id = {lab: i for i, lab in enumerate(cfg.labels)}
     tok = AutoTokenizer.from_pretrained(str(model_dir))
-    clf = make_classifier(paradigm, model_dir, list(cfg.labels), tok, init=init, seed=cfg.seed,
-                          **head_options(cfg))
+    clf = make_classifier(paradigm, model_dir, list(cfg.labels), tok, init=init, seed=cfg.seed, **head_options(cfg))
     if cfg.embedding_rms:
         rescale_embeddings(clf.model, cfg.embedding_rms)
     if cfg.reinit_layers:
@@ -254,7 +250,6 @@ def _finetune(cfg: FinetuneConfig, *, paradigm: str, init: str, model_dir: Path,
         val = val.sample(n=cfg.max_eval_examples, random_state=cfg.seed)
     test = df[df["split"] == "test"]
     y_train = train["label"].map(label_id).to_numpy()
-    y_val, y_test = val["label"].map(label_id).to_numpy(), test["label"].map(label_id).to_numpy()
     steps_per_epoch = -(-len(train) // cfg.micro_batch)
     epochs = max(cfg.epochs, -(-cfg.min_steps // steps_per_epoch))
     total = steps_per_epoch * epochs
@@ -272,8 +267,12 @@ def _finetune(cfg: FinetuneConfig, *, paradigm: str, init: str, model_dir: Path,
                 batch["labels"] = torch.from_numpy(y_train[idx].astype(np.int64))
                 yield [batch]
 
+    def score(split) -> dict:
+        gold = split["label"].map(label_id).to_numpy()
+        return scores(gold, predict(clf, tok, split["text"].tolist(), cfg, paradigm), len(cfg.labels))
+
     def validate(step: int) -> dict:
-        val_scores = scores(y_val, predict(clf, tok, val["text"].tolist(), cfg, paradigm), len(cfg.labels))
+        val_scores = score(val)
         return {"val_accuracy": val_scores["accuracy"], "val_macro_f1": val_scores["macro_f1"]}
 
     stream = epochs_of_batches()
@@ -293,12 +292,11 @@ def _finetune(cfg: FinetuneConfig, *, paradigm: str, init: str, model_dir: Path,
     best, step, stopped_early = run.best, run.steps, run.stopped_early
     sample_best, val_examples = best, len(val)
     if cfg.val_select == "full" and len(val) < len(val_all):
-        y_all = val_all["label"].map(label_id).to_numpy()
-        best = scores(y_all, predict(clf, tok, val_all["text"].tolist(), cfg, paradigm), len(cfg.labels))["macro_f1"]
+        best = score(val_all)["macro_f1"]
         val_examples = len(val_all)
-    test_scores = scores(y_test, predict(clf, tok, test["text"].tolist(), cfg, paradigm), len(cfg.labels))
+    test_scores = score(test)
     clf.to("cpu")  # returned and saved on the CPU
-    baseline = majority(y_train, y_test, len(cfg.labels))
+    baseline = majority(y_train, test["label"].map(label_id).to_numpy(), len(cfg.labels))
     result = {"paradigm": paradigm, "init": init, "train_examples": len(train), "steps": step,
               "stopped_early": stopped_early, "best_val_macro_f1": best, "val_examples": val_examples,
               **({"sample_val_macro_f1": sample_best} if val_examples != len(val) else {}),

@@ -184,9 +184,10 @@ class _Pooled(torch.nn.Module):
         return self.body(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
 
     def pool(self, input_ids, attention_mask):
-        """(pooled features ``[batch, d_model]``, the body's last hidden states)."""
+        """(the masked mean of the body's last hidden states ``[batch, d_model]``, those states)."""
         hidden = self.hidden(input_ids, attention_mask)
-        return _masked_mean(hidden, attention_mask), hidden
+        m = attention_mask.unsqueeze(-1).to(hidden.dtype)
+        return (hidden * m).sum(1) / m.sum(1).clamp(min=1), hidden
 
     def head(self, pooled):
         norm = self.norm
@@ -204,13 +205,8 @@ class _Pooled(torch.nn.Module):
         from safetensors.torch import save_file
 
         self.body.save_pretrained(path)
-        save_file({f"{k}": v.contiguous() for k, v in self.state_dict().items() if not k.startswith("body.")},
+        save_file({k: v.contiguous() for k, v in self.state_dict().items() if not k.startswith("body.")},
                   str(Path(path) / HEAD_FILE))
-
-
-def _masked_mean(hidden, attention_mask):
-    m = attention_mask.unsqueeze(-1).to(hidden.dtype)
-    return (hidden * m).sum(1) / m.sum(1).clamp(min=1)
 
 
 class PooledClassifier(_Classifier):

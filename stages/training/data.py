@@ -49,11 +49,8 @@ class BlockSampler:
     def micro_batches(self, step: int) -> list[tuple[np.ndarray, np.ndarray]]:
         """This rank's (block ids, epochs) for each micro-batch of optimizer step ``step``."""
         ids, epochs = self._stream(step * self.global_batch, self.global_batch)
-        out = []
-        for a in range(self.grad_accum):
-            lo = (a * self.world + self.rank) * self.micro_batch
-            out.append((ids[lo: lo + self.micro_batch], epochs[lo: lo + self.micro_batch]))
-        return out
+        starts = [(a * self.world + self.rank) * self.micro_batch for a in range(self.grad_accum)]
+        return [(ids[lo: lo + self.micro_batch], epochs[lo: lo + self.micro_batch]) for lo in starts]
 
 
 @lru_cache(maxsize=2)  # the epoch in progress and, at a boundary, the next one

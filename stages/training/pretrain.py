@@ -41,9 +41,8 @@ def plot_tsv(history: list[dict], evals: list[dict]) -> str:
     buf = io.StringIO()
     w = csv.writer(buf, delimiter="\t", lineterminator="\n")
     w.writerow(["step", "tokens", "loss", "lr", "eval_loss"])
-    for row in history:
-        ev = by_step.get(row["step"], {})
-        w.writerow([row["step"], row["tokens"], row["loss"], f"{row['lr']:.3g}", ev.get("eval_loss", "")])
+    w.writerows([r["step"], r["tokens"], r["loss"], f"{r['lr']:.3g}", by_step.get(r["step"], {}).get("eval_loss", "")]
+                for r in history)
     return buf.getvalue()
 
 

@@ -10,6 +10,7 @@ on an objective's name. Adding one: a module with ``OBJECTIVES = (Objective(...)
 
 from __future__ import annotations
 
+import functools
 import importlib
 import inspect
 from collections.abc import Callable
@@ -81,7 +82,6 @@ class Objective:
 
 
 _REGISTRY: dict[str, Objective] = {}
-_loaded = False
 
 
 def register(objective: Objective) -> Objective:
@@ -93,13 +93,11 @@ def register(objective: Objective) -> Objective:
     return objective
 
 
+@functools.cache
 def _load() -> None:
-    global _loaded
-    if not _loaded:
-        _loaded = True
-        for module in MODULES:
-            for objective in importlib.import_module(f"{__name__}.{module}").OBJECTIVES:
-                _REGISTRY[objective.name] = objective
+    for module in MODULES:
+        for objective in importlib.import_module(f"{__name__}.{module}").OBJECTIVES:
+            _REGISTRY[objective.name] = objective
 
 
 def names(paradigm: str | None = None) -> tuple[str, ...]:

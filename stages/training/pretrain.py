@@ -124,7 +124,6 @@ def run(cfg, *, paradigm: str, stage: str, tokens_dir: Path, corpus: str, tokeni
         outcome = metrics, plot_tsv(result.history, result.evals)
         if checkpoint_dir is not None and checkpoint_dir.exists():
             shutil.rmtree(checkpoint_dir)  # the run finished: its model is the output, nothing to resume
-    distributed.barrier(dist)
     distributed.shutdown(dist)
     return outcome
 

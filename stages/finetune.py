@@ -58,10 +58,8 @@ def _run(args: argparse.Namespace, log) -> dict:
     tmp = args.staged.path
     out["classifier"].model.save_pretrained(str(tmp))
     out["tokenizer"].save_pretrained(str(tmp))
-    write_json_atomic(tmp / "finetune.json", {"config": asdict(out["config"]), "metrics": metrics,
-                                              "curve": out["curve"],
-                                              "init": args.init, "model": str(args.model),
-                                              "labels": list(cfg.labels)})
+    write_json_atomic(tmp / "finetune.json", {"config": asdict(out["config"]), "metrics": metrics, "curve": out["curve"],
+                                              "init": args.init, "model": str(args.model), "labels": list(cfg.labels)})
     stagecard.write(tmp, stagecard.finetune_facts(
         paradigm=args.paradigm, init=args.init, labels=list(cfg.labels), config=asdict(out["config"]),
         metrics=metrics, sources=task_sources, model_dir=args.model,

@@ -1,18 +1,9 @@
 """A classifier per paradigm over a pre-trained (or freshly initialised) model, with one interface:
 ``loss(batch)`` for training, ``scores(batch)`` (one score per label) and ``predict(batch)`` (its argmax).
 
-- BERT: the [CLS] representation and a linear head (``BertForSequenceClassification``; Devlin et al.).
-- GPT: the last token's representation and a linear head (``GPT2ForSequenceClassification``), plus GPT-1's
-  auxiliary language-modelling loss, weighted ``aux_lm_weight`` (Radford et al. 2018, section 3.2), estimated
-  without bias on a random ``aux_lm_fraction`` of the positions, drawn afresh each step.
-- T5: text to text (Raffel et al. 2020): ``prefix + text`` in, the label word out; a prediction scores every
-  label string under the model and takes the most likely, so it is always a valid label.
-
-``head: pooled`` puts one small head on every paradigm instead (:class:`PooledClassifier`: masked mean of the
-last hidden states, BatchNorm, linear), which reads what masked-LM pre-training trained, unlike [CLS].
-``head: prompt`` (BERT only, :class:`PromptClassifier`) classifies as a cloze over one word per label
-(PET / LM-BFF). :func:`rescale_embeddings` and :func:`reinit_top_layers` prepare a BERT body before training.
-
+``head: stock``: each model's own ([CLS] for BERT, the last token for GPT with GPT-1's auxiliary LM loss, text
+to text for T5); ``pooled``: one small head on every paradigm (:class:`PooledClassifier`), which reads what
+masked-LM pre-training trained, unlike [CLS]; ``prompt``: BERT as a cloze (:class:`PromptClassifier`).
 ``init``: ``pretrained`` / ``dapt`` load the weights of ``model_dir``; ``random`` builds the same
 architecture from its config with fresh weights (the baseline that shows what pre-training buys).
 """
@@ -245,8 +236,8 @@ class PooledClassifier(_Classifier):
 
 
 def _aux_lm(hidden, batch: dict, embedding, fraction: float) -> torch.Tensor:
-    """GPT-1's auxiliary LM loss over ``hidden`` (after the final layer norm): position t predicts t + 1,
-    estimated on a random ``fraction`` of the positions (unbiased)."""
+    """GPT-1's auxiliary LM loss (Radford et al. 2018, 3.2) over ``hidden`` (after the final layer norm): position
+    t predicts t + 1, estimated without bias on a random ``fraction`` of the positions, drawn afresh each step."""
     hidden = hidden[:, :-1]
     target = batch["input_ids"][:, 1:].masked_fill(batch["attention_mask"][:, 1:] == 0, -100)
     if fraction < 1:

@@ -57,11 +57,9 @@ class Builder:
 
 @dataclass(frozen=True)
 class Objective:
-    """What an objective declares. ``builder(layout, **settings)`` makes its batch builder, given the keys of
-    ``settings(train)`` it accepts (and ``sentence_ends``, the tokenizer's sentence-end ids, when
-    ``sentence_ends`` is true). ``view(model, builder) -> (module, prepare)``: what the loop calls and the host
-    step before a batch moves. ``setup(model, layout, builder, train, init) -> FLOPs per token``: attaches the
-    objective's own heads (loading them from ``init``) and counts the training FLOPs per input token.
+    """What an objective declares. ``builder(layout, **settings)`` makes its batch builder from the keys of
+    ``settings(train)`` it accepts (and the tokenizer's ``sentence_ends`` when asked); ``view(model, builder) ->
+    (module, prepare)``; ``setup(model, layout, builder, train, init) -> FLOPs per token`` attaches its own heads;
     ``card(select, generator_size) -> str``: what the model card says the run predicts."""
 
     name: str

@@ -21,8 +21,8 @@ import sys
 from pathlib import Path
 
 from stages.common.cli import entry
-from stages.config import ConfigError, load_params
-from stages.profile import apply, load_profiles, run_args, validate
+from stages.config import ConfigError
+from stages.profile import load_checked, run_args
 
 MODULES = {  # subcommand -> module whose main(argv) it runs
     "flow": "flows.pipeline", "ui": "flows.ui", "deploy": "flows.deploy", "files": "flows.files",
@@ -61,11 +61,8 @@ def run(argv: list[str]) -> int:
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
     if not args.profile:
         return subprocess.call([_tool("dvc"), "repro"], env=env)
-
     try:
-        profile, label = load_profiles(args.profile)
-        params = load_params("params.yaml")
-        validate(apply(params, profile, label))
+        profile, params = load_checked(args.profile)
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

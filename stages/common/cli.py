@@ -22,25 +22,16 @@ def named_path(value: str) -> tuple[str, Path]:
     return name, Path(path)
 
 
-def overlap_error(args: argparse.Namespace, outputs: list[str], inputs: list[str]) -> bool:
-    """True, after printing ``error: ...``, when an output option's path overlaps an input option's
-    (:func:`stages.common.atomic.refuse_overlap`). Options hold a path, a list of paths or ``NAME=PATH``, or None."""
-    def paths(names: list[str]) -> dict[str, Path]:
-        out: dict[str, Path] = {}
-        for name in names:
-            value = getattr(args, name.replace("-", "_"), None)
-            for i, v in enumerate(value if isinstance(value, list) else [value]):
-                v = v[1] if isinstance(v, tuple) else v
-                if v is not None:
-                    out[name if i == 0 else f"{name} #{i + 1}"] = Path(v)
-        return out
-
-    try:
-        refuse_overlap(paths(outputs), paths(inputs))
-    except ValueError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return True
-    return False
+def _paths(args: argparse.Namespace, names: Iterable[str]) -> dict[str, Path]:
+    """The paths of options holding a path, a list of paths or ``NAME=PATH``, or None, by option name."""
+    out: dict[str, Path] = {}
+    for name in names:
+        value = getattr(args, name.replace("-", "_"), None)
+        for i, v in enumerate(value if isinstance(value, list) else [value]):
+            v = v[1] if isinstance(v, tuple) else v
+            if v is not None:
+                out[name if i == 0 else f"{name} #{i + 1}"] = Path(v)
+    return out
 
 
 @runtime_checkable
@@ -55,26 +46,25 @@ class Folder(dict):
     """Files of a folder published as a whole (``{name: str | bytes | JSON data}``; replaced atomically)."""
 
 
+def _write(path: Path, content: Any) -> None:
+    if isinstance(content, (bytes, str)):
+        write_bytes_atomic(path, content.encode("utf-8") if isinstance(content, str) else content)
+    else:
+        write_json_atomic(path, content)
+
+
 def publish(files: Mapping[Path | None, Any]) -> None:
     """Write each ``path: content`` atomically, in order: a :class:`Folder` as a folder, ``bytes`` as they are,
     ``str`` as UTF-8 text, anything else as JSON; a ``None`` path is skipped."""
-    def write(path: Path, content: Any) -> None:
-        if isinstance(content, bytes):
-            write_bytes_atomic(path, content)
-        elif isinstance(content, str):
-            write_bytes_atomic(path, content.encode("utf-8"))
-        else:
-            write_json_atomic(path, content)
-
     for path, content in files.items():
         if path is None:
             continue
         if isinstance(content, Folder):
             with atomic_dir(path) as tmp:
                 for name, item in content.items():
-                    write(tmp / name, item)
+                    _write(tmp / name, item)
         else:
-            write(Path(path), content)
+            _write(Path(path), content)
 
 
 Log = Callable[[str], None]
@@ -105,7 +95,10 @@ class Stage:
         argv = list(argv) if argv is not None else sys.argv[1:]
         args = ap.parse_args(argv)
         args.argv = argv  # the command line as given (a stage that starts copies of itself passes it on)
-        if overlap_error(args, list(self.outputs) + ([self.folder] if self.folder else []), list(self.inputs)):
+        try:
+            refuse_overlap(_paths(args, self.outputs + ((self.folder,) if self.folder else ())), _paths(args, self.inputs))
+        except ValueError as exc:
+            print(f"error: {exc}", file=sys.stderr)
             return 1
         target = getattr(args, self.folder) if self.folder else None
         args.staged = Staged(target) if target is not None else None
@@ -152,7 +145,6 @@ def entry(main: Callable[[], int]) -> int:
         sys.argv.remove("--debug")
         debug = True
     if Path("dvc.yaml").is_file():  # a workspace: what killed runs left behind goes first
-
         for p in sweep_dead(["data", "reports", "dist"]):
             print(f"removed {p}: left by a run that was killed", file=sys.stderr)
     try:

@@ -28,9 +28,7 @@ def reading(path: str | Path, what: str) -> Iterator[None]:
     :class:`InputError` naming it: ``<path>: not a valid <what> (<the library's first line>)``."""
     try:
         yield
-    except FileNotFoundError:
-        raise
-    except InputError:
+    except (FileNotFoundError, InputError):
         raise
     except Exception as exc:  # noqa: BLE001 (every reader's own error type, re-raised with the file named)
         raise InputError(f"{path}: not a valid {what} ({_first_line(exc)})") from exc

@@ -11,9 +11,6 @@ import json
 import math
 from pathlib import Path
 
-LIVE_ROOT = Path("reports/live")
-
-
 class LiveLog:
     """One run's live folder (None: logs nothing). ``start(resume_step)``: a fresh log, or a resumed run's
     rows up to ``resume_step``; ``log(step, values)`` appends a step (non-finite values skipped);

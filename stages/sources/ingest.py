@@ -90,13 +90,9 @@ def collect_labeled(cfg: CorpusConfig, ctx: SourceContext,
 
 
 def gate_labels(cfg: CorpusConfig) -> tuple[str, ...]:
-    if cfg.gate.labels:
-        return cfg.gate.labels
-    sections: list[str] = []
-    for src in cfg.sources:
-        if isinstance(src, DebianDescriptionsSource):
-            sections += [s for s in src.sections if s not in sections]
-    return tuple(sections)
+    """The gate's labels, else the sections of the corpus's debian_descriptions sources (first seen first)."""
+    sections = [s for src in cfg.sources if isinstance(src, DebianDescriptionsSource) for s in src.sections]
+    return cfg.gate.labels or tuple(dict.fromkeys(sections))
 
 
 def stream_documents(cfg: CorpusConfig, ctx: SourceContext, path: Path, log=print):
@@ -110,12 +106,7 @@ def stream_documents(cfg: CorpusConfig, ctx: SourceContext, path: Path, log=prin
     provs: list[Provenance] = []
     dropped: Counter = Counter()
     seen: set[str] = set()
-    ids: list[str] = []
-    sources: list[str] = []
-    text_chars: list[int] = []
-    meta_ok: list[bool] = []
-    batch: list[dict[str, Any]] = []
-    counts = {"documents": 0, "characters": 0, "by_source": Counter()}
+    ids, sources, text_chars, meta_ok, batch, characters = [], [], [], [], [], 0
     with pq.ParquetWriter(path, schema, compression="zstd") as writer:
         for rec in read_all(cfg, ctx, provs, dropped, log):
             did = doc_id(rec.text)
@@ -129,30 +120,24 @@ def stream_documents(cfg: CorpusConfig, ctx: SourceContext, path: Path, log=prin
             sources.append(rec.source)
             text_chars.append(len(rec.text.strip()))
             meta_ok.append(is_json_text(meta))
-            counts["documents"] += 1
-            counts["characters"] += len(rec.text)
-            counts["by_source"][rec.source] += 1
+            characters += len(rec.text)
             if len(batch) == 2048:
                 writer.write_table(pa.Table.from_pylist(batch, schema=schema))
                 batch = []
         if batch:
             writer.write_table(pa.Table.from_pylist(batch, schema=schema))
-    light = pd.DataFrame({"id": ids, "source": sources})
-    counts["by_source"] = dict(sorted(counts["by_source"].items()))
-    return provs, dropped, light, text_chars, meta_ok, counts
+    counts = _counts(len(ids), characters, sources)
+    return provs, dropped, pd.DataFrame({"id": ids, "source": sources}), text_chars, meta_ok, counts
 
 
-def _table_counts(table) -> dict[str, Any]:
-    import pyarrow.compute as pc
+def _counts(documents: int, characters: int, sources: list[str], splits=None, labels=None) -> dict[str, Any]:
+    """The manifest's counts; labeled corpora add ``by_split`` and ``by_label``."""
+    def tally(values) -> dict[str, int]:
+        return dict(sorted(Counter(values).items()))
 
-    counts: dict[str, Any] = {
-        "documents": table.num_rows,
-        "characters": int(pc.sum(pc.utf8_length(table["text"])).as_py() or 0) if table.num_rows else 0,
-        "by_source": dict(sorted(Counter(table["source"].to_pylist()).items())),
-    }
-    if "label" in table.column_names:
-        counts["by_split"] = dict(sorted(Counter(table["split"].to_pylist()).items()))
-        counts["by_label"] = dict(sorted(Counter(table["label"].to_pylist()).items()))
+    counts = {"documents": documents, "characters": characters, "by_source": tally(sources)}
+    if labels is not None:
+        counts |= {"by_split": tally(splits), "by_label": tally(labels)}
     return counts
 
 
@@ -184,7 +169,8 @@ def ingest(cfg: CorpusConfig, *, corpus: str, cache_dir: Path, out: Path, log=pr
                             min_nonempty_ratio=g.min_nonempty_ratio, extra_columns=LABELED_COLUMNS[5:]),
             labeled_suite(df, labels=labels, splits=SPLITS, min_class_share=g.min_class_share,
                           max_class_share=g.max_class_share))
-        counts = _table_counts(table)
+        counts = _counts(len(rows), sum(len(r["text"]) for r in rows), [r["source"] for r in rows],
+                         [r["split"] for r in rows], [r["label"] for r in rows])
         del rows, table, df
     else:
         provs, dropped, light, text_chars, meta_ok, counts = stream_documents(cfg, ctx, path, log=log)

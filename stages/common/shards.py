@@ -1,16 +1,14 @@
 """Where shard functions run: in this process, in a pool of local processes, or on a Dask cluster.
 
-:func:`open_shards` gives a :class:`Shards` whose ``map`` runs a module-level function over argument tuples
-and passes each result to ``consume`` in input order, at most ``window`` in flight; the engine does not
-change the output. Dask is chosen by the environment, not params (DVC must not rerun a stage for it)::
+:func:`open_shards` gives a :class:`Shards` whose ``map`` runs a module-level function over argument tuples and
+passes each result to ``consume`` in input order, at most ``window`` in flight; the engine does not change the
+output. Dask is chosen by the environment, not params (DVC must not rerun a stage for it), through a plain
+``distributed.Client`` (an import-linter contract keeps Prefect out of ``stages``)::
 
     LMPIPE_DASK=tcp://scheduler:8786   # an existing Dask cluster
     LMPIPE_DASK=local                  # a LocalCluster with one single-threaded worker process per core
     LMPIPE_DASK=local:2                # ... with 2 workers
     LMPIPE_DASK_TIMEOUT=60s            # how long to wait for the scheduler (default 60s)
-
-Shards go through a plain ``distributed.Client``, never Prefect (an import-linter contract keeps Prefect
-out of ``stages``).
 """
 
 from __future__ import annotations
@@ -97,9 +95,8 @@ def environ_kept():
     try:
         yield
     finally:
-        if dict(os.environ) != saved:
-            os.environ.clear()
-            os.environ.update(saved)
+        os.environ.clear()
+        os.environ.update(saved)
 
 
 class DaskShards(Shards):

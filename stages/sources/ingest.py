@@ -179,16 +179,14 @@ def ingest(cfg: CorpusConfig, *, corpus: str, cache_dir: Path, out: Path, log=pr
             text_chars=text_chars, meta_is_json=meta_ok, columns=pq.read_schema(path).names)
     manifest = build_manifest(cfg, corpus, counts, provs, dropped, path)
     write_json_atomic(out / "manifest.json", manifest)
-    # No wall-clock figures in metrics: the same input and params must give byte-identical files. They are
-    # published only when the gate passed.
+    # No wall-clock figures in metrics: the same input and params give byte-identical files.
     metrics = manifest["counts"] | {"gate_passed": True}
     log(f"[ingest] {corpus}: made in {time.perf_counter() - t0:.1f}s")
     return IngestResult(metrics=metrics, manifest=manifest, gate=Gate(f"ingest-{corpus}", tables, expectations))
 
 
 def _portable(path: str) -> str:
-    """Paths in the manifest relative to the working directory when inside it, so they read the same on
-    every clone."""
+    """A manifest path, relative to the working directory when inside it (the same on every clone)."""
     p = Path(path)
     try:
         return p.resolve().relative_to(Path.cwd().resolve()).as_posix()
@@ -200,22 +198,17 @@ def build_manifest(cfg, corpus, counts, provs, dropped, parquet_path: Path) -> d
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    counts = {**counts, "dropped": dict(sorted(dropped.items())),
-              "skipped": dict(sorted(sum((p.skipped for p in provs), Counter()).items()))}
-    n_rows = pq.ParquetFile(parquet_path).metadata.num_rows
-    schema_names = pq.read_schema(parquet_path).names
-    sources = []
-    for p in provs:
-        entry = p.to_json()
-        for f in entry["files"]:
-            f["path"] = _portable(f["path"])
-        sources.append(entry)
+    sources = [p.to_json() for p in provs]
+    for f in [f for entry in sources for f in entry["files"]]:
+        f["path"] = _portable(f["path"])
+    skipped = sum((p.skipped for p in provs), Counter())
     return {
         "corpus": corpus,
-        "schema": schema_names,
-        "counts": counts,
+        "schema": pq.read_schema(parquet_path).names,
+        "counts": {**counts, "dropped": dict(sorted(dropped.items())), "skipped": dict(sorted(skipped.items()))},
         "sources": sources,
-        "outputs": {"documents.parquet": {"sha256": sha256_file(parquet_path), "rows": n_rows}},
+        "outputs": {"documents.parquet": {"sha256": sha256_file(parquet_path),
+                                          "rows": pq.ParquetFile(parquet_path).metadata.num_rows}},
         "config": dataclasses.asdict(cfg),
         "software": {"python": platform.python_version(), "pyarrow": pa.__version__},
     }

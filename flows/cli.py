@@ -72,9 +72,8 @@ def run(argv: list[str]) -> int:
 
 
 def serve(argv: list[str]) -> int:
-    target = argv[0] if argv and not argv[0].startswith("-") else "lm-pipeline:latest"
-    rest = argv[1:] if argv and not argv[0].startswith("-") else argv
-    return subprocess.call([_tool("bentoml"), "serve", target, *rest])
+    named = bool(argv) and not argv[0].startswith("-")  # a Bento tag first, else the latest package
+    return subprocess.call([_tool("bentoml"), "serve", argv[0] if named else "lm-pipeline:latest", *argv[named:]])
 
 
 def usage() -> str:
@@ -93,10 +92,8 @@ def main(argv: list[str] | None = None) -> int:
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0 if argv else 2
     command, rest = argv[0], argv[1:]
-    if command == "run":
-        return run(rest)
-    if command == "serve":
-        return serve(rest)
+    if command in ("run", "serve"):
+        return (run if command == "run" else serve)(rest)
     if command not in MODULES:
         print(f"error: no subcommand {command!r}\n\n{usage()}", file=sys.stderr)
         return 2

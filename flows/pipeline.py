@@ -236,7 +236,6 @@ def profile_applied(root: Path, name: str):
     (after a SIGKILL, by the next run's :func:`restore_params`)."""
     path, saved = root / "params.yaml", root / SAVED_PARAMS
     original = path.read_bytes()
-    saved.parent.mkdir(parents=True, exist_ok=True)
     write_bytes_atomic(saved, original)
     try:
         profile = apply_profile(root, name)
@@ -257,15 +256,13 @@ def restore_params(root: Path) -> str | None:
     applied = saved.with_suffix(".applied")
     expected = applied.read_text(encoding="utf-8").strip() if applied.is_file() else None
     current = sha256_file(path) if path.is_file() else None
-    if expected is None or current in (expected, sha256_file(saved)):
-        os.replace(saved, path)
-        applied.unlink(missing_ok=True)
-        return f"params.yaml restored from {SAVED_PARAMS}: a profile run was killed before it could restore it"
-    kept = root / "params.yaml.before-profile"
-    os.replace(saved, kept)
+    unedited = expected is None or current in (expected, sha256_file(saved))
+    os.replace(saved, path if unedited else root / "params.yaml.before-profile")
     applied.unlink(missing_ok=True)
-    return (f"params.yaml was edited after a profile run was killed; kept as it is, the params from before that "
-            f"run are in {kept.name}")
+    if unedited:
+        return f"params.yaml restored from {SAVED_PARAMS}: a profile run was killed before it could restore it"
+    return ("params.yaml was edited after a profile run was killed; kept as it is, the params from before that "
+            "run are in params.yaml.before-profile")
 
 
 # One stage at a time: each stage uses all cores, and concurrent `dvc repro`s would race on dvc.lock.

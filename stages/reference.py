@@ -60,15 +60,12 @@ def type_name(tp: Any) -> str:
 
 
 def default_text(f: dataclasses.Field) -> str:
-    if f.default is not dataclasses.MISSING:
-        value = f.default
-    elif f.default_factory is not dataclasses.MISSING:
-        value = f.default_factory()
-    else:
+    if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
         return "required"
+    value = f.default if f.default is not dataclasses.MISSING else f.default_factory()
     if dataclasses.is_dataclass(value):
         return ""
-    return "`" + json.dumps(value if not isinstance(value, tuple) else list(value)) + "`"
+    return "`" + json.dumps(list(value) if isinstance(value, tuple) else value) + "`"
 
 
 def rows(cls: type, prefix: str, missing: list[str]) -> tuple[list[str], list[tuple[str, type]]]:

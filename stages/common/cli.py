@@ -72,12 +72,11 @@ Log = Callable[[str], None]
 
 @dataclass(frozen=True)
 class Stage:
-    """A stage's command line. ``main`` parses ``argv`` (options from ``arguments``), refuses overlapping
-    ``outputs`` and ``inputs``, then calls the core ``run(args, log)``; with an output ``folder`` the core
-    writes into ``args.staged.path`` (:class:`stages.common.atomic.Staged`). The core returns the files to
-    publish and its gates (a :class:`Check` per report path), or an exit status. Only when the core and every
-    gate succeeded are the outputs published, so a failure leaves the previous ones. An error of ``errors``
-    is one ``error: ...`` line (worded by ``message``) and exit status 1; any other goes to :func:`entry`."""
+    """A stage's command line: ``main`` parses ``argv``, refuses overlapping ``outputs`` and ``inputs``, and calls
+    the core ``run(args, log)`` (with an output ``folder``, it writes into ``args.staged.path``). The core returns
+    an exit status, or the files to publish and its gates (a :class:`Check` per report path); the outputs are
+    published only when it and every gate succeeded. An error of ``errors`` is one ``error: ...`` line (worded
+    by ``message``) and exit status 1; any other goes to :func:`entry`."""
 
     prog: str
     description: str
@@ -140,10 +139,9 @@ def describe(exc: BaseException) -> str:
 def entry(main: Callable[[], int]) -> int:
     """Run a stage's ``main``: an error ends it with ``error: ...`` on stderr and exit status 1 (a traceback
     with ``--debug`` or ``LMPIPE_DEBUG=1``); Ctrl-C exits with 130."""
-    debug = os.environ.get("LMPIPE_DEBUG", "") not in ("", "0")
+    debug = os.environ.get("LMPIPE_DEBUG", "") not in ("", "0") or "--debug" in sys.argv[1:]
     if "--debug" in sys.argv[1:]:
         sys.argv.remove("--debug")
-        debug = True
     if Path("dvc.yaml").is_file():  # a workspace: what killed runs left behind goes first
         for p in sweep_dead(["data", "reports", "dist"]):
             print(f"removed {p}: left by a run that was killed", file=sys.stderr)

@@ -1,8 +1,5 @@
-"""The document contract shared by every stage (docs/stages.md, "The data contract").
-
-Documents are Parquet rows with ``id`` (stable content hash), ``text``, ``source``, ``url`` (nullable) and
-``meta`` (a JSON string). Labeled examples add ``label`` and ``split``.
-"""
+"""The document contract shared by every stage (docs/stages.md, "The data contract"): Parquet rows with ``id``
+(content hash), ``text``, ``source``, ``url`` (nullable) and ``meta`` (JSON); labeled ones add ``label``, ``split``."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""Reading a stage's input files so that a damaged one is an error naming it.
-
-Each reader raises :class:`InputError` (a ``ValueError``) starting with the path, where a library's own
-error would not name the file.
-"""
+"""Reading a stage's input files so that a damaged one is an :class:`InputError` (a ``ValueError``) starting with
+its path, where a library's own error would not name the file."""
 
 from __future__ import annotations
 

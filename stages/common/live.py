@@ -1,9 +1,5 @@
-"""Live metrics and timings, kept out of the files DVC hashes and git tracks.
-
-A training run writes its curve through DVCLive as it goes (``dvc plots show`` works mid-run), plus what
-differs between runs of the same inputs (tokens/s, MFU, wall seconds), so tracked outputs carry only what
-the inputs determine. ``reports/live`` is git-ignored and no stage's output.
-"""
+"""Live metrics and timings (DVCLive, readable mid-run), kept out of the files DVC hashes and git tracks: tracked
+outputs carry only what the inputs determine; ``reports/live`` is git-ignored and no stage's output."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""Source readers: each turns one kind of input into :class:`stages.common.documents.Record` objects.
-
-The kinds (``kind:`` in params.yaml): ``files``, ``hf``, ``npm_spamassassin``, ``npm_brown``,
-``debian_docs``, ``debian_descriptions``. Readers import their heavy dependencies lazily.
-"""
+"""Source readers: each turns one kind of input (``kind:`` in params.yaml) into
+:class:`stages.common.documents.Record` objects, importing its heavy dependencies lazily."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""Local files: JSONL (plain, .gz, .zst), Parquet, a folder of .txt, Common Crawl WET (.warc.wet.gz).
-
-Bad input (malformed JSON, invalid UTF-8, a missing field, an empty file or path) raises
-:class:`SourceError` naming file and line, unless ``on_error: skip`` (then counted in the manifest).
-"""
+"""Local files: JSONL (plain, .gz, .zst), Parquet, a folder of .txt, Common Crawl WET (.warc.wet.gz). Bad input
+raises :class:`SourceError` naming file and line, unless ``on_error: skip`` (then counted in the manifest)."""
 
 from __future__ import annotations
 
@@ -232,16 +229,9 @@ def _read_wet(cfg: FilesSource, path: Path, name: str, prov: Provenance) -> Iter
                 except UnicodeDecodeError as exc:
                     _bad(cfg, prov, f"{where}: invalid UTF-8 at byte {exc.start}", "invalid_utf8")
                     continue
-                yield Record(
-                    text=text,
-                    source=name,
-                    url=headers.get_header("WARC-Target-URI"),
-                    meta={
-                        "warc_record_id": headers.get_header("WARC-Record-ID"),
-                        "warc_date": headers.get_header("WARC-Date"),
-                        "warc_refers_to": headers.get_header("WARC-Refers-To"),
-                    },
-                )
+                meta = {key: headers.get_header(f"WARC-{header}") for key, header in
+                        (("warc_record_id", "Record-ID"), ("warc_date", "Date"), ("warc_refers_to", "Refers-To"))}
+                yield Record(text=text, source=name, url=headers.get_header("WARC-Target-URI"), meta=meta)
     except SourceError:
         raise
     except Exception as exc:  # warcio raises ArchiveLoadFailed and friends on corrupt input

@@ -143,11 +143,8 @@ def _counts(documents: int, characters: int, sources: list[str], splits=None, la
 
 def ingest(cfg: CorpusConfig, *, corpus: str, cache_dir: Path, out: Path, log=print) -> IngestResult:
     """Read and normalise one corpus into the folder ``out``; returns its metrics, manifest and gate (checked by
-    the stage's entry before it publishes the folder). Raises SourceError.
-
-    Unlabeled corpora stream to disk (memory: ids and a few numbers per document); labeled corpora,
-    which need a global view for label conflicts and class balance, are built in memory.
-    """
+    the stage's entry before it publishes the folder). Raises SourceError. Unlabeled corpora stream to disk;
+    labeled ones, which need a global view for label conflicts and class balance, are built in memory."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 

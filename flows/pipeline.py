@@ -176,16 +176,13 @@ def run_stage(stage: str, root: str, outs: list[str], env: dict[str, str] | None
         logger.info(f"{key}={env[key]}")
     limit = stage_timeout_s(stage, timeout_hours)
     proc = run_dvc(address or stage, Path(root), env, on_line=logger.info, timeout_s=limit, force=force)
-    if proc.timed_out:
-        message = f"{stage}: timed out after {limit / 3600:g} h (stopped; stage_timeout_hours raises the limit)"
-        logger.error(message)
-        raise StageFailed(message)
-    if proc.returncode != 0:
-        logger.error(error_line(proc.lines))
-        raise StageFailed(f"{stage}: {error_line(proc.lines)}")
+    if proc.timed_out or proc.returncode != 0:
+        line = (f"timed out after {limit / 3600:g} h (stopped; stage_timeout_hours raises the limit)"
+                if proc.timed_out else error_line(proc.lines))
+        logger.error(f"{stage}: {line}" if proc.timed_out else line)
+        raise StageFailed(f"{stage}: {line}")
     skipped = any("didn't change, skipping" in line or "is cached" in line for line in proc.lines)
-    artifacts = publish_stage(stage, outs, Path(root))
-    return {"stage": stage, "skipped": skipped, "artifacts": artifacts}
+    return {"stage": stage, "skipped": skipped, "artifacts": publish_stage(stage, outs, Path(root))}
 
 
 def apply_profile(root: Path, name: str) -> dict:

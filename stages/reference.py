@@ -68,15 +68,14 @@ def default_text(f: dataclasses.Field) -> str:
     return "`" + json.dumps(list(value) if isinstance(value, tuple) else value) + "`"
 
 
-def rows(cls: type, prefix: str, missing: list[str]) -> tuple[list[str], list[tuple[str, type]]]:
-    """Table rows for ``cls``'s plain fields and the nested mappings (key, class) to describe after them."""
-    hints = typing.get_type_hints(cls)
-    docs = field_docs(cls)
-    out, nested = [], []
+def describe(cls: type, prefix: str, missing: list[str], depth: int = 2) -> list[str]:
+    """A table of ``cls``'s plain fields, then a section per nested mapping; undocumented fields go to ``missing``."""
+    hints, docs = typing.get_type_hints(cls), field_docs(cls)
+    lines, nested = [], []
     for f in dataclasses.fields(cls):
         if f.name in SKIP.get(cls, ()):
             continue
-        key, tp = f"{prefix}{f.name}", hints[f.name]
+        key, tp = f.name, hints[f.name]
         if f.name not in docs:
             missing.append(f"{cls.__module__}.{cls.__qualname__}.{f.name}")
         inner = union_members(tp) or [tp]
@@ -89,12 +88,7 @@ def rows(cls: type, prefix: str, missing: list[str]) -> tuple[list[str], list[tu
         elif get_origin(tp) is tuple and union_members(get_args(tp)[0]):
             nested += [(key + "[]", m) for m in union_members(get_args(tp)[0])]
         cells = (f"`{key}`", type_name(tp), default_text(f), docs.get(f.name, ""))
-        out.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
-    return out, nested
-
-
-def describe(cls: type, prefix: str, missing: list[str], depth: int = 2) -> list[str]:
-    lines, nested = rows(cls, "", missing)
+        lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
     out = ["| key | type | default | what it does |", "|---|---|---|---|", *lines, ""] if lines else []
     for key, sub in nested:
         kind = get_args(typing.get_type_hints(sub).get("kind", str))

@@ -9,7 +9,7 @@ import sys
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 from stages.common.atomic import Staged, atomic_dir, refuse_overlap, sweep_dead, write_bytes_atomic, write_json_atomic
 
@@ -32,14 +32,6 @@ def _paths(args: argparse.Namespace, names: Iterable[str]) -> dict[str, Path]:
             if v is not None:
                 out[name if i == 0 else f"{name} #{i + 1}"] = Path(v)
     return out
-
-
-@runtime_checkable
-class Check(Protocol):
-    """A gate a core returns under its report path (``stages.quality.gate.Gate``): ``check`` validates, writes the
-    report and raises when a check failed."""
-
-    def check(self, report_path: Path) -> Any: ...
 
 
 class Folder(dict):
@@ -74,9 +66,8 @@ Log = Callable[[str], None]
 class Stage:
     """A stage's command line: ``main`` parses ``argv``, refuses overlapping ``outputs`` and ``inputs``, and calls
     the core ``run(args, log)`` (with an output ``folder``, it writes into ``args.staged.path``). The core returns
-    an exit status, or the files to publish and its gates (a :class:`Check` per report path); the outputs are
-    published only when it and every gate succeeded. An error of ``errors`` is one ``error: ...`` line (worded
-    by ``message``) and exit status 1; any other goes to :func:`entry`."""
+    an exit status, or the files to publish and its gates (by report path), published only when it and every
+    gate succeeded. An error of ``errors`` is one ``error: ...`` line (worded by ``message``), exit status 1."""
 
     prog: str
     description: str
@@ -107,8 +98,8 @@ class Stage:
                 return out
             files = {}
             for path, item in out.items():
-                if isinstance(item, Check):
-                    item.check(path)  # raises when the gate failed: nothing is published
+                if hasattr(item, "check"):  # a gate (stages.quality.gate.Gate): writes its report, raises on failure
+                    item.check(path)  # nothing is published then
                 else:
                     files[path] = item
             if args.staged is not None:

@@ -69,9 +69,8 @@ STAGE_TIMEOUT_H = {"ingest": 2, "clean": 24, "tokenizer": 6, "tokens": 12, "pret
 
 def task_options(stage: str) -> dict:
     """Prefect options of a stage's task: retries only for the stages that download (``NETWORK_STAGES``)."""
-    if stage.split("@", 1)[0] in NETWORK_STAGES:
-        return {"retries": RETRIES, "retry_delay_seconds": RETRY_DELAY_S}
-    return {}
+    retried = stage.split("@", 1)[0] in NETWORK_STAGES
+    return {"retries": RETRIES, "retry_delay_seconds": RETRY_DELAY_S} if retried else {}
 
 
 def stage_timeout_s(stage: str, hours: float | None = None) -> float:

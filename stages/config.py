@@ -60,12 +60,12 @@ def load_params(path: str | Path = "params.yaml") -> dict[str, Any]:
 def section(params: dict[str, Any], dotted: str) -> Any:
     """Return ``params[a][b]...`` for ``dotted = "a.b"``; a missing key is a ConfigError naming it."""
     node: Any = params
-    walked = []
-    for part in dotted.split("."):
-        walked.append(part)
+    parts = dotted.split(".")
+    for i, part in enumerate(parts):
         if not isinstance(node, dict) or part not in node:
             where = getattr(params, "source", None)
-            raise ConfigError(f"{where}: " * (where is not None) + f"{'.'.join(walked)}: missing section in params")
+            key = ".".join(parts[: i + 1])
+            raise ConfigError(f"{where}: " * (where is not None) + f"{key}: missing section in params")
         node = node[part]
     return node
 
@@ -205,7 +205,8 @@ def _message(cls: type, data: Any, errors: list[dict[str, Any]], where: str) -> 
             text = str(err["ctx"]["error"]) if "ctx" in err else err["msg"]
             return f"{key}.{text}" if key else text
         if base in _EXPECTED:
-            got = repr(value) if base in ("int", "float", "bool") else type(value).__name__ if value is not None else "null"
+            got = (repr(value) if base in ("int", "float", "bool")
+                   else type(value).__name__ if value is not None else "null")
             return f"{key}: expected {_EXPECTED[base]}, got {got}" + (f" {value!r}" if base == "string" else "")
         return f"{key}: {err['msg']}"
     return f"{where}: {errors[0]['msg']}"

@@ -86,7 +86,8 @@ class Stage:
         args = ap.parse_args(argv)
         args.argv = argv  # the command line as given (a stage that starts copies of itself passes it on)
         try:
-            refuse_overlap(_paths(args, self.outputs + ((self.folder,) if self.folder else ())), _paths(args, self.inputs))
+            outputs = self.outputs + ((self.folder,) if self.folder else ())
+            refuse_overlap(_paths(args, outputs), _paths(args, self.inputs))
         except ValueError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 1

@@ -114,7 +114,8 @@ class DaskShards(Shards):
 
                 count = spec.partition(":")[2] or "0"
                 if not count.isdigit():
-                    raise ValueError(f"{ENV}={spec!r}: expected local, local:N or a scheduler address (tcp://host:8786)")
+                    raise ValueError(f"{ENV}={spec!r}: expected local, local:N or a scheduler address "
+                                     "(tcp://host:8786)")
                 with environ_kept():
                     cluster = stack.enter_context(LocalCluster(n_workers=int(count) or os.cpu_count() or 1,
                                                                threads_per_worker=1, processes=True,

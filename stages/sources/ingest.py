@@ -35,11 +35,7 @@ class IngestResult:
 def assign_split(group: str, cfg: SplitConfig) -> str:
     """Deterministic split of a group: a seeded SHA-256 of its name mapped to [0, 1)."""
     h = int.from_bytes(hashlib.sha256(f"{cfg.seed}\0{group}".encode()).digest()[:8], "big") / 2**64
-    if h < cfg.test:
-        return "test"
-    if h < cfg.test + cfg.validation:
-        return "validation"
-    return "train"
+    return "test" if h < cfg.test else "validation" if h < cfg.test + cfg.validation else "train"
 
 
 def read_all(cfg: CorpusConfig, ctx: SourceContext, provs: list[Provenance], dropped: Counter,

@@ -7,6 +7,7 @@
     lm-pipeline serve [lm-pipeline:latest] [bentoml serve options]
     lm-pipeline lineage BENTO [--verify] # the audit (or a model folder; --card)
     lm-pipeline clean --input docs.jsonl --output out/   # C4 cleaning of anyone's JSONL / Parquet
+    lm-pipeline pin [CORPUS ...]         # re-pin the remote sources (pins.yaml) after an upstream moved
     lm-pipeline ingest|tokenizer|tokens|pretrain|finetune|evaluate|package ...   # one stage, as dvc.yaml runs it
 
 Each subcommand is its module's own command line (same arguments and exit codes; ``--help`` shows them).
@@ -28,7 +29,7 @@ MODULES = {  # subcommand -> module whose main(argv) it runs
     "flow": "flows.pipeline", "ui": "flows.ui", "deploy": "flows.deploy", "files": "flows.files",
     "ingest": "stages.ingest", "clean": "stages.clean", "tokenizer": "stages.tokenizer", "tokens": "stages.tokens",
     "pretrain": "stages.pretrain", "finetune": "stages.finetune", "evaluate": "stages.evaluate",
-    "package": "stages.package", "lineage": "stages.lineage", "profile": "stages.profile",
+    "package": "stages.package", "lineage": "stages.lineage", "profile": "stages.profile", "pin": "stages.pin",
 }
 HELP = {
     "run": "the whole pipeline with dvc repro (--profile NAME: dvc exp run with profiles/NAME.yaml)",
@@ -37,6 +38,7 @@ HELP = {
     "deploy": "only the scheduled deployment", "files": "the reports file server",
     "lineage": "print or --verify what made a packaged model or a model folder (--card: its model card)",
     "profile": "a profile's dvc exp run arguments (and targets)",
+    "pin": "fetch the remote sources as served now and record them in pins.yaml (accepts a moved upstream)",
     "clean": "C4 cleaning (a stage, or anyone's JSONL / Parquet)",
 }
 

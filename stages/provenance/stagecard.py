@@ -13,6 +13,7 @@ from pathlib import Path
 
 from stages import objectives
 from stages.common.atomic import write_bytes_atomic
+from stages.common.pin import describe as describe_pin
 
 CARD_FILE = "README.md"
 FACTS_FILE = "card.json"
@@ -20,9 +21,9 @@ SCHEMA = 1
 UNKNOWN = "unknown (not in the lineage record)"
 
 # What the lineage keeps of each raw source of an ingest manifest: its licence terms travel with the model.
-SOURCE_KEYS = ("kind", "description", "licence", "packages", "records", "files")
+SOURCE_KEYS = ("kind", "description", "licence", "pin", "packages", "records", "files")
 # ... and what a folder's card keeps of it (the downloads' hashes stay in the ingest manifest and the record).
-CARD_SOURCE_KEYS = ("kind", "description", "licence", "records")
+CARD_SOURCE_KEYS = ("kind", "description", "licence", "pin", "records")
 
 WEIGHTS = {"pretrain": "pre-trained", "dapt": "pre-trained, then domain-adapted (DAPT)"}
 
@@ -201,6 +202,8 @@ def corpora_lines(corpora_: dict) -> list[str]:
             lines.append(f"  - {src.get('kind') or UNKNOWN}: {src.get('description') or UNKNOWN}")
             licence = src.get("licence") or "unknown (not recorded for this source: check its terms before any use)"
             lines.append(f"    - licence: {licence}")
+            if src.get("pin"):
+                lines.append(f"    - pinned: {describe_pin(src['pin'])}")
             if src.get("records") is not None:
                 lines.append(f"    - records: {count(src.get('records'))}")
     return lines or [f"- {UNKNOWN}"]

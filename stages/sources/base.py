@@ -57,6 +57,12 @@ class SourceContext:
     """Run-time facts a reader needs besides its config: where downloads are cached."""
 
     cache_dir: Path
+    corpus: str = ""
+    """The corpus being ingested (names it in errors)."""
+    pins: dict[str, list] | None = None
+    """pins.yaml's entries, checked source by source; None while `--pin` makes them."""
+    pin: dict[str, Any] | None = None
+    """This source's pin: what it must fetch (None: unpinned, a local source or the pin is being made)."""
 
     def subdir(self, *parts: str) -> Path:
         d = self.cache_dir.joinpath(*parts)

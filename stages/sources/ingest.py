@@ -17,7 +17,8 @@ from typing import Any
 from stages.common.atomic import write_json_atomic
 from stages.common.documents import LABELED_COLUMNS, Record, arrow_schema, doc_id, is_json_text, meta_json
 from stages.quality.gate import Gate
-from stages.sources import Provenance, SourceContext, SourceError, read_source
+from stages.sources import Provenance, SourceContext, SourceError, pins, read_source
+from stages.sources.archive import PinMismatch
 from stages.sources.base import sha256_file
 from stages.sources.config import CorpusConfig, SplitConfig
 from stages.sources.debian import DebianDescriptionsSource
@@ -47,13 +48,21 @@ def read_all(cfg: CorpusConfig, ctx: SourceContext, provs: list[Provenance], dro
         prov = Provenance(kind=src.kind)
         provs.append(prov)
         t0 = time.perf_counter()
-        for rec in read_source(src, ctx, prov):
-            if cfg.max_docs is not None and total >= cfg.max_docs:
-                dropped["max_docs"] += 1
-                break
-            prov.records += 1
-            total += 1
-            yield rec
+        pin = None if ctx.pins is None else pins.pin_for(ctx.pins, ctx.corpus, i, src.kind)
+        try:
+            for rec in read_source(src, dataclasses.replace(ctx, pin=pin), prov):
+                if cfg.max_docs is not None and total >= cfg.max_docs:
+                    dropped["max_docs"] += 1
+                    break
+                prov.records += 1
+                total += 1
+                yield rec
+            if pin is not None and prov.extra.get("pin") not in (None, pin):
+                raise PinMismatch(src.kind, pins.describe(pin), pins.describe(prov.extra["pin"]))
+        except PinMismatch as exc:
+            raise SourceError(f"ingest.{ctx.corpus}.sources[{i}]: {exc}, and the cache does not hold the pinned "
+                              f"bytes; accept the new state with `lm-pipeline pin {ctx.corpus}` (rewrites pins.yaml)"
+                              ) from None
         log(f"[ingest] source {i} ({src.kind}): {prov.records} records in {time.perf_counter() - t0:.1f}s")
 
 
@@ -137,7 +146,8 @@ def _counts(documents: int, characters: int, sources: list[str], splits=None, la
     return counts
 
 
-def ingest(cfg: CorpusConfig, *, corpus: str, cache_dir: Path, out: Path, log=print) -> IngestResult:
+def ingest(cfg: CorpusConfig, *, corpus: str, cache_dir: Path, out: Path, log=print,
+           pin_file: Path | None = pins.PINS) -> IngestResult:
     """Read and normalise one corpus into the folder ``out``; returns its metrics, manifest and gate (checked by
     the stage's entry before it publishes the folder). Raises SourceError. Unlabeled corpora stream to disk;
     labeled ones, which need a global view for label conflicts and class balance, are built in memory."""
@@ -147,7 +157,7 @@ def ingest(cfg: CorpusConfig, *, corpus: str, cache_dir: Path, out: Path, log=pr
     from stages.quality.suites import combine, documents_suite, labeled_suite
 
     t0 = time.perf_counter()
-    ctx = SourceContext(cache_dir=cache_dir)
+    ctx = SourceContext(cache_dir=cache_dir, corpus=corpus, pins=pins.load(pin_file) if pin_file else None)
     g = cfg.gate
     path = out / "documents.parquet"
     if cfg.labeled:
@@ -176,6 +186,17 @@ def ingest(cfg: CorpusConfig, *, corpus: str, cache_dir: Path, out: Path, log=pr
     metrics = manifest["counts"] | {"gate_passed": True}
     log(f"[ingest] {corpus}: made in {time.perf_counter() - t0:.1f}s")
     return IngestResult(metrics=metrics, manifest=manifest, gate=Gate(f"ingest-{corpus}", tables, expectations))
+
+
+def pin_sources(cfg: CorpusConfig, *, corpus: str, cache_dir: Path, pin_file: Path = pins.PINS, log=print) -> list:
+    """Fetch every source of ``corpus`` as the upstream serves it now and record what each got in ``pin_file``."""
+    provs: list[Provenance] = []
+    for _ in read_all(cfg, SourceContext(cache_dir=cache_dir, corpus=corpus), provs, Counter(), log):
+        pass
+    entries = [p.extra.get("pin") for p in provs]
+    pins.write(corpus, entries, pin_file)
+    log(f"[ingest] {corpus}: pinned {sum(e is not None for e in entries)} remote source(s) in {pin_file}")
+    return entries
 
 
 def _portable(path: str) -> str:

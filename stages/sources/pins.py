@@ -1,0 +1,58 @@
+"""pins.yaml: the lockfile of the remote sources. Per corpus, one entry per source in params order: what it fetched
+(a Debian suite's Release and index SHA-256s, an npm tarball's integrity); null for local sources.
+
+Ingest checks every remote source against its pin on every run and refuses to go on when the upstream no longer
+serves the pinned bytes and the cache does not hold them; ``python -m stages.ingest --corpus NAME --pin`` (or
+``lm-pipeline pin NAME``) fetches the upstream's current state and rewrites the corpus's entries.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from stages.common.atomic import write_bytes_atomic
+from stages.common.pin import describe  # noqa: F401 (re-exported: names a pinned state in errors)
+from stages.sources.base import SourceError
+
+PINS = Path("pins.yaml")
+REMOTE_KINDS = ("debian_docs", "debian_descriptions", "npm_spamassassin", "npm_brown")
+HEADER = ("# What each remote source fetched, per corpus and source (params order); ingest checks it on every run.\n"
+          "# Accept an upstream's new state with: lm-pipeline pin CORPUS (docs/sources.md#pins)\n")
+
+
+def load(path: Path = PINS) -> dict[str, list[dict[str, Any] | None]]:
+    if not path.exists():
+        return {}
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise SourceError(f"{path}: not valid YAML ({str(exc).splitlines()[0]})") from None
+    if not isinstance(data, dict) or not all(isinstance(v, list) for v in data.values()):
+        raise SourceError(f"{path}: expected a mapping of corpus -> list of pins")
+    return data
+
+
+def pin_for(pins: dict, corpus: str, index: int, kind: str, path: Path = PINS) -> dict[str, Any] | None:
+    """The pin of source ``index`` of ``corpus``; a remote source without one, or a pin of another kind, is an error
+    that names the command which makes it."""
+    entries = pins.get(corpus) or []
+    pin = entries[index] if index < len(entries) else None
+    where = f"ingest.{corpus}.sources[{index}] ({kind})"
+    if kind in REMOTE_KINDS and pin is None:
+        raise SourceError(f"{where}: not pinned in {path}; run `lm-pipeline pin {corpus}` to fetch it and record "
+                          "what it got")
+    if pin is not None and pin.get("kind") != kind:
+        raise SourceError(f"{where}: {path} pins a {pin.get('kind')} source there (the sources changed); run "
+                          f"`lm-pipeline pin {corpus}`")
+    return pin
+
+
+def write(corpus: str, entries: list[dict[str, Any] | None], path: Path = PINS) -> None:
+    """Replace ``corpus``'s entries, keeping the other corpora's, atomically."""
+    pins = load(path)
+    pins[corpus] = entries
+    write_bytes_atomic(path, (HEADER + yaml.safe_dump(dict(sorted(pins.items())), sort_keys=False, width=120)).encode())
+

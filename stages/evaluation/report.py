@@ -12,16 +12,11 @@ NAMES = {"bert": "BERT (masked LM)", "gpt": "GPT (causal LM)", "t5": "T5 (span c
 
 
 def figures(result: dict) -> dict[str, str]:
-    out = {}
-    curves = result["curves"]
-    out["finetune-loss.svg"] = line_chart(
-        {n: [(r["step"], r["loss"]) for r in c] for n, c in curves.items()},
-        title="Fine-tuning: training loss (seed 0)", xlabel="step", ylabel="loss")
-    out["finetune-val-f1.svg"] = line_chart(
-        {n: [(r["step"], r["val_macro_f1"]) for r in c] for n, c in curves.items()},
-        title="Fine-tuning: validation macro-F1 (seed 0)", xlabel="step", ylabel="macro-F1")
-    if result["data_efficiency"]:
-        de = result["data_efficiency"]
+    out = {f"finetune-{name}.svg": line_chart({n: [(r["step"], r[key]) for r in c] for n, c in result["curves"].items()},
+                                              title=f"Fine-tuning: {what} (seed 0)", xlabel="step", ylabel=ylabel)
+           for name, key, what, ylabel in (("loss", "loss", "training loss", "loss"),
+                                           ("val-f1", "val_macro_f1", "validation macro-F1", "macro-F1"))}
+    if de := result["data_efficiency"]:
         out["data-efficiency.svg"] = line_chart(
             {n: [(p["train_examples"], p["macro_f1"]["mean"]) for p in pts] for n, pts in de.items()},
             bands={n: [(p["train_examples"], p["macro_f1"]["min"], p["macro_f1"]["max"]) for p in pts]
@@ -39,21 +34,23 @@ def figures(result: dict) -> dict[str, str]:
     return out
 
 
-def _f(x: float) -> str:
-    return f"{x:.3f}"
+def f3(x: float | None) -> str:
+    return "-" if x is None else f"{x:.3f}"
 
 
-def _pm(mean: float, std: float) -> str:
+def pm(mean: float, std: float) -> str:
     return f"{mean:.3f} ± {std:.3f}"
 
 
-def _si(x: float | None, unit: str = "") -> str:
+def si(x: float | None, prefixes: str = "PTGMk") -> str:
+    """``x`` to 3 significant digits with the largest of ``prefixes`` (SI, k to P) it reaches; None: ``-``."""
     if x is None:
         return "-"
-    for scale, prefix in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+    for prefix in prefixes:
+        scale = 1000.0 ** ("kMGTP".index(prefix) + 1)
         if abs(x) >= scale:
-            return f"{x / scale:.3g} {prefix}{unit}".rstrip()
-    return f"{x:.3g} {unit}".rstrip()
+            return f"{x / scale:.3g} {prefix}"
+    return f"{x:.3g}"
 
 
 def _noise(d: dict) -> str:
@@ -79,12 +76,12 @@ def finetune_section(result: dict) -> list[str]:
         for init in INITS:
             r = ft[f"{p}-{init}"]
             lr = "-" if r["lr"] is None else f"{r['lr']:g}"
-            lines.append(f"| {NAMES[p]} | {init} | {_pm(r['test_accuracy'], r['test_accuracy_std'])} | "
-                         f"{_pm(r['test_macro_f1'], r['test_macro_f1_std'])} | "
-                         f"{_pm(r['best_val_macro_f1'], r['best_val_macro_f1_std'])} | {r['seeds']} | "
+            lines.append(f"| {NAMES[p]} | {init} | {pm(r['test_accuracy'], r['test_accuracy_std'])} | "
+                         f"{pm(r['test_macro_f1'], r['test_macro_f1_std'])} | "
+                         f"{pm(r['best_val_macro_f1'], r['best_val_macro_f1_std'])} | {r['seeds']} | "
                          f"{lr} | "
                          f"{r['steps']}{' (early stop)' if r['stopped_early'] else ''} |")
-    lines.append(f"| majority class | - | {_f(maj['test_accuracy'])} | {_f(maj['test_macro_f1'])} | - | - | - | - |")
+    lines.append(f"| majority class | - | {f3(maj['test_accuracy'])} | {f3(maj['test_macro_f1'])} | - | - | - | - |")
     lines += ["", "Gains in test macro-F1. Pre-training: the better of `pretrained` / `dapt` (chosen on mean "
               "validation macro-F1, as the gate chooses) minus `random`; it counts when it is >= 0.03 and more "
               "than twice the pooled seed std sqrt((s_a^2 + s_b^2) / 2), over at least two seeds on each side. "
@@ -113,13 +110,13 @@ def paradigm_section(result: dict) -> list[str]:
              "final loss (general / DAPT) | fine-tuned test macro-F1 |", "|---|---|---|---|---|---|---|"]
     for p, r in rows.items():
         loss = " / ".join("-" if v is None else f"{v:.3f}" for v in (r["pretrain_eval_loss"], r["dapt_eval_loss"]))
-        lines.append(f"| {NAMES[p]} | {_si(r['parameters'])} | {_si(r['tokens'])} ({_si(r['pretrain_tokens'])} + "
-                     f"{_si(r['dapt_tokens'])}) | {_si(r['flops_per_token'])} | {_si(r['flops'])} | {loss} | "
-                     f"{_pm(r['test_macro_f1'], r['test_macro_f1_std'])} ({r['best_init']}) |")
+        lines.append(f"| {NAMES[p]} | {si(r['parameters'])} | {si(r['tokens'])} ({si(r['pretrain_tokens'])} + "
+                     f"{si(r['dapt_tokens'])}) | {si(r['flops_per_token'])} | {si(r['flops'])} | {loss} | "
+                     f"{pm(r['test_macro_f1'], r['test_macro_f1_std'])} ({r['best_init']}) |")
     for name, b in (base or {}).items():
         full = full_point(b["points"], result["full_n"])
-        lines.append(f"| baseline: {title(name)} | {_si(full['parameters'])} | 0 | - | 0 | - | "
-                     f"{_pm(full['macro_f1']['mean'], full['macro_f1']['std'])} ({full['train_examples']} examples) |")
+        lines.append(f"| baseline: {title(name)} | {si(full['parameters'])} | 0 | - | 0 | - | "
+                     f"{pm(full['macro_f1']['mean'], full['macro_f1']['std'])} ({full['train_examples']} examples) |")
     lines += ["", "Equal compute instead of equal data: by default each paradigm trains on `budget_tokens` tokens "
               "(equal data, unequal FLOPs). Setting `pretrain.<paradigm>.train.budget_flops` (and "
               "`dapt.<paradigm>.train.budget_flops`; `TrainConfig.budget_flops`, 0 = off) to the same value for "
@@ -144,8 +141,8 @@ def curve_section(result: dict, figures_dir: str) -> list[str]:
     for name, pts in de.items():
         for pt in pts:
             f = pt["macro_f1"]
-            lines.append(f"| {name} | {pt['train_examples']} | {_f(f['mean'])} | {_f(f['std'])} | "
-                         f"{_f(f['min'])}-{_f(f['max'])} | {f['runs']} |")
+            lines.append(f"| {name} | {pt['train_examples']} | {f3(f['mean'])} | {f3(f['std'])} | "
+                         f"{f3(f['min'])}-{f3(f['max'])} | {f['runs']} |")
     if result["curve_gains"]:
         lines += ["", "Pre-training gain along the curve: at each label count, the better pre-trained initialisation "
                   "(chosen on mean validation macro-F1 at that count) minus random, in test macro-F1; pooled seed "
@@ -172,8 +169,8 @@ def baseline_section(result: dict, figures_dir: str) -> list[str]:
     for name, b in base.items():
         for pt in b["points"]:
             bound = " (at the edge of its search for some seed)" if pt["at_bound"] else ""
-            lines.append(f"| {name} | {pt['train_examples']} | {_pm(pt['macro_f1']['mean'], pt['macro_f1']['std'])} | "
-                         f"{_pm(pt['val_macro_f1']['mean'], pt['val_macro_f1']['std'])} | "
+            lines.append(f"| {name} | {pt['train_examples']} | {pm(pt['macro_f1']['mean'], pt['macro_f1']['std'])} | "
+                         f"{pm(pt['val_macro_f1']['mean'], pt['val_macro_f1']['std'])} | "
                          f"{'; '.join(settings_words(name, x) for x in pt['settings'])}{bound} | {pt['fits']} |")
     if not versus.get("best"):
         return lines
@@ -195,7 +192,7 @@ def baseline_section(result: dict, figures_dir: str) -> list[str]:
 
 
 def _orderings(cfg: dict) -> str:
-    """How the k-shot demonstrations were drawn (``evaluate.icl.demonstrations``; records before it: per query)."""
+    """How the k-shot demonstrations were drawn (records from before ``demonstrations``: per query)."""
     n = cfg["orderings"]
     if cfg.get("demonstrations", "per_query") == "shared":
         return (f"{n} demonstration lists, each drawn and ordered at random and shared by every query (Zhao et al. "
@@ -221,10 +218,10 @@ def icl_section(result: dict) -> list[str]:
     for name, r in result["icl"].items():
         for k in cfg["shots"]:
             x, cal = r[str(k)], r[str(k)]["calibrated"]
-            lines.append(f"| {name} | {k} | {_pm(x['accuracy'], x['accuracy_std'])} | "
-                         f"{_pm(x['macro_f1'], x['macro_f1_std'])} | {_pm(cal['accuracy'], cal['accuracy_std'])} | "
-                         f"{_pm(cal['macro_f1'], cal['macro_f1_std'])} |")
-    lines.append(f"| majority class | - | {_f(maj['test_accuracy'])} | {_f(maj['test_macro_f1'])} | - | - |")
+            lines.append(f"| {name} | {k} | {pm(x['accuracy'], x['accuracy_std'])} | "
+                         f"{pm(x['macro_f1'], x['macro_f1_std'])} | {pm(cal['accuracy'], cal['accuracy_std'])} | "
+                         f"{pm(cal['macro_f1'], cal['macro_f1_std'])} |")
+    lines.append(f"| majority class | - | {f3(maj['test_accuracy'])} | {f3(maj['test_macro_f1'])} | - | - |")
     return lines + ["", "(The majority class is scored on the whole test split.)"]
 
 
@@ -238,8 +235,8 @@ def shipped_vs_baseline(result: dict) -> list[str]:
         return []
     rel = "above" if d["difference"] > 0 else "below" if d["difference"] < 0 else "level with"
     return ["", f"Against the best baseline on the same {key} labels ({best['series']}, chosen on validation: test "
-            f"macro-F1 {_pm(best['test_macro_f1'], best['test_macro_f1_std'])}), the shipped model "
-            f"({_pm(row['test_macro_f1'], row['test_macro_f1_std'])}) is {abs(d['difference']):.3f} {rel} it, "
+            f"macro-F1 {pm(best['test_macro_f1'], best['test_macro_f1_std'])}), the shipped model "
+            f"({pm(row['test_macro_f1'], row['test_macro_f1_std'])}) is {abs(d['difference']):.3f} {rel} it, "
             f"{'beyond' if d['resolved'] else 'within'} twice the pooled seed std ({d['pooled_std']:.3f}). The gate "
             "chooses among the language models only: the Bento ships a language model."]
 

@@ -129,8 +129,8 @@ def markdown(result: dict) -> str:
                 cells.append("-" if pt is None else f"{pt['macro_f1']['mean']:.3f} ± {pt['macro_f1']['std']:.3f} "
                              f"({pt['val_macro_f1']['mean']:.3f})")
             label = r["objective"] + (" (the paradigm's own)" if r["own"] else "")
-            lines.append(f"| {name} | {label if r['init'] != 'random' else 'random init'} | {si(r['tokens'], 'TGMk')} | "
-                         f"{si(r['flops_per_token'], 'TGMk')} | {si(r['flops'], 'TGMk')} | "
+            lines.append(f"| {name} | {label if r['init'] != 'random' else 'random init'} | "
+                         f"{si(r['tokens'], 'TGMk')} | {si(r['flops_per_token'], 'TGMk')} | {si(r['flops'], 'TGMk')} | "
                          f"{f3(r['pretrain_eval_loss'])} / {f3(r['dapt_eval_loss'])} | " + " | ".join(cells) + " |")
         lines.append("")
     lines += ["## Verdict", "",

@@ -1,5 +1,5 @@
-"""The evaluate stage's core: the fine-tuned runs side by side, the data-efficiency curve and baselines, GPT's in-
-context learning, intrinsic scores before and after DAPT, and the model quality gate."""
+"""The evaluate stage's core: the fine-tuned runs side by side, the data-efficiency curve and baselines, GPT's
+in-context learning, intrinsic scores and the model quality gate."""
 
 from __future__ import annotations
 
@@ -38,7 +38,6 @@ def icl_run(state: dict, job: dict) -> dict:
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
-
     path, init = Path(job["path"]), job["init"]
     torch.manual_seed(0)
     model = (AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(str(path)))
@@ -55,9 +54,9 @@ def in_context(cfg: EvaluateConfig, runs: dict[str, dict], df, model_dirs: dict[
     time, one torch thread each: batch-one prompts do not use a second thread well)."""
     labels = list(runs["gpt-pretrained"]["labels"])
     index = {lab: i for i, lab in enumerate(labels)}
-    train = [(t, index[lab]) for t, lab in df.loc[df["split"] == "train", ["text", "label"]].itertuples(index=False)]
-    test = [(t, index[lab]) for t, lab in df.loc[df["split"] == "test", ["text", "label"]].itertuples(index=False)]
-    state = {"labels": labels, "train": train, "test": test, "cfg": cfg.icl, "context": context}
+    state = {"labels": labels, "cfg": cfg.icl, "context": context} | {
+        s: [(t, index[lab]) for t, lab in df.loc[df["split"] == s, ["text", "label"]].itertuples(index=False)]
+        for s in ("train", "test")}
     inits = list(cfg.icl.inits)
     jobs = [{"init": init, "path": str(source(model_dirs, "gpt", init))} for init in inits]
     log(f"[evaluate] in-context learning: {len(jobs)} GPT models, {min(cfg.curve.workers, len(jobs))} at a time")
@@ -91,11 +90,6 @@ def curve_tsv(points: list[dict]) -> str:
         f, a = pt["macro_f1"], pt["accuracy"]
         rows.append(f"{pt['train_examples']}\t{f['mean']}\t{f['std']}\t{f['min']}\t{f['max']}\t{a['mean']}\t{f['runs']}")
     return "\n".join(rows) + "\n"
-
-
-def paradigms(runs: dict[str, dict], model_dirs: dict[str, Path], gains: dict) -> dict:
-    return {p: paradigm_row(read_training(model_dirs[f"pretrain-{p}"]), read_training(model_dirs[f"dapt-{p}"]),
-                            gains[p]) for p in PARADIGMS}
 
 
 def evaluate_all(cfg: EvaluateConfig, *, df, finetuned: Path, pretrained: Path, dapt: Path, tokens: Path,
@@ -134,7 +128,8 @@ def evaluate_all(cfg: EvaluateConfig, *, df, finetuned: Path, pretrained: Path, 
         "gains": gain,
         "gate": gate,
         "full_n": runs[gate["selected"]]["metrics"]["train_examples"],
-        "paradigms": paradigms(runs, model_dirs, gain),
+        "paradigms": {p: paradigm_row(read_training(model_dirs[f"pretrain-{p}"]),
+                                      read_training(model_dirs[f"dapt-{p}"]), gain[p]) for p in PARADIGMS},
         "baselines": base,
         "versus_baselines": versus_baselines(de, table, list(base)),
         "intrinsic": timed("intrinsic scores", lambda: intrinsic(cfg, model_dirs, tokens, log)),

@@ -1,7 +1,5 @@
-"""Intrinsic scores of a pre-trained model on held-out token blocks of a corpus, with its own objective:
-perplexity (GPT), masked-token accuracy (BERT), span loss and target-token accuracy (T5). The masks and
-spans are fixed per block (the training loop's evaluation), so the general and the DAPT model of a paradigm
-are scored on exactly the same inputs, before and after domain adaptation."""
+"""Intrinsic scores of a pre-trained model on a corpus's held-out blocks with its own objective; masks and spans are
+fixed per block, so a paradigm's general and DAPT models are scored on the same inputs."""
 
 from __future__ import annotations
 

@@ -12,7 +12,8 @@ NAMES = {"bert": "BERT (masked LM)", "gpt": "GPT (causal LM)", "t5": "T5 (span c
 
 
 def figures(result: dict) -> dict[str, str]:
-    out = {f"finetune-{name}.svg": line_chart({n: [(r["step"], r[key]) for r in c] for n, c in result["curves"].items()},
+    curves = result["curves"]
+    out = {f"finetune-{name}.svg": line_chart({n: [(r["step"], r[key]) for r in c] for n, c in curves.items()},
                                               title=f"Fine-tuning: {what} (seed 0)", xlabel="step", ylabel=ylabel)
            for name, key, what, ylabel in (("loss", "loss", "training loss", "loss"),
                                            ("val-f1", "val_macro_f1", "validation macro-F1", "macro-F1"))}

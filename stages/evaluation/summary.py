@@ -140,7 +140,7 @@ def table_point(row: dict) -> dict:
 
 
 def neural_points(de: dict, table: dict | None) -> dict:
-    """The curve's neural series (``<paradigm>-<init>``), completed by the fine-tuning ``table``'s full-sample points."""
+    """The curve's neural series (``<paradigm>-<init>``), completed by the ``table``'s full-sample points."""
     out = {name: list(pts) for name, pts in de.items() if "-" in name}
     for name, row in (table or {}).items():
         pts = out.setdefault(name, [])

@@ -1,6 +1,6 @@
 """One tokenizer per paradigm with Hugging Face ``tokenizers``, built as the seed papers did: BERT's uncased WordPiece
 (``[PAD] [UNK] [CLS] [SEP] [MASK]`` = ids 0-4), GPT-2's byte-level BPE (``<|endoftext|>`` = 0) and T5's
-SentencePiece-style Unigram (pad 0, eos 1, unk 2, sentinels at the top). ``save`` writes what ``AutoTokenizer`` loads."""
+SentencePiece-style Unigram (pad 0, eos 1, unk 2, sentinels on top). ``save`` writes what ``AutoTokenizer`` loads."""
 
 from __future__ import annotations
 

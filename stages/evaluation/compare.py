@@ -11,7 +11,7 @@ from stages.config import ConfigError
 from stages.evaluation.config import CompareConfig
 from stages.evaluation.curve import small_runs, summarised
 from stages.evaluation.report import f3, si
-from stages.evaluation.summary import judge, paradigm_row, read_training, run_row, table_point
+from stages.evaluation.summary import judge, paradigm_row, read_record, read_training, run_row, table_point
 
 
 @dataclass(frozen=True)
@@ -50,14 +50,9 @@ def rows_for(cfg: CompareConfig, *, compare: Path, finetuned: Path, pretrained: 
 def compare_all(cfg: CompareConfig, *, df, compare: Path, finetuned: Path, pretrained: Path, dapt: Path,
                 log=print) -> dict:
     rows = rows_for(cfg, compare=compare, finetuned=finetuned, pretrained=pretrained, dapt=dapt)
-    records = {}
-    for row in rows:
-        path = row.finetuned / "finetune.json"
-        if not path.is_file():
-            stage = (f"finetune@{row.paradigm}-{row.init}" if row.finetuned.parent == finetuned
-                     else f"compare-finetune@{row.name}")
-            raise FileNotFoundError(f"{path}: missing (run the {stage} stage first)")
-        records[row.name] = read_json(path)
+    records = {row.name: read_record(row.finetuned, f"finetune@{row.paradigm}-{row.init}"
+                                     if row.finetuned.parent == finetuned else f"compare-finetune@{row.name}")
+               for row in rows}
     sizes = ", ".join(map(str, sorted(set(cfg.sizes))))
     done = small_runs(cfg, {row.name: (row.paradigm, row.init, records[row.name], row.source) for row in rows}, df, log,
                       f"[compare] {{jobs}} fine-tuning runs at {sizes} labels, {{workers}} at a time")

@@ -7,30 +7,18 @@ import dataclasses
 import time
 from pathlib import Path
 
-from stages.common.inputs import read_json
 from stages.common.pool import run_ordered
 from stages.evaluation.config import EvaluateConfig
 from stages.evaluation.curve import baselines, data_efficiency, source
 from stages.evaluation.gate import decide
 from stages.evaluation.icl import icl_accuracy
 from stages.evaluation.intrinsic import read_layout, score
-from stages.evaluation.summary import curve_gains, gains, paradigm_row, read_training, run_row, versus_baselines
+from stages.evaluation.summary import (curve_gains, gains, paradigm_row, read_record, read_training, run_row,
+                                      versus_baselines)
 from stages.evaluation.verdict import verdict
 from stages.finetuning.core import INITS
 from stages.tokenization.trainers import PARADIGMS
 from stages.training.models import load_model
-
-
-def read_runs(finetuned: Path) -> dict[str, dict]:
-    """Every ``<paradigm>-<init>`` fine-tuning record under ``finetuned``."""
-    runs = {}
-    for p in PARADIGMS:
-        for init in INITS:
-            path = finetuned / f"{p}-{init}" / "finetune.json"
-            if not path.is_file():
-                raise FileNotFoundError(f"{path}: missing (run the finetune@{p}-{init} stage first)")
-            runs[f"{p}-{init}"] = read_json(path)
-    return runs
 
 
 def icl_run(state: dict, job: dict) -> dict:
@@ -94,7 +82,7 @@ def curve_tsv(points: list[dict]) -> str:
 
 def evaluate_all(cfg: EvaluateConfig, *, df, finetuned: Path, pretrained: Path, dapt: Path, tokens: Path,
                  log=print) -> dict:
-    runs = read_runs(finetuned)
+    runs = {f"{p}-{i}": read_record(finetuned / f"{p}-{i}", f"finetune@{p}-{i}") for p in PARADIGMS for i in INITS}
     model_dirs = {f"{stage}-{p}": root / p for stage, root in (("pretrain", pretrained), ("dapt", dapt))
                   for p in PARADIGMS}
     for key, path in model_dirs.items():

@@ -121,7 +121,7 @@ def calibrate(p: np.ndarray, p_cf: np.ndarray) -> np.ndarray:
 
 
 def icl_accuracy(model, tokenizer, labels: list[str], train: list[tuple[str, int]], test: list[tuple[str, int]],
-                 cfg: IclConfig, *, context: int, progress=None, score=None) -> dict:
+                 cfg: IclConfig, *, context: int, score=None) -> dict:
     """For each k in ``cfg.shots``, on ``test`` (text, label index) pairs: accuracy and macro-F1, mean and std
     over the prompt orderings, uncalibrated (top level) and calibrated (``calibrated``). ``score(ids)`` gives
     the label log-likelihoods after a prompt (default: :func:`label_scores` with ``model``)."""
@@ -153,8 +153,6 @@ def icl_accuracy(model, tokenizer, labels: list[str], train: list[tuple[str, int
                 demos = [train[j] for j in pick]
                 p = normalised(score(builder.prompt(text, demos)))
                 raw[i], cal[i] = int(p.argmax()), int(calibrate(p, p_cf(demos, tuple(pick))).argmax())
-                if progress is not None:
-                    progress(1)
             runs.append((scores(gold, raw, len(labels)), scores(gold, cal, len(labels)),
                          len(np.unique(raw)), len(np.unique(cal))))
             if k:

@@ -43,6 +43,11 @@ def pm(mean: float, std: float) -> str:
     return f"{mean:.3f} ± {std:.3f}"
 
 
+def pms(d: dict, *keys: str) -> str:
+    """Table cells ``mean ± std`` of ``d``'s ``keys`` (each with its ``<key>_std``)."""
+    return " | ".join(pm(d[k], d[f"{k}_std"]) for k in keys)
+
+
 def si(x: float | None, prefixes: str = "PTGMk") -> str:
     """``x`` to 3 significant digits with the largest of ``prefixes`` (SI, k to P) it reaches; None: ``-``."""
     if x is None:
@@ -77,11 +82,8 @@ def finetune_section(result: dict) -> list[str]:
         for init in INITS:
             r = ft[f"{p}-{init}"]
             lr = "-" if r["lr"] is None else f"{r['lr']:g}"
-            lines.append(f"| {NAMES[p]} | {init} | {pm(r['test_accuracy'], r['test_accuracy_std'])} | "
-                         f"{pm(r['test_macro_f1'], r['test_macro_f1_std'])} | "
-                         f"{pm(r['best_val_macro_f1'], r['best_val_macro_f1_std'])} | {r['seeds']} | "
-                         f"{lr} | "
-                         f"{r['steps']}{' (early stop)' if r['stopped_early'] else ''} |")
+            lines.append(f"| {NAMES[p]} | {init} | {pms(r, 'test_accuracy', 'test_macro_f1', 'best_val_macro_f1')} | "
+                         f"{r['seeds']} | {lr} | {r['steps']}{' (early stop)' if r['stopped_early'] else ''} |")
     lines.append(f"| majority class | - | {f3(maj['test_accuracy'])} | {f3(maj['test_macro_f1'])} | - | - | - | - |")
     lines += ["", "Gains in test macro-F1. Pre-training: the better of `pretrained` / `dapt` (chosen on mean "
               "validation macro-F1, as the gate chooses) minus `random`; it counts when it is >= 0.03 and more "
@@ -192,25 +194,19 @@ def baseline_section(result: dict, figures_dir: str) -> list[str]:
     return lines + ["", f"![against the best baseline]({figures_dir}/versus-baseline.svg)"]
 
 
-def _orderings(cfg: dict) -> str:
-    """How the k-shot demonstrations were drawn (records from before ``demonstrations``: per query)."""
-    n = cfg["orderings"]
-    if cfg.get("demonstrations", "per_query") == "shared":
-        return (f"{n} demonstration lists, each drawn and ordered at random and shared by every query (Zhao et al. "
-                "2021's protocol)")
-    return f"{n} prompt orderings per query (demonstrations drawn and ordered anew for each query)"
-
-
 def icl_section(result: dict) -> list[str]:
     cfg, maj = result["config"]["icl"], result["majority"]
     lines = ["", "## In-context learning (GPT, no weight updates)", ""]
     if not result["icl"]:
         return lines + ["Not run in this profile (`evaluate.icl.inits` is empty)."]
-    any_icl = next(iter(result["icl"].values()))
+    any_icl, n = next(iter(result["icl"].values())), cfg["orderings"]
+    drawn = (f"{n} demonstration lists, each drawn and ordered at random and shared by every query (Zhao et al. "
+             "2021's protocol)" if cfg.get("demonstrations", "per_query") == "shared" else  # older records: per query
+             f"{n} prompt orderings per query (demonstrations drawn and ordered anew for each query)")
     lines += [f"{any_icl['examples']} test examples; the label is the one whose words are most likely after "
               f"`<text>{cfg['separator']!r}`; each example in a k-shot prompt keeps "
               f"{', '.join(f'{v} tokens ({k}-shot)' for k, v in any_icl['tokens_per_example'].items())} so that "
-              f"the prompt fits the length GPT was trained on. For k > 0, {_orderings(cfg)} (mean ± std over "
+              f"the prompt fits the length GPT was trained on. For k > 0, {drawn} (mean ± std over "
               "orderings). Calibrated: contextual "
               "calibration (Zhao et al. 2021): label probabilities divided by those of the content-free inputs "
               f"{', '.join(repr(x) for x in cfg['content_free'])} in the same prompt.", "",
@@ -218,10 +214,9 @@ def icl_section(result: dict) -> list[str]:
               "|---|---|---|---|---|---|"]
     for name, r in result["icl"].items():
         for k in cfg["shots"]:
-            x, cal = r[str(k)], r[str(k)]["calibrated"]
-            lines.append(f"| {name} | {k} | {pm(x['accuracy'], x['accuracy_std'])} | "
-                         f"{pm(x['macro_f1'], x['macro_f1_std'])} | {pm(cal['accuracy'], cal['accuracy_std'])} | "
-                         f"{pm(cal['macro_f1'], cal['macro_f1_std'])} |")
+            x = r[str(k)]
+            lines.append(f"| {name} | {k} | {pms(x, 'accuracy', 'macro_f1')} | "
+                         f"{pms(x['calibrated'], 'accuracy', 'macro_f1')} |")
     lines.append(f"| majority class | - | {f3(maj['test_accuracy'])} | {f3(maj['test_macro_f1'])} | - | - |")
     return lines + ["", "(The majority class is scored on the whole test split.)"]
 
@@ -236,10 +231,9 @@ def shipped_vs_baseline(result: dict) -> list[str]:
         return []
     rel = "above" if d["difference"] > 0 else "below" if d["difference"] < 0 else "level with"
     return ["", f"Against the best baseline on the same {key} labels ({best['series']}, chosen on validation: test "
-            f"macro-F1 {pm(best['test_macro_f1'], best['test_macro_f1_std'])}), the shipped model "
-            f"({pm(row['test_macro_f1'], row['test_macro_f1_std'])}) is {abs(d['difference']):.3f} {rel} it, "
-            f"{'beyond' if d['resolved'] else 'within'} twice the pooled seed std ({d['pooled_std']:.3f}). The gate "
-            "chooses among the language models only: the Bento ships a language model."]
+            f"macro-F1 {pms(best, 'test_macro_f1')}), the shipped model ({pms(row, 'test_macro_f1')}) is "
+            f"{abs(d['difference']):.3f} {rel} it, {'beyond' if d['resolved'] else 'within'} twice the pooled seed std "
+            f"({d['pooled_std']:.3f}). The gate chooses among the language models only: the Bento ships a language model."]
 
 
 def markdown(result: dict, *, figures_dir: str) -> str:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
+from stages.common.inputs import read_json
 from stages.evaluation.baselines import best_at
 
 MIN_GAIN = 0.03
@@ -76,6 +77,14 @@ def gains(table: dict, paradigms) -> dict:
                   "pretraining": difference(table, best, f"{p}-random"),
                   "dapt": difference(table, f"{p}-dapt", f"{p}-pretrained")}
     return out
+
+
+def read_record(folder: Path, stage: str) -> dict:
+    """A fine-tuning run's ``finetune.json``; missing: an error naming the ``stage`` that writes it."""
+    path = folder / "finetune.json"
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: missing (run the {stage} stage first)")
+    return read_json(path)
 
 
 def read_training(folder: Path) -> dict | None:

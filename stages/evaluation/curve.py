@@ -101,8 +101,3 @@ def baselines(cfg, runs: dict[str, dict], selected: str, df, log) -> dict[str, d
                 f"{series[-1]['macro_f1']['mean']:.3f} ± {series[-1]['macro_f1']['std']:.3f} (chosen on validation: "
                 + "; ".join(settings_words(name, x["settings"]) for x in r) + ")")
     return out
-
-
-def full_point(points: list[dict], full_n: int) -> dict:
-    """A baseline's point with every training example of the fine-tuning sample (``full_n``; else its largest)."""
-    return next((pt for pt in points if pt["train_examples"] == full_n), points[-1])

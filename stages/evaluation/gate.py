@@ -11,8 +11,7 @@ from dataclasses import dataclass
 @dataclass(frozen=True, kw_only=True)
 class ModelGateConfig:
     """The model gate: the candidate with the best validation macro-F1 is shipped if its test scores beat the
-    majority-class baseline by the margins.
-    """
+    majority-class baseline by the margins."""
 
     candidates: tuple[str, ...] = ()
     """Fine-tuned runs (`<paradigm>-<init>`) that may be shipped; [] = all."""

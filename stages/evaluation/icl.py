@@ -19,8 +19,7 @@ from stages.finetuning.metrics import scores
 @dataclass(frozen=True, kw_only=True)
 class IclConfig:
     """In-context learning (Brown et al. 2020): the GPT models classify test texts from k demonstrations in the
-    prompt, without weight changes; reported uncalibrated and calibrated (Zhao et al. 2021).
-    """
+    prompt, without weight changes; reported uncalibrated and calibrated (Zhao et al. 2021)."""
 
     shots: tuple[int, ...] = (0, 1, 5)
     """The k values scored (demonstrations per prompt), each >= 0."""

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from stages.evaluation.baselines import search_words, settings_words, title
-from stages.evaluation.curve import full_point
+from stages.evaluation.summary import point_at
 from stages.evaluation.svg import line_chart
 from stages.finetuning.core import INITS
 from stages.tokenization.trainers import PARADIGMS
@@ -117,7 +117,7 @@ def paradigm_section(result: dict) -> list[str]:
                      f"{si(r['dapt_tokens'])}) | {si(r['flops_per_token'])} | {si(r['flops'])} | {loss} | "
                      f"{pm(r['test_macro_f1'], r['test_macro_f1_std'])} ({r['best_init']}) |")
     for name, b in (base or {}).items():
-        full = full_point(b["points"], result["full_n"])
+        full = point_at(b["points"], result["full_n"]) or b["points"][-1]  # else its largest sample
         lines.append(f"| baseline: {title(name)} | {si(full['parameters'])} | 0 | - | 0 | - | "
                      f"{pm(full['macro_f1']['mean'], full['macro_f1']['std'])} ({full['train_examples']} examples) |")
     lines += ["", "Equal compute instead of equal data: by default each paradigm trains on `budget_tokens` tokens "

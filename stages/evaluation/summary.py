@@ -42,9 +42,7 @@ def run_row(record: dict) -> dict:
     for k in ("test_accuracy", "test_macro_f1", "best_val_macro_f1"):
         std = m.get(f"{k}_std")
         row[f"{k}_std"] = round(float(std), 5) if std is not None else summarise([s[k] for s in seeds])["std"]
-    row["seeds"] = len(seeds)
-    row["lr"] = m.get("lr", record.get("config", {}).get("lr"))
-    return row
+    return row | {"seeds": len(seeds), "lr": m.get("lr", record.get("config", {}).get("lr"))}
 
 
 def pooled(a: float, b: float) -> float:
@@ -105,8 +103,7 @@ def paradigm_row(pre: dict | None, dapt: dict | None, finetuned: dict) -> dict:
             "flops_per_token": (pre or dapt or {}).get("flops_per_token"),
             "flops": sum((m.get("flops_per_token") or 0) * (m.get("tokens") or 0) for m in runs) or None,
             "pretrain_eval_loss": (pre or {}).get("eval_loss"), "dapt_eval_loss": (dapt or {}).get("eval_loss"),
-            "best_init": finetuned["best_init"], "test_macro_f1": finetuned["test_macro_f1"],
-            "test_macro_f1_std": finetuned["test_macro_f1_std"]}
+            **{k: finetuned[k] for k in ("best_init", "test_macro_f1", "test_macro_f1_std")}}
 
 
 def curve_gains(de: dict, best_init: dict[str, str]) -> dict:
@@ -114,10 +111,8 @@ def curve_gains(de: dict, best_init: dict[str, str]) -> dict:
     *at that size* (none: lowest; ties: ``best_init``, then the later name) minus random's, with the pooled std."""
     out = {}
     for p in {name.split("-", 1)[0] for name in de if "-" in name}:  # neural series: <paradigm>-<init>
-        if f"{p}-random" not in de:
-            continue
         inits = [i for i in PRETRAINED_INITS if f"{p}-{i}" in de]
-        if not inits:
+        if f"{p}-random" not in de or not inits:
             continue
         rand = {pt["train_examples"]: pt["macro_f1"] for pt in de[f"{p}-random"]}
         by_init = {i: {pt["train_examples"]: pt for pt in de[f"{p}-{i}"]} for i in inits}

@@ -21,8 +21,7 @@ SERIES = ("tfidf", "fasttext")  # each the name of its module and of its field o
 @dataclass(frozen=True, kw_only=True)
 class BaselineConfig:
     """Baselines without pre-training, each fitted on the same training samples as the neural models and searched
-    on validation.
-    """
+    on validation."""
 
     enabled: bool = True
     """Fit the baselines at all; false = none, whatever their own `enabled`."""

@@ -18,8 +18,7 @@ from stages.finetuning.metrics import scores
 @dataclass(frozen=True, kw_only=True)
 class FastTextConfig:
     """A fastText classifier (Joulin et al. 2017); the learning rate and epochs are chosen on validation
-    macro-F1 from `lrs` x `epochs`.
-    """
+    macro-F1 from `lrs` x `epochs`."""
 
     enabled: bool = True
     """Fit this baseline."""

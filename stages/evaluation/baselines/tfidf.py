@@ -23,8 +23,7 @@ CLASSIFIERS = ("svm", "logreg")
 @dataclass(frozen=True, kw_only=True)
 class TfidfConfig:
     """TF-IDF features + a linear classifier. Each feature set x classifier x class weighting walks over C on a
-    log grid from `c_start`, both ways; the best validation macro-F1 chooses.
-    """
+    log grid from `c_start`, both ways; the best validation macro-F1 chooses."""
 
     enabled: bool = True
     """Fit this baseline."""

@@ -1,6 +1,4 @@
-"""Tokenizer stage: train one paradigm's tokenizer on the cleaned general corpus and measure it.
-
-Under DVC (``tokenizer@bert``, ``tokenizer@gpt``, ``tokenizer@t5``):
+"""Tokenizer stage (``tokenizer@<paradigm>``): train one paradigm's tokenizer on the cleaned corpora and measure it.
 
     python -m stages.tokenizer --paradigm bert --params params.yaml \
         --train data/cleaned/general/documents.parquet \

@@ -1,6 +1,4 @@
-"""Token-dataset stage: tokenize the cleaned corpora with one paradigm's tokenizer and pack them into blocks.
-
-Under DVC (``tokens@bert``, ``tokens@gpt``, ``tokens@t5``):
+"""Token-dataset stage (``tokens@<paradigm>``): tokenize the cleaned corpora and pack them into blocks.
 
     python -m stages.tokens --paradigm gpt --params params.yaml --tokenizer data/tokenizers/gpt \
         --corpus general=data/cleaned/general/documents.parquet --corpus domain=data/cleaned/domain/documents.parquet \

@@ -79,10 +79,7 @@ def tokenize_corpus(path: Path, layout, tok, split: SplitConfig, out_dir: Path, 
         for s in SPLITS:
             counts[s]["documents"] += len(ids[s])
             counts[s]["tokens"] += sum(map(len, ids[s]))
-            if ids[s]:
-                out = packers[s].pack(ids[s])
-                if len(out):
-                    writers[s].write(out)
+            writers[s].write(packers[s].pack(ids[s]))  # zero rows write nothing
 
     # One pass over the corpus feeds both splits' packers, batch by batch in input order.
     batches = split_batches(path, split, batch_docs=batch_docs)
@@ -93,19 +90,15 @@ def tokenize_corpus(path: Path, layout, tok, split: SplitConfig, out_dir: Path, 
         text = tok.to_str()
         shards.map(encode_shard, ((text, parts) for parts in batches), consume, desc=f"tokens {out_dir.name}")
     for s in SPLITS:
-        tail = packers[s].flush()
-        if len(tail):
-            writers[s].write(tail)
+        writers[s].write(packers[s].flush())
     seconds = time.perf_counter() - start
     # counts only: timings would make identical runs differ (benchmarks/tokenize_throughput.py has the speed)
     result = {"input": {"path": str(path), "sha256": sha256_file(path), "mchars": round(chars / 1e6, 3)}}
-    total = 0
     for s in SPLITS:
         writers[s].close()
-        total += counts[s]["tokens"]
         result[s] = {"file": f"{out_dir.name}/{s}.npy", "blocks": writers[s].rows, **counts[s],
                      "dropped_tokens": packers[s].dropped_tokens}
-    return result, (int(total / seconds) if seconds else 0)
+    return result, (int(sum(c["tokens"] for c in counts.values()) / seconds) if seconds else 0)
 
 
 def make_token_datasets(cfg: TokensConfig, split: SplitConfig, *, paradigm: str, tokenizer_dir: Path,

@@ -96,7 +96,7 @@ def train_tokenizer(cfg: TokenizerConfig, split: SplitConfig, *, paradigm: str, 
     docs, mb = count["docs"], count["chars"] / 1e6  # characters, the unit the corpus stages report
     log(f"[tokenizer] {paradigm}: {cfg.kind} trained on {docs} documents, {mb:.1f} M chars in {seconds:.1f}s; "
         f"vocabulary {tok.get_vocab_size()}")
-    save(tok, cfg, out, model_max_length=cfg.model_max_length)
+    save(tok, cfg, out)
     check_saved(out, cfg)
     provenance = {"paradigm": paradigm, "config": asdict(cfg), "split": asdict(split),
                   "train": {"paths": [{"path": str(p), "sha256": sha256_file(p)} for p in train_paths],

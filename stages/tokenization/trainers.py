@@ -185,11 +185,8 @@ def capped(texts: Iterable[str], max_chars: int) -> Iterator[str]:
 
 def continuation_chars(tok, texts: Iterable[str]) -> set[str]:
     """Characters that follow another inside a pre-tokenized word, after normalisation."""
-    chars: set[str] = set()
-    for text in texts:
-        for word, _ in tok.pre_tokenizer.pre_tokenize_str(tok.normalizer.normalize_str(text)):
-            chars.update(word[1:])
-    return chars
+    return {c for text in texts for word, _ in tok.pre_tokenizer.pre_tokenize_str(tok.normalizer.normalize_str(text))
+            for c in word[1:]}
 
 
 def train(texts: Callable[[], Iterable[str]] | Sequence[str], cfg: TokenizerConfig):
@@ -217,11 +214,9 @@ def special_tokens(cfg: TokenizerConfig) -> dict[str, object]:
     return {**T5_SPECIALS, "extra_special_tokens": [sentinel(i) for i in range(cfg.sentinels)]}
 
 
-def save(tok, cfg: TokenizerConfig, out_dir: Path, *, model_max_length: int) -> None:
+def save(tok, cfg: TokenizerConfig, out_dir: Path) -> None:
     """Write the tokenizer so that ``AutoTokenizer.from_pretrained(out_dir)`` loads it as-is."""
     from transformers import PreTrainedTokenizerFast
 
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, model_max_length=model_max_length,
-                                   padding_side="right", clean_up_tokenization_spaces=False,
-                                   **special_tokens(cfg))
-    fast.save_pretrained(str(out_dir))
+    PreTrainedTokenizerFast(tokenizer_object=tok, model_max_length=cfg.model_max_length, padding_side="right",
+                            clean_up_tokenization_spaces=False, **special_tokens(cfg)).save_pretrained(str(out_dir))

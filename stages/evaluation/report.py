@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from stages.evaluation.baselines import search_words, settings_words, title
+from stages.evaluation.baselines import module, settings_words
 from stages.evaluation.summary import point_at
 from stages.evaluation.svg import line_chart
 from stages.finetuning.core import INITS
@@ -118,7 +118,7 @@ def paradigm_section(result: dict) -> list[str]:
                      f"{pm(r['test_macro_f1'], r['test_macro_f1_std'])} ({r['best_init']}) |")
     for name, b in (base or {}).items():
         full = point_at(b["points"], result["full_n"]) or b["points"][-1]  # else its largest sample
-        lines.append(f"| baseline: {title(name)} | {si(full['parameters'])} | 0 | - | 0 | - | "
+        lines.append(f"| baseline: {module(name).TITLE} | {si(full['parameters'])} | 0 | - | 0 | - | "
                      f"{pm(full['macro_f1']['mean'], full['macro_f1']['std'])} ({full['train_examples']} examples) |")
     lines += ["", "Equal compute instead of equal data: by default each paradigm trains on `budget_tokens` tokens "
               "(equal data, unequal FLOPs). Setting `pretrain.<paradigm>.train.budget_flops` (and "
@@ -165,7 +165,7 @@ def baseline_section(result: dict, figures_dir: str) -> list[str]:
     lines += ["Models that need no pre-training, each searched the way a careful practitioner would, on the "
               "validation split only (the test split scores the chosen settings once), on the very training "
               "samples and seeds of the neural runs:", ""]
-    lines += [f"- `{name}`: {search_words(name, cfg['baseline'][name])}" for name in base]
+    lines += [f"- `{name}`: {module(name).search_words(cfg['baseline'][name])}" for name in base]
     lines += ["", "What each search chose, with its scores (mean ± std over the seeds):", "",
               "| baseline | training examples | test macro-F1 | validation macro-F1 | chosen on validation (per seed) | fits, all seeds |",
               "|---|---|---|---|---|---|"]
@@ -233,7 +233,8 @@ def shipped_vs_baseline(result: dict) -> list[str]:
     return ["", f"Against the best baseline on the same {key} labels ({best['series']}, chosen on validation: test "
             f"macro-F1 {pms(best, 'test_macro_f1')}), the shipped model ({pms(row, 'test_macro_f1')}) is "
             f"{abs(d['difference']):.3f} {rel} it, {'beyond' if d['resolved'] else 'within'} twice the pooled seed std "
-            f"({d['pooled_std']:.3f}). The gate chooses among the language models only: the Bento ships a language model."]
+            f"({d['pooled_std']:.3f}). The gate chooses among the language models only: the Bento ships a language "
+            "model."]
 
 
 def markdown(result: dict, *, figures_dir: str) -> str:

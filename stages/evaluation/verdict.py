@@ -3,7 +3,7 @@ matters most and how the neural models compare with the best baseline, judged by
 
 from __future__ import annotations
 
-from stages.evaluation.baselines import settings_words, title
+from stages.evaluation.baselines import module, settings_words
 from stages.evaluation.summary import MIN_GAIN, neural_points, point_at, pooled
 
 NAMES = {"bert": "BERT", "gpt": "GPT", "t5": "T5"}
@@ -110,8 +110,9 @@ def against_baselines(result: dict) -> list[str]:
         top = _best_neural({s: pts for s, pts in neural.items() if not s.endswith("-random")}, n)
         d_top = versus["series"][top[0]][key] if top else None
         (wins if d_top and d_top["resolved"] and d_top["difference"] > 0 else losses).append(n)
-        out.append(f"{label} the best baseline on validation is {title(b['series'])} ({settings_words(b['series'], chosen[0])}"
-                   f"{' ...' if len(chosen) > 1 else ''}; test {b['test_macro_f1']:.3f} ± {b['test_macro_f1_std']:.3f}); "
+        out.append(f"{label} the best baseline on validation is {module(b['series']).TITLE} "
+                   f"({settings_words(b['series'], chosen[0])}{' ...' if len(chosen) > 1 else ''}; "
+                   f"test {b['test_macro_f1']:.3f} ± {b['test_macro_f1_std']:.3f}); "
                    f"the best neural model on validation ({name}, test {a['mean']:.3f} ± {a['std']:.3f}) is "
                    f"{abs(d['difference']):.3f} {rel} it, {_noise(d['difference'], d['pooled_std'])}. "
                    f"Pre-trained models above it beyond noise: {len(above)} of {len(pre)}"

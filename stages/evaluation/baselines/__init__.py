@@ -39,15 +39,6 @@ def module(name: str):
     return importlib.import_module(f"{__name__}.{name}")
 
 
-def title(name: str) -> str:
-    return module(name).TITLE
-
-
-def search_words(name: str, cfg: dict) -> str:
-    """What baseline ``name``'s search tries, from its config (a dict, as the report's config holds it)."""
-    return module(name).search_words(cfg)
-
-
 def settings_words(name: str, settings: dict) -> str:
     """One run's chosen settings in a few words."""
     return "one class in the sample" if "constant" in settings else module(name).settings_words(settings)

@@ -84,12 +84,12 @@ def embed_figures(markdown: str, base: Path) -> str:
 
 
 def file_link(root: Path, path: Path) -> str | None:
-    """An address a browser opens for ``path`` (under ``root``): on the reports server when ``LMPIPE_REPORTS_URL``
-    is set, else none (browsers do not open ``file://`` links from a web page)."""
+    """An address a browser opens for ``path``: on the reports server when ``LMPIPE_REPORTS_URL`` is set and
+    ``path`` is under ``root``, else none (browsers do not open ``file://`` links from a web page)."""
     import os
 
     base = os.environ.get(REPORTS_URL, "").rstrip("/")
-    if not base:
+    if not base or not path.resolve().is_relative_to(root.resolve()):
         return None
     rel = path.resolve().relative_to(root.resolve()).as_posix()
     return f"{base}/{rel}" + ("/" if path.is_dir() else "")
@@ -100,34 +100,26 @@ def publish_run(root: Path) -> int:
     from prefect.artifacts import create_link_artifact, create_markdown_artifact
 
     made = 0
-    files: list[tuple[str, Path]] = []
-    report = root / "reports/evaluation.md"
+    report, quality, docs = root / "reports/evaluation.md", root / "reports/quality", root / "reports" / DATA_DOCS_INDEX
     if report.is_file():
         create_markdown_artifact(markdown=embed_figures(report.read_text(encoding="utf-8"), report.parent),
                                  key="evaluation-report", description="reports/evaluation.md")
         made += 1
-        files.append(("evaluation report", report))
-    quality = root / "reports/quality"
-    if quality.is_dir():
-        files.append(("gate results", quality))
-    docs = root / "reports" / DATA_DOCS_INDEX
-    if docs.is_file():  # Great Expectations' Data Docs of every gate of the workspace (stages.quality.gate)
-        files.append(("Data Docs", docs))
-    links = {"evaluation report": "link-evaluation-report", "gate results": "link-gate-results",
-             "Data Docs": "link-data-docs"}
+    # Data Docs: Great Expectations' pages of every gate of the workspace (stages.quality.gate)
+    files = [(name, path) for name, path, there in (("evaluation report", report, report.is_file()),
+                                                    ("gate results", quality, quality.is_dir()),
+                                                    ("Data Docs", docs, docs.is_file())) if there]
     package = root / "reports/metrics/package.json"
     exported = json.loads(package.read_text(encoding="utf-8")).get("exported") if package.is_file() else None
     if exported and "://" in exported and not exported.startswith("file://"):
         create_link_artifact(link=exported, link_text=exported.rsplit("/", 1)[-1], key="link-bento")
         made += 1
     elif exported:
-        files.append(("Bento", (root / exported) if not Path(exported).is_absolute() else Path(exported)))
-        links["Bento"] = "link-bento"
+        files.append(("Bento", root / exported))  # an absolute path stays as it is
     rows = []
     for name, path in files:
-        url = file_link(root, path) if path.resolve().is_relative_to(root.resolve()) else None
-        if url:
-            create_link_artifact(link=url, link_text=path.name, key=links[name])
+        if url := file_link(root, path):
+            create_link_artifact(link=url, link_text=path.name, key="link-" + name.lower().replace(" ", "-"))
             made += 1
         rows.append(f"| {name} | `{path.resolve()}` |" + (f" [open]({url}) |" if url else " |"))
     if rows:

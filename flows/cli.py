@@ -22,8 +22,8 @@ import sys
 from pathlib import Path
 
 from stages.common.cli import entry
-from stages.config import ConfigError, load_params
-from stages.profile import apply, load_profiles, run_args, validate
+from stages.config import ConfigError
+from stages.profile import load_checked, run_args
 
 MODULES = {  # subcommand -> module whose main(argv) it runs
     "flow": "flows.pipeline", "ui": "flows.ui", "deploy": "flows.deploy", "files": "flows.files",
@@ -63,11 +63,8 @@ def run(argv: list[str]) -> int:
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
     if not args.profile:
         return subprocess.call([_tool("dvc"), "repro"], env=env)
-
     try:
-        profile, label = load_profiles(args.profile)
-        params = load_params("params.yaml")
-        validate(apply(params, profile, label))
+        profile, params = load_checked(args.profile)
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
@@ -77,9 +74,8 @@ def run(argv: list[str]) -> int:
 
 
 def serve(argv: list[str]) -> int:
-    target = argv[0] if argv and not argv[0].startswith("-") else "lm-pipeline:latest"
-    rest = argv[1:] if argv and not argv[0].startswith("-") else argv
-    return subprocess.call([_tool("bentoml"), "serve", target, *rest])
+    named = bool(argv) and not argv[0].startswith("-")  # a Bento tag first, else the latest package
+    return subprocess.call([_tool("bentoml"), "serve", argv[0] if named else "lm-pipeline:latest", *argv[named:]])
 
 
 def usage() -> str:
@@ -98,10 +94,8 @@ def main(argv: list[str] | None = None) -> int:
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0 if argv else 2
     command, rest = argv[0], argv[1:]
-    if command == "run":
-        return run(rest)
-    if command == "serve":
-        return serve(rest)
+    if command in ("run", "serve"):
+        return (run if command == "run" else serve)(rest)
     if command not in MODULES:
         print(f"error: no subcommand {command!r}\n\n{usage()}", file=sys.stderr)
         return 2

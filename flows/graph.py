@@ -8,10 +8,9 @@ from pathlib import Path
 
 
 def read_pipeline(root: str | Path) -> tuple[dict[str, list[str]], dict[str, list[str]], dict[str, str]]:
-    """For every stage of the project at ``root`` (``foreach`` items as ``name@item``): the stages it depends
-    on, the paths of its outputs (metrics and plots included), and the target ``dvc repro`` takes for it in
-    ``root`` (its name for a stage of the root's ``dvc.yaml``, else ``path/to/dvc.yaml:name``), from one read
-    of the project's DVC files. Stage names are unique across the files (a name is how a flow addresses it)."""
+    """For every stage of the project at ``root`` (``foreach`` items as ``name@item``, names unique across the
+    DVC files): the stages it depends on, its output paths (metrics and plots included), and the target
+    ``dvc repro`` takes for it (its name in the root's ``dvc.yaml``, else ``path/to/dvc.yaml:name``)."""
     from dvc.repo import Repo
 
     root = Path(root).resolve()

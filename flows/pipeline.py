@@ -1,6 +1,5 @@
 """The pipeline as a Prefect flow: one task per DVC stage, in the order of the graph ``dvc.yaml`` defines
-(with ``experiments/compare/dvc.yaml``'s stages of the objective comparison, when params.yaml names some:
-``--profile compare``).
+(with ``experiments/compare/dvc.yaml``'s comparison stages when params.yaml names some: ``--profile compare``).
 
     python -m flows.pipeline                      # everything, like `make run`
     python -m flows.pipeline --target evaluate    # what evaluate needs
@@ -8,22 +7,23 @@
     python -m flows.pipeline --dask tcp://scheduler:8786      # cleaning and tokenization shards on Dask
     python -m flows.pipeline --train-processes 8             # pre-training and DAPT in 8 processes (torchrun)
 
-Each task runs ``dvc repro --single-item <stage>`` (``experiments/compare/dvc.yaml:<stage>`` for a comparison
-stage; DVC's cache skips what is unchanged; the flow holds no
-stage logic). A failed stage fails its task with its own error line and nothing downstream runs; after each
-stage its reports are published as artifacts (``flows.artifacts``). Scale-out goes through the environment,
-which DVC does not track: ``LMPIPE_DASK`` (``stages.common.shards``) and ``LMPIPE_TRAIN_*``
-(``stages.training.launch``).
+Each task runs ``dvc repro --single-item <stage>`` (DVC's cache skips what is unchanged; the flow holds no stage
+logic). A failed stage fails its task with its own error line and nothing downstream runs; each stage's reports
+are published as artifacts (``flows.artifacts``). Scale-out goes through the environment, which DVC does not
+track: ``LMPIPE_DASK`` (``stages.common.shards``) and ``LMPIPE_TRAIN_*`` (``stages.training.launch``).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import re
+import signal
 import subprocess
 import sys
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
+from typing import NamedTuple
 
 from prefect import flow, get_run_logger, task
 from prefect.futures import wait
@@ -32,9 +32,9 @@ from prefect.task_runners import ThreadPoolTaskRunner
 from flows.artifacts import publish_run, publish_stage
 from flows.graph import closure, read_pipeline
 from stages.common.atomic import write_bytes_atomic
+from stages.common.hashing import sha256_file
 from stages.common.shards import ENV as DASK
-from stages.config import load_params
-from stages.profile import apply, load_profiles, set_value, validate
+from stages.profile import apply, load_checked
 from stages.training import launch
 
 NETWORK_STAGES = {"ingest", "clean"}  # they fetch packages on a cold cache; a retry rides out a flaky mirror
@@ -44,12 +44,6 @@ RETRIES, RETRY_DELAY_S = 2, 10
 
 class StageFailed(RuntimeError):
     """A stage exited non-zero; the message is its own error line."""
-
-
-def dvc_command() -> list[str]:
-    """The dvc of this interpreter's environment (the project's venv), else the one on PATH."""
-    beside = Path(sys.executable).parent / "dvc"
-    return [str(beside) if beside.exists() else "dvc"]
 
 
 def stage_env(stage: str, *, dask: str | None = None, train_processes: int = 1, launcher: str = "torchrun",
@@ -75,9 +69,8 @@ STAGE_TIMEOUT_H = {"ingest": 2, "clean": 24, "tokenizer": 6, "tokens": 12, "pret
 
 def task_options(stage: str) -> dict:
     """Prefect options of a stage's task: retries only for the stages that download (``NETWORK_STAGES``)."""
-    if stage.split("@", 1)[0] in NETWORK_STAGES:
-        return {"retries": RETRIES, "retry_delay_seconds": RETRY_DELAY_S}
-    return {}
+    retried = stage.split("@", 1)[0] in NETWORK_STAGES
+    return {"retries": RETRIES, "retry_delay_seconds": RETRY_DELAY_S} if retried else {}
 
 
 def stage_timeout_s(stage: str, hours: float | None = None) -> float:
@@ -87,23 +80,19 @@ def stage_timeout_s(stage: str, hours: float | None = None) -> float:
     return 3600.0 * (hours if hours is not None else STAGE_TIMEOUT_H.get(stage.split("@", 1)[0], 24))
 
 
-class StageRun:
-    """The outcome of one ``dvc repro --single-item``: exit code, whether it timed out, the last lines."""
+class StageRun(NamedTuple):
+    """The outcome of one ``dvc repro --single-item``: exit code, the last lines, whether it timed out."""
 
-    def __init__(self, returncode: int, lines: list[str], timed_out: bool = False) -> None:
-        self.returncode, self.lines, self.timed_out = returncode, lines, timed_out
-
+    returncode: int
+    lines: list[str]
+    timed_out: bool = False
 
 
 def split_output(buffer: str) -> tuple[list[tuple[str, bool]], str]:
     """Complete segments of ``buffer`` as ``(text, is_progress)`` and the incomplete rest. A segment ended by a
     carriage return is a progress update that the next one overwrites (tqdm); one ended by a newline is a line."""
-    out, start = [], 0
-    for i, ch in enumerate(buffer):
-        if ch in "\r\n":
-            out.append((buffer[start:i], ch == "\r"))
-            start = i + 1
-    return out, buffer[start:]
+    parts = re.split(r"([\r\n])", buffer)  # text, end, text, end, ..., the rest
+    return [(text, end == "\r") for text, end in zip(parts[::2], parts[1::2])], parts[-1]
 
 
 def run_dvc(stage: str, root: Path, extra_env: dict[str, str] | None = None, *, on_line=None, force: bool = False,
@@ -114,15 +103,13 @@ def run_dvc(stage: str, root: Path, extra_env: dict[str, str] | None = None, *, 
     import codecs
     import collections
     import queue
-    import signal
     import threading
     import time
 
-    env = {**os.environ, **(extra_env or {}), "PYTHONUNBUFFERED": "1",
+    env = {**os.environ, **(extra_env or {}), "PYTHONUNBUFFERED": "1",  # this environment's dvc first
            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
-    proc = subprocess.Popen([*dvc_command(), "repro", "--single-item", *(["--force"] if force else []), stage],
-                            cwd=root, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+    proc = subprocess.Popen(["dvc", "repro", "--single-item", *(["--force"] if force else []), stage], cwd=root,
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                             start_new_session=True)
     chunks: queue.Queue = queue.Queue()
 
@@ -137,38 +124,30 @@ def run_dvc(stage: str, root: Path, extra_env: dict[str, str] | None = None, *, 
     decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
     rest, last_progress = "", 0.0
     deadline = time.monotonic() + timeout_s if timeout_s else None
-    timed_out, done = False, False
-    while not done:
-        wait = None if deadline is None else max(0.0, deadline - time.monotonic())
+    timed_out = False
+    while True:
         try:
-            chunk = chunks.get(timeout=wait)
+            chunk = chunks.get(timeout=None if deadline is None else max(0.0, deadline - time.monotonic()))
         except queue.Empty:
             timed_out = True
-            _stop_group(proc, signal)
+            _stop_group(proc)
             break
-        if chunk is None:
-            done, text = True, decoder.decode(b"", final=True) + "\n"
-        else:
-            text = decoder.decode(chunk)
+        text = decoder.decode(chunk or b"", final=chunk is None) + ("\n" if chunk is None else "")
         segments, rest = split_output(rest + text)
         for segment, is_progress in segments:
             line = segment.rstrip()
-            if not line.strip():
-                continue
-            if is_progress:  # a bar's last state ends with a newline: it comes as a line
-                if time.monotonic() - last_progress >= progress_every_s:
-                    emit(line)
-                    last_progress = time.monotonic()
-                continue
-            if line.strip().startswith(DVC_HINTS):
-                continue
-            tail.append(line)
-            emit(line)
-    returncode = proc.wait()
-    return StageRun(returncode, list(tail), timed_out)
+            if is_progress and line.strip() and time.monotonic() - last_progress >= progress_every_s:
+                emit(line)  # a bar's last state ends with a newline: it comes as a line
+                last_progress = time.monotonic()
+            elif not is_progress and line.strip() and not line.strip().startswith(DVC_HINTS):
+                tail.append(line)
+                emit(line)
+        if chunk is None:
+            break
+    return StageRun(proc.wait(), list(tail), timed_out)
 
 
-def _stop_group(proc: subprocess.Popen, signal) -> None:
+def _stop_group(proc: subprocess.Popen) -> None:
     """SIGTERM to the stage's process group (dvc, the stage, its workers), SIGKILL after 30 s."""
     try:
         os.killpg(proc.pid, signal.SIGTERM)
@@ -196,32 +175,22 @@ def run_stage(stage: str, root: str, outs: list[str], env: dict[str, str] | None
         logger.info(f"{key}={env[key]}")
     limit = stage_timeout_s(stage, timeout_hours)
     proc = run_dvc(address or stage, Path(root), env, on_line=logger.info, timeout_s=limit, force=force)
-    if proc.timed_out:
-        message = f"{stage}: timed out after {limit / 3600:g} h (stopped; stage_timeout_hours raises the limit)"
-        logger.error(message)
-        raise StageFailed(message)
-    if proc.returncode != 0:
-        logger.error(error_line(proc.lines))
-        raise StageFailed(f"{stage}: {error_line(proc.lines)}")
+    if proc.timed_out or proc.returncode != 0:
+        line = (f"timed out after {limit / 3600:g} h (stopped; stage_timeout_hours raises the limit)"
+                if proc.timed_out else error_line(proc.lines))
+        logger.error(f"{stage}: {line}" if proc.timed_out else line)
+        raise StageFailed(f"{stage}: {line}")
     skipped = any("didn't change, skipping" in line or "is cached" in line for line in proc.lines)
-    artifacts = publish_stage(stage, outs, Path(root))
-    return {"stage": stage, "skipped": skipped, "artifacts": artifacts}
+    return {"stage": stage, "skipped": skipped, "artifacts": publish_stage(stage, outs, Path(root))}
 
 
 def apply_profile(root: Path, name: str) -> dict:
     """Set the profile's keys in params.yaml, keeping its comments and layout (as ``dvc exp run -S`` does)."""
     from dvc.utils.serialize import modify_yaml
 
-
-    profile, label = load_profiles(name, root)
-    validate(apply(load_params(root / "params.yaml"), profile, label))
+    profile, _ = load_checked(name, root)
     with modify_yaml(root / "params.yaml") as data:
-        for dotted, value in profile.items():
-            node = data
-            *parents, last = str(dotted).split(".")
-            for part in parents:
-                node = node.setdefault(part, {})  # a key params.yaml leaves to its default (apply checked it)
-            set_value(node, last, value)
+        apply(data, profile, inplace=True)
     return profile
 
 
@@ -261,16 +230,12 @@ SAVED_PARAMS = ".dvc/tmp/lm-pipeline-params.before-profile"
 def profile_applied(root: Path, name: str):
     """``params.yaml`` with the profile's keys set while the block runs, restored exactly afterwards
     (after a SIGKILL, by the next run's :func:`restore_params`)."""
-    import hashlib
-
-
     path, saved = root / "params.yaml", root / SAVED_PARAMS
     original = path.read_bytes()
-    saved.parent.mkdir(parents=True, exist_ok=True)
     write_bytes_atomic(saved, original)
     try:
         profile = apply_profile(root, name)
-        write_bytes_atomic(saved.with_suffix(".applied"), hashlib.sha256(path.read_bytes()).hexdigest().encode())
+        write_bytes_atomic(saved.with_suffix(".applied"), sha256_file(path).encode())
         yield profile
     finally:
         write_bytes_atomic(path, original)
@@ -281,23 +246,19 @@ def profile_applied(root: Path, name: str):
 def restore_params(root: Path) -> str | None:
     """After a killed profile run: put the user's ``params.yaml`` back if unedited since, else keep the
     edited one and say where the saved one is. Returns the message, or None."""
-    import hashlib
-
     path, saved = root / "params.yaml", root / SAVED_PARAMS
     if not saved.is_file():
         return None
     applied = saved.with_suffix(".applied")
     expected = applied.read_text(encoding="utf-8").strip() if applied.is_file() else None
-    current = hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else None
-    if expected is None or current in (expected, hashlib.sha256(saved.read_bytes()).hexdigest()):
-        os.replace(saved, path)
-        applied.unlink(missing_ok=True)
-        return f"params.yaml restored from {SAVED_PARAMS}: a profile run was killed before it could restore it"
-    kept = root / "params.yaml.before-profile"
-    os.replace(saved, kept)
+    current = sha256_file(path) if path.is_file() else None
+    unedited = expected is None or current in (expected, sha256_file(saved))
+    os.replace(saved, path if unedited else root / "params.yaml.before-profile")
     applied.unlink(missing_ok=True)
-    return (f"params.yaml was edited after a profile run was killed; kept as it is, the params from before that "
-            f"run are in {kept.name}")
+    if unedited:
+        return f"params.yaml restored from {SAVED_PARAMS}: a profile run was killed before it could restore it"
+    return ("params.yaml was edited after a profile run was killed; kept as it is, the params from before that "
+            "run are in params.yaml.before-profile")
 
 
 # One stage at a time: each stage uses all cores, and concurrent `dvc repro`s would race on dvc.lock.
@@ -315,50 +276,42 @@ def pipeline(target: str | None = None, profile: str | None = None, root: str = 
     with workspace_lock(base):
         if restored := restore_params(base):
             logger.warning(restored)
-        if profile:
-            with profile_applied(base, profile) as applied:
+        with (profile_applied(base, profile) if profile else nullcontext()) as applied:
+            if profile:
                 logger.info(f"profile {profile}: {len(applied)} params set in params.yaml for this run "
                             "(restored afterwards)")
-                return _run(base, target, dask, train_processes, launcher, launch_args, stage_timeout_hours,
-                            force, logger)
-        return _run(base, target, dask, train_processes, launcher, launch_args, stage_timeout_hours, force, logger)
+            graph, outs, targets = read_pipeline(base)
+            order = closure(graph, [target] if target else None)
+            force = list(force or [])
+            if force:
+                closure(graph, force)  # an unknown name fails here, before any stage runs
+            forced = {s for s in graph if s in force or s.split("@", 1)[0] in force}  # not their dependencies
+            futures = {}
+            for stage in order:
+                env = stage_env(stage, dask=dask, train_processes=train_processes, launcher=launcher,
+                                launch_args=launch_args)
+                futures[stage] = run_stage.with_options(**task_options(stage)).submit(
+                    stage, str(base), outs.get(stage, []), env, stage_timeout_hours, stage in forced, targets[stage],
+                    wait_for=[futures[d] for d in graph[stage] if d in futures])
+            wait(list(futures.values()))
+            states = {stage: f.state for stage, f in futures.items()}
+            failed = [s for s, st in states.items() if st.is_failed()]
+            not_run = [s for s, st in states.items() if not st.is_completed() and s not in failed]
+            publish_run(base)
+            if failed:
+                messages = "; ".join(str(futures[s].state.result(raise_on_failure=False)) for s in failed)
+                raise StageFailed(f"{len(failed)} stage(s) failed, {len(not_run)} not run: {messages}")
+            ran = [s for s in order if not futures[s].result()["skipped"]]
+            logger.info(f"{len(order)} stages, {len(ran)} ran, {len(order) - len(ran)} up to date")
+            return {"stages": order, "ran": ran}
 
 
-def _run(base: Path, target: str | None, dask, train_processes: int, launcher: str, launch_args: str,
-         timeout_hours: float | None, force: list[str] | None, logger) -> dict:
-    graph, outs, targets = read_pipeline(base)
-    order = closure(graph, [target] if target else None)
-    force = list(force or [])
-    if force:
-        closure(graph, force)  # an unknown name fails here, before any stage runs
-    forced = {s for s in graph if s in force or s.split("@", 1)[0] in force}  # not their dependencies
-    futures = {}
-    for stage in order:
-        options = task_options(stage)
-        env = stage_env(stage, dask=dask, train_processes=train_processes, launcher=launcher,
-                        launch_args=launch_args)
-        futures[stage] = run_stage.with_options(**options).submit(
-            stage, str(base), outs.get(stage, []), env, timeout_hours, stage in forced, targets[stage],
-            wait_for=[futures[d] for d in graph[stage] if d in futures])
-    wait(list(futures.values()))
-    states = {stage: f.state for stage, f in futures.items()}
-    failed = [s for s, st in states.items() if st.is_failed()]
-    not_run = [s for s, st in states.items() if not st.is_completed() and s not in failed]
-    publish_run(base)
-    if failed:
-        messages = "; ".join(str(futures[s].state.result(raise_on_failure=False)) for s in failed)
-        raise StageFailed(f"{len(failed)} stage(s) failed, {len(not_run)} not run: {messages}")
-    ran = [s for s in order if not futures[s].result()["skipped"]]
-    logger.info(f"{len(order)} stages, {len(ran)} ran, {len(order) - len(ran)} up to date")
-    return {"stages": order, "ran": ran}
-
-
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m flows.pipeline", description="Run the pipeline as a Prefect flow.")
+def run_options(ap: argparse.ArgumentParser) -> None:
+    """The options of a run (the flow's parameters but ``force``), shared with the scheduled deployment."""
     ap.add_argument("--target", help="a stage or foreach group (default: every stage)")
     ap.add_argument("--profile", help="profiles under profiles/ (\"gpu gpu-quick\": later names win) applied to "
                     "params.yaml for this run (restored after)")
-    ap.add_argument("--root", default=".")
+    ap.add_argument("--root", default=".", help="the project folder the runs work in")
     ap.add_argument("--dask", help="Dask scheduler address (tcp://host:8786) or local[:N] for cleaning and tokenization")
     ap.add_argument("--train-processes", type=int, default=1, help="processes per machine for pre-training and DAPT")
     ap.add_argument("--launcher", choices=("torchrun", "accelerate"), default="torchrun")
@@ -366,13 +319,15 @@ def main(argv: list[str] | None = None) -> int:
                                                         '--rdzv_endpoint head:29500"')
     ap.add_argument("--stage-timeout-hours", type=float, default=None,
                     help="how long any one stage may run (default: per kind of stage, STAGE_TIMEOUT_H)")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m flows.pipeline", description="Run the pipeline as a Prefect flow.")
+    run_options(ap)
     ap.add_argument("--force", action="append", metavar="STAGE",
                     help="run this stage (or foreach group) even if unchanged; repeatable")
-    args = ap.parse_args(argv)
     try:
-        pipeline(target=args.target, profile=args.profile, root=args.root, dask=args.dask,
-                 train_processes=args.train_processes, launcher=args.launcher, launch_args=args.launch_args,
-                 stage_timeout_hours=args.stage_timeout_hours, force=args.force)
+        pipeline(**vars(ap.parse_args(argv)))
     except (StageFailed, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

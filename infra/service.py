@@ -1,17 +1,7 @@
-"""The BentoML service of a packaged model (``python -m stages.package`` builds it into a Bento).
-
-Thin: artefacts load in ``__init__``, pre/post-processing comes from ``stages.serving``, and
-``bento_config.json`` (written by the package stage) names the models, request limits, batching and
-resources, so the APIs list only what this Bento can answer:
-
-- ``classify`` (always): ``{"texts": [str, ...]}`` -> labels and per-label scores; adaptive batching
-  (``LMPIPE_ADAPTIVE_BATCHING=0`` turns it off);
-- ``fill_mask`` (BERT), ``generate`` (GPT), ``text2text`` (T5): when ``package.generative`` included it;
-- ``lineage``: which model, from which commit, and the model gate's verdict (changed paths only with
-  ``LMPIPE_LINEAGE_PATHS=1``).
-
-Requests are guarded before parsing (``stages.serving.guard``); the server binds 127.0.0.1 by default.
-"""
+"""The BentoML service of a packaged model, configured by the package stage's ``bento_config.json``: ``classify``
+(adaptive batching unless ``LMPIPE_ADAPTIVE_BATCHING=0``), ``lineage`` (changed paths only with
+``LMPIPE_LINEAGE_PATHS=1``) and, for each shipped pre-trained model, ``fill_mask`` / ``generate`` / ``text2text``.
+Pre/post-processing lives in ``stages.serving``; requests are guarded before parsing; it binds 127.0.0.1."""
 
 from __future__ import annotations
 

@@ -1,28 +1,21 @@
 """Clean stage: C4's rules (plus optional Gopher and MinHash filters) over a corpus.
 
-Under DVC (one corpus of params.yaml):
+Under DVC, one corpus of params.yaml: ``python -m stages.clean --corpus general --input ... --output ...``; on
+anyone's data (JSONL, JSONL.gz/.zst or Parquet with a ``text`` field; optional ``url``, ``id``, ``timestamp``),
+with C4's defaults: ``python -m stages.clean --input PATH --output DIR``.
 
-    python -m stages.clean --corpus general --input data/ingested/general/documents.parquet \
-        --output data/cleaned/general --report reports/quality/clean-general.json \
-        --metrics reports/metrics/clean-general.json --plot reports/plots/clean-general.csv
-
-On anyone's data, with C4's defaults (JSONL, JSONL.gz/.zst or Parquet with a ``text`` field; optional
-``url``, ``id``, ``timestamp``):
-
-    python -m stages.clean --input PATH --output DIR
-
-The output folder gets ``documents.parquet`` (id, text, source, url, meta; ``meta.raw_id`` is the input
-id), ``stats.json`` (per filter: documents and lines dropped by reason, characters in and out) and
-``rejects.jsonl`` (a sample of dropped documents with filter and reason). The core (:func:`clean`) writes them
-into a temporary sibling of the folder and returns the quality gate; the stage's entry publishes the folder
-only after the gate passed.
+The output folder gets ``documents.parquet`` (``meta.raw_id`` is the input id), ``stats.json`` (per filter:
+drops by reason, characters in and out) and ``rejects.jsonl`` (a sample of dropped documents); the entry
+publishes it only after the gate :func:`clean` returns passed.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
+from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -36,7 +29,7 @@ from stages.cleaning.task_guard import read_task
 from stages.common.atomic import work_dir, write_bytes_atomic, write_json_atomic
 from stages.common.cli import Stage, entry
 from stages.config import ConfigError
-from stages.quality.gate import Expect, Gate, GateFailed
+from stages.quality.gate import Gate, GateFailed
 from stages.quality.gate import preload as preload_gx
 from stages.sources.base import SourceError
 
@@ -47,29 +40,22 @@ def clean(cfg: CleanConfig, *, input_path: Path, out: Path, cache_dir: Path, tas
     that must pass before the folder is published. With ``task_path`` (a labeled task's documents), the task
     guard and TAPT texts of ``cfg.task`` apply, and the gate fails on any document of the task's held-out
     splits in the output."""
-    from collections import Counter
-
     from stages.quality.clean_suite import cleaned_suite
 
     words: list[str] = []
     lists: dict[str, Any] = {}
     if cfg.cleaner.badwords.enabled:
-        words, info = load_words(cfg.cleaner.badwords, cache_dir)
-        pkg = info["package"]
-        lists["badwords"] = {"package": f"{pkg['name']}@{pkg['version']}", "integrity": pkg["integrity"],
-                             "sha256": info["file"]["sha256"], "words": info["words"], "licence": info["licence"]}
+        words, lists["badwords"] = load_words(cfg.cleaner.badwords, cache_dir)
     if (cfg.task.guard or cfg.task.tapt) and task_path is None:
         raise ValueError("clean: task.guard / task.tapt need the task's documents (--task PATH)")
-    if task_path is not None and not task_path.is_file():
-        raise FileNotFoundError(f"{task_path}: no task data (run ingest@task first)")
     if task_path is not None:
-        read_task(task_path)  # a damaged task file stops the stage now, not after the whole corpus is cleaned
+        read_task(task_path)  # a missing or damaged task file stops the stage now, not after the corpus is cleaned
     drops: Counter = Counter()
+    documents = out / "documents.parquet"
     with work_dir(out) as work:
         try:
-            result = clean_corpus(read_records(input_path, drops), cfg.cleaner, work=Path(work),
-                                  out_parquet=out / "documents.parquet", words=words, log=log,
-                                  name=f"clean@{name}", while_mapping=preload_gx)
+            result = clean_corpus(read_records(input_path, drops), cfg.cleaner, work=Path(work), out_parquet=documents,
+                                  words=words, log=log, name=f"clean@{name}", while_mapping=preload_gx)
         except EmptyInput as exc:
             skipped = Counter({k: v for k, v in drops.items() if k != REPAIRED_UTF8}) + Counter(exc.args[0])
             why = ", ".join(f"{v} {k}" for k, v in sorted(skipped.items())) or "the input holds no record"
@@ -83,7 +69,7 @@ def clean(cfg: CleanConfig, *, input_path: Path, out: Path, cache_dir: Path, tas
         result.docs_in += sum(drops.values())
         result.word_lists = lists
         if task_path is not None:
-            applied = task_guard.apply(cfg.task, out / "documents.parquet", task_path)
+            applied = task_guard.apply(cfg.task, documents, task_path)
             gone = applied.pop("dropped_ids")
             if result.gate_features is not None and gone:  # the C4 checks cover what is published
                 result.gate_features = result.gate_features[~result.gate_features["id"].isin(gone)]
@@ -96,14 +82,10 @@ def clean(cfg: CleanConfig, *, input_path: Path, out: Path, cache_dir: Path, tas
                                                           for r in result.rejects).encode("utf-8"))
         import pyarrow.parquet as pq
 
-        columns = pq.read_schema(out / "documents.parquet").names
-        tables, expectations = cleaned_suite(result.gate_features, columns=columns,
+        leaks = task_guard.leaks(documents, task_path, cfg.task.holdout_splits) if task_path is not None else None
+        tables, expectations = cleaned_suite(result.gate_features, columns=pq.read_schema(documents).names,
                                              duplicate_lines=result.duplicate_lines, cfg=cfg,
-                                             kept_fraction=result.stats_json()["kept_fraction"])
-        if task_path is not None:  # re-measured on the file to publish, whatever the guard did
-            tables["task_guard"] = task_guard.leaks(out / "documents.parquet", task_path, cfg.task.holdout_splits)
-            expectations.append(Expect(table="task_guard", kind="ExpectColumnValuesToBeInSet",
-                                       kwargs={"column": "leak", "value_set": [""]}))
+                                             kept_fraction=result.stats_json()["kept_fraction"], task_leaks=leaks)
     return result, Gate(f"clean-{name}", tables, expectations)
 
 
@@ -122,8 +104,6 @@ def _arguments(ap: argparse.ArgumentParser) -> None:
 
 
 def _run(args: argparse.Namespace, log) -> dict:
-    import dataclasses
-
     cfg = load_config(args.params, args.corpus) if args.corpus else CleanConfig()
     if args.workers is not None:
         cfg = dataclasses.replace(cfg, cleaner=dataclasses.replace(cfg.cleaner, workers=args.workers))

@@ -5,21 +5,11 @@
         --compare data/models/compare --finetuned data/models/finetune --pretrained data/models/pretrain \
         --dapt data/models/dapt --report reports/objectives.md --metrics reports/metrics/objectives.json
 
-Each entry of ``compare.objectives`` (``<name>: {paradigm, objective[, train]}``) has three stages of its own in
-``experiments/compare/dvc.yaml`` (the comparison's DVC file, beside the product's dvc.yaml):
-``compare-pretrain@<name>`` and ``compare-dapt@<name>`` run the pre-training stage with that objective
-(``--variant``) on the FLOPs of the paradigm's own general and DAPT runs (``--match-flops``: their tokens x
-FLOPs per token), and ``compare-finetune@<name>`` fine-tunes the domain-adapted model with the finetune stage's
-recipe, heads and seeds. This stage reads those folders and the default run's ``<paradigm>-dapt`` /
-``<paradigm>-random`` fine-tunes, fine-tunes every domain-adapted model (and random init) again on
-``compare.sizes`` labels over ``compare.seeds``, and writes one table per paradigm and a verdict generated from
-the numbers: which objective transfers best at each label count, against the paradigm's own objective, with the
-pooled seed std (:mod:`stages.evaluation.summary`).
-
-The list is empty by default (DVC then defines none of these stages); ``profiles/compare.yaml`` fills it
-(``make run PROFILE=compare``, which gives ``dvc exp run`` both DVC files as targets).
-``compare.reports: [objectives]`` defines this stage: DVC cannot make a stage depend on stages that may not
-exist, so the report is a ``foreach`` over that list too.
+Each entry (``<name>: {paradigm, objective[, train]}``) is pre-trained and fine-tuned by its own stages in
+``experiments/compare/dvc.yaml`` (``compare-pretrain@``, ``compare-dapt@``, ``compare-finetune@<name>``); this stage
+fine-tunes every domain-adapted model and random init again on ``compare.sizes`` labels and writes one table per
+paradigm and a verdict from the numbers. ``profiles/compare.yaml`` fills the list; ``compare.reports: [objectives]``
+defines this stage (DVC cannot depend on stages that may not exist).
 """
 
 from __future__ import annotations

@@ -1,16 +1,11 @@
 """Typed, validated configuration loaded from ``params.yaml``.
 
-Every stage declares frozen, keyword-only dataclasses for the params section it reads and builds them with
-:func:`build`. Pydantic validates the data against the dataclass's annotations, strictly as JSON types are (a
-string is not a number, a boolean is not an integer, an integer is a valid float, YAML lists fill tuples), and
-rejects unknown and missing keys; its errors are turned into one line naming the dotted key
-(``ingest.general.sources[0].package: expected a string, got int 5``). A typo in params.yaml therefore fails
-before any work starts instead of being silently ignored.
-
-Field types: ``bool``, ``int``, ``float``, ``str``, ``Literal[...]``, ``tuple[X, ...]``, ``dict[str, X]``,
-``X | None``, nested dataclasses, and unions of dataclasses told apart by a ``kind: Literal[...]`` field
-(tagged unions, e.g. the source kinds of ingest; an error names the member the data's ``kind`` picks).
-``__post_init__`` range checks raise ValueError with a message starting with the field (see :func:`check`).
+Each stage declares frozen, keyword-only dataclasses for its params section and builds them with :func:`build`:
+pydantic validates the data strictly as JSON types (a string is not a number, a boolean is not an integer, YAML
+lists fill tuples), rejects unknown and missing keys, and its errors become one line naming the dotted key
+(``ingest.general.sources[0].package: expected a string, got int 5``), so a typo fails before any work starts.
+Unions of dataclasses are told apart by a ``kind: Literal[...]`` field; ``__post_init__`` range checks use
+:func:`check`.
 """
 
 from __future__ import annotations
@@ -41,12 +36,6 @@ class Params(dict):
     source: Path | None = None
 
 
-def _represent_params() -> None:
-    import yaml
-
-    yaml.SafeDumper.add_representer(Params, yaml.representer.SafeRepresenter.represent_dict)
-
-
 def load_params(path: str | Path = "params.yaml") -> dict[str, Any]:
     """Read a params file (YAML) into a dict; a missing or malformed file is a ConfigError naming it."""
     import yaml
@@ -62,7 +51,7 @@ def load_params(path: str | Path = "params.yaml") -> dict[str, Any]:
         raise ConfigError(f"{p}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{p}: expected a mapping at the top level")
-    _represent_params()  # yaml.safe_dump writes it as the mapping it is
+    yaml.SafeDumper.add_representer(Params, yaml.representer.SafeRepresenter.represent_dict)  # dumped as a mapping
     params = Params(data)
     params.source = p
     return params
@@ -71,12 +60,12 @@ def load_params(path: str | Path = "params.yaml") -> dict[str, Any]:
 def section(params: dict[str, Any], dotted: str) -> Any:
     """Return ``params[a][b]...`` for ``dotted = "a.b"``; a missing key is a ConfigError naming it."""
     node: Any = params
-    walked = []
-    for part in dotted.split("."):
-        walked.append(part)
+    parts = dotted.split(".")
+    for i, part in enumerate(parts):
         if not isinstance(node, dict) or part not in node:
             where = getattr(params, "source", None)
-            raise ConfigError(f"{where}: " * (where is not None) + f"{'.'.join(walked)}: missing section in params")
+            key = ".".join(parts[: i + 1])
+            raise ConfigError(f"{where}: " * (where is not None) + f"{key}: missing section in params")
         node = node[part]
     return node
 
@@ -143,13 +132,14 @@ def _replaced(data: Any, path: list[Any], value: Any) -> Any:
     return out
 
 
-def _members(tp: Any) -> list[Any]:
+def union_members(tp: Any) -> list[Any]:
+    """The types of a union but None ([] for any other type)."""
     return [a for a in get_args(tp) if a is not type(None)] if get_origin(tp) in (Union, types.UnionType) else []
 
 
 def _kinds(tp: Any) -> dict[Any, Any]:
     """A tagged union's ``kind`` values and the dataclass each picks ({} for any other type)."""
-    members = _members(tp)
+    members = union_members(tp)
     tags = {m: get_args(typing.get_type_hints(m).get("kind")) if dataclasses.is_dataclass(m) else () for m in members}
     return {k: m for m in members for k in tags[m]} if len(members) > 1 and all(tags.values()) else {}
 
@@ -161,7 +151,7 @@ def _walk(tp: Any, value: Any, loc: tuple) -> tuple[list[Any], Any, Any, str | N
     path: list[Any] = []
     parts = list(loc)
     while True:
-        members = _members(tp)
+        members = union_members(tp)
         if len(members) > 1:  # pydantic names the member it tried next in loc
             tag = parts.pop(0) if parts and parts[0] in {getattr(m, "__name__", None) for m in members} else None
             kinds = _kinds(tp)
@@ -215,22 +205,16 @@ def _message(cls: type, data: Any, errors: list[dict[str, Any]], where: str) -> 
             text = str(err["ctx"]["error"]) if "ctx" in err else err["msg"]
             return f"{key}.{text}" if key else text
         if base in _EXPECTED:
-            got = (
-                repr(value)
-                if base in ("int", "float", "bool")
-                else f"{type(value).__name__ if value is not None else 'null'}"
-            )
+            got = (repr(value) if base in ("int", "float", "bool")
+                   else type(value).__name__ if value is not None else "null")
             return f"{key}: expected {_EXPECTED[base]}, got {got}" + (f" {value!r}" if base == "string" else "")
         return f"{key}: {err['msg']}"
     return f"{where}: {errors[0]['msg']}"
 
 
 def check(condition: bool, message: str) -> None:
-    """Raise ValueError(message) unless condition; for ``__post_init__`` range checks.
-
-    Start the message with the field name (``"max_rows: must be >= min_rows"``) so the error names the
-    full dotted key once :func:`build` prefixes it.
-    """
+    """Raise ValueError(message) unless condition; for ``__post_init__`` range checks. Start the message with the
+    field name (``"max_rows: must be >= min_rows"``): :func:`build` prefixes the rest of the dotted key."""
     if not condition:
         raise ValueError(message)
 

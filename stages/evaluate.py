@@ -6,25 +6,9 @@ GPT's in-context learning, intrinsic scores before and after DAPT, and the model
         --tokens data/tokens --metrics reports/metrics/evaluation.json --plots reports/plots/data-efficiency \
         --report reports/evaluation.md --figures reports/figures --gate reports/quality/model-gate.json
 
-- Table: test accuracy and macro-F1 (mean ± std over the fine-tuning seeds) of every
-  ``finetune@<paradigm>-<init>`` run (read from its ``finetune.json``), with the majority-class baseline,
-  and per paradigm the gains of pre-training and of DAPT against the pooled seed noise.
-- Data efficiency: for ``evaluate.curve.paradigms`` x ``inits``, fine-tune on ``sizes`` training examples,
-  each over ``seeds`` (mean, standard deviation, range; ``workers`` runs at a time); the full-size point is
-  the finetune stage's seeds. The practitioner baselines (:mod:`stages.evaluation.baselines`: TF-IDF + a
-  linear classifier and fastText, each searched on validation) on the same samples are the series ``tfidf``
-  and ``fasttext``; every neural series is compared with the best of them at each label count.
-- Paradigms: parameters, pre-training tokens and FLOPs, training time and final losses next to the
-  fine-tuned score, from each model's ``training.json``.
-- In-context learning: the GPT models of ``evaluate.icl.inits`` scored with 0 / 1 / 5 demonstrations over
-  several prompt orderings, with and without contextual calibration.
-- Intrinsic: each pre-trained and DAPT model on the held-out blocks of the general and the domain corpus.
-- Gate: :mod:`stages.evaluation.gate`; its verdict goes to ``--gate`` whichever way it falls (the package
-  stage obeys it), so this stage does not fail on a weak model: it reports it.
-
-Outputs: the metrics JSON (``dvc metrics diff``), one TSV per data-efficiency series (``dvc plots diff``),
-``reports/evaluation.md`` with SVG figures and a verdict written from the numbers, and the gate verdict.
-Results are reported as measured.
+Outputs: the metrics JSON (``dvc metrics diff``), one TSV per data-efficiency series (``dvc plots diff``; the
+fine-tuned series and the practitioner baselines), ``reports/evaluation.md`` with SVG figures and a verdict written
+from the numbers, and the gate verdict, written whichever way it falls (the package stage obeys it).
 """
 
 from __future__ import annotations

@@ -5,14 +5,10 @@
         --output data/models/finetune/bert-pretrained --metrics reports/metrics/finetune-bert-pretrained.json \
         --plot reports/plots/finetune-bert-pretrained.tsv --report reports/quality/finetune-bert-pretrained.json
 
-``--init`` is ``pretrained`` (the general model), ``dapt`` (pass ``--model data/models/dapt/<paradigm>``) or
-``random`` (the same architecture, fresh weights, the same recipe). Before training, a gate checks the task
-data (labels in ``finetune.labels``, no text in two splits, class shares in bounds). Training stops early
-when the validation macro-F1 has not improved for ``patience`` evaluations; the best model is kept and only
-then scored on the test split, which nothing else touches. The output folder carries its model card
-(``README.md``, rendered from ``card.json``: the pre-training behind the model from the ``--model`` folder's
-card, the task's sources and licences from the ``manifest.json`` beside ``--task``, the scores over the seeds;
-``stages.provenance.stagecard``).
+``--init``: ``pretrained``, ``dapt`` (with ``--model data/models/dapt/<paradigm>``) or ``random`` (the same
+architecture, fresh weights). A gate checks the task data first; training stops early on validation
+macro-F1, the best model is kept and only then scored on the test split. The output folder carries its model
+card (``stages.provenance.stagecard``).
 """
 
 from __future__ import annotations
@@ -62,10 +58,8 @@ def _run(args: argparse.Namespace, log) -> dict:
     tmp = args.staged.path
     out["classifier"].model.save_pretrained(str(tmp))
     out["tokenizer"].save_pretrained(str(tmp))
-    write_json_atomic(tmp / "finetune.json", {"config": asdict(out["config"]), "metrics": metrics,
-                                              "curve": out["curve"],
-                                              "init": args.init, "model": str(args.model),
-                                              "labels": list(cfg.labels)})
+    write_json_atomic(tmp / "finetune.json", {"config": asdict(out["config"]), "metrics": metrics, "curve": out["curve"],
+                                              "init": args.init, "model": str(args.model), "labels": list(cfg.labels)})
     stagecard.write(tmp, stagecard.finetune_facts(
         paradigm=args.paradigm, init=args.init, labels=list(cfg.labels), config=asdict(out["config"]),
         metrics=metrics, sources=task_sources, model_dir=args.model,

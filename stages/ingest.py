@@ -4,11 +4,8 @@
         --output data/ingested/general --report reports/quality/ingest-general.json \
         --metrics reports/metrics/ingest-general.json
 
-Core: :func:`ingest` reads every source of the corpus, gives each document its content-hash id, drops exact
-duplicates (and, for labeled data, texts whose copies disagree on the label), assigns splits by group, writes
-``documents.parquet`` and ``manifest.json`` into the folder the stage's entry gives it (a temporary sibling of
-``--output``) and returns the Great Expectations gate; the entry (``stages.common.cli.Stage``) checks the gate and
-only then renames the folder into place. A failed source or gate leaves the previous output untouched.
+The core (:func:`stages.sources.ingest.ingest`) writes ``documents.parquet`` and ``manifest.json`` into a
+temporary sibling of ``--output``; the stage's entry checks the gate, then renames it into place.
 """
 
 from __future__ import annotations

@@ -5,32 +5,12 @@
     python -m stages.lineage ~/bentoml/models/lm-pipeline-classifier/<version> --json
     python -m stages.lineage data/models/dapt/bert --card                # any model folder of this workspace
 
-Prints the chain from the raw sources (with their checksums) through cleaning, tokenizer, token datasets,
-pre-training, DAPT, fine-tuning, every gate and the evaluation to the Bento. The record travels inside the
-Bento (``lineage.json`` in the classifier model), so this works wherever the Bento was imported. A model
-folder of a workspace (``data/models/...``) gets the record the package stage would build for it from
-``dvc.lock``; ``--card`` prints a model's card (``README.md``) rendered from its record instead of the chain.
-
-``--verify`` recomputes hashes: the record's own consistency and the packaged models' files against it
-(anywhere), and, where there is a workspace (``--workspace``, default: the nearest folder at or above the
-current one holding a ``dvc.lock``), every upstream
-stage's ``dvc.lock`` entry and every file they read or wrote. For a Bento (an exported file, a Bento folder
-or a tag in the store) it also checks every file, models included, against the Bento's manifest
-(``provenance/manifest.json``, the SHA-256 of each file, written by the package stage): a file that
-differs, is missing or is not listed is a mismatch, as is byte-code or a native extension under ``src/``.
-For a workspace model folder it also checks the model card its training stage wrote there
-(``README.md`` against the ``card.json`` beside it, and that file's sources and licences against the ingest
-manifests; ``stages.provenance.stagecard``). Each mismatch is printed with the file it concerns; the exit
-status is 1 when there is any (2 when the target cannot be read).
-
-The threat model: someone who can rewrite the Bento can rewrite a weight file, ``lineage.json`` and the
-manifest together, and without a workspace they agree. What binds them is outside the Bento: ``--pin
-SHA256``, the manifest's digest (or the exported archive's) taken from where the publisher cannot rewrite
-it (the package stage writes both to ``reports/metrics/package.json``, kept in git; a registry's own
-record), or ``--public-key PEM``, the operator's ed25519 key whose private half signed the manifest at
-packaging (``LMPIPE_SIGNING_KEY``). Without either, ``--verify`` lists every file it could not bind, says
-that the result proves consistency, not origin, and exits 0 when the Bento agrees with itself (as it always
-has: docs/auditing.md); ``--strict`` makes that case exit 1.
+Prints the chain from the raw sources to the Bento from the record inside it (``lineage.json``; a workspace
+model folder gets the record the package stage would build), or with ``--card`` the model card rendered from it.
+``--verify`` recomputes hashes (the record, the packaged files, the workspace's ``dvc.lock`` and files, every
+file of a Bento against its manifest, a folder's own card) and exits 1 on any mismatch, 2 when the target
+cannot be read. Only ``--pin SHA256`` or ``--public-key PEM`` bind a Bento to its origin; without either the
+result proves consistency only (exit 0, or 1 with ``--strict``). docs/auditing.md has the threat model.
 """
 
 from __future__ import annotations
@@ -44,7 +24,7 @@ from pathlib import Path
 from stages.provenance import stagecard
 from stages.provenance.card import classifier_card, generative_card
 from stages.provenance.chain import render
-from stages.provenance.manifest import load_public_key
+from stages.provenance.manifest import load_key
 from stages.provenance.record import LineageError, find_workspace
 from stages.provenance.targets import open_target
 from stages.provenance.verify import verify
@@ -80,13 +60,11 @@ def main(argv: Iterable[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m stages.lineage", description=__doc__.split("\n\n")[0])
     ap.add_argument("target", help="an exported .bento file, a Bento or model tag, a Bento or model folder")
     ap.add_argument("--verify", action="store_true", help="recompute hashes; exit 1 on any mismatch")
-    ap.add_argument("--workspace", type=Path, help="the project folder to verify against (default: a workspace "
-                                                   "model folder's own; else the nearest folder at or above the "
-                                                   "current one holding dvc.lock)")
-    ap.add_argument("--pin", metavar="SHA256", help="with --verify and a Bento (exported file, folder or tag): the "
-                                                    "SHA-256 of its manifest (package.json manifest_sha256) or of the "
-                                                    "exported archive (sha256), from a place its publisher cannot "
-                                                    "rewrite; binds every file")
+    ap.add_argument("--workspace", type=Path, help="the project folder to verify against (default: the model "
+                    "folder's own, else the nearest folder at or above the current one holding dvc.lock)")
+    ap.add_argument("--pin", metavar="SHA256", help="with --verify and a Bento: the SHA-256 of its manifest "
+                    "(package.json manifest_sha256) or of the exported archive, from where its publisher cannot "
+                    "rewrite it; binds every file")
     ap.add_argument("--public-key", metavar="PEM", type=Path,
                     help="with --verify and a Bento: the ed25519 public key whose private key signed the manifest "
                          "at packaging (LMPIPE_SIGNING_KEY); binds every file")
@@ -95,33 +73,25 @@ def main(argv: Iterable[str] | None = None) -> int:
                          "audit that must prove origin, not only consistency)")
     ap.add_argument("--json", action="store_true", help="print the record (and the verdict) as JSON")
     ap.add_argument("--card", action="store_true", help="print the model card rendered from the record (for a "
-                                                        "pre-trained or DAPT folder of a workspace, that model's)")
+                    "pre-trained or DAPT folder of a workspace, that model's)")
     args = ap.parse_args(list(argv) if argv is not None else None)
 
+    verdict = None
     try:
         target = open_target(args.target)
+        binding = [flag for flag, value in (("--pin", args.pin), ("--public-key", args.public_key)) if value]
+        if binding and not (args.verify and target.files is not None):
+            raise LineageError(f"{' and '.join(binding)} check a Bento (an exported .bento, a Bento folder or a Bento "
+                               f"tag) with --verify; {args.target} is "
+                               f"{'not one' if args.verify else 'given without --verify'}")
+        public_key = load_key(args.public_key, private=False) if args.public_key is not None else None
+        workspace = (args.workspace or target.workspace or find_workspace(Path.cwd())) if args.verify else None
+        if args.verify and args.workspace is not None and not (workspace / "dvc.lock").is_file():
+            raise LineageError(f"{workspace}: no dvc.lock in this workspace")
     except LineageError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    verdict, workspace = None, None
-    binding = [flag for flag, value in (("--pin", args.pin), ("--public-key", args.public_key)) if value]
-    if binding and not (args.verify and target.files is not None):
-        print(f"error: {' and '.join(binding)} check a Bento (an exported .bento, a Bento folder or a Bento tag) "
-              f"with --verify; {args.target} is {'not one' if args.verify else 'given without --verify'}",
-              file=sys.stderr)
-        return 2
-    public_key = None
-    if args.public_key is not None:
-        try:
-            public_key = load_public_key(args.public_key)
-        except LineageError as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return 2
     if args.verify:
-        workspace = args.workspace or target.workspace or find_workspace(Path.cwd())
-        if args.workspace is not None and not (workspace / "dvc.lock").is_file():
-            print(f"error: {workspace}: no dvc.lock in this workspace", file=sys.stderr)
-            return 2
         verdict = verify(target.record, packaged=target.packaged, workspace=workspace, src=target.src,
                          all_files=target.all_files, bento=target.bento, pin=args.pin, files=target.files,
                          manifest=target.manifest, signature=target.signature, public_key=public_key,
@@ -130,34 +100,30 @@ def main(argv: Iterable[str] | None = None) -> int:
                              "workspace: none (no dvc.lock here or above; only the Bento's own files and the record's "
                              "own consistency were checked, not the data and code upstream)")
         if target.folder and target.workspace is not None:  # the card its stage wrote into the folder
-
             problems, verified = stagecard.check(target.workspace / target.folder, target.record.get("sources"))
             verdict.checked += 1 + len((stagecard.read_facts(target.workspace / target.folder) or {}).get("corpora")
                                        or {})
             verdict.mismatches += problems
             verdict.verified += [v for v in verified if not v.endswith("no folder card to check")]
             verdict.notes += [v for v in verified if v.endswith("no folder card to check")]
-    if args.card:
-        by = "`python -m stages.lineage --card`"
-        if target.stage and not target.stage.startswith("finetune@"):
-            print(generative_card(target.record, target.folder, by=by), end="")
-        else:
-            print(classifier_card(target.record, by=by), end="")
-        if verdict is not None:
-            print()
-            print(report(verdict, workspace is not None))
-    elif args.json:
+    if args.json and not args.card:
         out = {"bento": target.bento, "record": target.record}
         if verdict is not None:
             out["verify"] = verdict.as_dict()
         json.dump(out, sys.stdout, indent=2, sort_keys=True)
         sys.stdout.write("\n")
     else:
-        if target.folder:
-            print(f"Workspace model folder {target.folder} (written by {target.stage}); the record of the classifier "
-                  f"{target.record['model']['name']}" + ("" if target.stage.startswith("finetune@") else
-                                                        ", which it is upstream of") + ":")
-        print(render(target.record, target.bento))
+        by = "`python -m stages.lineage --card`"
+        if args.card and target.stage and not target.stage.startswith("finetune@"):
+            print(generative_card(target.record, target.folder, by=by), end="")
+        elif args.card:
+            print(classifier_card(target.record, by=by), end="")
+        else:
+            if target.folder:
+                print(f"Workspace model folder {target.folder} (written by {target.stage}); the record of the "
+                      f"classifier {target.record['model']['name']}" + ("" if target.stage.startswith("finetune@")
+                                                                       else ", which it is upstream of") + ":")
+            print(render(target.record, target.bento))
         if verdict is not None:
             print()
             print(report(verdict, workspace is not None))

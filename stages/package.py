@@ -4,29 +4,12 @@
         --finetuned data/models/finetune --pretrained data/models/pretrain --dapt data/models/dapt \
         --service infra/service.py --metrics reports/metrics/package.json
 
-1. Obeys ``reports/quality/model-gate.json``: when ``passed`` is false nothing is packaged and the stage
-   fails with the gate's failed checks (the previous Bento, export and metrics stay as they were).
-2. Collects the lineage record (``stages.provenance.record``), refusing a workspace that differs from
-   ``dvc.lock``.
-3. Saves the selected fine-tuned model (its folder byte for byte, its own ``README.md`` aside, plus
-   ``lineage.json``) and, as ``package.generative`` chooses, the pre-trained models into the BentoML model store with
-   ``bentoml.models.create``; labels and metadata carry the commit, the upstream stages' ``dvc.lock`` hashes,
-   the params, the gates' results and the evaluation metrics. Each model folder gets a ``README.md`` model
-   card rendered from the lineage record (``stages.provenance.card``), in place of the card its training
-   stage wrote (``stages.provenance.stagecard``, which cannot know the gate's verdict).
-4. Builds a Bento from ``infra/service.py`` with the ``stages`` package inside (the service imports its
-   pre/post-processing from there), its README the Bento's card, its image declared (this interpreter's
-   Python version, the distribution, system packages, pinned Python packages) and its resources in the
-   service config (``package.resources``), and exports it to ``package.registry`` (a folder or any fsspec
-   URL) as ``<name>-<version>.bento``. Before exporting, the Bento gets its manifest
-   (``stages.provenance.manifest``: the SHA-256 of every file of the Bento, models included), signed with the
-   operator's ed25519 key when ``LMPIPE_SIGNING_KEY`` names one (a PEM private key); the metrics record the
-   manifest's SHA-256 (``manifest_sha256``), the signing key's fingerprint and the exported archive's SHA-256
-   and size (read back through fsspec for a remote registry), so an auditor can pin them from git
-   (``python -m stages.lineage BENTO --verify --pin ...``). A registry URL's user-info (``user:secret@``) is
-   never written or logged.
-
-The BentoML store is ``$BENTOML_HOME`` (default ``~/bentoml``).
+Refuses unless the model gate passed; collects the lineage record (``stages.provenance.record``); saves the
+selected classifier and the ``package.generative`` models to the BentoML store (``$BENTOML_HOME``), each with the
+card its record renders (``stages.provenance.card``); builds the Bento from ``infra/service.py`` and ``stages``;
+seals it with a manifest (signed with ``LMPIPE_SIGNING_KEY``) and exports it to ``package.registry``. The metrics
+record the manifest's and the archive's SHA-256 for ``python -m stages.lineage BENTO --verify --pin``; a
+registry URL's user-info is never written or logged (``stages.serving.package``).
 """
 
 from __future__ import annotations

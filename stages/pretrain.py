@@ -5,18 +5,11 @@
         --output models/pretrain/gpt --checkpoints checkpoints/pretrain/gpt \
         --metrics reports/metrics/pretrain-gpt.json --plot reports/plots/pretrain-gpt.tsv
 
-``--section dapt --corpus domain --init models/pretrain/gpt`` continues a general model on the domain
-corpus with the same objective and tokenizer ("Don't Stop Pretraining", Gururangan et al. 2020), on its
-own budget (``dapt.<paradigm>.train``). The same command runs data-parallel under
-``torchrun --nproc_per_node N -m stages.pretrain ...`` or ``accelerate launch --multi_gpu --num_processes N -m
-stages.pretrain ...``; the plain command relaunches itself that way when ``LMPIPE_TRAIN_PROCESSES`` is above 1
-(``stages.training.launch``; the Prefect flow's ``train_processes``).
-
-The output folder holds the model (``save_pretrained``, safetensors) and its tokenizer, so stock
-``AutoModelFor...`` / ``AutoTokenizer`` / ``pipeline`` load it, plus ``training.json`` (config, inputs'
-hashes, results) and its model card (``README.md``, rendered from ``card.json``: data and licences from the
-``--sources`` manifests, objective, size, tokens, held-out scores; ``stages.provenance.stagecard``). A killed
-run resumes from ``--checkpoints`` when rerun with the same params and inputs.
+``--section dapt --corpus domain --init models/pretrain/gpt`` continues a general model on the domain corpus
+(Gururangan et al. 2020) on its own budget. Runs data-parallel under ``torchrun`` / ``accelerate launch``, or
+relaunches itself so when ``LMPIPE_TRAIN_PROCESSES`` > 1 (``stages.training.launch``). The output folder
+holds the model and its tokenizer (stock ``AutoModelFor...`` / ``pipeline`` load it), ``training.json`` and
+its model card (``stages.provenance.stagecard``). A killed run resumes from ``--checkpoints``.
 """
 
 from __future__ import annotations

@@ -1,12 +1,9 @@
 """Profiles: small, named diffs over params.yaml (presets are diffs, not copies).
 
 ``profiles/<name>.yaml`` maps dotted params keys to values. ``python -m stages.profile gpu`` validates the
-keys against params.yaml (and the typed configs) and prints ``-S key=value`` arguments for
-``dvc exp run``, which is what ``make run PROFILE=gpu`` does. When the params it makes name comparison runs
-(``compare.objectives`` / ``compare.reports``, as profiles/compare.yaml does), the arguments end with both DVC
-project files as targets, ``dvc.yaml experiments/compare/dvc.yaml``: ``dvc exp run`` with no target runs the
-root's dvc.yaml only, the product's pipeline. Profiles compose: ``PROFILE="gpu gpu-quick"``
-applies gpu.yaml, then gpu-quick.yaml over it (a key in both takes the later value).
+keys against params.yaml (and the typed configs) and prints ``-S key=value`` arguments for ``dvc exp run``
+(``make run PROFILE=gpu``), ending with both DVC project files as targets when the params name comparison
+runs (:func:`targets`). Profiles compose: ``PROFILE="gpu gpu-quick"`` applies gpu.yaml, then gpu-quick.yaml.
 """
 
 from __future__ import annotations
@@ -37,21 +34,25 @@ def load_profile(name: str, root: Path = Path(".")) -> dict[str, Any]:
     return data
 
 
-def profile_names(spec: str | list[str] | tuple[str, ...]) -> list[str]:
-    """``"gpu gpu-quick"``, ``"gpu,gpu-quick"`` or a list: the names in the order they are applied."""
+def load_profiles(spec: str | list[str] | tuple[str, ...], root: Path = Path(".")) -> tuple[dict[str, Any], str]:
+    """The profiles ``spec`` names (``"gpu gpu-quick"``, ``"gpu,gpu-quick"`` or a list) merged in order (later
+    wins) and a label naming their files for messages."""
     names = spec.replace(",", " ").split() if isinstance(spec, str) else [str(n) for n in spec]
     if not names:
         raise ConfigError("no profile named")
-    return names
-
-
-def load_profiles(spec: str | list[str] | tuple[str, ...], root: Path = Path(".")) -> tuple[dict[str, Any], str]:
-    """The named profiles merged in order (later wins) and a label naming their files for messages."""
     merged: dict[str, Any] = {}
-    names = profile_names(spec)
     for name in names:
         merged.update(load_profile(name, root))
     return merged, " + ".join(f"profiles/{name}.yaml" for name in names)
+
+
+def load_checked(spec: str | list[str], root: Path = Path(".")) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The merged profiles of ``spec`` and ``root``'s params.yaml, once every stage config builds from the
+    params they make (:func:`validate`); a ConfigError otherwise."""
+    profile, label = load_profiles(spec, root)
+    params = load_params(root / "params.yaml")
+    validate(apply(params, profile, label))
+    return profile, params
 
 
 def set_value(node: dict, key: str, value: Any) -> None:
@@ -89,11 +90,12 @@ def schema_depth(dotted: str) -> int:
     return 0
 
 
-def apply(params: dict[str, Any], profile: dict[str, Any], where: str = "profile") -> dict[str, Any]:
-    """``params`` with the profile's dotted keys set (a mapping merged into one there, see :func:`set_value`).
-    A key params.yaml leaves out is added when it is a config field (:func:`schema_depth`); any other missing
-    key is a ConfigError."""
-    out = copy.deepcopy(params)
+def apply(params: dict[str, Any], profile: dict[str, Any], where: str = "profile", *,
+          inplace: bool = False) -> dict[str, Any]:
+    """``params`` (a copy unless ``inplace``) with the profile's dotted keys set (a mapping merged into one
+    there, see :func:`set_value`). A key params.yaml leaves out is added when it is a config field
+    (:func:`schema_depth`); any other missing key is a ConfigError."""
+    out = params if inplace else copy.deepcopy(params)
     for dotted, value in profile.items():
         node = out
         parts = str(dotted).split(".")
@@ -111,50 +113,41 @@ def apply(params: dict[str, Any], profile: dict[str, Any], where: str = "profile
 
 def validate(params: dict[str, Any]) -> None:
     """Build every stage config from ``params`` so a profile cannot produce an invalid run."""
-    from stages.cleaning.config import load_config as clean_config
-
-    for corpus, data in params.get("ingest", {}).items():
-        build(CorpusConfig, data, f"ingest.{corpus}")
     import tempfile
 
     import yaml
 
+    from stages.cleaning.config import load_config as clean_config
+    from stages.evaluation.config import load_compare_config, load_evaluate_config
+    from stages.finetuning.core import load_config as finetune_config
+    from stages.serving.config import load_config as package_config
+    from stages.tokenization.config import load_tokens_config
+    from stages.tokenization.tokenizer import load_tokenizer_config
+    from stages.training.config import load_config as pretrain_config
+
+    for corpus, data in params.get("ingest", {}).items():
+        build(CorpusConfig, data, f"ingest.{corpus}")
     with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as fh:
         yaml.safe_dump(params, fh)
+    path = Path(fh.name)
     try:
-        for corpus in params.get("clean", {}):
-            if corpus != "defaults":
-                clean_config(Path(fh.name), corpus)
-        from stages.tokenization.config import load_tokens_config as tokens_config
-        from stages.tokenization.tokenizer import load_tokenizer_config as tokenizer_config
-        from stages.training.config import load_config as pretrain_config
-
-        for paradigm in params.get("tokenizer", {}):
-            tokenizer_config(Path(fh.name), paradigm)
-        for name, loader in (("tokens", tokens_config), ("pretrain", None), ("dapt", None)):
+        for name, loader in (("clean", clean_config), ("tokenizer", load_tokenizer_config),
+                             ("tokens", load_tokens_config), ("pretrain", None), ("dapt", None)):
             for paradigm in params.get(name, {}):
-                if paradigm != "defaults":
-                    loader(Path(fh.name), paradigm) if loader else pretrain_config(Path(fh.name), name, paradigm)
+                if paradigm != "defaults" or name == "tokenizer":  # tokenizer has no defaults section
+                    loader(path, paradigm) if loader else pretrain_config(path, name, paradigm)
         if "compare" in params:
-            from stages.evaluation.config import load_compare_config as compare_config
-
-            for entry in compare_config(Path(fh.name)).entries():  # each objective's runs, as its stages build them
+            for entry in load_compare_config(path).entries():  # each objective's runs, as its stages build them
                 for name in ("pretrain", "dapt"):
-                    pretrain_config(Path(fh.name), name, entry["paradigm"], entry["name"])
-        from stages.evaluation.config import load_evaluate_config as evaluate_config
-        from stages.finetuning.core import load_config as finetune_config
-
+                    pretrain_config(path, name, entry["paradigm"], entry["name"])
         for paradigm in params.get("finetune", {}):
             if paradigm != "defaults":
-                finetune_config(Path(fh.name), paradigm)
-        if "evaluate" in params:
-            evaluate_config(Path(fh.name))
-        if "package" in params:
-            from stages.serving.config import load_config as package_config
-
-            package_config(Path(fh.name))
+                finetune_config(path, paradigm)
+        for name, loader in (("evaluate", load_evaluate_config), ("package", package_config)):
+            if name in params:
+                loader(path)
     finally:
-        Path(fh.name).unlink()
+        path.unlink()
 
 
 def _override(value: Any) -> str:
@@ -175,11 +168,8 @@ def set_args(profile: dict[str, Any], params: dict[str, Any] | None = None) -> l
     key ``params`` does not have, is set with ``++`` (Hydra's add-or-override: plain ``-S`` only overrides)."""
     args = []
     for key, value in profile.items():
-        if isinstance(value, dict):
-            args += ["-S", f"++{key}={_override(value)}"]
-        else:
-            add = "++" if params is not None and not _has(params, str(key)) else ""
-            args += ["-S", f"{add}{key}={_override(value) if not isinstance(value, str) else value}"]
+        add = "++" if isinstance(value, dict) or (params is not None and not _has(params, str(key))) else ""
+        args += ["-S", f"{add}{key}={value if isinstance(value, str) else _override(value)}"]
     return args
 
 
@@ -215,9 +205,7 @@ def main(argv: list[str] | None = None) -> int:
               "then targets when comparison runs are named; later names win)", file=sys.stderr)
         return 2
     try:
-        profile, label = load_profiles(argv)
-        params = load_params("params.yaml")
-        validate(apply(params, profile, label))
+        profile, params = load_checked(argv)
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

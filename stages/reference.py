@@ -1,9 +1,7 @@
-"""The params reference (docs/params.md), generated from the config classes' field docs.
+"""The params reference (docs/params.md), generated from the docstrings under the config classes' fields.
 
-Each option is documented once, as the docstring under its field in the config dataclass (the string literal
-that follows ``name: type = default``). ``python -m stages.reference`` writes docs/params.md from them;
-``--check`` exits 1 when the committed page differs from what the code would generate, and the unit tests
-run that check, so a field cannot change without its reference changing too.
+``python -m stages.reference`` writes the page; ``--check`` exits 1 when the committed page differs from what
+the code would generate (a unit test runs it), so a field cannot change without its reference changing too.
 """
 
 from __future__ import annotations
@@ -16,11 +14,11 @@ import inspect
 import json
 import sys
 import textwrap
-import types
 import typing
 from pathlib import Path
-from typing import Any, Literal, Union, get_args, get_origin
+from typing import Any, Literal, get_args, get_origin
 
+from stages.config import union_members
 from stages.params.sections import SECTIONS, SKIP
 
 PAGE = Path("docs/params.md")
@@ -39,16 +37,12 @@ def field_docs(cls: type) -> dict[str, str]:
     return docs
 
 
-def _members(tp: Any) -> list[Any]:
-    return [a for a in get_args(tp) if a is not type(None)] if get_origin(tp) in (Union, types.UnionType) else []
-
-
 def type_name(tp: Any) -> str:
     """A field's type in the words of params.yaml (YAML types)."""
-    members = _members(tp)
+    members = union_members(tp)
     if len(members) > 1 and all(dataclasses.is_dataclass(m) for m in members):
         return "mapping with a `kind` (below)"
-    if get_origin(tp) is tuple and len(_members(get_args(tp)[0])) > 1:
+    if get_origin(tp) is tuple and len(union_members(get_args(tp)[0])) > 1:
         return "list of " + type_name(get_args(tp)[0]).replace("mapping with", "mappings, each with")
     if members:
         named = " or ".join(type_name(m) for m in members)
@@ -66,44 +60,35 @@ def type_name(tp: Any) -> str:
 
 
 def default_text(f: dataclasses.Field) -> str:
-    if f.default is not dataclasses.MISSING:
-        value = f.default
-    elif f.default_factory is not dataclasses.MISSING:
-        value = f.default_factory()
-    else:
+    if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
         return "required"
+    value = f.default if f.default is not dataclasses.MISSING else f.default_factory()
     if dataclasses.is_dataclass(value):
         return ""
-    return "`" + json.dumps(value if not isinstance(value, tuple) else list(value)) + "`"
+    return "`" + json.dumps(list(value) if isinstance(value, tuple) else value) + "`"
 
 
-def rows(cls: type, prefix: str, missing: list[str]) -> tuple[list[str], list[tuple[str, type]]]:
-    """Table rows for ``cls``'s plain fields and the nested mappings (key, class) to describe after them."""
-    hints = typing.get_type_hints(cls)
-    docs = field_docs(cls)
-    out, nested = [], []
+def describe(cls: type, prefix: str, missing: list[str], depth: int = 2) -> list[str]:
+    """A table of ``cls``'s plain fields, then a section per nested mapping; undocumented fields go to ``missing``."""
+    hints, docs = typing.get_type_hints(cls), field_docs(cls)
+    lines, nested = [], []
     for f in dataclasses.fields(cls):
         if f.name in SKIP.get(cls, ()):
             continue
-        key, tp = f"{prefix}{f.name}", hints[f.name]
+        key, tp = f.name, hints[f.name]
         if f.name not in docs:
             missing.append(f"{cls.__module__}.{cls.__qualname__}.{f.name}")
-        inner = _members(tp) or [tp]
+        inner = union_members(tp) or [tp]
         if all(dataclasses.is_dataclass(m) for m in inner):
             nested += [(key, m) for m in inner]
             if len(inner) == 1:
                 continue
         elif get_origin(tp) in (tuple, dict) and dataclasses.is_dataclass(get_args(tp)[-1] if get_args(tp) else None):
             nested.append((key + ("[]" if get_origin(tp) is tuple else ".<name>"), get_args(tp)[-1]))
-        elif get_origin(tp) is tuple and _members(get_args(tp)[0]):
-            nested += [(key + "[]", m) for m in _members(get_args(tp)[0])]
+        elif get_origin(tp) is tuple and union_members(get_args(tp)[0]):
+            nested += [(key + "[]", m) for m in union_members(get_args(tp)[0])]
         cells = (f"`{key}`", type_name(tp), default_text(f), docs.get(f.name, ""))
-        out.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
-    return out, nested
-
-
-def describe(cls: type, prefix: str, missing: list[str], depth: int = 2) -> list[str]:
-    lines, nested = rows(cls, "", missing)
+        lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
     out = ["| key | type | default | what it does |", "|---|---|---|---|", *lines, ""] if lines else []
     for key, sub in nested:
         kind = get_args(typing.get_type_hints(sub).get("kind", str))

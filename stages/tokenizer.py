@@ -1,17 +1,13 @@
-"""Tokenizer stage: train one paradigm's tokenizer on the cleaned general corpus and measure it.
-
-Under DVC (``tokenizer@bert``, ``tokenizer@gpt``, ``tokenizer@t5``):
+"""Tokenizer stage (``tokenizer@<paradigm>``): train one paradigm's tokenizer on the cleaned corpora and measure it.
 
     python -m stages.tokenizer --paradigm bert --params params.yaml \
         --train data/cleaned/general/documents.parquet \
         --eval general=data/cleaned/general/documents.parquet --eval domain=data/cleaned/domain/documents.parquet \
         --output data/tokenizers/bert --metrics reports/metrics/tokenizer-bert.json
 
-Training uses only the ``train`` side of the held-out split (``split`` in params.yaml); the metrics are
-measured on the held-out side of every ``--eval`` corpus: fertility (tokens per whitespace-separated
-word, special tokens not counted), unknown rate (share of tokens that are the unknown token) and the share
-of the vocabulary the held-out text uses. The output folder (written atomically) loads with stock
-``AutoTokenizer.from_pretrained``; ``provenance.json`` beside it records the input hash, config and counts.
+Trains on the ``train`` side of the split (``split`` in params.yaml); measures fertility (tokens per word),
+unknown rate and vocabulary use on the held-out side of every ``--eval`` corpus. The folder loads with
+``AutoTokenizer.from_pretrained``; its ``provenance.json`` records the inputs' hashes, config and counts.
 """
 
 from __future__ import annotations
@@ -22,9 +18,8 @@ from pathlib import Path
 
 from stages.common.cli import Stage, entry, named_path
 from stages.config import ConfigError
+from stages.tokenization.tokenizer import TokenizerCheckFailed, load_tokenizer_config, train_tokenizer
 from stages.tokenization.trainers import PARADIGMS
-from stages.tokenization.tokenizer import load_tokenizer_config
-from stages.tokenization.tokenizer import TokenizerCheckFailed, train_tokenizer
 
 
 def _arguments(ap: argparse.ArgumentParser) -> None:
@@ -40,7 +35,7 @@ def _arguments(ap: argparse.ArgumentParser) -> None:
 
 def _run(args: argparse.Namespace, log) -> dict:
     cfg, split = load_tokenizer_config(args.params, args.paradigm)
-    metrics = train_tokenizer(cfg, split, paradigm=args.paradigm, train_path=args.train,
+    metrics = train_tokenizer(cfg, split, paradigm=args.paradigm, train_paths=args.train,
                               eval_paths=dict(args.eval), out=args.staged.path, log=log)
     return {args.metrics: metrics}
 

@@ -1,19 +1,13 @@
-"""Token-dataset stage: tokenize the cleaned corpora with one paradigm's tokenizer and pack them into blocks.
-
-Under DVC (``tokens@bert``, ``tokens@gpt``, ``tokens@t5``):
+"""Token-dataset stage (``tokens@<paradigm>``): tokenize the cleaned corpora and pack them into blocks.
 
     python -m stages.tokens --paradigm gpt --params params.yaml --tokenizer data/tokenizers/gpt \
         --corpus general=data/cleaned/general/documents.parquet --corpus domain=data/cleaned/domain/documents.parquet \
         --output data/tokens/gpt --report reports/quality/tokens-gpt.json --metrics reports/metrics/tokens-gpt.json
 
-The output folder holds ``<corpus>/train.npy`` and ``<corpus>/heldout.npy`` (2-D block arrays, memory-mapped
-by training with ``np.load(path, mmap_mode="r")``) and ``manifest.json`` (layout and special ids, tokenizer and
-input hashes, counts). The split is the tokenizer stage's (``split`` in params.yaml). Encoding is batched and
-runs on every core (``tokenizers`` parallelises each batch); packing a batch overlaps with encoding the next.
-With ``LMPIPE_DASK`` set (``stages.common.shards``) the batches are encoded on a Dask cluster instead, as
-Prefect tasks, and packed here in input order: the same bytes either way.
-The core writes into a temporary sibling of the folder and returns its gate (``stages.quality.tokens_suite``);
-the stage's entry publishes the folder only after the gate passed.
+The folder holds ``<corpus>/{train,heldout}.npy`` (2-D block arrays, memory-mapped by training) and
+``manifest.json`` (layout, special ids, hashes, counts); the split is the tokenizer stage's. With ``LMPIPE_DASK``
+set the batches are encoded on a Dask cluster (the same bytes). The folder is published only after its gate
+(``stages.quality.tokens_suite``) passed.
 """
 
 from __future__ import annotations
@@ -25,9 +19,9 @@ from pathlib import Path
 from stages.common.cli import Stage, entry, named_path
 from stages.config import ConfigError
 from stages.quality.gate import GateFailed
-from stages.tokenization.trainers import PARADIGMS
 from stages.tokenization.config import load_tokens_config
 from stages.tokenization.datasets import make_token_datasets
+from stages.tokenization.trainers import PARADIGMS
 
 
 def _arguments(ap: argparse.ArgumentParser) -> None:

@@ -1,8 +1,5 @@
-"""C4's bad-words page filter with the LDNOOBW English list (npm ``naughty-words``, CC-BY-4.0).
-
-As C4's ``c4_utils.get_badwords_filter_fn``: a page is dropped when its lower-cased text holds a listed
-word flanked by non-word characters or the text's ends; applied after language ID.
-"""
+"""C4's bad-words page filter (``c4_utils.get_badwords_filter_fn``) with the LDNOOBW English list (npm
+``naughty-words``, CC-BY-4.0)."""
 
 from __future__ import annotations
 
@@ -31,7 +28,7 @@ class BadWordsConfig:
 
 
 def load_words(cfg: BadWordsConfig, cache_dir: Path) -> tuple[list[str], dict]:
-    """Fetch (or reuse from the cache) the npm package and return its word list plus provenance."""
+    """Fetch (or reuse from the cache) the npm package; its word list and provenance (stats.json's word_lists)."""
     prov = Provenance(kind="npm_badwords")
     tarball = fetch_npm(cfg.package, SourceContext(cache_dir=cache_dir), prov)
     member = f"package/{cfg.language}.json"
@@ -41,19 +38,17 @@ def load_words(cfg: BadWordsConfig, cache_dir: Path) -> tuple[list[str], dict]:
         except KeyError:
             raise SourceError(f"{tarball}: no word list {member}") from None
     words = sorted({w.strip().lower() for w in words if isinstance(w, str) and w.strip()})
-    return words, {"package": prov.packages[0], "file": prov.files[0], "words": len(words),
+    pkg = prov.packages[0]
+    return words, {"package": f"{pkg['name']}@{pkg['version']}", "integrity": pkg["integrity"],
+                   "sha256": prov.files[0]["sha256"], "words": len(words),
                    "licence": "CC-BY-4.0 (naughty-words / LDNOOBW)"}
 
 
 def compile_badwords(words: list[str]) -> re.Pattern[str]:
     """C4's regex: escaped words, flanked by a non-word character or the start/end of the text. The
     alternation is a trie of the same words (same matches, faster: benchmarks/cleaning.md)."""
-    return re.compile(r"(?:\W|^)(" + _trie_pattern(sorted(set(words))) + r")(?:\W|$)")
-
-
-def _trie_pattern(words: list[str]) -> str:
     trie: dict = {}
-    for word in words:
+    for word in sorted(set(words)):
         node = trie
         for ch in word:
             node = node.setdefault(ch, {})
@@ -66,14 +61,14 @@ def _trie_pattern(words: list[str]) -> str:
         body = branches[0] if len(branches) == 1 else "(?:" + "|".join(branches) + ")"
         return f"(?:{body})?" if "" in node else body
 
-    return pattern(trie)
+    return re.compile(r"(?:\W|^)(" + pattern(trie) + r")(?:\W|$)")
 
 
 class BadWordsFilter(Filter):
     name = "badwords"
 
     def __init__(self, words: list[str], reject_samples: int = 0) -> None:
-        super().__init__(reject_samples)
+        super().__init__(words, reject_samples)
         self.regex = compile_badwords(words) if words else None
 
     def apply(self, doc: Doc) -> str | None:

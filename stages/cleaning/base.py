@@ -1,14 +1,12 @@
-"""The record cleaning filters work on, and the base class that counts, times and samples what they drop.
-
-A filter answers keep (``None``) or drop (a reason) for one :class:`Doc`; line filters may rewrite
-``doc.text``. The base class keeps the counts and a few rejects per reason (as datatrove's ``BaseFilter``).
-"""
+"""The record cleaning filters work on, and the base class that counts, times and samples what they drop
+(as datatrove's ``BaseFilter``)."""
 
 from __future__ import annotations
 
+import json
 import time
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 
@@ -25,6 +23,15 @@ class Doc:
     raw_id: str = ""  # the id the input gave the document (kept in meta; never used as a key)
 
 
+def meta_dict(value: Any) -> dict:
+    """A document's ``meta`` JSON text as a dict; {} when it is not a string holding a JSON object."""
+    try:
+        meta = json.loads(value) if isinstance(value, str) else {}
+    except ValueError:
+        return {}
+    return meta if isinstance(meta, dict) else {}
+
+
 @dataclass
 class FilterStats:
     """What one filter did. Adding two stats objects merges shards."""
@@ -38,34 +45,28 @@ class FilterStats:
     lines_dropped: Counter = field(default_factory=Counter)
 
     def merge(self, other: "FilterStats") -> None:
-        self.docs_in += other.docs_in
-        self.docs_out += other.docs_out
-        self.chars_in += other.chars_in
-        self.chars_out += other.chars_out
-        self.seconds += other.seconds
-        self.dropped.update(other.dropped)
-        self.lines_dropped.update(other.lines_dropped)
+        for f in fields(self):
+            mine = getattr(self, f.name)
+            if isinstance(mine, Counter):
+                mine.update(getattr(other, f.name))
+            else:
+                setattr(self, f.name, mine + getattr(other, f.name))
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "docs_in": self.docs_in,
-            "docs_out": self.docs_out,
-            "docs_dropped": sum(self.dropped.values()),
-            "dropped_by_reason": dict(sorted(self.dropped.items())),
-            "lines_dropped": sum(self.lines_dropped.values()),
-            "lines_dropped_by_reason": dict(sorted(self.lines_dropped.items())),
-            "chars_in": self.chars_in,
-            "chars_out": self.chars_out,
-            "seconds": round(self.seconds, 3),
-        }
+        return {"docs_in": self.docs_in, "docs_out": self.docs_out, "docs_dropped": sum(self.dropped.values()),
+                "dropped_by_reason": dict(sorted(self.dropped.items())),
+                "lines_dropped": sum(self.lines_dropped.values()),
+                "lines_dropped_by_reason": dict(sorted(self.lines_dropped.items())),
+                "chars_in": self.chars_in, "chars_out": self.chars_out, "seconds": round(self.seconds, 3)}
 
 
 class Filter:
-    """Base of every cleaning filter. Subclasses set ``name`` and implement :meth:`apply`."""
+    """Base of every cleaning filter. Subclasses set ``name`` and implement :meth:`apply` (reading ``self.cfg``)."""
 
     name = "filter"
 
-    def __init__(self, reject_samples: int = 0) -> None:
+    def __init__(self, cfg: Any = None, reject_samples: int = 0) -> None:
+        self.cfg = cfg
         self.stats = FilterStats()
         self.reject_samples = reject_samples
         self.rejects: list[dict[str, Any]] = []

@@ -1,8 +1,5 @@
-"""C4's page and line rules, implemented to match tensorflow_datasets ``text/c4_utils.py``.
-
-Raffel et al. 2020, section 2.2, and ``clean_page``, in its order (which matters: "{" drops the page only
-on a line that passed the checks before it): see `C4Rules`.
-"""
+"""C4's page and line rules (Raffel et al. 2020, 2.2) as tensorflow_datasets ``text/c4_utils.py``'s ``clean_page``,
+in its order, which matters: "{" drops the page only on a line that passed the checks before it."""
 
 from __future__ import annotations
 
@@ -59,23 +56,14 @@ class C4Rules:
         check(all(self.end_marks), "end_marks: empty strings are not end marks")
 
 
-def _default_counter() -> Callable[[str, int], int]:
-    return count_sentences
-
-
 class PageLengthFilter(Filter):
     """Drop pages longer than ``max_page_chars`` characters before any other work (C4 does it first)."""
 
     name = "page_length"
 
-    def __init__(self, rules: C4Rules, reject_samples: int = 0) -> None:
-        super().__init__(reject_samples)
-        self.max_chars = rules.max_page_chars
-
     def apply(self, doc: Doc) -> str | None:
-        if self.max_chars and len(doc.text) > self.max_chars:
-            return "too_long"
-        return None
+        limit = self.cfg.max_page_chars
+        return "too_long" if limit and len(doc.text) > limit else None
 
 
 class C4LinesFilter(Filter):
@@ -84,19 +72,13 @@ class C4LinesFilter(Filter):
     name = "c4_lines"
 
     def __init__(self, rules: C4Rules, reject_samples: int = 0,
-                 count_sentences: Callable[[str, int], int] | None = None) -> None:
-        super().__init__(reject_samples)
-        self.r = rules
-        self._count = count_sentences
+                 count_sentences: Callable[[str, int], int] = count_sentences) -> None:
+        super().__init__(rules, reject_samples)
+        self.count = count_sentences
         self._policy = tuple(rules.policy_substrings) if rules.policy else ()
 
-    def count(self, text: str, limit: int) -> int:
-        if self._count is None:
-            self._count = _default_counter()
-        return self._count(text, limit)
-
     def apply(self, doc: Doc) -> str | None:
-        r = self.r
+        r = self.cfg
         kept: list[str] = []
         sentences = 0
         for line in doc.text.splitlines():
@@ -151,8 +133,6 @@ _TRACKING = re.compile(r"\?(utm_|ref|feed).*")
 
 def normalize_url(url: str) -> str:
     """c4_utils.normalize_url: drop scheme and ``www.``, tracking query strings and a trailing slash."""
-    url = _SCHEME_WWW.sub("", url)
-    url = _TRACKING.sub("", url)
-    return url.rstrip("/")
+    return _TRACKING.sub("", _SCHEME_WWW.sub("", url)).rstrip("/")
 
 

@@ -120,6 +120,5 @@ def config_from_section(data: dict[str, Any], where: str) -> CleanConfig:
 
 def load_config(params_path: Path, corpus: str) -> CleanConfig:
     params = load_params(params_path)
-    defaults = section(params, "clean.defaults")
-    override = section(params, f"clean.{corpus}") or {}
-    return config_from_section(deep_merge(defaults, override), f"clean.{corpus}")
+    merged = deep_merge(section(params, "clean.defaults"), section(params, f"clean.{corpus}") or {})
+    return config_from_section(merged, f"clean.{corpus}")

@@ -1,22 +1,15 @@
 """Corpus-wide deduplication as C4 does it: by URL before cleaning, by line after cleaning.
 
-URL dedup (c4.py "normalize and deduplicate by URL"): pages sharing a normalised URL keep the newest one
-(by timestamp; ties broken by id so the result never depends on input order). Pages without a URL are
-kept. Byte-identical pages (same id) are also kept once.
-
-Line dedup (c4_utils.remove_duplicate_text): every (stripped, lower-cased) line is hashed; among all pages
-holding a line, the page with the smallest page key (MD5 of its URL, or of its id) keeps it and every other
-page loses it; repeats inside the keeping page are dropped too. Then pages left empty or with fewer than
-3 Punkt sentences are dropped.
-
-Memory: shards write sorted (line hash, page key) pairs to disk; the selection runs one hash bucket at a
-time and workers memory-map the final table, so memory is bounded by the bucket, not the corpus
-(benchmarks/cleaning.md).
+URL dedup (c4.py): pages sharing a normalised URL keep one (`url_dedup`); byte-identical pages are kept once.
+Line dedup (c4_utils.remove_duplicate_text): among all pages holding a (stripped, lower-cased) line, the page
+with the smallest page key keeps it, repeats inside it are dropped too; then pages left empty or with too few
+sentences go. Shards write sorted (line hash, page key) pairs; the selection runs one hash bucket at a time,
+so memory is bounded by the bucket, not the corpus (benchmarks/cleaning.md).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,6 +17,7 @@ import numpy as np
 
 from stages.cleaning.base import Doc, Filter
 from stages.cleaning.c4 import line_key, normalize_url, page_key
+from stages.cleaning.sentences import count_sentences
 from stages.config import check
 
 
@@ -46,12 +40,10 @@ URL_RULES = ("newest", "tfds")
 
 
 def url_dedup(rows: Iterable[tuple], rule: str = "newest") -> tuple[set[int], int, int]:
-    """Pick which rows survive URL and exact-duplicate dedup.
+    """Pick which rows survive URL and exact-duplicate dedup: (indices to drop, URL duplicates, exact duplicates).
 
     ``rows``: (index, id, url, timestamp), plus the text's MD5 hex digest for ``rule="tfds"``. Per normalised
-    URL, ``newest`` keeps the latest timestamp (ties: smaller id; C4's paper), ``tfds`` the largest MD5, as
-    TFDS's ``c4_utils.dedupe_urls``. Returns (indices to drop, incl. exact duplicates; URL duplicates; exact
-    duplicates).
+    URL, ``newest`` keeps the latest timestamp (ties: smaller id; C4's paper), ``tfds`` the largest MD5 (TFDS).
     """
     if rule not in URL_RULES:
         raise ValueError(f"url_dedup_rule: {rule!r} is not one of {', '.join(URL_RULES)}")
@@ -70,10 +62,11 @@ def url_dedup(rows: Iterable[tuple], rule: str = "newest") -> tuple[set[int], in
             continue
         key = normalize_url(url)
         cand = (ts or "", did, idx) if rule == "newest" else (row[4], did, idx)
-        cur = best_by_url.get(key)
-        if cur is None:
-            best_by_url[key] = cand
-        elif (_newer(cand, cur) if rule == "newest" else cand[0] > cur[0]):
+        cur = best_by_url.setdefault(key, cand)
+        if cur is cand:
+            continue
+        # newest: C4's select_newest_page, the later timestamp wins, equal timestamps fall back to the smaller id
+        if cand[0] > cur[0] or (rule == "newest" and cand[0] == cur[0] and cand[1] < cur[1]):
             best_by_url[key] = cand
             drop.add(cur[2])
         else:
@@ -81,21 +74,10 @@ def url_dedup(rows: Iterable[tuple], rule: str = "newest") -> tuple[set[int], in
     return drop, len(drop) - exact, exact
 
 
-def _newer(a: tuple[str, str, int], b: tuple[str, str, int]) -> bool:
-    """C4's select_newest_page: the later timestamp wins; equal timestamps fall back to the smaller id."""
-    if a[0] != b[0]:
-        return a[0] > b[0]
-    return a[1] < b[1]
-
-
 def line_pairs(doc: Doc) -> np.ndarray:
     """(line hash, page key) for every line of a cleaned page, as an (n, 2) uint64 array."""
     key = page_key(doc)
-    hashes = [line_key(line) for line in doc.text.split("\n")]
-    out = np.empty((len(hashes), 2), dtype=np.uint64)
-    out[:, 0] = hashes
-    out[:, 1] = key
-    return out
+    return np.array([(line_key(line), key) for line in doc.text.split("\n")], dtype=np.uint64).reshape(-1, 2)
 
 
 def write_shard_pairs(pairs: list[np.ndarray], path: Path) -> int:
@@ -107,67 +89,52 @@ def write_shard_pairs(pairs: list[np.ndarray], path: Path) -> int:
     return len(arr)
 
 
-def build_selection(shard_files: list[Path], out: Path, buckets: int) -> int:
-    """Merge shards' pairs into one table sorted by line hash: for each distinct line, the smallest page
-    key holding it. Works bucket by bucket (by the hash's top bits) to bound memory. Returns distinct lines."""
+def _by_bucket(files: list[Path], buckets: int) -> Iterator[np.ndarray]:
+    """Per hash bucket (a range of the hash's top bits, ascending), the entries of every file in it, concatenated;
+    files hold sorted 1-D hashes or (2, n) arrays sorted by row 0. Memory is bounded by one bucket."""
     edges = [(2**64 * b) // buckets for b in range(buckets + 1)]
-    parts: list[Path] = []
-    total = 0
-    for b in range(buckets):
-        lo, hi = edges[b], edges[b + 1]
+    for lo, hi in zip(edges, edges[1:]):
         chunks = []
-        for f in shard_files:  # opened per bucket and released: thousands of shards, few open files
-            arr = np.load(f, mmap_mode="r")  # (2, n), sorted by row 0
-            col = arr[0]
+        for f in files:  # opened per bucket and released: thousands of shards, few open files
+            arr = np.load(f, mmap_mode="r")
+            col = arr[0] if arr.ndim == 2 else arr
             i = np.searchsorted(col, np.uint64(lo), side="left")
             j = len(col) if hi >= 2**64 else np.searchsorted(col, np.uint64(hi), side="left")
             if j > i:
-                chunks.append(np.array(arr[:, i:j]))
+                chunks.append(np.array(arr[..., i:j]))
             del arr, col
-        if not chunks:
-            continue
-        data = np.concatenate(chunks, axis=1)
-        order = np.lexsort((data[1], data[0]))  # by line hash, then page key ascending
-        data = data[:, order]
+        if chunks:
+            yield np.concatenate(chunks, axis=-1)
+
+
+def build_selection(shard_files: list[Path], out: Path, buckets: int) -> int:
+    """Merge shards' pairs into one table sorted by line hash: for each distinct line, the smallest page
+    key holding it. Works bucket by bucket to bound memory. Returns distinct lines."""
+    parts: list[Path] = []
+    sizes: list[int] = []
+    for b, data in enumerate(_by_bucket(shard_files, buckets)):
+        data = data[:, np.lexsort((data[1], data[0]))]  # by line hash, then page key ascending
         first = np.ones(data.shape[1], dtype=bool)
         first[1:] = data[0, 1:] != data[0, :-1]
-        table = np.ascontiguousarray(data[:, first])
-        part = out.parent / f"{out.stem}.part{b}.npy"
-        np.save(part, table)
-        parts.append(part)
-        total += table.shape[1]
-        del data, order, first, table, chunks
-    final = np.lib.format.open_memmap(out, mode="w+", dtype=np.uint64, shape=(2, total))
+        parts.append(out.parent / f"{out.stem}.part{b}.npy")
+        np.save(parts[-1], np.ascontiguousarray(data[:, first]))
+        sizes.append(int(first.sum()))
+        del data, first
+    final = np.lib.format.open_memmap(out, mode="w+", dtype=np.uint64, shape=(2, sum(sizes)))
     pos = 0
-    for part in parts:  # buckets are ranges of the hash, so their concatenation stays sorted
-        t = np.load(part, mmap_mode="r")
-        final[:, pos:pos + t.shape[1]] = t
-        pos += t.shape[1]
+    for part, size in zip(parts, sizes):  # buckets are ranges of the hash, so their concatenation stays sorted
+        final[:, pos:pos + size] = np.load(part, mmap_mode="r")
+        pos += size
         part.unlink()
     final.flush()
     del final
-    return total
+    return sum(sizes)
 
 
 def count_duplicates(files: list[Path], buckets: int) -> int:
     """How many entries of the sorted 1-D uint64 arrays in ``files`` repeat an earlier entry (all files
     together), bucket by bucket so memory stays bounded. Used by the gate to re-check line dedup."""
-    edges = [(2**64 * b) // buckets for b in range(buckets + 1)]
-    dups = 0
-    for b in range(buckets):
-        lo, hi = edges[b], edges[b + 1]
-        chunks = []
-        for f in files:
-            arr = np.load(f, mmap_mode="r")
-            i = np.searchsorted(arr, np.uint64(lo), side="left")
-            j = len(arr) if hi >= 2**64 else np.searchsorted(arr, np.uint64(hi), side="left")
-            if j > i:
-                chunks.append(np.array(arr[i:j]))
-            del arr
-        if chunks:
-            data = np.sort(np.concatenate(chunks))
-            dups += int(np.count_nonzero(data[1:] == data[:-1]))
-    return dups
+    return sum(int(np.count_nonzero(data[1:] == data[:-1])) for data in map(np.sort, _by_bucket(files, buckets)))
 
 
 class LineDedupFilter(Filter):
@@ -175,13 +142,10 @@ class LineDedupFilter(Filter):
 
     name = "line_dedup"
 
-    def __init__(self, table_path: Path, cfg: LineDedupConfig, count_sentences: Callable[[str, int], int],
-                 reject_samples: int = 0) -> None:
-        super().__init__(reject_samples)
-        table = np.load(table_path, mmap_mode="r")  # (2, distinct lines), row 0 sorted
-        self.hashes = table[0]
-        self.keys = table[1]
-        self.min_sentences = cfg.min_sentences
+    def __init__(self, table_path: Path, cfg: LineDedupConfig,
+                 count_sentences: Callable[[str, int], int] = count_sentences, reject_samples: int = 0) -> None:
+        super().__init__(cfg, reject_samples)
+        self.hashes, self.keys = np.load(table_path, mmap_mode="r")  # (2, distinct lines), row 0 sorted
         self.count = count_sentences
 
     def apply(self, doc: Doc) -> str | None:
@@ -206,7 +170,8 @@ class LineDedupFilter(Filter):
         text = "\n".join(kept)
         if not text:
             return "empty"
-        if self.min_sentences and self.count(text, self.min_sentences) < self.min_sentences:
+        least = self.cfg.min_sentences
+        if least and self.count(text, least) < least:
             return "too_few_sentences"
         doc.text = text
         return None

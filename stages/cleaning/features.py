@@ -27,22 +27,18 @@ def document_features(docs: list[Doc], cfg: CleanerConfig, *, english_rate: floa
     for d in docs:
         text = d.text
         lines = text.split("\n")
-        bad_end = 0
-        if rules.end_marks:
-            bad_end = sum(1 for ln in lines if not ln.endswith(rules.end_marks)
-                          or (rules.drop_ellipsis and ln.endswith("...")))
+        bad_end = sum(1 for ln in lines if not ln.endswith(rules.end_marks)
+                      or (rules.drop_ellipsis and ln.endswith("..."))) if rules.end_marks else 0
         sentences = 0
         for line in lines:  # counting stops at the minimum: only the comparison matters
             if sentences >= rules.min_sentences:
                 break
             sentences += count_sentences(line, rules.min_sentences - sentences)
-        english: bool | None = True
         cid = doc_id(text)
-        if cfg.language.enabled:
-            english = None
-            if english_rate >= 1.0 or int(cid[:8], 16) < english_rate * 0x100000000:
-                # An independent second opinion: py3langid's decision, not the filter's own record.
-                english = is_english(text, min_probability=0.5, backend="py3langid")[0]
+        asked = english_rate >= 1.0 or int(cid[:8], 16) < english_rate * 0x100000000
+        # An independent second opinion: py3langid's decision, not the filter's own record.
+        english = (is_english(text, min_probability=0.5, backend="py3langid")[0] if asked else None) \
+            if cfg.language.enabled else True
         rows.append((d.id, cid, len(text.strip()), is_json_text(d.meta), "lorem ipsum" in text.lower(),
                      "{" in text, bad_end, sentences, english))
     return pd.DataFrame(rows, columns=FEATURE_COLUMNS)

@@ -15,7 +15,6 @@ from stages.common.documents import open_parquet
 from stages.sources.files import _open_binary
 
 
-# ------------------------------------------------------------------------------------------------ input
 def read_records(path: Path, drops) -> Iterator[dict[str, Any]]:
     """Documents from a Parquet or JSONL(.gz/.zst) file, or a folder of them (sorted). Undecodable or
     non-object lines are counted in ``drops`` and skipped: cleaning never crashes on junk input. A line with
@@ -26,7 +25,12 @@ def read_records(path: Path, drops) -> Iterator[dict[str, Any]]:
     for f in files:
         name = f.name.lower()
         if name.endswith(".parquet"):
-            yield from _parquet(f)
+            pf = open_parquet(f)
+            if "text" not in pf.schema_arrow.names:
+                raise ValueError(f"{f}: no 'text' column (columns: {', '.join(pf.schema_arrow.names)})")
+            cols = [c for c in ("id", "text", "source", "url", "meta", "timestamp") if c in pf.schema_arrow.names]
+            for batch in pf.iter_batches(batch_size=2048, columns=cols):
+                yield from batch.to_pylist()
         elif name.endswith((".jsonl", ".jsonl.gz", ".jsonl.zst", ".json.gz", ".ndjson")):
             try:
                 yield from _jsonl(f, drops)
@@ -38,15 +42,6 @@ def read_records(path: Path, drops) -> Iterator[dict[str, Any]]:
                 raise
         elif not path.is_dir():
             raise ValueError(f"{f}: expected .parquet or .jsonl[.gz|.zst]")
-
-
-def _parquet(path: Path) -> Iterator[dict[str, Any]]:
-    pf = open_parquet(path)
-    if "text" not in pf.schema_arrow.names:
-        raise ValueError(f"{path}: no 'text' column (columns: {', '.join(pf.schema_arrow.names)})")
-    cols = [c for c in ("id", "text", "source", "url", "meta", "timestamp") if c in pf.schema_arrow.names]
-    for batch in pf.iter_batches(batch_size=2048, columns=cols):
-        yield from batch.to_pylist()
 
 
 REPAIRED_UTF8 = "invalid_utf8_replaced"  # a count in ``drops`` of records kept, not dropped
@@ -74,14 +69,13 @@ def _jsonl(path: Path, drops) -> Iterator[dict[str, Any]]:
             yield obj
 
 
-# ----------------------------------------------------------------------------------------------- output
 def drops_csv(result: CleanResult) -> str:
     """One row per filter: documents and lines it dropped (the DVC bar plot of drops by filter)."""
     buf = io.StringIO()
-    w = csv.writer(buf, lineterminator="\n")
-    w.writerow(["filter", "documents_dropped", "lines_dropped", "characters_removed"])
-    for name, st in result.filters.items():
-        w.writerow([name, sum(st.dropped.values()), sum(st.lines_dropped.values()), st.chars_in - st.chars_out])
+    csv.writer(buf, lineterminator="\n").writerows(
+        [["filter", "documents_dropped", "lines_dropped", "characters_removed"],
+         *([name, sum(st.dropped.values()), sum(st.lines_dropped.values()), st.chars_in - st.chars_out]
+           for name, st in result.filters.items())])
     return buf.getvalue()
 
 
@@ -89,7 +83,7 @@ def timing_table(result: CleanResult) -> str:
     mb = result.bytes_in / 1e6
     lines = [f"[clean] {result.docs_in} documents in, {result.docs_out} kept; {mb:.1f} MB in "
              f"{result.seconds:.1f}s ({mb / result.seconds if result.seconds else 0:.2f} MB/s wall)"]
-    for name, st in result.filters.items():
-        lines.append(f"[clean]   {name:<18} in {st.docs_in:>8} out {st.docs_out:>8}  cpu {st.seconds:7.2f}s")
+    lines += [f"[clean]   {name:<18} in {st.docs_in:>8} out {st.docs_out:>8}  cpu {st.seconds:7.2f}s"
+              for name, st in result.filters.items()]
     lines.append("[clean]   phases: " + ", ".join(f"{k} {v:.1f}s" for k, v in result.phase_seconds.items()))
     return "\n".join(lines)

@@ -66,12 +66,8 @@ class GopherRepetitionConfig:
 class GopherQualityFilter(Filter):
     name = "gopher_quality"
 
-    def __init__(self, cfg: GopherQualityConfig, reject_samples: int = 0) -> None:
-        super().__init__(reject_samples)
-        self.c = cfg
-
     def apply(self, doc: Doc) -> str | None:
-        c = self.c
+        c: GopherQualityConfig = self.cfg
         words = _WORD.findall(doc.text)
         n = len(words)
         if n < c.min_words:
@@ -103,16 +99,9 @@ def _dup_fraction(items: list[str]) -> tuple[float, float]:
     """Share of items that repeat an earlier item, and share of characters in those repeats."""
     if not items:
         return 0.0, 0.0
-    seen: set[str] = set()
-    dup_items = dup_chars = 0
-    for it in items:
-        if it in seen:
-            dup_items += 1
-            dup_chars += len(it)
-        else:
-            seen.add(it)
-    total_chars = sum(len(it) for it in items) or 1
-    return dup_items / len(items), dup_chars / total_chars
+    distinct = set(items)
+    total_chars = sum(map(len, items))  # the repeats' characters: all but each item's first occurrence
+    return (len(items) - len(distinct)) / len(items), (total_chars - sum(map(len, distinct))) / (total_chars or 1)
 
 
 def _top_ngram_fraction(words: list[str], n: int) -> float:
@@ -129,18 +118,12 @@ def _top_ngram_fraction(words: list[str], n: int) -> float:
 
 def _dup_ngram_fraction(words: list[str], n: int) -> float:
     """Characters of words inside any n-gram that occurs more than once, over all word characters."""
-    if len(words) < n:
-        return 0.0
     seen: dict[tuple[str, ...], int] = {}
     covered = [False] * len(words)
     for i in range(len(words) - n + 1):
-        gram = tuple(words[i:i + n])
-        first = seen.setdefault(gram, i)
+        first = seen.setdefault(tuple(words[i:i + n]), i)
         if first != i:
-            for j in range(i, i + n):
-                covered[j] = True
-            for j in range(first, first + n):
-                covered[j] = True
+            covered[i:i + n] = covered[first:first + n] = [True] * n
     total = sum(len(w) for w in words) or 1
     return sum(len(w) for w, c in zip(words, covered) if c) / total
 
@@ -148,29 +131,20 @@ def _dup_ngram_fraction(words: list[str], n: int) -> float:
 class GopherRepetitionFilter(Filter):
     name = "gopher_repetition"
 
-    def __init__(self, cfg: GopherRepetitionConfig, reject_samples: int = 0) -> None:
-        super().__init__(reject_samples)
-        self.c = cfg
-
     def apply(self, doc: Doc) -> str | None:
-        c = self.c
-        lines = [ln.strip() for ln in doc.text.split("\n") if ln.strip()]
-        frac, chars = _dup_fraction(lines)
-        if frac > c.max_dup_line_fraction:
-            return "dup_lines"
-        if chars > c.max_dup_line_char_fraction:
-            return "dup_line_chars"
-        paras = [p.strip() for p in re.split(r"\n\s*\n", doc.text) if p.strip()]
-        frac, chars = _dup_fraction(paras)
-        if frac > c.max_dup_para_fraction:
-            return "dup_paragraphs"
-        if chars > c.max_dup_para_char_fraction:
-            return "dup_paragraph_chars"
+        c: GopherRepetitionConfig = self.cfg
+        for unit, split, max_items, max_chars in (
+                ("line", doc.text.split("\n"), c.max_dup_line_fraction, c.max_dup_line_char_fraction),
+                ("paragraph", re.split(r"\n\s*\n", doc.text), c.max_dup_para_fraction, c.max_dup_para_char_fraction)):
+            frac, chars = _dup_fraction([item.strip() for item in split if item.strip()])
+            if frac > max_items:
+                return f"dup_{unit}s"
+            if chars > max_chars:
+                return f"dup_{unit}_chars"
         words = _WORD.findall(doc.text.lower())
-        for n, limit in sorted(c.top_ngram_char_fraction.items(), key=lambda kv: int(kv[0])):
-            if _top_ngram_fraction(words, int(n)) > limit:
-                return f"top_{n}gram"
-        for n, limit in sorted(c.dup_ngram_char_fraction.items(), key=lambda kv: int(kv[0])):
-            if _dup_ngram_fraction(words, int(n)) > limit:
-                return f"dup_{n}gram"
+        for kind, limits, measure in (("top", c.top_ngram_char_fraction, _top_ngram_fraction),
+                                      ("dup", c.dup_ngram_char_fraction, _dup_ngram_fraction)):
+            for n, limit in sorted(limits.items(), key=lambda kv: int(kv[0])):
+                if measure(words, int(n)) > limit:
+                    return f"{kind}_{n}gram"
         return None

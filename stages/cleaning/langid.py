@@ -4,18 +4,16 @@ C4 (TFDS ``text/c4_utils.py``, ``is_language``) keeps a page iff langdetect (see
 probability >= 0.99. Its counters, in its order, are our reasons: "langdetect_exception", "no_predictions",
 "low_confidence" (checked before the language), "not_english:<lang>".
 
-Backends (models loaded once per process, on first use):
-- ``langdetect`` (default): C4's detector, seeded per detection; run by ``langdetect-rs`` when installed,
-  a Rust port with bit-identical output (benchmarks/cleaning.md, "Cleaning"); ``LMPIPE_LANGDETECT=python``
-  forces the Python package.
-- ``py3langid``: naive Bayes over byte n-grams with normalised probabilities, calibrated differently, so
-  its threshold is a separate choice (``benchmarks/cleaning_agreement.py``).
+Backends, loaded once per process: ``langdetect`` (C4's; run by the bit-identical Rust port ``langdetect-rs``
+when installed, unless ``LMPIPE_LANGDETECT=python``; benchmarks/cleaning.md) and ``py3langid`` (calibrated
+differently: ``benchmarks/cleaning_agreement.py``).
 """
 
 from __future__ import annotations
 
+import importlib.util
+import os
 import threading
-from typing import Any, Protocol
 
 BACKENDS = ("langdetect", "py3langid")
 
@@ -28,55 +26,37 @@ class Undetectable(Exception):
         self.reason = reason
 
 
-class LangID(Protocol):
+class LangID:
     """A language identifier: the best language of a text and its probability."""
 
-    name: str
-
-    def best(self, text: str) -> tuple[str, float]:
-        """Best (language, probability); raises :class:`Undetectable` when there is none."""
-        ...
-
-    def detect(self, text: str) -> tuple[str, float] | None:
-        """Best (language, probability), or None when the text is undetectable."""
-        ...
-
-
-class _Base:
     name = ""
 
     def best(self, text: str) -> tuple[str, float]:
+        """Best (language, probability); raises :class:`Undetectable` when there is none."""
         raise NotImplementedError
 
     def detect(self, text: str) -> tuple[str, float] | None:
+        """Best (language, probability), or None when the text is undetectable."""
         try:
             return self.best(text)
         except Undetectable:
             return None
 
 
-def _langdetect_engine() -> str:
-    """``langdetect-rs`` where it is installed and not turned off (``LMPIPE_LANGDETECT=python``), else
-    ``langdetect``."""
-    import importlib.util
-    import os
-
-    wanted = os.environ.get("LMPIPE_LANGDETECT", "auto")
-    if wanted not in ("auto", "python", "rust"):
-        raise ValueError(f"LMPIPE_LANGDETECT: one of auto, python, rust; got {wanted!r}")
-    found = importlib.util.find_spec("langdetect_rs") is not None
-    if wanted == "rust" and not found:
-        raise ValueError("LMPIPE_LANGDETECT=rust: the langdetect-rs package is not installed")
-    return "langdetect-rs" if found and wanted != "python" else "langdetect"
-
-
-class LangdetectID(_Base):
+class LangdetectID(LangID):
     """langdetect exactly as C4 calls it (``detect_langs`` with seed 0); codes like "en", "zh-cn"."""
 
     name = "langdetect"
 
     def __init__(self) -> None:
-        self.engine = _langdetect_engine()
+        # langdetect-rs where it is installed and not turned off (LMPIPE_LANGDETECT=python), else langdetect.
+        wanted = os.environ.get("LMPIPE_LANGDETECT", "auto")
+        if wanted not in ("auto", "python", "rust"):
+            raise ValueError(f"LMPIPE_LANGDETECT: one of auto, python, rust; got {wanted!r}")
+        found = importlib.util.find_spec("langdetect_rs") is not None
+        if wanted == "rust" and not found:
+            raise ValueError("LMPIPE_LANGDETECT=rust: the langdetect-rs package is not installed")
+        self.engine = "langdetect-rs" if found and wanted != "python" else "langdetect"
         if self.engine == "langdetect-rs":
             from langdetect_rs import detector_factory
             from langdetect_rs.lang_detect_exception import LangDetectException
@@ -102,7 +82,7 @@ class LangdetectID(_Base):
         return predictions[0].lang, float(predictions[0].prob)
 
 
-class Py3LangidID(_Base):
+class Py3LangidID(LangID):
     """py3langid with normalised probabilities; ISO 639-1 codes ("en", "zh")."""
 
     name = "py3langid"
@@ -122,7 +102,6 @@ class Py3LangidID(_Base):
         return ranked[0][0], float(ranked[0][1])
 
 
-_FACTORIES: dict[str, Any] = {"langdetect": LangdetectID, "py3langid": Py3LangidID}
 _instances: dict[str, LangID] = {}
 _lock = threading.Lock()
 
@@ -130,15 +109,13 @@ _lock = threading.Lock()
 def get_langid(backend: str = "langdetect") -> LangID:
     """The process-wide identifier for ``backend``, loaded once under a lock (langdetect's loader is not
     thread-safe)."""
-    found = _instances.get(backend)
-    if found is None:
-        if backend not in _FACTORIES:
+    if backend not in _instances:
+        if backend not in BACKENDS:
             raise ValueError(f"unknown language-ID backend {backend!r}; expected one of {BACKENDS}")
         with _lock:
-            found = _instances.get(backend)
-            if found is None:
-                found = _instances[backend] = _FACTORIES[backend]()
-    return found
+            if backend not in _instances:
+                _instances[backend] = (LangdetectID if backend == "langdetect" else Py3LangidID)()
+    return _instances[backend]
 
 
 def detect(text: str, *, backend: str = "langdetect") -> tuple[str, float] | None:

@@ -1,5 +1,4 @@
-"""MinHash near-duplicate removal (Broder 1997; LSH banding as in Leskovec et al., "Mining of Massive
-Datasets", ch. 3). Optional and off by default: C4 only removes exact duplicate lines.
+"""MinHash near-duplicate removal (Broder 1997; LSH banding, Leskovec et al. ch. 3); off by default (not C4).
 
 Word n-gram shingles -> ``num_perm`` seeded hashes -> ``bands`` bands; documents agreeing on a whole band
 are clustered (union-find) and each cluster keeps its smallest id (order- and sharding-independent).
@@ -41,13 +40,6 @@ class MinHashConfig:
         check(self.bands >= 1 and self.num_perm % self.bands == 0, "num_perm: must be a multiple of bands")
 
 
-def _permutations(cfg: MinHashConfig) -> tuple[np.ndarray, np.ndarray]:
-    rng = np.random.default_rng(cfg.seed)
-    a = rng.integers(1, int(_MERSENNE), size=cfg.num_perm, dtype=np.uint64)
-    b = rng.integers(0, int(_MERSENNE), size=cfg.num_perm, dtype=np.uint64)
-    return a, b
-
-
 def shingles(text: str, n: int) -> np.ndarray:
     """64-bit hashes of the word n-grams of ``text`` (lower-cased); a short text is one shingle."""
     words = _WORD.findall(text.lower())
@@ -58,18 +50,16 @@ def shingles(text: str, n: int) -> np.ndarray:
 
 def band_hashes(text: str, cfg: MinHashConfig) -> np.ndarray:
     """One 64-bit hash per LSH band of the document's MinHash signature."""
-    a, b = _permutations(cfg)
+    rng = np.random.default_rng(cfg.seed)
+    a = rng.integers(1, int(_MERSENNE), size=cfg.num_perm, dtype=np.uint64)
+    b = rng.integers(0, int(_MERSENNE), size=cfg.num_perm, dtype=np.uint64)
     x = shingles(text, cfg.ngram)
     # uint64 wraps before the mod: still a well-mixed hash family (exact mod-p needs 128-bit products).
     with np.errstate(over="ignore"):
         h = (x[:, None] * a[None, :] + b[None, :]) % _MERSENNE
     sig = h.min(axis=0)
-    rows = cfg.num_perm // cfg.bands
-    out = np.empty(cfg.bands, dtype=np.uint64)
-    for i in range(cfg.bands):
-        out[i] = int.from_bytes(hashlib.blake2b(sig[i * rows:(i + 1) * rows].tobytes(), digest_size=8).digest(),
-                                "big")
-    return out
+    return np.array([int.from_bytes(hashlib.blake2b(band.tobytes(), digest_size=8).digest(), "big")
+                     for band in sig.reshape(cfg.bands, -1)], dtype=np.uint64)
 
 
 def duplicates(ids: list[str], bands: np.ndarray) -> set[str]:

@@ -1,5 +1,4 @@
-"""Run the cleaning filters over a corpus: sharded, parallel over processes or Dask
-(``stages.common.shards``), memory bounded.
+"""Run the cleaning filters over a corpus: sharded, parallel over processes or Dask, memory bounded.
 
 Phases (C4's order, then the extras): 0. main: input shards, URL / exact-duplicate drops; 1. workers:
 page length, C4 line rules, line-hash pairs; 2. main: line-dedup table; 3. workers: line dedup,
@@ -19,21 +18,14 @@ from pathlib import Path
 from typing import Any
 
 from stages.cleaning.badwords import BadWordsFilter
-from stages.cleaning.base import Doc, Filter, FilterStats
+from stages.cleaning.base import Doc, Filter, FilterStats, meta_dict
 from stages.cleaning.c4 import C4LinesFilter, PageLengthFilter
-from stages.cleaning.config import CleanerConfig, LanguageConfig
-from stages.cleaning.dedup import (
-    LineDedupFilter,
-    build_selection,
-    count_duplicates,
-    line_pairs,
-    url_dedup,
-    write_shard_pairs,
-)
+from stages.cleaning.config import CleanerConfig
+from stages.cleaning.dedup import (LineDedupFilter, build_selection, count_duplicates, line_pairs, url_dedup,
+                                   write_shard_pairs)
 from stages.cleaning.gopher import GopherQualityFilter, GopherRepetitionFilter
 from stages.cleaning.langid import is_english
 from stages.cleaning.minhash import band_hashes, duplicates
-from stages.cleaning.sentences import count_sentences
 from stages.common.documents import arrow_schema, doc_id
 from stages.common.shards import open_shards
 
@@ -60,112 +52,51 @@ class CleanResult:
 
     def stats_json(self) -> dict[str, Any]:
         """Counts only (no wall-clock time), so the same input and params give identical bytes."""
-        return {
-            "documents_in": self.docs_in,
-            "documents_out": self.docs_out,
-            "kept_fraction": round(self.docs_out / self.docs_in, 6) if self.docs_in else 0.0,
-            "characters_in": self.chars_in,
-            "characters_out": self.chars_out,
-            "input_dropped": dict(sorted(self.input_drops.items())),
-            "input_repaired": dict(sorted(self.input_repaired.items())),
-            "filter_order": list(self.filters),
-            "word_lists": self.word_lists,
-            "filters": {name: {k: v for k, v in st.to_json().items() if k != "seconds"}
-                        for name, st in self.filters.items()},
-        } | ({"task": self.task} if self.task is not None else {})
-
-
-# ---------------------------------------------------------------------------------------------- workers
-# Workers build their filters per shard; the expensive parts are cached per process by their modules.
-
-
-def _count_sentences() -> Callable[[str, int], int]:
-    return count_sentences
+        return {"documents_in": self.docs_in, "documents_out": self.docs_out,
+                "kept_fraction": round(self.docs_out / self.docs_in, 6) if self.docs_in else 0.0,
+                "characters_in": self.chars_in, "characters_out": self.chars_out,
+                "input_dropped": dict(sorted(self.input_drops.items())),
+                "input_repaired": dict(sorted(self.input_repaired.items())),
+                "filter_order": list(self.filters), "word_lists": self.word_lists,
+                "filters": {name: {k: v for k, v in st.to_json().items() if k != "seconds"}
+                            for name, st in self.filters.items()},
+                **({"task": self.task} if self.task is not None else {})}
 
 
 class LanguageFilter(Filter):
     name = "language"
-
-    def __init__(self, cfg: LanguageConfig, reject_samples: int = 0) -> None:
-        super().__init__(reject_samples)
-        self.cfg = cfg
 
     def apply(self, doc: Doc) -> str | None:
         keep, reason = is_english(doc.text, min_probability=self.cfg.min_probability, backend=self.cfg.backend)
         return None if keep else reason
 
 
-def _phase1_filters(cfg: CleanerConfig) -> list[Filter]:
-    n = cfg.reject_samples
-    return [PageLengthFilter(cfg.c4, n), C4LinesFilter(cfg.c4, n, count_sentences=_count_sentences())]
-
-
-def _phase3_filters(cfg: CleanerConfig, table: Path | None, words: list[str]) -> list[Filter]:
-    n = cfg.reject_samples
-    out: list[Filter] = []
-    if cfg.line_dedup.enabled and table is not None:
-        out.append(LineDedupFilter(table, cfg.line_dedup, _count_sentences(), n))
-    if cfg.language.enabled:
-        out.append(LanguageFilter(cfg.language, n))
-    if cfg.badwords.enabled:
-        out.append(BadWordsFilter(words, n))
-    if cfg.gopher_quality.enabled:
-        out.append(GopherQualityFilter(cfg.gopher_quality, n))
-    if cfg.gopher_repetition.enabled:
-        out.append(GopherRepetitionFilter(cfg.gopher_repetition, n))
-    return out
-
-
 def _read_shard(path: Path) -> list[Doc]:
     import pyarrow.parquet as pq
 
-    t = pq.read_table(path)
-    cols = {c: t[c].to_pylist() for c in SHARD_COLUMNS}
-    return [Doc(id=i, text=x, source=s, url=u, meta=m, timestamp=ts, raw_id=r)
-            for i, x, s, u, m, ts, r in zip(*(cols[c] for c in SHARD_COLUMNS))]
+    table = pq.read_table(path)
+    return [Doc(**dict(zip(SHARD_COLUMNS, row))) for row in zip(*(table[c].to_pylist() for c in SHARD_COLUMNS))]
 
 
 def _write_shard(docs: list[Doc], path: Path) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    table = pa.table({
-        "id": pa.array([d.id for d in docs], pa.string()),
-        "text": pa.array([d.text for d in docs], pa.string()),
-        "source": pa.array([d.source for d in docs], pa.string()),
-        "url": pa.array([d.url for d in docs], pa.string()),
-        "meta": pa.array([d.meta for d in docs], pa.string()),
-        "timestamp": pa.array([d.timestamp for d in docs], pa.string()),
-        "raw_id": pa.array([d.raw_id for d in docs], pa.string()),
-    })
-    pq.write_table(table, path, compression="zstd")
-
-
-def _run(filters: list[Filter], docs: list[Doc]) -> list[Doc]:
-    kept = []
-    for doc in docs:
-        if all(f(doc) for f in filters):  # all() stops at the first filter that drops the document
-            kept.append(doc)
-    return kept
-
-
-def _report(filters: list[Filter]) -> dict[str, Any]:
-    return {f.name: (f.stats, f.rejects) for f in filters}
+    pq.write_table(pa.table({c: pa.array([getattr(d, c) for d in docs], pa.string()) for c in SHARD_COLUMNS}), path,
+                   compression="zstd")
 
 
 def phase1(shard_in: Path, shard_out: Path, pairs_out: Path, drop: frozenset[int], cfg: CleanerConfig,
            with_pairs: bool) -> tuple[dict, int]:
     """Page length, the main process's URL-dedup decision, then C4's line rules (C4's order). Deletes its
     input shard, so the work folder holds at most about two copies of the corpus."""
-    docs = _read_shard(shard_in)
-    length, c4 = _phase1_filters(cfg)
-    kept = [d for i, d in enumerate(docs) if length(d) and i not in drop and c4(d)]
+    length, c4 = PageLengthFilter(cfg.c4, cfg.reject_samples), C4LinesFilter(cfg.c4, cfg.reject_samples)
+    kept = [d for i, d in enumerate(_read_shard(shard_in)) if length(d) and i not in drop and c4(d)]
     _write_shard(kept, shard_out)
     shard_in.unlink()
-    filters = [length, c4]
     if with_pairs:
         write_shard_pairs([line_pairs(d) for d in kept], pairs_out)
-    return _report(filters), len(kept)
+    return {f.name: (f.stats, f.rejects) for f in (length, c4)}, len(kept)
 
 
 def phase3(shard_in: Path, shard_out: Path, bands_out: Path, table: Path | None, words: list[str],
@@ -173,32 +104,37 @@ def phase3(shard_in: Path, shard_out: Path, bands_out: Path, table: Path | None,
     """Line dedup, language, bad words, Gopher; then the gate's per-document features and line hashes."""
     import numpy as np
 
-    filters = _phase3_filters(cfg, table, words)
-    docs = _read_shard(shard_in)
-    kept = _run(filters, docs)
-    _write_shard(kept, shard_out)
-    shard_in.unlink()
     from stages.cleaning.features import document_features, write_line_hashes
 
+    n = cfg.reject_samples
+    filters = [make() for on, make in (
+        (cfg.line_dedup.enabled and table is not None, lambda: LineDedupFilter(table, cfg.line_dedup,
+                                                                                reject_samples=n)),
+        (cfg.language.enabled, lambda: LanguageFilter(cfg.language, n)),
+        (cfg.badwords.enabled, lambda: BadWordsFilter(words, n)),
+        (cfg.gopher_quality.enabled, lambda: GopherQualityFilter(cfg.gopher_quality, n)),
+        (cfg.gopher_repetition.enabled, lambda: GopherRepetitionFilter(cfg.gopher_repetition, n))) if on]
+    kept = [d for d in _read_shard(shard_in) if all(f(d) for f in filters)]  # all() stops at the first drop
+    _write_shard(kept, shard_out)
+    shard_in.unlink()
     document_features(kept, cfg, english_rate=english_rate).to_parquet(feats_out, index=False)
     write_line_hashes(kept, lines_out)
     if cfg.minhash.enabled:
-        bands = np.stack([band_hashes(d.text, cfg.minhash) for d in kept]) if kept else \
-            np.empty((0, cfg.minhash.bands), dtype=np.uint64)
-        np.save(bands_out, bands)
-    return _report(filters), len(kept)
+        np.save(bands_out, np.stack([band_hashes(d.text, cfg.minhash) for d in kept]) if kept
+                else np.empty((0, cfg.minhash.bands), dtype=np.uint64))
+    return {f.name: (f.stats, f.rejects) for f in filters}, len(kept)
 
 
-# ------------------------------------------------------------------------------------------------- main
 def write_input_shards(records: Iterator[dict[str, Any]], work: Path, shard_docs: int,
-                       drops: Counter, text_md5: bool = False) -> tuple[list[Path], list[tuple], int, int, int]:
-    """Stream input records into shard files; returns shards, (index, id, url, timestamp, chars) rows (with
-    the text's MD5 hex digest last when ``text_md5``), docs, chars, bytes. Records whose text is not a
-    string are counted in ``drops`` and skipped."""
+                       drops: Counter, text_md5: bool = False) -> tuple[list[Path], list[tuple], list[int], int]:
+    """Stream input records into shard files; returns shards, (index, id, url, timestamp) rows (with the text's
+    MD5 hex digest last when ``text_md5``), the texts' lengths and their UTF-8 bytes. Records whose text is not
+    a string are counted in ``drops`` and skipped."""
     shards: list[Path] = []
     rows: list[tuple] = []
+    lengths: list[int] = []
     batch: list[Doc] = []
-    n = chars = nbytes = 0
+    nbytes = 0
     for rec in records:
         text = rec.get("text")
         if not isinstance(text, str):
@@ -207,40 +143,27 @@ def write_input_shards(records: Iterator[dict[str, Any]], work: Path, shard_docs
         text = text.encode("utf-8", "replace").decode("utf-8")  # lone surrogates cannot be written to Parquet
         # Key on the content hash; a user's id (not necessarily unique) is only carried in meta.raw_id.
         did = doc_id(text)
-        given = rec.get("id")
-        raw_id = str(given) if given not in (None, "") else did
+        raw_id = str(rec["id"]) if rec.get("id") not in (None, "") else did
         url = rec.get("url") if isinstance(rec.get("url"), str) and rec.get("url") else None
         meta = rec.get("meta") if isinstance(rec.get("meta"), str) else \
             json.dumps(rec.get("meta") or {}, sort_keys=True, default=str)
-        ts = str(rec.get("timestamp") or _meta_timestamp(meta))
-        doc = Doc(id=did, text=text, source=str(rec.get("source") or ""), url=url, meta=meta, timestamp=ts,
-                  raw_id=raw_id)
-        rows.append((n, did, url, ts, len(text)) + ((hashlib.md5(text.encode("utf-8")).hexdigest(),) if text_md5
-                                                     else ()))
-        batch.append(doc)
-        n += 1
-        chars += len(text)
+        ts = str(rec.get("timestamp") or meta_dict(meta).get("warc_date") or meta_dict(meta).get("timestamp") or "")
+        batch.append(Doc(id=did, text=text, source=str(rec.get("source") or ""), url=url, meta=meta, timestamp=ts,
+                         raw_id=raw_id))
+        rows.append((len(rows), did, url, ts) + ((hashlib.md5(text.encode("utf-8")).hexdigest(),) if text_md5 else ()))
+        lengths.append(len(text))
         nbytes += len(text.encode("utf-8"))
         if len(batch) == shard_docs:
             shards.append(_flush(batch, work, len(shards)))
             batch = []
     if batch:
         shards.append(_flush(batch, work, len(shards)))
-    return shards, rows, n, chars, nbytes
-
-
-def _meta_timestamp(meta: str) -> str:
-    try:
-        m = json.loads(meta)
-    except (TypeError, json.JSONDecodeError):
-        return ""
-    return str(m.get("warc_date") or m.get("timestamp") or "") if isinstance(m, dict) else ""
+    return shards, rows, lengths, nbytes
 
 
 def _flush(batch: list[Doc], work: Path, i: int) -> Path:
-    path = work / f"in-{i:06d}.parquet"
-    _write_shard(batch, path)
-    return path
+    _write_shard(batch, work / f"in-{i:06d}.parquet")
+    return work / f"in-{i:06d}.parquet"
 
 
 def _merger(into: dict[str, FilterStats], rejects: dict[str, list], cap: int) -> Callable[[Any], None]:
@@ -278,12 +201,11 @@ def clean_corpus(records: Iterator[dict[str, Any]], cfg: CleanerConfig, *, work:
     phase_s: dict[str, float] = {}
     work.mkdir(parents=True, exist_ok=True)
     input_drops: Counter = Counter()
-    shards, rows, n_in, chars_in, bytes_in = write_input_shards(
+    shards, rows, lengths, bytes_in = write_input_shards(
         records, work, cfg.shard_docs, input_drops, text_md5=cfg.url_dedup and cfg.url_dedup_rule == "tfds")
     if not rows:
         raise EmptyInput(input_drops)
-    lengths = [r[4] for r in rows]
-    rows = [r[:4] + r[5:] for r in rows]
+    n_in, chars_in = len(rows), sum(lengths)
     filters: dict[str, FilterStats] = {}
     rejects: dict[str, list] = {}
 
@@ -295,22 +217,20 @@ def clean_corpus(records: Iterator[dict[str, Any]], cfg: CleanerConfig, *, work:
         fits = [r for r in rows if not (limit and lengths[r[0]] > limit)]  # C4: length filter first
         drop_idx, n_url, n_exact = url_dedup(fits, cfg.url_dedup_rule)
         ch = sum(lengths[r[0]] for r in fits)
-        removed = sum(lengths[i] for i in drop_idx)
         url_stats = FilterStats(docs_in=len(fits), docs_out=len(fits) - len(drop_idx), chars_in=ch,
-                                chars_out=ch - removed)
+                                chars_out=ch - sum(lengths[i] for i in drop_idx))
         url_stats.dropped.update({k: v for k, v in {"duplicate_url": n_url, "exact_duplicate": n_exact}.items() if v})
     del rows, lengths
-    per_shard_sets: list[set[int]] = [set() for _ in shards]
+    per_shard: list[set[int]] = [set() for _ in shards]
     for i in drop_idx:
-        per_shard_sets[i // cfg.shard_docs].add(i % cfg.shard_docs)
-    per_shard = [frozenset(x) for x in per_shard_sets]
+        per_shard[i // cfg.shard_docs].add(i % cfg.shard_docs)
     phase_s["read"] = time.perf_counter() - t_start
 
     with open_shards(cfg.workers, name=name) as engine:
         if while_mapping is not None and engine.engine != "local":
             while_mapping()  # this process only waits on the workers from here on (the stage imports GX)
         t0 = time.perf_counter()
-        p1 = [(s, work / f"p1-{i:06d}.parquet", work / f"pairs-{i:06d}.npy", per_shard[i], cfg,
+        p1 = [(s, work / f"p1-{i:06d}.parquet", work / f"pairs-{i:06d}.npy", frozenset(per_shard[i]), cfg,
                cfg.line_dedup.enabled) for i, s in enumerate(shards)]
         engine.map(phase1, p1, _merger(filters, rejects, cfg.reject_samples), desc="clean 1/3 c4 rules")
         if url_stats is not None:  # report in C4's order: page length, URL dedup, line rules
@@ -340,17 +260,10 @@ def clean_corpus(records: Iterator[dict[str, Any]], cfg: CleanerConfig, *, work:
     t0 = time.perf_counter()
     near_dups: set[str] = set()
     if cfg.minhash.enabled:
-        ids = []
-        for a in p3:
-            ids += pq.read_table(a[1], columns=["id"])["id"].to_pylist()
-        bands = [np.load(a[2]) for a in p3]
-        bands_arr = np.concatenate(bands) if bands else np.empty((0, cfg.minhash.bands), dtype=np.uint64)
-        near_dups = duplicates(ids, bands_arr)
-        st = FilterStats(docs_in=len(ids), docs_out=len(ids) - len(near_dups))
-        if near_dups:
-            st.dropped["near_duplicate"] = len(near_dups)
-        filters["minhash"] = st
-
+        ids = [i for a in p3 for i in pq.read_table(a[1], columns=["id"])["id"].to_pylist()]
+        near_dups = duplicates(ids, np.concatenate([np.load(a[2]) for a in p3]))  # p3: one entry per shard, >= 1
+        filters["minhash"] = FilterStats(docs_in=len(ids), docs_out=len(ids) - len(near_dups),
+                                         dropped=Counter({"near_duplicate": len(near_dups)} if near_dups else {}))
 
     schema = arrow_schema(False)
     n_out = chars_out = 0
@@ -361,49 +274,38 @@ def clean_corpus(records: Iterator[dict[str, Any]], cfg: CleanerConfig, *, work:
         for a in p3:  # one row group per shard, in input order
             docs = [d for d in _read_shard(a[1]) if d.id not in near_dups]
             feats = pd.read_parquet(a[6])
+            feats = feats[~feats["source_id"].isin(near_dups)]
             a[1].unlink()
-            if near_dups:
-                feats = feats[~feats["source_id"].isin(near_dups)]
             if seen_ids is not None:
                 # Without line dedup two pages can clean to the same text (same id): keep the first.
-                unique, keep_rows = [], []
+                first: dict[str, int] = {}
                 for j, d in enumerate(docs):
-                    cid = doc_id(d.text)
-                    final.docs_in += 1
-                    if cid in seen_ids:
-                        final.dropped["duplicate_text"] += 1
-                        continue
-                    seen_ids.add(cid)
-                    unique.append(d)
-                    keep_rows.append(j)
-                    final.docs_out += 1
-                docs = unique
-                feats = feats.iloc[keep_rows]
+                    first.setdefault(doc_id(d.text), j)
+                keep_rows = [j for cid, j in first.items() if cid not in seen_ids]
+                seen_ids.update(first)
+                final.docs_in += len(docs)
+                final.docs_out += len(keep_rows)
+                if len(keep_rows) < len(docs):
+                    final.dropped["duplicate_text"] += len(docs) - len(keep_rows)
+                docs, feats = [docs[j] for j in keep_rows], feats.iloc[keep_rows]
             feature_frames.append(feats.drop(columns=["source_id"]))
             if not docs:
                 continue
-            writer.write_table(pa.table({
-                "id": [doc_id(d.text) for d in docs],
-                "text": [d.text for d in docs],
-                "source": [d.source for d in docs],
-                "url": [d.url for d in docs],
-                "meta": [_with_raw_id(d.meta, d.raw_id or d.id) for d in docs],
-            }, schema=schema))
+            writer.write_table(pa.Table.from_pylist([
+                {"id": doc_id(d.text), "text": d.text, "source": d.source, "url": d.url,
+                 "meta": _with_raw_id(d.meta, d.raw_id or d.id)} for d in docs], schema=schema))
             n_out += len(docs)
             chars_out += sum(len(d.text) for d in docs)
     if seen_ids is not None and final.dropped:
         filters["exact_dedup"] = final
-    features = pd.concat(feature_frames, ignore_index=True) if feature_frames else None
-    duplicate_lines = None
-    if cfg.line_dedup.enabled:
-        duplicate_lines = count_duplicates([a[7] for a in p3], cfg.line_dedup.buckets)
+    duplicate_lines = count_duplicates([a[7] for a in p3], cfg.line_dedup.buckets) if cfg.line_dedup.enabled else None
     phase_s["write"] = time.perf_counter() - t0
 
-    merged_rejects = [r for name in rejects for r in rejects[name]]
     return CleanResult(docs_in=n_in + sum(input_drops.values()), docs_out=n_out, chars_in=chars_in,
-                       chars_out=chars_out, bytes_in=bytes_in, filters=filters, rejects=merged_rejects,
+                       chars_out=chars_out, bytes_in=bytes_in, filters=filters,
+                       rejects=[r for name in rejects for r in rejects[name]],
                        input_drops=input_drops, seconds=time.perf_counter() - t_start, phase_seconds=phase_s,
-                       gate_features=features, duplicate_lines=duplicate_lines)
+                       gate_features=pd.concat(feature_frames, ignore_index=True), duplicate_lines=duplicate_lines)
 
 
 def _with_raw_id(meta: str, raw_id: str) -> str:

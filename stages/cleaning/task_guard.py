@@ -1,20 +1,19 @@
 """A pre-training corpus and the labeled task it is scored on: the leakage guard and task-adaptive text.
 
-The corpus must not hold the task's held-out examples, or the model is scored on text it has read. After
-cleaning, the guard drops documents whose ``meta`` names a held-out ``package`` / ``source_package`` and
-documents whose normalised text equals a held-out one. With ``tapt`` (Gururangan et al. 2020, "Don't Stop
-Pretraining", section 5) the task's training texts are appended unlabeled and not rewritten by the rules.
-The gate re-checks the output independently (:func:`leaks`).
+After cleaning, the guard drops documents whose ``meta`` names a held-out ``package`` / ``source_package`` or
+whose normalised text equals a held-out one; with ``tapt`` (Gururangan et al. 2020, section 5) the task's
+training texts are appended unlabeled. The gate re-checks the output independently (:func:`leaks`).
 """
 
 from __future__ import annotations
 
-import json
 import re
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from stages.cleaning.base import meta_dict
 from stages.common.documents import doc_id, meta_json, open_parquet
 from stages.config import check
 
@@ -45,35 +44,24 @@ def normal_text(text: str) -> str:
     return " ".join(_WORD.findall(text.lower()))
 
 
-def _meta(value: Any) -> dict:
-    try:
-        meta = json.loads(value) if isinstance(value, str) else {}
-    except ValueError:
-        return {}
-    return meta if isinstance(meta, dict) else {}
-
-
 class HeldOut:
     """The packages, source packages and normalised texts of the task's held-out splits."""
 
     def __init__(self, task, holdout_splits: tuple[str, ...]) -> None:
         held = task[task["split"].isin(holdout_splits)]
-        metas = [_meta(m) for m in held["meta"]] if "meta" in held.columns else []
-        self.packages = {m["package"] for m in metas if m.get("package")}
-        self.sources = {m["source_package"] for m in metas if m.get("source_package")}
+        metas = [meta_dict(m) for m in held["meta"]] if "meta" in held.columns else []
+        self.packages, self.sources = ({m[key] for m in metas if m.get(key)} for key in ("package", "source_package"))
         self.texts = {normal_text(t) for t in held["text"]}
         self.examples = len(held)
 
     def reason(self, text: str, meta: Any) -> str:
         """Why a document leaks ('' when it does not)."""
-        m = _meta(meta)
-        if m.get("package") and m["package"] in self.packages:
-            return "held-out package"
-        if m.get("source_package") and m["source_package"] in self.sources:
-            return "held-out source package"
-        if normal_text(text) in self.texts:
-            return "held-out text"
-        return ""
+        m = meta_dict(meta)
+        for key, known, why in (("package", self.packages, "held-out package"),
+                                ("source_package", self.sources, "held-out source package")):
+            if m.get(key) and m[key] in known:
+                return why
+        return "held-out text" if normal_text(text) in self.texts else ""
 
 
 def read_task(path: Path):
@@ -93,24 +81,17 @@ def apply(cfg: TaskConfig, parquet: Path, task_path: Path) -> dict:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-
     task = read_task(task_path)
     held = HeldOut(task, cfg.holdout_splits)
     table = pq.read_table(parquet)
     df = table.to_pandas()
-    dropped: dict[str, int] = {}
-    dropped_ids: set[str] = set()
-    if cfg.guard:
-        reasons = [held.reason(t, m) for t, m in zip(df["text"], df["meta"])]
-        for rid, why in zip(df["id"], reasons):
-            if why:
-                dropped[why] = dropped.get(why, 0) + 1
-                dropped_ids.add(rid)
-        df = df[[not r for r in reasons]]
-    added = 0
+    reasons = [held.reason(t, m) for t, m in zip(df["text"], df["meta"])] if cfg.guard else [""] * len(df)
+    dropped = dict(Counter(why for why in reasons if why))
+    dropped_ids = {rid for rid, why in zip(df["id"], reasons) if why}
+    df = df[[not why for why in reasons]] if cfg.guard else df
+    rows: list[dict] = []
     if cfg.tapt:
         seen = set(df["id"])
-        rows = []
         for t in task.loc[task["split"] == "train"].itertuples(index=False):
             tid = doc_id(t.text)
             if tid in seen or (cfg.guard and held.reason(t.text, None)):
@@ -118,14 +99,13 @@ def apply(cfg: TaskConfig, parquet: Path, task_path: Path) -> dict:
             seen.add(tid)
             rows.append({"id": tid, "text": t.text, "source": TAPT_SOURCE, "url": None,
                          "meta": meta_json({"task_id": t.id, "split": "train"})})
-        added = len(rows)
         df = pd.concat([df, pd.DataFrame(rows, columns=df.columns)], ignore_index=True)
     out = pa.Table.from_pandas(df.reset_index(drop=True), schema=table.schema, preserve_index=False)
     tmp = parquet.with_suffix(".guarded.parquet")
     pq.write_table(out, tmp, compression="zstd", row_group_size=2048)
     tmp.replace(parquet)
     return {"task": str(task_path), "holdout_examples": held.examples, "guard": cfg.guard, "dropped": dropped,
-            "tapt_added": added, "documents_out": len(df), "dropped_ids": dropped_ids}
+            "tapt_added": len(rows), "documents_out": len(df), "dropped_ids": dropped_ids}
 
 
 def leaks(parquet: Path, task_path: Path, holdout_splits: tuple[str, ...]):

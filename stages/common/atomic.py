@@ -24,6 +24,14 @@ def _owner() -> str:
     return f"{os.getpid()}@{_HOST}"
 
 
+def _remove(p: Path) -> None:
+    """Remove a folder (not followed when a link) or a file; a missing one is fine."""
+    if p.is_dir() and not p.is_symlink():
+        shutil.rmtree(p, ignore_errors=True)
+    else:
+        p.unlink(missing_ok=True)
+
+
 class Staged:
     """An output folder written in a temporary sibling of ``target`` (made on first use of :attr:`path`)
     and renamed over ``target`` by :meth:`publish`; :meth:`discard` removes it, ``target`` untouched."""
@@ -76,13 +84,10 @@ def refuse_overlap(outputs: dict[str, Any], inputs: dict[str, Any]) -> None:
     """Raise ``ValueError`` when an output path is, contains or lies inside an input path (outputs are
     replaced whole); the keys are the option names, for the message."""
     for oname, out in outputs.items():
-        if out is None:
-            continue
-        o = Path(out).resolve()
         for iname, given in inputs.items():
-            if given is None:
+            if out is None or given is None:
                 continue
-            i = Path(given).resolve()
+            o, i = Path(out).resolve(), Path(given).resolve()
             how = ("is" if o == i else "contains" if o in i.parents else "lies inside" if i in o.parents else "")
             if how:
                 source = iname if "." in iname else f"--{iname}"  # a params key, or a command-line option
@@ -94,12 +99,9 @@ def refuse_overlap(outputs: dict[str, Any], inputs: dict[str, Any]) -> None:
 def sweep_stale(target: Path) -> None:
     """Remove temporary, set-aside and scratch siblings of ``target`` left by a killed run (one writer per
     output is assumed, as DVC runs a stage once at a time)."""
-    for pattern in (f".{target.name}.tmp-*", f".{target.name}.old-*", f".{target.name}.work-*"):
-        for p in target.parent.glob(pattern):
-            if p.is_dir() and not p.is_symlink():
-                shutil.rmtree(p, ignore_errors=True)
-            else:
-                p.unlink(missing_ok=True)
+    for kind in ("tmp", "old", "work"):
+        for p in target.parent.glob(f".{target.name}.{kind}-*"):
+            _remove(p)
 
 
 def _alive(pid: int) -> bool:
@@ -108,7 +110,7 @@ def _alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     except PermissionError:  # someone else's live process
-        return True
+        pass
     return True
 
 
@@ -117,19 +119,13 @@ def sweep_dead(roots: Iterable[str | Path]) -> list[Path]:
     process of this host, or an untagged name); another host's or a live process's work is left alone.
     Returns what was removed. Every stage runs it on start (:func:`stages.common.cli.entry`)."""
     removed = []
-    for root in roots:
-        root = Path(root)
-        if not root.is_dir():
-            continue
-        for p in sorted(root.rglob(".*")):  # one walk; the pattern tells leftovers from other hidden names
+    for root in map(Path, roots):
+        for p in sorted(root.rglob(".*")) if root.is_dir() else []:  # the pattern tells leftovers from other names
             m = _OWNED.match(p.name)
             if m is None or not p.parent.exists() or (m.group(1) and (m.group(2) != _HOST or
                                                                       _alive(int(m.group(1))))):
                 continue
-            if p.is_dir() and not p.is_symlink():
-                shutil.rmtree(p, ignore_errors=True)
-            else:
-                p.unlink(missing_ok=True)
+            _remove(p)
             removed.append(p)
     return removed
 
@@ -137,15 +133,12 @@ def sweep_dead(roots: Iterable[str | Path]) -> list[Path]:
 def exchange(a: Path, b: Path) -> bool:
     """Swap two existing paths in one atomic step (Linux ``renameat2`` with ``RENAME_EXCHANGE``). False
     where the system or the filesystem cannot; any other failure raises ``OSError`` naming ``a``."""
-    import sys
-
-    if not sys.platform.startswith("linux"):
-        return False
     import ctypes
     import errno
+    import sys
 
-    fn = getattr(ctypes.CDLL(None, use_errno=True), "renameat2", None)
-    if fn is None:  # a libc older than glibc 2.28
+    fn = getattr(ctypes.CDLL(None, use_errno=True), "renameat2", None) if sys.platform.startswith("linux") else None
+    if fn is None:  # not Linux, or a libc older than glibc 2.28
         return False
     at_fdcwd, rename_exchange = -100, 2
     if fn(at_fdcwd, os.fsencode(str(a)), at_fdcwd, os.fsencode(str(b)), rename_exchange) == 0:
@@ -159,24 +152,17 @@ def exchange(a: Path, b: Path) -> bool:
 def replace_dir(src: Path, target: Path) -> None:
     """Move folder ``src`` to ``target``, replacing any existing ``target``: swapped atomically where the
     system can, else the old one is renamed aside first (``target`` briefly missing, never partial)."""
-    if (target.exists() or target.is_symlink()) and exchange(src, target):
-        if src.is_dir() and not src.is_symlink():
-            shutil.rmtree(src, ignore_errors=True)
-        else:
-            src.unlink(missing_ok=True)
-        return
-    old = None
-    if target.exists() or target.is_symlink():
+    if not (target.exists() or target.is_symlink()):
+        os.replace(src, target)
+    elif exchange(src, target):
+        _remove(src)  # now the old target
+    else:
         old = target.parent / f".{target.name}.old-{_owner()}"
         if old.exists():
             shutil.rmtree(old)
         os.replace(target, old)
-    os.replace(src, target)
-    if old is not None:
-        if old.is_dir() and not old.is_symlink():
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            old.unlink(missing_ok=True)
+        os.replace(src, target)
+        _remove(old)
 
 
 def temp_sibling(path: str | Path, suffix: str = "") -> Path:

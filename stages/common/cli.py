@@ -9,7 +9,7 @@ import sys
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 from stages.common.atomic import Staged, atomic_dir, refuse_overlap, sweep_dead, write_bytes_atomic, write_json_atomic
 
@@ -22,59 +22,41 @@ def named_path(value: str) -> tuple[str, Path]:
     return name, Path(path)
 
 
-def overlap_error(args: argparse.Namespace, outputs: list[str], inputs: list[str]) -> bool:
-    """True, after printing ``error: ...``, when an output option's path overlaps an input option's
-    (:func:`stages.common.atomic.refuse_overlap`). Options hold a path, a list of paths or ``NAME=PATH``, or None."""
-    def paths(names: list[str]) -> dict[str, Path]:
-        out: dict[str, Path] = {}
-        for name in names:
-            value = getattr(args, name.replace("-", "_"), None)
-            for i, v in enumerate(value if isinstance(value, list) else [value]):
-                v = v[1] if isinstance(v, tuple) else v
-                if v is not None:
-                    out[name if i == 0 else f"{name} #{i + 1}"] = Path(v)
-        return out
-
-    try:
-        refuse_overlap(paths(outputs), paths(inputs))
-    except ValueError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return True
-    return False
-
-
-@runtime_checkable
-class Check(Protocol):
-    """A gate a core returns under its report path (``stages.quality.gate.Gate``): ``check`` validates, writes the
-    report and raises when a check failed."""
-
-    def check(self, report_path: Path) -> Any: ...
+def _paths(args: argparse.Namespace, names: Iterable[str]) -> dict[str, Path]:
+    """The paths of options holding a path, a list of paths or ``NAME=PATH``, or None, by option name."""
+    out: dict[str, Path] = {}
+    for name in names:
+        value = getattr(args, name.replace("-", "_"), None)
+        for i, v in enumerate(value if isinstance(value, list) else [value]):
+            v = v[1] if isinstance(v, tuple) else v
+            if v is not None:
+                out[name if i == 0 else f"{name} #{i + 1}"] = Path(v)
+    return out
 
 
 class Folder(dict):
     """Files of a folder published as a whole (``{name: str | bytes | JSON data}``; replaced atomically)."""
 
 
+def _write(path: Path, content: Any) -> None:
+    if isinstance(content, (bytes, str)):
+        write_bytes_atomic(path, content.encode("utf-8") if isinstance(content, str) else content)
+    else:
+        write_json_atomic(path, content)
+
+
 def publish(files: Mapping[Path | None, Any]) -> None:
     """Write each ``path: content`` atomically, in order: a :class:`Folder` as a folder, ``bytes`` as they are,
     ``str`` as UTF-8 text, anything else as JSON; a ``None`` path is skipped."""
-    def write(path: Path, content: Any) -> None:
-        if isinstance(content, bytes):
-            write_bytes_atomic(path, content)
-        elif isinstance(content, str):
-            write_bytes_atomic(path, content.encode("utf-8"))
-        else:
-            write_json_atomic(path, content)
-
     for path, content in files.items():
         if path is None:
             continue
         if isinstance(content, Folder):
             with atomic_dir(path) as tmp:
                 for name, item in content.items():
-                    write(tmp / name, item)
+                    _write(tmp / name, item)
         else:
-            write(Path(path), content)
+            _write(Path(path), content)
 
 
 Log = Callable[[str], None]
@@ -82,12 +64,10 @@ Log = Callable[[str], None]
 
 @dataclass(frozen=True)
 class Stage:
-    """A stage's command line. ``main`` parses ``argv`` (options from ``arguments``), refuses overlapping
-    ``outputs`` and ``inputs``, then calls the core ``run(args, log)``; with an output ``folder`` the core
-    writes into ``args.staged.path`` (:class:`stages.common.atomic.Staged`). The core returns the files to
-    publish and its gates (a :class:`Check` per report path), or an exit status. Only when the core and every
-    gate succeeded are the outputs published, so a failure leaves the previous ones. An error of ``errors``
-    is one ``error: ...`` line (worded by ``message``) and exit status 1; any other goes to :func:`entry`."""
+    """A stage's command line: ``main`` parses ``argv``, refuses overlapping ``outputs`` and ``inputs``, and calls
+    the core ``run(args, log)`` (with an output ``folder``, it writes into ``args.staged.path``). The core returns
+    an exit status, or the files to publish and its gates (by report path), published only when it and every
+    gate succeeded. An error of ``errors`` is one ``error: ...`` line (worded by ``message``), exit status 1."""
 
     prog: str
     description: str
@@ -105,7 +85,11 @@ class Stage:
         argv = list(argv) if argv is not None else sys.argv[1:]
         args = ap.parse_args(argv)
         args.argv = argv  # the command line as given (a stage that starts copies of itself passes it on)
-        if overlap_error(args, list(self.outputs) + ([self.folder] if self.folder else []), list(self.inputs)):
+        try:
+            outputs = self.outputs + ((self.folder,) if self.folder else ())
+            refuse_overlap(_paths(args, outputs), _paths(args, self.inputs))
+        except ValueError as exc:
+            print(f"error: {exc}", file=sys.stderr)
             return 1
         target = getattr(args, self.folder) if self.folder else None
         args.staged = Staged(target) if target is not None else None
@@ -115,8 +99,8 @@ class Stage:
                 return out
             files = {}
             for path, item in out.items():
-                if isinstance(item, Check):
-                    item.check(path)  # raises when the gate failed: nothing is published
+                if hasattr(item, "check"):  # a gate (stages.quality.gate.Gate): writes its report, raises on failure
+                    item.check(path)  # nothing is published then
                 else:
                     files[path] = item
             if args.staged is not None:
@@ -147,12 +131,10 @@ def describe(exc: BaseException) -> str:
 def entry(main: Callable[[], int]) -> int:
     """Run a stage's ``main``: an error ends it with ``error: ...`` on stderr and exit status 1 (a traceback
     with ``--debug`` or ``LMPIPE_DEBUG=1``); Ctrl-C exits with 130."""
-    debug = os.environ.get("LMPIPE_DEBUG", "") not in ("", "0")
+    debug = os.environ.get("LMPIPE_DEBUG", "") not in ("", "0") or "--debug" in sys.argv[1:]
     if "--debug" in sys.argv[1:]:
         sys.argv.remove("--debug")
-        debug = True
     if Path("dvc.yaml").is_file():  # a workspace: what killed runs left behind goes first
-
         for p in sweep_dead(["data", "reports", "dist"]):
             print(f"removed {p}: left by a run that was killed", file=sys.stderr)
     try:

@@ -1,8 +1,5 @@
-"""The document contract shared by every stage (docs/stages.md, "The data contract").
-
-Documents are Parquet rows with ``id`` (stable content hash), ``text``, ``source``, ``url`` (nullable) and
-``meta`` (a JSON string). Labeled examples add ``label`` and ``split``.
-"""
+"""The document contract shared by every stage (docs/stages.md, "The data contract"): Parquet rows with ``id``
+(content hash), ``text``, ``source``, ``url`` (nullable) and ``meta`` (JSON); labeled ones add ``label``, ``split``."""
 
 from __future__ import annotations
 
@@ -54,16 +51,8 @@ def arrow_schema(labeled: bool):
     """The Arrow schema of the documents Parquet file (pyarrow imported lazily)."""
     import pyarrow as pa
 
-    fields = [
-        pa.field("id", pa.string(), nullable=False),
-        pa.field("text", pa.string(), nullable=False),
-        pa.field("source", pa.string(), nullable=False),
-        pa.field("url", pa.string(), nullable=True),
-        pa.field("meta", pa.string(), nullable=False),
-    ]
-    if labeled:
-        fields += [pa.field("label", pa.string(), nullable=False), pa.field("split", pa.string(), nullable=False)]
-    return pa.schema(fields)
+    return pa.schema([pa.field(c, pa.string(), nullable=c == "url")
+                      for c in (LABELED_COLUMNS if labeled else DOCUMENT_COLUMNS)])
 
 
 def open_parquet(path):

@@ -1,8 +1,5 @@
-"""Reading a stage's input files so that a damaged one is an error naming it.
-
-Each reader raises :class:`InputError` (a ``ValueError``) starting with the path, where a library's own
-error would not name the file.
-"""
+"""Reading a stage's input files so that a damaged one is an :class:`InputError` (a ``ValueError``) starting with
+its path, where a library's own error would not name the file."""
 
 from __future__ import annotations
 
@@ -28,9 +25,7 @@ def reading(path: str | Path, what: str) -> Iterator[None]:
     :class:`InputError` naming it: ``<path>: not a valid <what> (<the library's first line>)``."""
     try:
         yield
-    except FileNotFoundError:
-        raise
-    except InputError:
+    except (FileNotFoundError, InputError):
         raise
     except Exception as exc:  # noqa: BLE001 (every reader's own error type, re-raised with the file named)
         raise InputError(f"{path}: not a valid {what} ({_first_line(exc)})") from exc

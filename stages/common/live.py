@@ -1,17 +1,11 @@
-"""Live metrics and timings, kept out of the files DVC hashes and git tracks.
-
-A training run writes its curve through DVCLive as it goes (``dvc plots show`` works mid-run), plus what
-differs between runs of the same inputs (tokens/s, MFU, wall seconds), so tracked outputs carry only what
-the inputs determine. ``reports/live`` is git-ignored and no stage's output.
-"""
+"""Live metrics and timings (DVCLive, readable mid-run), kept out of the files DVC hashes and git tracks: tracked
+outputs carry only what the inputs determine; ``reports/live`` is git-ignored and no stage's output."""
 
 from __future__ import annotations
 
 import json
 import math
 from pathlib import Path
-
-LIVE_ROOT = Path("reports/live")
 
 
 class LiveLog:
@@ -22,48 +16,25 @@ class LiveLog:
     def __init__(self, folder: Path | None) -> None:
         self.folder, self._live, self._started = folder, None, False
 
-    def start(self, resume_step: int = 0) -> None:
-        if self._started:
-            return
+    def start(self, resume_step: int = 0):
+        """The DVCLive logger (made on the first call; None without a folder or dvclive)."""
+        if not self._started and self.folder is not None:
+            self._live = _open(self.folder, resume_step)
         self._started = True
-        if self.folder is None:
-            return
-        try:
-            from dvclive import Live
-        except ImportError:  # a trimmed environment (a GPU image without the pipeline's extras): train anyway
-            import sys
-
-            print(f"warning: dvclive is not installed: no live log in {self.folder} (pip install dvclive)",
-                  file=sys.stderr)
-            return
-
-        class _FilesOnly(Live):
-            def _init_dvc(self):
-                # No repository, experiment or dvc.yaml of its own: a stage must not touch the repository.
-                self._save_dvc_exp = False
-
-        self.folder.mkdir(parents=True, exist_ok=True)
-        if resume_step:
-            _truncate(self.folder, resume_step)
-        self._live = _FilesOnly(str(self.folder), resume=bool(resume_step), save_dvc_exp=False, dvcyaml=None,
-                                report=None)
+        return self._live
 
     def log(self, step: int, values: dict) -> None:
-        self.start()
-        if self._live is None:
-            return
-        self._live.step = step
-        for key, value in values.items():
-            if isinstance(value, (int, float)) and math.isfinite(value):
-                self._live.log_metric(key, value)
-        self._live.next_step()
+        if (live := self.start()) is not None:
+            live.step = step
+            for key, value in values.items():
+                if isinstance(value, (int, float)) and math.isfinite(value):
+                    live.log_metric(key, value)
+            live.next_step()
 
     def summary(self, values: dict) -> None:
-        self.start()
-        if self._live is None:
-            return
-        self._live.summary.update({k: v for k, v in values.items() if v is not None})
-        self._live.make_summary()
+        if (live := self.start()) is not None:
+            live.summary.update({k: v for k, v in values.items() if v is not None})
+            live.make_summary()
 
     def close(self) -> None:
         if self._live is not None:
@@ -75,6 +46,26 @@ class LiveLog:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _open(folder: Path, resume_step: int):
+    try:
+        from dvclive import Live
+    except ImportError:  # a trimmed environment (a GPU image without the pipeline's extras): train anyway
+        import sys
+
+        print(f"warning: dvclive is not installed: no live log in {folder} (pip install dvclive)", file=sys.stderr)
+        return None
+
+    class _FilesOnly(Live):
+        def _init_dvc(self):
+            # No repository, experiment or dvc.yaml of its own: a stage must not touch the repository.
+            self._save_dvc_exp = False
+
+    folder.mkdir(parents=True, exist_ok=True)
+    if resume_step:
+        _truncate(folder, resume_step)
+    return _FilesOnly(str(folder), resume=bool(resume_step), save_dvc_exp=False, dvcyaml=None, report=None)
 
 
 def _truncate(folder: Path, step: int) -> None:

@@ -1,8 +1,6 @@
-"""Independent jobs on a few processes, results in the order of the jobs.
-
-Jobs are pure, so results do not depend on the worker. ``workers = 1`` runs them in this process; else each
-worker is spawned (forking after torch loads can deadlock), gets ``state`` once and runs one job at a time on
-one torch thread. Used by fine-tuning's seeds and the evaluation's data-efficiency curve."""
+"""Independent, pure jobs on a few processes, results in the order of the jobs: ``workers = 1`` runs them here;
+else each worker is spawned (forking after torch loads can deadlock), gets ``state`` once and runs one job at a
+time on one torch thread."""
 
 from __future__ import annotations
 

@@ -1,16 +1,14 @@
 """Where shard functions run: in this process, in a pool of local processes, or on a Dask cluster.
 
-:func:`open_shards` gives a :class:`Shards` whose ``map`` runs a module-level function over argument tuples
-and passes each result to ``consume`` in input order, at most ``window`` in flight; the engine does not
-change the output. Dask is chosen by the environment, not params (DVC must not rerun a stage for it)::
+:func:`open_shards` gives a :class:`Shards` whose ``map`` runs a module-level function over argument tuples and
+passes each result to ``consume`` in input order, at most ``window`` in flight; the engine does not change the
+output. Dask is chosen by the environment, not params (DVC must not rerun a stage for it), through a plain
+``distributed.Client`` (an import-linter contract keeps Prefect out of ``stages``)::
 
     LMPIPE_DASK=tcp://scheduler:8786   # an existing Dask cluster
     LMPIPE_DASK=local                  # a LocalCluster with one single-threaded worker process per core
     LMPIPE_DASK=local:2                # ... with 2 workers
     LMPIPE_DASK_TIMEOUT=60s            # how long to wait for the scheduler (default 60s)
-
-Shards go through a plain ``distributed.Client``, never Prefect (an import-linter contract keeps Prefect
-out of ``stages``).
 """
 
 from __future__ import annotations
@@ -19,8 +17,12 @@ import os
 import sys
 from collections import deque
 from collections.abc import Callable, Iterable
-from contextlib import contextmanager, ExitStack
+from contextlib import ExitStack, contextmanager
+from functools import partial
+from types import SimpleNamespace
 from typing import Any
+
+from tqdm import tqdm
 
 ENV = "LMPIPE_DASK"
 
@@ -44,17 +46,18 @@ class Shards:
     def window(self) -> int:
         return 2 * self.workers
 
+    def _submit(self, fn: Callable, args: tuple) -> Any:
+        return SimpleNamespace(result=partial(fn, *args))  # runs when its result is taken: one shard at a time
+
     def map(self, fn: Callable, arg_lists: Iterable[tuple], consume: Callable[[Any], None], *, desc: str) -> None:
-        with _bar(desc, arg_lists) as bar:
-            for args in arg_lists:
-                consume(fn(*args))
-                bar.update()
+        self._ordered(self._submit, fn, arg_lists, consume, desc)
 
     def _ordered(self, submit: Callable[[Callable, tuple], Any], fn: Callable, arg_lists: Iterable[tuple],
                  consume: Callable[[Any], None], desc: str) -> None:
         """Submit with at most ``window`` in flight; consume in order. A failed shard raises here."""
         pending: deque = deque()
-        with _bar(desc, arg_lists) as bar:
+        n = len(arg_lists) if hasattr(arg_lists, "__len__") else None
+        with tqdm(total=n, desc=desc, unit="shard", file=sys.stderr, disable=None, mininterval=1.0) as bar:
             for args in arg_lists:
                 if len(pending) >= self.window:
                     consume(pending.popleft().result())
@@ -80,8 +83,8 @@ class ProcessShards(Shards):
     def close(self) -> None:
         self._pool.shutdown(cancel_futures=True)
 
-    def map(self, fn, arg_lists, consume, *, desc) -> None:
-        self._ordered(lambda f, args: self._pool.submit(f, *args), fn, arg_lists, consume, desc)
+    def _submit(self, fn, args):
+        return self._pool.submit(fn, *args)
 
 
 @contextmanager
@@ -92,9 +95,8 @@ def environ_kept():
     try:
         yield
     finally:
-        if dict(os.environ) != saved:
-            os.environ.clear()
-            os.environ.update(saved)
+        os.environ.clear()
+        os.environ.update(saved)
 
 
 class DaskShards(Shards):
@@ -103,46 +105,40 @@ class DaskShards(Shards):
     engine = "dask"
 
     def __init__(self, spec: str, name: str) -> None:
-        self.name = name
-        self._stack = ExitStack()
-        try:
-            self._start(spec)
-        except BaseException:
-            self._stack.close()
-            raise
-
-    def _start(self, spec: str) -> None:
         from distributed import Client
 
-        if spec == "local" or spec.startswith("local:"):
-            from distributed import LocalCluster
+        self.name = name
+        with ExitStack() as stack:  # closed on an error, else kept for close()
+            if spec == "local" or spec.startswith("local:"):
+                from distributed import LocalCluster
 
-            count = spec.partition(":")[2] or "0"
-            if not count.isdigit():
-                raise ValueError(f"{ENV}={spec!r}: expected local, local:N or a scheduler address (tcp://host:8786)")
-            n = int(count) or os.cpu_count() or 1
-            with environ_kept():
-                cluster = self._stack.enter_context(LocalCluster(
-                    n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None))
-            self.address = cluster.scheduler_address
-        else:
-            self.address = spec
-        # The scheduler's worker count sizes the window (at least 2 shards in flight per worker).
-        try:
-            self._client = self._stack.enter_context(Client(
-                self.address, timeout=os.environ.get("LMPIPE_DASK_TIMEOUT", "60s"), set_as_default=False))
-            self.workers = len(self._client.scheduler_info(n_workers=-1).get("workers", {}))
-        except (OSError, TimeoutError, ValueError) as exc:
-            raise ValueError(f"{ENV}={spec!r}: cannot reach the Dask scheduler ({type(exc).__name__}: {exc})") from exc
-        if not self.workers:
-            raise ValueError(f"{ENV}={spec!r}: the Dask scheduler has no workers")
+                count = spec.partition(":")[2] or "0"
+                if not count.isdigit():
+                    raise ValueError(f"{ENV}={spec!r}: expected local, local:N or a scheduler address "
+                                     "(tcp://host:8786)")
+                with environ_kept():
+                    cluster = stack.enter_context(LocalCluster(n_workers=int(count) or os.cpu_count() or 1,
+                                                               threads_per_worker=1, processes=True,
+                                                               dashboard_address=None))
+                self.address = cluster.scheduler_address
+            else:
+                self.address = spec
+            try:  # the scheduler's worker count sizes the window
+                self._client = stack.enter_context(Client(
+                    self.address, timeout=os.environ.get("LMPIPE_DASK_TIMEOUT", "60s"), set_as_default=False))
+                self.workers = len(self._client.scheduler_info(n_workers=-1).get("workers", {}))
+            except (OSError, TimeoutError, ValueError) as exc:
+                raise ValueError(f"{ENV}={spec!r}: cannot reach the Dask scheduler ({type(exc).__name__}: {exc})"
+                                 ) from exc
+            if not self.workers:
+                raise ValueError(f"{ENV}={spec!r}: the Dask scheduler has no workers")
+            self._stack = stack.pop_all()
 
     def close(self) -> None:
         self._stack.close()
 
-    def map(self, fn, arg_lists, consume, *, desc) -> None:
-        # pure=False: every shard is a task of its own, even when two have equal arguments (a key per call)
-        self._ordered(lambda f, args: self._client.submit(f, *args, pure=False), fn, arg_lists, consume, desc)
+    def _submit(self, fn, args):
+        return self._client.submit(fn, *args, pure=False)  # a task per shard, even for equal arguments
 
 
 def open_shards(workers: int, *, name: str) -> Shards:
@@ -153,17 +149,3 @@ def open_shards(workers: int, *, name: str) -> Shards:
         return DaskShards(spec, name)
     n = workers or os.cpu_count() or 1
     return ProcessShards(n) if n > 1 else Shards()
-
-
-class _bar:
-    def __init__(self, desc: str, arg_lists) -> None:
-        from tqdm import tqdm
-
-        n = len(arg_lists) if hasattr(arg_lists, "__len__") else None
-        self._bar = tqdm(total=n, desc=desc, unit="shard", file=sys.stderr, disable=None, mininterval=1.0)
-
-    def __enter__(self):
-        return self._bar
-
-    def __exit__(self, *exc) -> None:
-        self._bar.close()

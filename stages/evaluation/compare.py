@@ -1,5 +1,4 @@
-"""The compare stage's core: the objective comparison's rows, their label-count runs, the verdict per paradigm and
-the report (reports/objectives.md)."""
+"""The compare stage's core: the objective comparison's rows, their label-count runs, verdict and report."""
 
 from __future__ import annotations
 
@@ -8,11 +7,11 @@ from pathlib import Path
 
 from stages import objectives
 from stages.common.inputs import check_folder, read_json
-from stages.common.pool import run_ordered
 from stages.config import ConfigError
 from stages.evaluation.config import CompareConfig
-from stages.evaluation.curve import small_run
-from stages.evaluation.summary import paradigm_row, pooled, read_training, run_row, summarise
+from stages.evaluation.curve import small_runs, summarised
+from stages.evaluation.report import f3, si
+from stages.evaluation.summary import judge, paradigm_row, read_record, read_training, run_row, table_point
 
 
 @dataclass(frozen=True)
@@ -48,65 +47,33 @@ def rows_for(cfg: CompareConfig, *, compare: Path, finetuned: Path, pretrained: 
     return out
 
 
-def curve(cfg: CompareConfig, rows: list[Row], records: dict[str, dict], df, log) -> dict[str, list[dict]]:
-    """name -> [{train_examples, macro_f1, accuracy, val_macro_f1}] at ``cfg.sizes`` (each over ``cfg.seeds``)."""
-    jobs = []
-    for row in rows:
-        record = records[row.name]
-        jobs += [{"name": row.name, "paradigm": row.paradigm, "init": row.init, "train_examples": n, "seed": seed,
-                  "min_steps": cfg.min_steps, "config": record["config"], "model_dir": str(row.source)}
-                 for n in sorted(set(cfg.sizes)) if n < record["metrics"]["train_examples"] for seed in cfg.seeds]
-    log(f"[compare] {len(jobs)} fine-tuning runs at {', '.join(map(str, sorted(set(cfg.sizes))))} labels, "
-        f"{min(cfg.workers, len(jobs) or 1)} at a time")
-    state = {"df": df, "log": log} if cfg.workers <= 1 else {"df": df, "threads": 1}
-    results = run_ordered(small_run, state, [{k: v for k, v in j.items() if k != "name"} for j in jobs],
-                          workers=cfg.workers)
-    grouped: dict[str, dict[int, list[dict]]] = {}
-    for job, r in zip(jobs, results):
-        grouped.setdefault(job["name"], {}).setdefault(job["train_examples"], []).append(r)
-    return {name: [{"train_examples": n, "macro_f1": summarise([r["test_macro_f1"] for r in rs]),
-                    "accuracy": summarise([r["test_accuracy"] for r in rs]),
-                    "val_macro_f1": summarise([r["best_val_macro_f1"] for r in rs])} for n, rs in sorted(by_n.items())]
-            for name, by_n in grouped.items()}
-
-
 def compare_all(cfg: CompareConfig, *, df, compare: Path, finetuned: Path, pretrained: Path, dapt: Path,
                 log=print) -> dict:
     rows = rows_for(cfg, compare=compare, finetuned=finetuned, pretrained=pretrained, dapt=dapt)
-    records = {}
-    for row in rows:
-        path = row.finetuned / "finetune.json"
-        if not path.is_file():
-            stage = (f"finetune@{row.paradigm}-{row.init}" if row.finetuned.parent == finetuned
-                     else f"compare-finetune@{row.name}")
-            raise FileNotFoundError(f"{path}: missing (run the {stage} stage first)")
-        records[row.name] = read_json(path)
-    points = curve(cfg, rows, records, df, log)
+    records = {row.name: read_record(row.finetuned, f"finetune@{row.paradigm}-{row.init}"
+                                     if row.finetuned.parent == finetuned else f"compare-finetune@{row.name}")
+               for row in rows}
+    sizes = ", ".join(map(str, sorted(set(cfg.sizes))))
+    done = small_runs(cfg, {row.name: (row.paradigm, row.init, records[row.name], row.source) for row in rows}, df, log,
+                      f"[compare] {{jobs}} fine-tuning runs at {sizes} labels, {{workers}} at a time")
     out = {}
     for row in rows:
         full = run_row(records[row.name])
         pre = read_training(row.pretrain) if row.pretrain else None
         ada = read_training(row.dapt) if row.dapt else None
-        cost = paradigm_row(pre, ada, {"best_init": row.init, "test_macro_f1": full["test_macro_f1"],
-                                       "test_macro_f1_std": full["test_macro_f1_std"]}) if pre or ada else {}
-        label_points = {str(pt["train_examples"]): pt for pt in points.get(row.name, [])}
-        label_points[str(full["train_examples"])] = {
-            "train_examples": full["train_examples"],
-            "macro_f1": {"mean": full["test_macro_f1"], "std": full["test_macro_f1_std"], "runs": full["seeds"]},
-            "val_macro_f1": {"mean": full["best_val_macro_f1"], "std": full["best_val_macro_f1_std"],
-                             "runs": full["seeds"]}}
+        cost = paradigm_row(pre, ada, {"best_init": row.init, **full}) if pre or ada else {}
+        label_points = {str(n): summarised(n, rs) for n, rs in done.get(row.name, {}).items()}
+        label_points[str(full["train_examples"])] = table_point(full)
         out[row.name] = {"paradigm": row.paradigm, "objective": row.objective, "init": row.init, "own": row.own,
-                         "tokens": cost.get("tokens"), "flops_per_token": cost.get("flops_per_token"),
-                         "flops": cost.get("flops"), "pretrain_eval_loss": cost.get("pretrain_eval_loss"),
-                         "dapt_eval_loss": cost.get("dapt_eval_loss"), "lr": full["lr"],
-                         "points": dict(sorted(label_points.items(), key=lambda kv: int(kv[0])))}
+                         "lr": full["lr"], "points": dict(sorted(label_points.items(), key=lambda kv: int(kv[0])))}
+        out[row.name] |= {k: cost.get(k) for k in ("tokens", "flops_per_token", "flops", "pretrain_eval_loss",
+                                                   "dapt_eval_loss")}
     return {"rows": out, "verdict": verdict(out)}
 
 
 def verdict(rows: dict) -> list[dict]:
-    """Per paradigm and label count: the objective with the best mean *validation* macro-F1 (as a user would
-    choose), its test score against the paradigm's own objective and against random init, each difference with
-    the pooled seed std and whether it exceeds twice that (``resolved``)."""
+    """Per paradigm and label count: the objective best on mean *validation* macro-F1, its test score judged against
+    the paradigm's own objective and against random init."""
     out = []
     for p in dict.fromkeys(r["paradigm"] for r in rows.values()):
         mine = {n: r for n, r in rows.items() if r["paradigm"] == p}
@@ -126,26 +93,10 @@ def verdict(rows: dict) -> list[dict]:
                 if other is None or other == best or pt is None:
                     continue
                 o = pt["macro_f1"]
-                noise = pooled(b["std"], o["std"])
-                diff = round(b["mean"] - o["mean"], 5)
-                seeds = min(b.get("runs", 1), o.get("runs", 1))
-                item[key] = {"other": other, "difference": diff, "pooled_std": noise, "seeds": seeds,
-                             "resolved": seeds >= 2 and abs(diff) > 2 * noise}
+                item[key] = {"other": other, **judge(b["mean"] - o["mean"], b["std"], o["std"],
+                                                     min(b.get("runs", 1), o.get("runs", 1)))}
             out.append(item)
     return out
-
-
-def _f(x, digits: int = 3) -> str:
-    return "-" if x is None else f"{x:.{digits}f}"
-
-
-def _si(x) -> str:
-    if x is None:
-        return "-"
-    for unit, scale in (("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
-        if abs(x) >= scale:
-            return f"{x / scale:.3g} {unit}"
-    return f"{x:.3g}"
 
 
 def markdown(result: dict) -> str:
@@ -173,9 +124,9 @@ def markdown(result: dict) -> str:
                 cells.append("-" if pt is None else f"{pt['macro_f1']['mean']:.3f} ± {pt['macro_f1']['std']:.3f} "
                              f"({pt['val_macro_f1']['mean']:.3f})")
             label = r["objective"] + (" (the paradigm's own)" if r["own"] else "")
-            lines.append(f"| {name} | {label if r['init'] != 'random' else 'random init'} | {_si(r['tokens'])} | "
-                         f"{_si(r['flops_per_token'])} | {_si(r['flops'])} | "
-                         f"{_f(r['pretrain_eval_loss'])} / {_f(r['dapt_eval_loss'])} | " + " | ".join(cells) + " |")
+            lines.append(f"| {name} | {label if r['init'] != 'random' else 'random init'} | "
+                         f"{si(r['tokens'], 'TGMk')} | {si(r['flops_per_token'], 'TGMk')} | {si(r['flops'], 'TGMk')} | "
+                         f"{f3(r['pretrain_eval_loss'])} / {f3(r['dapt_eval_loss'])} | " + " | ".join(cells) + " |")
         lines.append("")
     lines += ["## Verdict", "",
               "Per paradigm and label count, the objective that a user would choose (best mean validation "

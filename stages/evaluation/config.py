@@ -18,8 +18,7 @@ from stages.training.config import compare_entries
 @dataclass(frozen=True, kw_only=True)
 class CurveConfig:
     """The data-efficiency curve: each series fine-tuned on smaller samples of the task's training split; the
-    finetune stage's runs on all of it are the last point.
-    """
+    finetune stage's runs on all of it are the last point."""
 
     paradigms: tuple[str, ...] = PARADIGMS
     """Paradigms of the series (`bert`, `gpt`, `t5`)."""
@@ -48,8 +47,7 @@ class CurveConfig:
 @dataclass(frozen=True, kw_only=True)
 class IntrinsicConfig:
     """Intrinsic scores: each pre-trained and DAPT model's loss on the held-out blocks of the general and domain
-    corpora.
-    """
+    corpora."""
 
     eval_blocks: int = 128
     """Held-out blocks scored per corpus and model, >= 1."""

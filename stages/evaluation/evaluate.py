@@ -1,5 +1,5 @@
-"""The evaluate stage's core: the fine-tuned runs side by side, the data-efficiency curve and baselines, GPT's in-
-context learning, intrinsic scores before and after DAPT, and the model quality gate."""
+"""The evaluate stage's core: the fine-tuned runs side by side, the data-efficiency curve and baselines, GPT's
+in-context learning, intrinsic scores and the model quality gate."""
 
 from __future__ import annotations
 
@@ -7,37 +7,24 @@ import dataclasses
 import time
 from pathlib import Path
 
-from stages.common.inputs import read_json
 from stages.common.pool import run_ordered
 from stages.evaluation.config import EvaluateConfig
 from stages.evaluation.curve import baselines, data_efficiency, source
 from stages.evaluation.gate import decide
 from stages.evaluation.icl import icl_accuracy
 from stages.evaluation.intrinsic import read_layout, score
-from stages.evaluation.summary import curve_gains, gains, paradigm_row, read_training, run_row, versus_baselines
+from stages.evaluation.summary import (curve_gains, gains, paradigm_row, read_record, read_training, run_row,
+                                      versus_baselines)
 from stages.evaluation.verdict import verdict
 from stages.finetuning.core import INITS
 from stages.tokenization.trainers import PARADIGMS
 from stages.training.models import load_model
 
 
-def read_runs(finetuned: Path) -> dict[str, dict]:
-    """Every ``<paradigm>-<init>`` fine-tuning record under ``finetuned``."""
-    runs = {}
-    for p in PARADIGMS:
-        for init in INITS:
-            path = finetuned / f"{p}-{init}" / "finetune.json"
-            if not path.is_file():
-                raise FileNotFoundError(f"{path}: missing (run the finetune@{p}-{init} stage first)")
-            runs[f"{p}-{init}"] = read_json(path)
-    return runs
-
-
 def icl_run(state: dict, job: dict) -> dict:
     """One GPT model's in-context scores (a job of :func:`in_context`; module level, so a worker can run it)."""
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
-
 
     path, init = Path(job["path"]), job["init"]
     torch.manual_seed(0)
@@ -55,9 +42,9 @@ def in_context(cfg: EvaluateConfig, runs: dict[str, dict], df, model_dirs: dict[
     time, one torch thread each: batch-one prompts do not use a second thread well)."""
     labels = list(runs["gpt-pretrained"]["labels"])
     index = {lab: i for i, lab in enumerate(labels)}
-    train = [(t, index[lab]) for t, lab in df.loc[df["split"] == "train", ["text", "label"]].itertuples(index=False)]
-    test = [(t, index[lab]) for t, lab in df.loc[df["split"] == "test", ["text", "label"]].itertuples(index=False)]
-    state = {"labels": labels, "train": train, "test": test, "cfg": cfg.icl, "context": context}
+    state = {"labels": labels, "cfg": cfg.icl, "context": context} | {
+        s: [(t, index[lab]) for t, lab in df.loc[df["split"] == s, ["text", "label"]].itertuples(index=False)]
+        for s in ("train", "test")}
     inits = list(cfg.icl.inits)
     jobs = [{"init": init, "path": str(source(model_dirs, "gpt", init))} for init in inits]
     log(f"[evaluate] in-context learning: {len(jobs)} GPT models, {min(cfg.curve.workers, len(jobs))} at a time")
@@ -93,14 +80,9 @@ def curve_tsv(points: list[dict]) -> str:
     return "\n".join(rows) + "\n"
 
 
-def paradigms(runs: dict[str, dict], model_dirs: dict[str, Path], gains: dict) -> dict:
-    return {p: paradigm_row(read_training(model_dirs[f"pretrain-{p}"]), read_training(model_dirs[f"dapt-{p}"]),
-                            gains[p]) for p in PARADIGMS}
-
-
 def evaluate_all(cfg: EvaluateConfig, *, df, finetuned: Path, pretrained: Path, dapt: Path, tokens: Path,
                  log=print) -> dict:
-    runs = read_runs(finetuned)
+    runs = {f"{p}-{i}": read_record(finetuned / f"{p}-{i}", f"finetune@{p}-{i}") for p in PARADIGMS for i in INITS}
     model_dirs = {f"{stage}-{p}": root / p for stage, root in (("pretrain", pretrained), ("dapt", dapt))
                   for p in PARADIGMS}
     for key, path in model_dirs.items():
@@ -134,7 +116,8 @@ def evaluate_all(cfg: EvaluateConfig, *, df, finetuned: Path, pretrained: Path, 
         "gains": gain,
         "gate": gate,
         "full_n": runs[gate["selected"]]["metrics"]["train_examples"],
-        "paradigms": paradigms(runs, model_dirs, gain),
+        "paradigms": {p: paradigm_row(read_training(model_dirs[f"pretrain-{p}"]),
+                                      read_training(model_dirs[f"dapt-{p}"]), gain[p]) for p in PARADIGMS},
         "baselines": base,
         "versus_baselines": versus_baselines(de, table, list(base)),
         "intrinsic": timed("intrinsic scores", lambda: intrinsic(cfg, model_dirs, tokens, log)),

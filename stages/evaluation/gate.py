@@ -1,10 +1,6 @@
-"""The model quality gate that packaging obeys: among the candidate fine-tuned models, the one with the best
-*validation* macro-F1 is selected (the test split never chooses), and it passes only if its test scores beat
-the majority-class baseline by the configured margins. The verdict is written whichever way it falls; the
-package stage refuses a model whose verdict is not ``passed``.
-
-With several fine-tuning seeds per run the scores are the means over seeds (the finetune stage's record);
-a run without a usable validation score (missing or NaN) is never selected over one that has it."""
+"""The model quality gate the package stage obeys: the candidate with the best (mean) *validation* macro-F1 is
+selected (missing or NaN: never over one that has it) and passes only if its test scores beat the majority class by
+the margins."""
 
 from __future__ import annotations
 
@@ -15,8 +11,7 @@ from dataclasses import dataclass
 @dataclass(frozen=True, kw_only=True)
 class ModelGateConfig:
     """The model gate: the candidate with the best validation macro-F1 is shipped if its test scores beat the
-    majority-class baseline by the margins.
-    """
+    majority-class baseline by the margins."""
 
     candidates: tuple[str, ...] = ()
     """Fine-tuned runs (`<paradigm>-<init>`) that may be shipped; [] = all."""
@@ -41,12 +36,10 @@ def decide(runs: dict[str, dict], cfg: ModelGateConfig) -> dict:
     best = max(names, key=lambda n: (val(n), n))
     m = runs[best]
     seeds = len(m.get("seeds") or []) or 1
-    checks = [
-        {"check": "test macro-F1 - majority macro-F1", "value": round(m["test_macro_f1"] - m["majority_test_macro_f1"], 5),
-         "minimum": cfg.min_macro_f1_margin},
-        {"check": "test accuracy - majority accuracy", "value": round(m["test_accuracy"] - m["majority_test_accuracy"], 5),
-         "minimum": cfg.min_accuracy_margin},
-    ]
+    checks = [{"check": f"test {what} - majority {what}", "minimum": minimum,
+               "value": round(m[f"test_{key}"] - m[f"majority_test_{key}"], 5)}
+              for what, key, minimum in (("macro-F1", "macro_f1", cfg.min_macro_f1_margin),
+                                         ("accuracy", "accuracy", cfg.min_accuracy_margin))]
     for c in checks:
         c["passed"] = c["value"] >= c["minimum"]
     selected_by = "best validation macro-F1" + (f" (mean over {seeds} seeds)" if seeds > 1 else "")

@@ -1,27 +1,9 @@
-"""In-context learning for a causal LM (Brown et al. 2020, section 2): k labeled demonstrations, then the
-query; the prediction is the label whose words are most likely after the prompt. No weight changes.
-
-Each demonstration is ``{text}{separator}{label}\\n\\n`` and the query ``{text}{separator}``; a label is
-scored as the sum of the log-probabilities of its tokens (with a leading space) after the prompt. The prompt
-must fit the length the model was trained on (``context``): every example (demonstrations and query)
-gets ``context // (shots + 1)`` tokens, its text cut to fit. The prompt runs once; its key/value cache is
-repeated for the label candidates, so scoring 16 labels costs one prompt, not 16.
-
-Demonstrations (``demonstrations: shared``, the default) are one random set of k training examples per
-ordering, in a random order, shared by every query of that ordering: Zhao et al. 2021's protocol, where a
-prompt is a fixed list of training examples and its accuracy is measured over the test set. For k > 0 this is
-repeated ``orderings`` times (other examples, in another order: the choice and the order of the examples move
-few-shot accuracy a lot, Zhao et al. 2021, Lu et al. 2022), and the mean and standard deviation over them
-are reported; 0-shot has one prompt per query. ``per_query`` draws a new set for every query instead (keyed by
-seed, ordering and query index), which averages the choice of examples inside one ordering, and costs
-calibration prompts for every query rather than once per ordering (4x the scoring at three content-free
-inputs). Either way a run is reproducible and does not depend on the order of the queries.
-
-Contextual calibration (Zhao et al. 2021, "Calibrate Before Use", section 5): a prompt biases the model
-toward some labels (majority label, recency, common tokens). The bias is estimated by putting content-free
-inputs (``content_free``: "N/A", "", "[MASK]") in place of the query, with the same demonstrations; their
-label probabilities (normalised over the label set) are averaged into ``p_cf``, and the calibrated
-prediction is ``argmax W p`` with ``W = diag(p_cf)^-1``, ``b = 0``. Both predictions are reported."""
+"""In-context learning for a causal LM (Brown et al. 2020): k demonstrations ``{text}{separator}{label}\n\n``, then
+the query ``{text}{separator}``; the prediction is the label whose tokens (with a leading space) are most likely. Every
+example gets ``context // (k + 1)`` tokens. The prompt runs once, its key/value cache repeated for the labels. For
+k > 0 the demonstrations are drawn ``orderings`` times (Zhao et al. 2021; Lu et al. 2022), ``shared`` by every query
+or drawn ``per_query``; reproducible either way. Contextual calibration (Zhao et al. 2021, section 5): the label
+probabilities are divided by those of content-free inputs in the same prompt."""
 
 from __future__ import annotations
 
@@ -30,14 +12,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from stages.config import check, check_seed
+from stages.evaluation.summary import summarise
 from stages.finetuning.metrics import scores
 
 
 @dataclass(frozen=True, kw_only=True)
 class IclConfig:
     """In-context learning (Brown et al. 2020): the GPT models classify test texts from k demonstrations in the
-    prompt, without weight changes; reported uncalibrated and calibrated (Zhao et al. 2021).
-    """
+    prompt, without weight changes; reported uncalibrated and calibrated (Zhao et al. 2021)."""
 
     shots: tuple[int, ...] = (0, 1, 5)
     """The k values scored (demonstrations per prompt), each >= 0."""
@@ -138,7 +120,7 @@ def calibrate(p: np.ndarray, p_cf: np.ndarray) -> np.ndarray:
 
 
 def icl_accuracy(model, tokenizer, labels: list[str], train: list[tuple[str, int]], test: list[tuple[str, int]],
-                 cfg: IclConfig, *, context: int, progress=None, score=None) -> dict:
+                 cfg: IclConfig, *, context: int, score=None) -> dict:
     """For each k in ``cfg.shots``, on ``test`` (text, label index) pairs: accuracy and macro-F1, mean and std
     over the prompt orderings, uncalibrated (top level) and calibrated (``calibrated``). ``score(ids)`` gives
     the label log-likelihoods after a prompt (default: :func:`label_scores` with ``model``)."""
@@ -170,8 +152,6 @@ def icl_accuracy(model, tokenizer, labels: list[str], train: list[tuple[str, int
                 demos = [train[j] for j in pick]
                 p = normalised(score(builder.prompt(text, demos)))
                 raw[i], cal[i] = int(p.argmax()), int(calibrate(p, p_cf(demos, tuple(pick))).argmax())
-                if progress is not None:
-                    progress(1)
             runs.append((scores(gold, raw, len(labels)), scores(gold, cal, len(labels)),
                          len(np.unique(raw)), len(np.unique(cal))))
             if k:
@@ -185,9 +165,5 @@ def icl_accuracy(model, tokenizer, labels: list[str], train: list[tuple[str, int
 
 
 def _spread(runs: list[dict]) -> dict:
-    out = {}
-    for key in ("accuracy", "macro_f1"):
-        a = np.array([r[key] for r in runs], dtype=np.float64)
-        out[key] = round(float(a.mean()), 5)
-        out[f"{key}_std"] = round(float(a.std(ddof=1)) if len(a) > 1 else 0.0, 5)
-    return out
+    stats = {key: summarise([r[key] for r in runs]) for key in ("accuracy", "macro_f1")}
+    return {k: v for key, s in stats.items() for k, v in ((key, s["mean"]), (f"{key}_std", s["std"]))}

@@ -1,7 +1,5 @@
-"""Intrinsic scores of a pre-trained model on held-out token blocks of a corpus, with its own objective:
-perplexity (GPT), masked-token accuracy (BERT), span loss and target-token accuracy (T5). The masks and
-spans are fixed per block (the training loop's evaluation), so the general and the DAPT model of a paradigm
-are scored on exactly the same inputs, before and after domain adaptation."""
+"""Intrinsic scores of a pre-trained model on a corpus's held-out blocks with its own objective; masks and spans are
+fixed per block, so a paradigm's general and DAPT models are scored on the same inputs."""
 
 from __future__ import annotations
 
@@ -20,7 +18,7 @@ def read_layout(tokens_dir: Path):
     return BlockLayout(**read_json(manifest)["layout"])
 
 
-def score(model, layout, tokens_dir: Path, corpus: str, *, eval_blocks: int, micro_batch: int, seed: int = 0) -> dict:
+def score(model, layout, tokens_dir: Path, corpus: str, *, eval_blocks: int, micro_batch: int) -> dict:
     """``model`` (loaded once by the caller) on the held-out blocks of ``corpus``, on the GPU under bf16
     autocast when there is one (the model is moved there), else on the CPU in fp32."""
     import torch
@@ -31,7 +29,7 @@ def score(model, layout, tokens_dir: Path, corpus: str, *, eval_blocks: int, mic
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no held-out blocks for corpus {corpus!r}")
     blocks = load_npy(path)
-    cfg = TrainConfig(eval_blocks=eval_blocks, micro_batch=micro_batch, seed=seed)
+    cfg = TrainConfig(eval_blocks=eval_blocks, micro_batch=micro_batch, seed=0)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     model.to(device)
     result = evaluate(model, for_paradigm(layout), blocks, cfg, device, device == "cuda" and native_bf16(device))

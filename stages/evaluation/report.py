@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from stages.evaluation.baselines import search_words, settings_words, title
-from stages.evaluation.curve import full_point
+from stages.evaluation.baselines import module, settings_words
+from stages.evaluation.summary import point_at
 from stages.evaluation.svg import line_chart
 from stages.finetuning.core import INITS
 from stages.tokenization.trainers import PARADIGMS
@@ -12,16 +12,12 @@ NAMES = {"bert": "BERT (masked LM)", "gpt": "GPT (causal LM)", "t5": "T5 (span c
 
 
 def figures(result: dict) -> dict[str, str]:
-    out = {}
     curves = result["curves"]
-    out["finetune-loss.svg"] = line_chart(
-        {n: [(r["step"], r["loss"]) for r in c] for n, c in curves.items()},
-        title="Fine-tuning: training loss (seed 0)", xlabel="step", ylabel="loss")
-    out["finetune-val-f1.svg"] = line_chart(
-        {n: [(r["step"], r["val_macro_f1"]) for r in c] for n, c in curves.items()},
-        title="Fine-tuning: validation macro-F1 (seed 0)", xlabel="step", ylabel="macro-F1")
-    if result["data_efficiency"]:
-        de = result["data_efficiency"]
+    out = {f"finetune-{name}.svg": line_chart({n: [(r["step"], r[key]) for r in c] for n, c in curves.items()},
+                                              title=f"Fine-tuning: {what} (seed 0)", xlabel="step", ylabel=ylabel)
+           for name, key, what, ylabel in (("loss", "loss", "training loss", "loss"),
+                                           ("val-f1", "val_macro_f1", "validation macro-F1", "macro-F1"))}
+    if de := result["data_efficiency"]:
         out["data-efficiency.svg"] = line_chart(
             {n: [(p["train_examples"], p["macro_f1"]["mean"]) for p in pts] for n, pts in de.items()},
             bands={n: [(p["train_examples"], p["macro_f1"]["min"], p["macro_f1"]["max"]) for p in pts]
@@ -39,21 +35,28 @@ def figures(result: dict) -> dict[str, str]:
     return out
 
 
-def _f(x: float) -> str:
-    return f"{x:.3f}"
+def f3(x: float | None) -> str:
+    return "-" if x is None else f"{x:.3f}"
 
 
-def _pm(mean: float, std: float) -> str:
+def pm(mean: float, std: float) -> str:
     return f"{mean:.3f} ± {std:.3f}"
 
 
-def _si(x: float | None, unit: str = "") -> str:
+def pms(d: dict, *keys: str) -> str:
+    """Table cells ``mean ± std`` of ``d``'s ``keys`` (each with its ``<key>_std``)."""
+    return " | ".join(pm(d[k], d[f"{k}_std"]) for k in keys)
+
+
+def si(x: float | None, prefixes: str = "PTGMk") -> str:
+    """``x`` to 3 significant digits with the largest of ``prefixes`` (SI, k to P) it reaches; None: ``-``."""
     if x is None:
         return "-"
-    for scale, prefix in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+    for prefix in prefixes:
+        scale = 1000.0 ** ("kMGTP".index(prefix) + 1)
         if abs(x) >= scale:
-            return f"{x / scale:.3g} {prefix}{unit}".rstrip()
-    return f"{x:.3g} {unit}".rstrip()
+            return f"{x / scale:.3g} {prefix}"
+    return f"{x:.3g}"
 
 
 def _noise(d: dict) -> str:
@@ -79,12 +82,9 @@ def finetune_section(result: dict) -> list[str]:
         for init in INITS:
             r = ft[f"{p}-{init}"]
             lr = "-" if r["lr"] is None else f"{r['lr']:g}"
-            lines.append(f"| {NAMES[p]} | {init} | {_pm(r['test_accuracy'], r['test_accuracy_std'])} | "
-                         f"{_pm(r['test_macro_f1'], r['test_macro_f1_std'])} | "
-                         f"{_pm(r['best_val_macro_f1'], r['best_val_macro_f1_std'])} | {r['seeds']} | "
-                         f"{lr} | "
-                         f"{r['steps']}{' (early stop)' if r['stopped_early'] else ''} |")
-    lines.append(f"| majority class | - | {_f(maj['test_accuracy'])} | {_f(maj['test_macro_f1'])} | - | - | - | - |")
+            lines.append(f"| {NAMES[p]} | {init} | {pms(r, 'test_accuracy', 'test_macro_f1', 'best_val_macro_f1')} | "
+                         f"{r['seeds']} | {lr} | {r['steps']}{' (early stop)' if r['stopped_early'] else ''} |")
+    lines.append(f"| majority class | - | {f3(maj['test_accuracy'])} | {f3(maj['test_macro_f1'])} | - | - | - | - |")
     lines += ["", "Gains in test macro-F1. Pre-training: the better of `pretrained` / `dapt` (chosen on mean "
               "validation macro-F1, as the gate chooses) minus `random`; it counts when it is >= 0.03 and more "
               "than twice the pooled seed std sqrt((s_a^2 + s_b^2) / 2), over at least two seeds on each side. "
@@ -113,13 +113,13 @@ def paradigm_section(result: dict) -> list[str]:
              "final loss (general / DAPT) | fine-tuned test macro-F1 |", "|---|---|---|---|---|---|---|"]
     for p, r in rows.items():
         loss = " / ".join("-" if v is None else f"{v:.3f}" for v in (r["pretrain_eval_loss"], r["dapt_eval_loss"]))
-        lines.append(f"| {NAMES[p]} | {_si(r['parameters'])} | {_si(r['tokens'])} ({_si(r['pretrain_tokens'])} + "
-                     f"{_si(r['dapt_tokens'])}) | {_si(r['flops_per_token'])} | {_si(r['flops'])} | {loss} | "
-                     f"{_pm(r['test_macro_f1'], r['test_macro_f1_std'])} ({r['best_init']}) |")
+        lines.append(f"| {NAMES[p]} | {si(r['parameters'])} | {si(r['tokens'])} ({si(r['pretrain_tokens'])} + "
+                     f"{si(r['dapt_tokens'])}) | {si(r['flops_per_token'])} | {si(r['flops'])} | {loss} | "
+                     f"{pm(r['test_macro_f1'], r['test_macro_f1_std'])} ({r['best_init']}) |")
     for name, b in (base or {}).items():
-        full = full_point(b["points"], result["full_n"])
-        lines.append(f"| baseline: {title(name)} | {_si(full['parameters'])} | 0 | - | 0 | - | "
-                     f"{_pm(full['macro_f1']['mean'], full['macro_f1']['std'])} ({full['train_examples']} examples) |")
+        full = point_at(b["points"], result["full_n"]) or b["points"][-1]  # else its largest sample
+        lines.append(f"| baseline: {module(name).TITLE} | {si(full['parameters'])} | 0 | - | 0 | - | "
+                     f"{pm(full['macro_f1']['mean'], full['macro_f1']['std'])} ({full['train_examples']} examples) |")
     lines += ["", "Equal compute instead of equal data: by default each paradigm trains on `budget_tokens` tokens "
               "(equal data, unequal FLOPs). Setting `pretrain.<paradigm>.train.budget_flops` (and "
               "`dapt.<paradigm>.train.budget_flops`; `TrainConfig.budget_flops`, 0 = off) to the same value for "
@@ -144,8 +144,8 @@ def curve_section(result: dict, figures_dir: str) -> list[str]:
     for name, pts in de.items():
         for pt in pts:
             f = pt["macro_f1"]
-            lines.append(f"| {name} | {pt['train_examples']} | {_f(f['mean'])} | {_f(f['std'])} | "
-                         f"{_f(f['min'])}-{_f(f['max'])} | {f['runs']} |")
+            lines.append(f"| {name} | {pt['train_examples']} | {f3(f['mean'])} | {f3(f['std'])} | "
+                         f"{f3(f['min'])}-{f3(f['max'])} | {f['runs']} |")
     if result["curve_gains"]:
         lines += ["", "Pre-training gain along the curve: at each label count, the better pre-trained initialisation "
                   "(chosen on mean validation macro-F1 at that count) minus random, in test macro-F1; pooled seed "
@@ -165,15 +165,15 @@ def baseline_section(result: dict, figures_dir: str) -> list[str]:
     lines += ["Models that need no pre-training, each searched the way a careful practitioner would, on the "
               "validation split only (the test split scores the chosen settings once), on the very training "
               "samples and seeds of the neural runs:", ""]
-    lines += [f"- `{name}`: {search_words(name, cfg['baseline'][name])}" for name in base]
+    lines += [f"- `{name}`: {module(name).search_words(cfg['baseline'][name])}" for name in base]
     lines += ["", "What each search chose, with its scores (mean ± std over the seeds):", "",
               "| baseline | training examples | test macro-F1 | validation macro-F1 | chosen on validation (per seed) | fits, all seeds |",
               "|---|---|---|---|---|---|"]
     for name, b in base.items():
         for pt in b["points"]:
             bound = " (at the edge of its search for some seed)" if pt["at_bound"] else ""
-            lines.append(f"| {name} | {pt['train_examples']} | {_pm(pt['macro_f1']['mean'], pt['macro_f1']['std'])} | "
-                         f"{_pm(pt['val_macro_f1']['mean'], pt['val_macro_f1']['std'])} | "
+            lines.append(f"| {name} | {pt['train_examples']} | {pm(pt['macro_f1']['mean'], pt['macro_f1']['std'])} | "
+                         f"{pm(pt['val_macro_f1']['mean'], pt['val_macro_f1']['std'])} | "
                          f"{'; '.join(settings_words(name, x) for x in pt['settings'])}{bound} | {pt['fits']} |")
     if not versus.get("best"):
         return lines
@@ -194,25 +194,19 @@ def baseline_section(result: dict, figures_dir: str) -> list[str]:
     return lines + ["", f"![against the best baseline]({figures_dir}/versus-baseline.svg)"]
 
 
-def _orderings(cfg: dict) -> str:
-    """How the k-shot demonstrations were drawn (``evaluate.icl.demonstrations``; records before it: per query)."""
-    n = cfg["orderings"]
-    if cfg.get("demonstrations", "per_query") == "shared":
-        return (f"{n} demonstration lists, each drawn and ordered at random and shared by every query (Zhao et al. "
-                "2021's protocol)")
-    return f"{n} prompt orderings per query (demonstrations drawn and ordered anew for each query)"
-
-
 def icl_section(result: dict) -> list[str]:
     cfg, maj = result["config"]["icl"], result["majority"]
     lines = ["", "## In-context learning (GPT, no weight updates)", ""]
     if not result["icl"]:
         return lines + ["Not run in this profile (`evaluate.icl.inits` is empty)."]
-    any_icl = next(iter(result["icl"].values()))
+    any_icl, n = next(iter(result["icl"].values())), cfg["orderings"]
+    drawn = (f"{n} demonstration lists, each drawn and ordered at random and shared by every query (Zhao et al. "
+             "2021's protocol)" if cfg.get("demonstrations", "per_query") == "shared" else  # older records: per query
+             f"{n} prompt orderings per query (demonstrations drawn and ordered anew for each query)")
     lines += [f"{any_icl['examples']} test examples; the label is the one whose words are most likely after "
               f"`<text>{cfg['separator']!r}`; each example in a k-shot prompt keeps "
               f"{', '.join(f'{v} tokens ({k}-shot)' for k, v in any_icl['tokens_per_example'].items())} so that "
-              f"the prompt fits the length GPT was trained on. For k > 0, {_orderings(cfg)} (mean ± std over "
+              f"the prompt fits the length GPT was trained on. For k > 0, {drawn} (mean ± std over "
               "orderings). Calibrated: contextual "
               "calibration (Zhao et al. 2021): label probabilities divided by those of the content-free inputs "
               f"{', '.join(repr(x) for x in cfg['content_free'])} in the same prompt.", "",
@@ -220,11 +214,10 @@ def icl_section(result: dict) -> list[str]:
               "|---|---|---|---|---|---|"]
     for name, r in result["icl"].items():
         for k in cfg["shots"]:
-            x, cal = r[str(k)], r[str(k)]["calibrated"]
-            lines.append(f"| {name} | {k} | {_pm(x['accuracy'], x['accuracy_std'])} | "
-                         f"{_pm(x['macro_f1'], x['macro_f1_std'])} | {_pm(cal['accuracy'], cal['accuracy_std'])} | "
-                         f"{_pm(cal['macro_f1'], cal['macro_f1_std'])} |")
-    lines.append(f"| majority class | - | {_f(maj['test_accuracy'])} | {_f(maj['test_macro_f1'])} | - | - |")
+            x = r[str(k)]
+            lines.append(f"| {name} | {k} | {pms(x, 'accuracy', 'macro_f1')} | "
+                         f"{pms(x['calibrated'], 'accuracy', 'macro_f1')} |")
+    lines.append(f"| majority class | - | {f3(maj['test_accuracy'])} | {f3(maj['test_macro_f1'])} | - | - |")
     return lines + ["", "(The majority class is scored on the whole test split.)"]
 
 
@@ -238,10 +231,10 @@ def shipped_vs_baseline(result: dict) -> list[str]:
         return []
     rel = "above" if d["difference"] > 0 else "below" if d["difference"] < 0 else "level with"
     return ["", f"Against the best baseline on the same {key} labels ({best['series']}, chosen on validation: test "
-            f"macro-F1 {_pm(best['test_macro_f1'], best['test_macro_f1_std'])}), the shipped model "
-            f"({_pm(row['test_macro_f1'], row['test_macro_f1_std'])}) is {abs(d['difference']):.3f} {rel} it, "
-            f"{'beyond' if d['resolved'] else 'within'} twice the pooled seed std ({d['pooled_std']:.3f}). The gate "
-            "chooses among the language models only: the Bento ships a language model."]
+            f"macro-F1 {pms(best, 'test_macro_f1')}), the shipped model ({pms(row, 'test_macro_f1')}) is "
+            f"{abs(d['difference']):.3f} {rel} it, {'beyond' if d['resolved'] else 'within'} twice the pooled seed std "
+            f"({d['pooled_std']:.3f}). The gate chooses among the language models only: the Bento ships a language "
+            "model."]
 
 
 def markdown(result: dict, *, figures_dir: str) -> str:

@@ -1,13 +1,6 @@
-"""Pure summaries of the evaluate stage's numbers: seed statistics of the fine-tuning records, the gains of
-pre-training and of DAPT with their noise, the pre-training cost of each paradigm, and the data-efficiency
-gains. No I/O except :func:`read_training`.
-
-Noise: a fine-tuning run is repeated over seeds (sample, head initialisation, data order), and a
-difference of two means is called *resolved* only when it exceeds twice the pooled seed standard deviation
-``sqrt((s_a^2 + s_b^2) / 2)`` (the noise of one run), which needs at least two seeds on each side: with one
-seed the std is 0 and says nothing, so such a difference is never resolved and never counts, whatever its
-size. A gain *counts* when it is also at least ``MIN_GAIN`` (3 macro-F1 points), the smallest difference the
-project calls worth a pre-training run."""
+"""Pure summaries of the evaluate stage's numbers: seed statistics, the gains of pre-training and DAPT, pre-training
+cost, the data-efficiency gains. A difference is *resolved* when it exceeds twice the pooled seed std
+``sqrt((s_a^2 + s_b^2) / 2)`` over at least two seeds; a gain *counts* when it is also >= ``MIN_GAIN``."""
 
 from __future__ import annotations
 
@@ -17,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
+from stages.common.inputs import read_json
 from stages.evaluation.baselines import best_at
 
 MIN_GAIN = 0.03
@@ -48,43 +42,47 @@ def run_row(record: dict) -> dict:
     for k in ("test_accuracy", "test_macro_f1", "best_val_macro_f1"):
         std = m.get(f"{k}_std")
         row[f"{k}_std"] = round(float(std), 5) if std is not None else summarise([s[k] for s in seeds])["std"]
-    row["seeds"] = len(seeds)
-    row["lr"] = m.get("lr", record.get("config", {}).get("lr"))
-    return row
+    return row | {"seeds": len(seeds), "lr": m.get("lr", record.get("config", {}).get("lr"))}
 
 
 def pooled(a: float, b: float) -> float:
     return round(math.sqrt((a * a + b * b) / 2), 5)
 
 
+def judge(diff: float, std_a: float, std_b: float, seeds: int) -> dict:
+    """A difference of two means with its pooled seed std, and whether it is beyond twice that (never on one seed)."""
+    diff, noise = round(diff, 5), pooled(std_a, std_b)
+    return {"difference": diff, "pooled_std": noise, "seeds": seeds, "resolved": seeds >= 2 and abs(diff) > 2 * noise}
+
+
 def difference(table: dict, better: str, worse: str) -> dict:
-    """``better`` minus ``worse`` in mean test macro-F1, with the pooled seed std and the two verdicts."""
+    """``better`` minus ``worse`` in mean test macro-F1, judged; ``counts`` when also >= ``MIN_GAIN``."""
     a, b = table[better], table[worse]
-    diff = round(a["test_macro_f1"] - b["test_macro_f1"], 5)
-    noise = pooled(a["test_macro_f1_std"], b["test_macro_f1_std"])
-    seeds = min(a["seeds"], b["seeds"])
-    resolved = seeds >= 2 and abs(diff) > 2 * noise  # one seed has no spread to judge a difference against
-    return {"difference": diff, "pooled_std": noise, "resolved": resolved,
-            "counts": resolved and diff >= MIN_GAIN, "seeds": seeds}
-
-
-def best_pretrained(table: dict, paradigm: str) -> str:
-    """The better of the pretrained and DAPT initialisations, chosen on mean *validation* macro-F1 (as the
-    gate chooses), so the test split that measures the gain does not also pick the model."""
-    names = [f"{paradigm}-{i}" for i in PRETRAINED_INITS if f"{paradigm}-{i}" in table]
-    return max(names, key=lambda n: (table[n]["best_val_macro_f1"], n))
+    d = judge(a["test_macro_f1"] - b["test_macro_f1"], a["test_macro_f1_std"], b["test_macro_f1_std"],
+              min(a["seeds"], b["seeds"]))
+    return d | {"counts": d["resolved"] and d["difference"] >= MIN_GAIN}
 
 
 def gains(table: dict, paradigms) -> dict:
-    """Per paradigm: pre-training (best pre-trained init minus random) and DAPT (dapt minus pretrained)."""
+    """Per paradigm: pre-training (the pre-trained init best on *validation* minus random) and DAPT (dapt minus
+    pretrained)."""
     out = {}
     for p in paradigms:
-        best = best_pretrained(table, p)
+        best = max((f"{p}-{i}" for i in PRETRAINED_INITS if f"{p}-{i}" in table),
+                   key=lambda n: (table[n]["best_val_macro_f1"], n))
         out[p] = {"best_init": best.split("-", 1)[1], "test_macro_f1": table[best]["test_macro_f1"],
                   "test_macro_f1_std": table[best]["test_macro_f1_std"],
                   "pretraining": difference(table, best, f"{p}-random"),
                   "dapt": difference(table, f"{p}-dapt", f"{p}-pretrained")}
     return out
+
+
+def read_record(folder: Path, stage: str) -> dict:
+    """A fine-tuning run's ``finetune.json``; missing: an error naming the ``stage`` that writes it."""
+    path = folder / "finetune.json"
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: missing (run the {stage} stage first)")
+    return read_json(path)
 
 
 def read_training(folder: Path) -> dict | None:
@@ -96,10 +94,8 @@ def read_training(folder: Path) -> dict | None:
 
 
 def paradigm_row(pre: dict | None, dapt: dict | None, finetuned: dict) -> dict:
-    """A paradigm's cost and result: parameters, pre-training tokens (general + DAPT), FLOPs per token
-    (6N + 12 * layers * d_model * seq_len, :func:`stages.training.models.flops_per_token`), total FLOPs,
-    final held-out losses, and the fine-tuned test macro-F1 of its best pre-trained init. No wall time: it is
-    a fact of the machine, not of the inputs (reports/timings.md has it, from the runs' live logs)."""
+    """A paradigm's cost (parameters, tokens, FLOPs, held-out losses; no wall time: reports/timings.md has it) and
+    the fine-tuned test macro-F1 of its best pre-trained init."""
     runs = [m for m in (pre, dapt) if m]
     return {"parameters": (pre or dapt or {}).get("parameters"),
             "pretrain_tokens": (pre or {}).get("tokens"), "dapt_tokens": (dapt or {}).get("tokens"),
@@ -107,22 +103,16 @@ def paradigm_row(pre: dict | None, dapt: dict | None, finetuned: dict) -> dict:
             "flops_per_token": (pre or dapt or {}).get("flops_per_token"),
             "flops": sum((m.get("flops_per_token") or 0) * (m.get("tokens") or 0) for m in runs) or None,
             "pretrain_eval_loss": (pre or {}).get("eval_loss"), "dapt_eval_loss": (dapt or {}).get("eval_loss"),
-            "best_init": finetuned["best_init"], "test_macro_f1": finetuned["test_macro_f1"],
-            "test_macro_f1_std": finetuned["test_macro_f1_std"]}
+            **{k: finetuned[k] for k in ("best_init", "test_macro_f1", "test_macro_f1_std")}}
 
 
 def curve_gains(de: dict, best_init: dict[str, str]) -> dict:
-    """Per paradigm with a random series on the curve: at each training size, the mean test macro-F1 of the
-    better pre-trained init *at that size* minus random's, with the pooled std of the two points. The better
-    init is chosen on mean validation macro-F1 at the same size (as a user with that many labels would
-    choose; the test split only measures the gain); a point without validation scores counts as the lowest,
-    and ties go to the init chosen for the table (``best_init``), then to the later name."""
+    """Per paradigm with a random series: at each size, the test macro-F1 of the pre-trained init best on validation
+    *at that size* (none: lowest; ties: ``best_init``, then the later name) minus random's, with the pooled std."""
     out = {}
     for p in {name.split("-", 1)[0] for name in de if "-" in name}:  # neural series: <paradigm>-<init>
-        if f"{p}-random" not in de:
-            continue
         inits = [i for i in PRETRAINED_INITS if f"{p}-{i}" in de]
-        if not inits:
+        if f"{p}-random" not in de or not inits:
             continue
         rand = {pt["train_examples"]: pt["macro_f1"] for pt in de[f"{p}-random"]}
         by_init = {i: {pt["train_examples"]: pt for pt in de[f"{p}-{i}"]} for i in inits}
@@ -147,15 +137,14 @@ def point_at(points: list[dict], n: int) -> dict | None:
 
 
 def table_point(row: dict) -> dict:
-    """A fine-tuning table row (:func:`run_row`) as one curve point."""
+    """A fine-tuning table row (:func:`run_row`) as a curve point."""
     return {"train_examples": row["train_examples"],
             "macro_f1": {"mean": row["test_macro_f1"], "std": row["test_macro_f1_std"], "runs": row["seeds"]},
             "val_macro_f1": {"mean": row["best_val_macro_f1"], "std": row["best_val_macro_f1_std"]}}
 
 
 def neural_points(de: dict, table: dict | None) -> dict:
-    """The curve's neural series (``<paradigm>-<init>``), each with its full-sample point from the fine-tuning
-    ``table`` when the curve lacks it."""
+    """The curve's neural series (``<paradigm>-<init>``), completed by the ``table``'s full-sample points."""
     out = {name: list(pts) for name, pts in de.items() if "-" in name}
     for name, row in (table or {}).items():
         pts = out.setdefault(name, [])
@@ -165,11 +154,9 @@ def neural_points(de: dict, table: dict | None) -> dict:
 
 
 def versus_baselines(de: dict, table: dict, baselines: list[str]) -> dict:
-    """Every neural series against the best baseline (chosen on validation) at each label count the baselines
-    were fitted at: ``{"best": {n: {series, test_macro_f1, test_macro_f1_std, val_macro_f1}},
-    "series": {name: {n: {difference, pooled_std, resolved}}}}`` (``n`` as a string; differences in test
-    macro-F1, neural minus baseline; resolved as in :func:`difference`, the baseline's single whole-split fit
-    counting as noise-free). The fine-tuning ``table`` supplies each model's full-sample point."""
+    """Every neural series minus the best baseline (chosen on validation) in test macro-F1, at each label count the
+    baselines were fitted at: ``{"best": {n: ...}, "series": {name: {n: {difference, pooled_std, resolved}}}}``
+    (the neural model's seeds decide whether it can be resolved)."""
     neural = neural_points(de, table)
     sizes = sorted({pt["train_examples"] for b in baselines for pt in de.get(b, [])})
     out: dict = {"best": {}, "series": {}}
@@ -184,9 +171,7 @@ def versus_baselines(de: dict, table: dict, baselines: list[str]) -> dict:
             pt = point_at(pts, n)
             if pt is None:
                 continue
-            diff = round(pt["macro_f1"]["mean"] - b["macro_f1"]["mean"], 5)
-            noise = pooled(pt["macro_f1"]["std"], b["macro_f1"]["std"])
-            resolved = pt["macro_f1"].get("runs", 1) >= 2 and abs(diff) > 2 * noise
-            out["series"].setdefault(name, {})[str(n)] = {"difference": diff, "pooled_std": noise,
-                                                          "resolved": resolved}
+            d = judge(pt["macro_f1"]["mean"] - b["macro_f1"]["mean"], pt["macro_f1"]["std"], b["macro_f1"]["std"],
+                      pt["macro_f1"].get("runs", 1))
+            out["series"].setdefault(name, {})[str(n)] = {k: v for k, v in d.items() if k != "seeds"}
     return out

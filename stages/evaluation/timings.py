@@ -1,7 +1,5 @@
-"""``reports/timings.md``: how long this workspace's runs took and how fast they trained, from the live logs
-(:mod:`stages.common.live`) and the evaluate stage's own clock. Wall times differ between two runs of the same
-inputs, so they stay out of ``evaluation.md`` and ``evaluation.json`` (tracked, hashed by ``dvc.lock``); this
-file is untracked and rewritten by every evaluate run."""
+"""``reports/timings.md`` (untracked: wall times differ between runs of the same inputs): how long this workspace's
+runs took and how fast they trained, from the live logs and the evaluate stage's clock."""
 
 from __future__ import annotations
 

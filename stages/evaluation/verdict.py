@@ -1,11 +1,9 @@
-"""The report's closing verdict, written from the numbers of this run (never a fixed sentence): which
-paradigm fine-tunes best, whether DAPT helped each paradigm, at which label count pre-training matters
-most, and how the neural models compare with the best practitioner baseline at each label count. Differences are judged against twice
-the pooled seed standard deviation (:mod:`stages.evaluation.summary`)."""
+"""The report's closing verdict, written from this run's numbers: the best paradigm, DAPT's effect, where pre-training
+matters most and how the neural models compare with the best baseline, judged by the seed noise."""
 
 from __future__ import annotations
 
-from stages.evaluation.baselines import settings_words, title
+from stages.evaluation.baselines import module, settings_words
 from stages.evaluation.summary import MIN_GAIN, neural_points, point_at, pooled
 
 NAMES = {"bert": "BERT", "gpt": "GPT", "t5": "T5"}
@@ -86,10 +84,8 @@ def _best_neural(de: dict, n: int) -> tuple[str, dict] | None:
 
 
 def against_baselines(result: dict) -> list[str]:
-    """At each label count: the best neural model (chosen on validation) against the best baseline (chosen on
-    validation), and how many pre-trained models beat that baseline beyond noise; then one line saying where
-    pre-training beats the baselines (the pre-trained model chosen on validation above the best baseline by
-    more than twice the pooled seed std) and where it does not."""
+    """Per label count, the best neural model against the best baseline (both chosen on validation) and how many
+    pre-trained models beat it beyond noise; then where pre-training beats the baselines and where not."""
     versus, base = result.get("versus_baselines") or {}, result.get("baselines") or {}
     if not versus.get("best"):
         return ["No practitioner baseline in this run (`evaluate.baseline`)."]
@@ -114,8 +110,9 @@ def against_baselines(result: dict) -> list[str]:
         top = _best_neural({s: pts for s, pts in neural.items() if not s.endswith("-random")}, n)
         d_top = versus["series"][top[0]][key] if top else None
         (wins if d_top and d_top["resolved"] and d_top["difference"] > 0 else losses).append(n)
-        out.append(f"{label} the best baseline on validation is {title(b['series'])} ({settings_words(b['series'], chosen[0])}"
-                   f"{' ...' if len(chosen) > 1 else ''}; test {b['test_macro_f1']:.3f} ± {b['test_macro_f1_std']:.3f}); "
+        out.append(f"{label} the best baseline on validation is {module(b['series']).TITLE} "
+                   f"({settings_words(b['series'], chosen[0])}{' ...' if len(chosen) > 1 else ''}; "
+                   f"test {b['test_macro_f1']:.3f} ± {b['test_macro_f1_std']:.3f}); "
                    f"the best neural model on validation ({name}, test {a['mean']:.3f} ± {a['std']:.3f}) is "
                    f"{abs(d['difference']):.3f} {rel} it, {_noise(d['difference'], d['pooled_std'])}. "
                    f"Pre-trained models above it beyond noise: {len(above)} of {len(pre)}"
@@ -136,13 +133,7 @@ def against_baselines(result: dict) -> list[str]:
 
 
 def verdict(result: dict) -> list[str]:
-    """The verdict's sentences from ``result`` (keys ``gains``, ``curve_gains``, ``data_efficiency``, ``full_n``,
-    optionally ``finetune`` (the table, whose runs make the full-sample comparison), ``baselines`` and
-    ``versus_baselines``)."""
+    """The verdict's sentences from the evaluate stage's ``result``."""
     gains = result["gains"]
-    lines = [best_paradigm(gains)]
-    lines += [dapt_effect(p, g) for p, g in gains.items()]
-    lines.append(pretraining_effect(gains))
-    lines.append(where_pretraining_matters(result["curve_gains"]))
-    lines += against_baselines(result)
-    return lines
+    return [best_paradigm(gains), *(dapt_effect(p, g) for p, g in gains.items()), pretraining_effect(gains),
+            where_pretraining_matters(result["curve_gains"]), *against_baselines(result)]

@@ -146,19 +146,21 @@ def sample_train(df, cfg: FinetuneConfig, n: int | None = None):
     return train.reset_index(drop=True)
 
 
-def encode(tok, texts: list[str], cfg: FinetuneConfig, paradigm: str) -> dict:
+def _tokenize(tok, texts: list[str], cfg: FinetuneConfig, paradigm: str, **kwargs):
+    """``texts`` (after T5's task prefix) through ``tok``, cut at ``max_len``."""
     if paradigm == "t5":
         texts = [cfg.t5_prefix + t for t in texts]
-    enc = tok(texts, truncation=True, max_length=cfg.max_len, padding="longest", return_tensors="pt",
-              add_special_tokens=paradigm != "gpt")
+    return tok(texts, truncation=True, max_length=cfg.max_len, add_special_tokens=paradigm != "gpt", **kwargs)
+
+
+def encode(tok, texts: list[str], cfg: FinetuneConfig, paradigm: str) -> dict:
+    enc = _tokenize(tok, texts, cfg, paradigm, padding="longest", return_tensors="pt")
     return {"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"]}
 
 
 def token_lengths(tok, texts: list[str], cfg: FinetuneConfig, paradigm: str) -> np.ndarray:
     """Each text's length in tokens as :func:`encode` will see it (after the prefix and truncation)."""
-    if paradigm == "t5":
-        texts = [cfg.t5_prefix + t for t in texts]
-    ids = tok(texts, truncation=True, max_length=cfg.max_len, add_special_tokens=paradigm != "gpt")["input_ids"]
+    ids = _tokenize(tok, texts, cfg, paradigm)["input_ids"]
     return np.fromiter((len(x) for x in ids), dtype=np.int64, count=len(texts))
 
 
@@ -209,44 +211,36 @@ def finetune(cfg: FinetuneConfig, *, paradigm: str, init: str, model_dir: Path, 
              log=print, progress: bool = False, live_dir: Path | None = None) -> dict:
     """Train a classifier; returns scores, the curve and the model (best validation state restored).
     ``live_dir``: the run's live log (its curve as it trains, and its wall time; :mod:`stages.common.live`)."""
-
     from stages.common.live import LiveLog
 
     with LiveLog(live_dir) as live:
         started = time.perf_counter()
-        out = _finetune(cfg, paradigm=paradigm, init=init, model_dir=model_dir, df=df,
-                        train_examples=train_examples, log=log, progress=progress, live=live)
+        out = _finetune(cfg, paradigm, init, model_dir, df, train_examples, log, progress, live)
         m = out["metrics"]
         live.summary({"seconds": round(time.perf_counter() - started, 1), "steps": m["steps"],
                       "best_val_macro_f1": m["best_val_macro_f1"], "test_macro_f1": m["test_macro_f1"]})
     return out
 
 
-def _finetune(cfg: FinetuneConfig, *, paradigm: str, init: str, model_dir: Path, df, train_examples: int | None,
-              log, progress: bool, live) -> dict:
+def _finetune(cfg: FinetuneConfig, paradigm: str, init: str, model_dir: Path, df, train_examples, log, progress, live):
     import torch
     from transformers import AutoTokenizer
 
-    from stages.finetuning.heads import make_classifier
+    from stages.finetuning.heads import make_classifier, reinit_top_layers, rescale_embeddings
     from stages.finetuning.metrics import majority, scores
     from stages.training.config import OptimizerConfig
     from stages.training.distributed import Dist
     from stages.training.loop import (EarlyStopping, Hooks, LoopConfig, bf16_enabled, lr_at, make_optimizer, peak_flops,
-                                      run_loop)
+                                      progress_bar, run_loop)
 
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     label_id = {lab: i for i, lab in enumerate(cfg.labels)}
     tok = AutoTokenizer.from_pretrained(str(model_dir))
-    clf = make_classifier(paradigm, model_dir, list(cfg.labels), tok, init=init, seed=cfg.seed,
-                          **head_options(cfg))
+    clf = make_classifier(paradigm, model_dir, list(cfg.labels), tok, init=init, seed=cfg.seed, **head_options(cfg))
     if cfg.embedding_rms:
-        from stages.finetuning.heads import rescale_embeddings
-
         rescale_embeddings(clf.model, cfg.embedding_rms)
     if cfg.reinit_layers:
-        from stages.finetuning.heads import reinit_top_layers
-
         reinit_top_layers(clf.model, cfg.reinit_layers, seed=cfg.seed)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     clf.to(device)
@@ -256,7 +250,6 @@ def _finetune(cfg: FinetuneConfig, *, paradigm: str, init: str, model_dir: Path,
         val = val.sample(n=cfg.max_eval_examples, random_state=cfg.seed)
     test = df[df["split"] == "test"]
     y_train = train["label"].map(label_id).to_numpy()
-    y_val, y_test = val["label"].map(label_id).to_numpy(), test["label"].map(label_id).to_numpy()
     steps_per_epoch = -(-len(train) // cfg.micro_batch)
     epochs = max(cfg.epochs, -(-cfg.min_steps // steps_per_epoch))
     total = steps_per_epoch * epochs
@@ -274,17 +267,16 @@ def _finetune(cfg: FinetuneConfig, *, paradigm: str, init: str, model_dir: Path,
                 batch["labels"] = torch.from_numpy(y_train[idx].astype(np.int64))
                 yield [batch]
 
+    def score(split) -> dict:
+        gold = split["label"].map(label_id).to_numpy()
+        return scores(gold, predict(clf, tok, split["text"].tolist(), cfg, paradigm), len(cfg.labels))
+
     def validate(step: int) -> dict:
-        val_scores = scores(y_val, predict(clf, tok, val["text"].tolist(), cfg, paradigm), len(cfg.labels))
+        val_scores = score(val)
         return {"val_accuracy": val_scores["accuracy"], "val_macro_f1": val_scores["macro_f1"]}
 
     stream = epochs_of_batches()
-    bar = None
-    if progress:
-        from tqdm import tqdm
-
-        bar = tqdm(total=total, unit="step", dynamic_ncols=True, mininterval=1.0, desc=f"{paradigm}-{init}")
-    try:
+    with progress_bar(total, progress, desc=f"{paradigm}-{init}") as bar:
         # Throughput for the live log: 6N FLOPs per real (unpadded) token, N the classifier's parameters (Kaplan
         # et al. 2020's training estimate; attention left out), timed between evaluations (not counted).
         loop_cfg = LoopConfig(total=total, log_every=cfg.eval_every, clip=1.0, bf16=bf16_enabled(cfg.precision, device),
@@ -295,20 +287,16 @@ def _finetune(cfg: FinetuneConfig, *, paradigm: str, init: str, model_dir: Path,
         run = run_loop(clf.model, optimizer, loop_cfg, batches=lambda step: next(stream), loss=clf.loss,
                        lr=lambda step: lr_at(step, total, recipe), tokens=lambda batch: int(batch["attention_mask"].sum()),
                        hooks=hooks, dist=Dist(device=device))
-    finally:
-        if bar is not None:
-            bar.close()
     curve = [{"step": h["step"], "epoch": h["epoch"], "loss": h["loss"], "val_accuracy": e["val_accuracy"],
               "val_macro_f1": e["val_macro_f1"]} for h, e in zip(run.history, run.evals)]
     best, step, stopped_early = run.best, run.steps, run.stopped_early
     sample_best, val_examples = best, len(val)
     if cfg.val_select == "full" and len(val) < len(val_all):
-        y_all = val_all["label"].map(label_id).to_numpy()
-        best = scores(y_all, predict(clf, tok, val_all["text"].tolist(), cfg, paradigm), len(cfg.labels))["macro_f1"]
+        best = score(val_all)["macro_f1"]
         val_examples = len(val_all)
-    test_scores = scores(y_test, predict(clf, tok, test["text"].tolist(), cfg, paradigm), len(cfg.labels))
+    test_scores = score(test)
     clf.to("cpu")  # returned and saved on the CPU
-    baseline = majority(y_train, y_test, len(cfg.labels))
+    baseline = majority(y_train, test["label"].map(label_id).to_numpy(), len(cfg.labels))
     result = {"paradigm": paradigm, "init": init, "train_examples": len(train), "steps": step,
               "stopped_early": stopped_early, "best_val_macro_f1": best, "val_examples": val_examples,
               **({"sample_val_macro_f1": sample_best} if val_examples != len(val) else {}),

@@ -1,26 +1,9 @@
 """A classifier per paradigm over a pre-trained (or freshly initialised) model, with one interface:
 ``loss(batch)`` for training, ``scores(batch)`` (one score per label) and ``predict(batch)`` (its argmax).
 
-- BERT: the [CLS] representation and a linear head (``BertForSequenceClassification``; Devlin et al.).
-- GPT: the last token's representation and a linear head (``GPT2ForSequenceClassification``), plus GPT-1's
-  auxiliary language-modelling loss on the same text, weighted ``aux_lm_weight`` (Radford et al. 2018,
-  section 3.2; 0 switches it off). The LM term is the mean cross-entropy over a random ``aux_lm_fraction``
-  of the text's positions, drawn afresh each step: an unbiased estimate of the mean over all of them (a test
-  checks both the exact value at 1.0 and the mean of the estimate) for that fraction of the vocabulary
-  projection's cost, which for a small model with 8,192 words is most of a step.
-- T5: text to text (Raffel et al. 2020): ``prefix + text`` in, the label word out; a prediction scores every
-  label string under the model and takes the most likely, so it is always a valid label.
-
-``head: pooled`` puts the same small head on every paradigm instead (:class:`PooledClassifier`): the masked
-mean of the (encoder's) last hidden states, a BatchNorm and a linear layer. BERT's stock head
-reads the [CLS] position, which masked-LM pre-training never trains, so a pre-trained and a random BERT
-compared through it differ mostly by noise; the mean over all positions reads what pre-training did train.
-``head: prompt`` (BERT only, :class:`PromptClassifier`) classifies as a cloze: the masked-LM head's scores at
-a [MASK] for one word per label (PET / LM-BFF).
-
-Before training, a BERT body can be reparametrised (:func:`rescale_embeddings`) and its top layers drawn
-anew (:func:`reinit_top_layers`); the finetune stage's ``embedding_rms`` and ``reinit_layers`` say how.
-
+``head: stock``: each model's own ([CLS] for BERT, the last token for GPT with GPT-1's auxiliary LM loss, text
+to text for T5); ``pooled``: one small head on every paradigm (:class:`PooledClassifier`), which reads what
+masked-LM pre-training trained, unlike [CLS]; ``prompt``: BERT as a cloze (:class:`PromptClassifier`).
 ``init``: ``pretrained`` / ``dapt`` load the weights of ``model_dir``; ``random`` builds the same
 architecture from its config with fresh weights (the baseline that shows what pre-training buys).
 """
@@ -32,10 +15,21 @@ from pathlib import Path
 import torch
 
 
-def _config(model_dir: Path, **kwargs):
+def _load(cls, model_dir: Path, init: str, **kwargs):
+    """``cls`` with the weights of ``model_dir`` (the new head's "newly initialized" warnings muted), or, for
+    ``init`` random, fresh from its config."""
     from transformers import AutoConfig
+    from transformers.utils import logging
 
-    return AutoConfig.from_pretrained(str(model_dir), **kwargs)
+    if init == "random":
+        config = AutoConfig.from_pretrained(str(model_dir), **kwargs)
+        return cls.from_config(config) if hasattr(cls, "from_config") else cls(config)
+    verbosity = logging.get_verbosity()
+    logging.set_verbosity_error()
+    try:
+        return cls.from_pretrained(str(model_dir), **kwargs)
+    finally:
+        logging.set_verbosity(verbosity)
 
 
 class _Classifier:
@@ -43,9 +37,12 @@ class _Classifier:
 
     model: torch.nn.Module
     device = "cpu"
+    tensors: tuple[str, ...] = ()  # the attributes that hold tensors to move with the model
 
     def to(self, device: str) -> None:
         self.model.to(device)
+        for name in self.tensors:
+            setattr(self, name, getattr(self, name).to(device))
         self.device = device
 
     def predict(self, batch: dict) -> torch.Tensor:
@@ -64,18 +61,7 @@ class EncoderClassifier(_Classifier):
         kwargs = {"num_labels": len(labels), "id2label": dict(enumerate(labels)),
                   "label2id": {lab: i for i, lab in enumerate(labels)}}
         torch.manual_seed(seed)  # the new head (and, for random init, everything) starts from this seed
-        if init == "random":
-            config = _config(model_dir, **kwargs)
-            self.model = cls.from_config(config) if cls is AutoModelForSequenceClassification else cls(config)
-        else:
-            from transformers.utils import logging
-
-            verbosity = logging.get_verbosity()
-            logging.set_verbosity_error()  # "newly initialized: score.weight" is the point of fine-tuning
-            try:
-                self.model = cls.from_pretrained(str(model_dir), **kwargs)
-            finally:
-                logging.set_verbosity(verbosity)
+        self.model = _load(cls, model_dir, init, **kwargs)
         if paradigm == "gpt":
             self.model.config.pad_token_id = self.model.config.eos_token_id
         self.paradigm, self.aux_lm_weight, self.aux_lm_fraction = paradigm, aux_lm_weight, aux_lm_fraction
@@ -98,22 +84,16 @@ class EncoderClassifier(_Classifier):
 class TextToTextClassifier(_Classifier):
     """T5: the label word as the target; prediction by scoring each label string."""
 
+    tensors = ("candidates",)
+
     def __init__(self, model_dir: Path, labels: list[str], tokenizer, *, init: str, seed: int) -> None:
         from transformers import T5ForConditionalGeneration
 
         torch.manual_seed(seed)
-        self.model = (T5ForConditionalGeneration(_config(model_dir)) if init == "random"
-                      else T5ForConditionalGeneration.from_pretrained(str(model_dir)))
+        self.model = _load(T5ForConditionalGeneration, model_dir, init)
         enc = tokenizer(labels, add_special_tokens=True)["input_ids"]  # each label word + </s>
-        width = max(map(len, enc))
-        self.candidates = torch.full((len(labels), width), -100, dtype=torch.long)
-        for i, ids in enumerate(enc):
-            self.candidates[i, : len(ids)] = torch.tensor(ids)
-
-    def to(self, device: str) -> None:
-        self.model.to(device)
-        self.candidates = self.candidates.to(device)
-        self.device = device
+        self.candidates = torch.nn.utils.rnn.pad_sequence([torch.tensor(ids, dtype=torch.long) for ids in enc],
+                                                          batch_first=True, padding_value=-100)
 
     def loss(self, batch: dict) -> torch.Tensor:
         target = self.candidates[batch["labels"]]
@@ -136,20 +116,17 @@ class TextToTextClassifier(_Classifier):
 
 
 class PromptClassifier(_Classifier):
-    """BERT: the text with a [MASK] before its final [SEP], classified by the masked-LM head at that position,
-    restricted to one word per label (a cloze, as in PET, Schick and Schuetze 2021, and LM-BFF, Gao et al.
-    2021): the scores are the head's logits of the labels' words. The pre-trained model starts with the
-    position and the output layer its pre-training trained; random init learns both from the labels. A
-    label's word is its first word piece; labels must differ in it."""
+    """BERT: the text with a [MASK] before its final [SEP], scored by the masked-LM head at that position over
+    one word per label (a cloze, as PET and LM-BFF). A label's word is its first word piece; labels must
+    differ in it."""
+
+    tensors = ("words",)
 
     def __init__(self, model_dir: Path, labels: list[str], tokenizer, *, init: str, seed: int) -> None:
         from transformers import AutoModelForMaskedLM
 
         torch.manual_seed(seed)
-        if init == "random":
-            self.model = AutoModelForMaskedLM.from_config(_config(model_dir))
-        else:
-            self.model = AutoModelForMaskedLM.from_pretrained(str(model_dir))
+        self.model = _load(AutoModelForMaskedLM, model_dir, init)
         if tokenizer.mask_token_id is None or tokenizer.sep_token_id is None:
             raise ValueError(f"{model_dir}: head prompt needs a tokenizer with [MASK] and [SEP]")
         first = [tokenizer(lab, add_special_tokens=False)["input_ids"][:1] for lab in labels]
@@ -160,11 +137,6 @@ class PromptClassifier(_Classifier):
         self.words = torch.tensor(words)
         self.mask_id, self.sep_id = tokenizer.mask_token_id, tokenizer.sep_token_id
         self.body_name = next(n for n in ("deberta", "bert") if hasattr(self.model, n))
-
-    def to(self, device: str) -> None:
-        self.model.to(device)
-        self.words = self.words.to(device)
-        self.device = device
 
     def logits(self, batch: dict) -> torch.Tensor:
         ids, attn = batch["input_ids"], batch["attention_mask"]
@@ -188,13 +160,9 @@ HEAD_FILE = "head.safetensors"
 
 
 class _Pooled(torch.nn.Module):
-    """body -> masked mean over positions -> BatchNorm -> linear.
-
-    The BatchNorm standardises each feature over the examples (running statistics at inference). A
-    pre-trained body's mean-pooled states share one dominant direction (mean cosine 0.95-0.999 between task
-    examples here, against 0.27-0.82 for a random body): a LayerNorm would keep that common part, so the head
-    would see the examples as almost equal and learn slowly, while a BatchNorm removes it and keeps what tells
-    them apart (benchmarks/transfer.md, "Fine-tuning a pre-trained body")."""
+    """body -> masked mean over positions -> BatchNorm -> linear. The BatchNorm removes the direction that a
+    pre-trained body's pooled states share, which a LayerNorm would keep (benchmarks/transfer.md, "Fine-tuning
+    a pre-trained body")."""
 
     def __init__(self, body, d_model: int, n_labels: int) -> None:
         super().__init__()
@@ -207,9 +175,10 @@ class _Pooled(torch.nn.Module):
         return self.body(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
 
     def pool(self, input_ids, attention_mask):
-        """(pooled features ``[batch, d_model]``, the body's last hidden states)."""
+        """(the masked mean of the body's last hidden states ``[batch, d_model]``, those states)."""
         hidden = self.hidden(input_ids, attention_mask)
-        return _masked_mean(hidden, attention_mask), hidden
+        m = attention_mask.unsqueeze(-1).to(hidden.dtype)
+        return (hidden * m).sum(1) / m.sum(1).clamp(min=1), hidden
 
     def head(self, pooled):
         norm = self.norm
@@ -227,13 +196,8 @@ class _Pooled(torch.nn.Module):
         from safetensors.torch import save_file
 
         self.body.save_pretrained(path)
-        save_file({f"{k}": v.contiguous() for k, v in self.state_dict().items() if not k.startswith("body.")},
+        save_file({k: v.contiguous() for k, v in self.state_dict().items() if not k.startswith("body.")},
                   str(Path(path) / HEAD_FILE))
-
-
-def _masked_mean(hidden, attention_mask):
-    m = attention_mask.unsqueeze(-1).to(hidden.dtype)
-    return (hidden * m).sum(1) / m.sum(1).clamp(min=1)
 
 
 class PooledClassifier(_Classifier):
@@ -242,22 +206,10 @@ class PooledClassifier(_Classifier):
 
     def __init__(self, paradigm: str, model_dir: Path, labels: list[str], *, init: str, seed: int,
                  aux_lm_weight: float = 0.0, aux_lm_fraction: float = 1.0) -> None:
-        from transformers import AutoConfig, AutoModel, T5EncoderModel
+        from transformers import AutoModel, T5EncoderModel
 
         torch.manual_seed(seed)  # the head (and, for random init, everything) starts from this seed
-        cls = AutoModel if paradigm != "t5" else T5EncoderModel
-        if init == "random":
-            body = cls.from_config(AutoConfig.from_pretrained(str(model_dir))) if cls is AutoModel else \
-                cls(AutoConfig.from_pretrained(str(model_dir)))
-        else:
-            from transformers.utils import logging
-
-            verbosity = logging.get_verbosity()
-            logging.set_verbosity_error()  # "unused weights: cls.*/lm_head" is the point: the head is new
-            try:
-                body = cls.from_pretrained(str(model_dir))
-            finally:
-                logging.set_verbosity(verbosity)
+        body = _load(AutoModel if paradigm != "t5" else T5EncoderModel, model_dir, init)
         cfg = body.config
         d_model = getattr(cfg, "hidden_size", None) or getattr(cfg, "n_embd", None) or cfg.d_model
         self.model = _Pooled(body, d_model, len(labels))
@@ -284,8 +236,8 @@ class PooledClassifier(_Classifier):
 
 
 def _aux_lm(hidden, batch: dict, embedding, fraction: float) -> torch.Tensor:
-    """GPT-1's auxiliary LM loss over ``hidden`` (after the final layer norm): position t predicts t + 1,
-    estimated on a random ``fraction`` of the positions (unbiased)."""
+    """GPT-1's auxiliary LM loss (Radford et al. 2018, 3.2) over ``hidden`` (after the final layer norm): position
+    t predicts t + 1, estimated without bias on a random ``fraction`` of the positions, drawn afresh each step."""
     hidden = hidden[:, :-1]
     target = batch["input_ids"][:, 1:].masked_fill(batch["attention_mask"][:, 1:] == 0, -100)
     if fraction < 1:
@@ -322,12 +274,8 @@ def make_classifier(paradigm: str, model_dir: Path, labels: list[str], tokenizer
 def rescale_embeddings(module, rms: float) -> float:
     """Scale a BERT-style body's embedding tables (word, and position / token type where it has them) by one
     factor, so that the word embeddings' root mean square becomes ``rms``; returns the factor. Their sum goes
-    straight into a LayerNorm, which is blind to a common scale, so the model computes exactly what it did:
-    only the parametrisation changes. What changes is how fast fine-tuning moves them: Adam's step is about
-    the same size for every weight, so a word vector trained to 4.7 times its initial scale (the DAPT model's
-    0.094 against the initialisation's 0.02) turns 4.7 times more slowly under the labels than a fresh one.
-    A random initialisation is already at ``initializer_range`` (a factor of about 1). Not for a head that
-    reads the tied masked-LM output layer (the cloze head), where the scale is part of the function."""
+    into a LayerNorm, blind to a common scale, so the function is unchanged; what changes is how fast Adam's
+    steps turn the vectors."""
     import torch
 
     emb = next((m for m in module.modules() if hasattr(m, "word_embeddings") and hasattr(m, "LayerNorm")), None)
@@ -344,14 +292,8 @@ def rescale_embeddings(module, rms: float) -> float:
 
 def reinit_top_layers(module, n: int, seed: int = 0) -> None:
     """Draw the top ``n`` transformer layers of a BERT-style body anew: normal(0, ``initializer_range``)
-    weights, zero biases, unit LayerNorms, from a generator seeded by ``seed`` (the run's seed), so each
-    fine-tuning seed gets its own draw. Zhang et al. 2021 ("Revisiting Few-sample BERT Fine-tuning") found
-    the layers nearest the pre-training head the most specialised to it and the least useful to a new task;
-    here (2 layers, masked LM) drawing the top one anew lifted the general model's whole-split validation
-    macro-F1 from 0.814 +- 0.014 to 0.825 +- 0.003 with all labels (benchmarks/transfer.md). The embeddings, the
-    lower layers and what lies between the layers (DeBERTa-v2's convolution and relative-position table) are
-    kept. Written out rather than through ``_init_weights``, which transformers 5 skips for weights loaded from
-    a checkpoint. A random body stays a random body (another draw of the same distribution)."""
+    weights, zero biases, unit LayerNorms, from a generator seeded by ``seed`` (the run's seed), as Zhang et al.
+    2021 (benchmarks/transfer.md). Written out: transformers 5's ``_init_weights`` skips loaded weights."""
     import torch
 
     body = getattr(module, "body", module)

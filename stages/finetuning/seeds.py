@@ -45,9 +45,8 @@ def _seed_run(state: dict, job: dict) -> dict:
 def finetune_seeds(cfg: FinetuneConfig, *, paradigm: str, init: str, model_dir: Path, df, log=print,
                    progress: bool = False, live_dir: Path | None = None) -> dict:
     """The stage's runs: the learning rate chosen on validation from ``lr_grid`` with the first seed, then
-    every seed at that rate, ``workers`` runs at a time (the runs are independent: the result does not depend
-    on ``workers``). Returns the best-on-validation run (its model is what the stage saves) with metrics that
-    are the mean over seeds, their std and the per-seed results."""
+    every seed at that rate, ``workers`` at a time. Returns the best-on-validation run with metrics that are
+    the mean over seeds, their std and the per-seed results."""
     import dataclasses
 
     from transformers import AutoTokenizer
@@ -96,8 +95,7 @@ def finetune_seeds(cfg: FinetuneConfig, *, paradigm: str, init: str, model_dir: 
         f"{metrics['test_macro_f1']:.3f} ± {metrics['test_macro_f1_std']:.3f}, validation "
         f"{metrics['best_val_macro_f1']:.3f}; saved seed {best_seed}")
     tok = AutoTokenizer.from_pretrained(str(model_dir))
-    clf = make_classifier(paradigm, model_dir, list(cfg.labels), tok, init=init, seed=best_seed,
-                          **head_options(cfg))
+    clf = make_classifier(paradigm, model_dir, list(cfg.labels), tok, init=init, seed=best_seed, **head_options(cfg))
     clf.model.load_state_dict(runs[best_seed]["weights"])
     return {"metrics": metrics, "config": dataclasses.replace(cfg, lr=best_lr), "curve": runs[first]["curve"],
             "classifier": clf, "tokenizer": tok}
@@ -106,7 +104,7 @@ def finetune_seeds(cfg: FinetuneConfig, *, paradigm: str, init: str, model_dir: 
 def curve_tsv(curve: list[dict]) -> str:
     buf = io.StringIO()
     w = csv.writer(buf, delimiter="\t", lineterminator="\n")
-    w.writerow(["step", "epoch", "loss", "val_accuracy", "val_macro_f1"])
-    for row in curve:
-        w.writerow([row["step"], row["epoch"], row["loss"], row["val_accuracy"], row["val_macro_f1"]])
+    header = ["step", "epoch", "loss", "val_accuracy", "val_macro_f1"]
+    w.writerow(header)
+    w.writerows([row[k] for k in header] for row in curve)
     return buf.getvalue()

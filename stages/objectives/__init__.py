@@ -1,18 +1,16 @@
 """Pre-training objectives, one module each, found through one registry.
 
 An objective declares itself as an :class:`Objective`: its paradigm, the settings it reads from the train
-config, its batch builder (a callable ``(rows, rng) -> batch``: ``rows`` a ``uint16/uint32`` array of stored
-blocks, ``rng`` a ``numpy.random.Generator`` owned by the loop, so masks are drawn fresh whenever a block is
-seen and a resumed run draws the same ones; ``batch`` a dict of CPU tensors with ``labels``), the training
-view the loop calls, its extra heads and FLOPs per token (``setup``), and the words of its model card. The
-pre-training stage, the loop and the card ask :func:`get` and never branch on an objective's name.
-
-Adding one: a module that defines ``OBJECTIVES = (Objective(...),)`` and its name in ``MODULES`` below
-(docs/architecture.md); :func:`register` adds one at run time.
+config, its batch builder (``(rows, rng) -> batch``: stored blocks and the loop's per-block random streams to a
+dict of CPU tensors with ``labels``), the training view the loop calls, its extra heads and FLOPs per token
+(``setup``) and the words of its model card. The stage, the loop and the card ask :func:`get` and never branch
+on an objective's name. Adding one: a module with ``OBJECTIVES = (Objective(...),)`` named in ``MODULES``
+(docs/architecture.md), or :func:`register` at run time.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib
 import inspect
 from collections.abc import Callable
@@ -30,13 +28,38 @@ def plain_view(model, builder):
     return model, (lambda batch: batch)
 
 
+def wrap(inner, forward):
+    """A training module around ``inner`` (kept as its submodule ``inner``) whose call is ``forward(inner, ...)``."""
+    import torch
+
+    class View(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, *args, **kwargs):
+            return forward(self.inner, *args, **kwargs)
+
+    return View()
+
+
+class Builder:
+    """A batch builder over ``layout``'s blocks; ``batched``: one call builds a whole micro-batch."""
+
+    batched = True
+
+    def __init__(self, layout) -> None:
+        self.layout = layout
+
+    def input_tokens(self, rows: int) -> int:
+        return rows * self.layout.seq_len
+
+
 @dataclass(frozen=True)
 class Objective:
-    """What an objective declares. ``builder(layout, **settings)`` makes its batch builder, given the keys of
-    ``settings(train)`` it accepts (and ``sentence_ends``, the tokenizer's sentence-end ids, when
-    ``sentence_ends`` is true). ``view(model, builder) -> (module, prepare)``: what the loop calls and the host
-    step before a batch moves. ``setup(model, layout, builder, train, init) -> FLOPs per token``: attaches the
-    objective's own heads (loading them from ``init``) and counts the training FLOPs per input token.
+    """What an objective declares. ``builder(layout, **settings)`` makes its batch builder from the keys of
+    ``settings(train)`` it accepts (and the tokenizer's ``sentence_ends`` when asked); ``view(model, builder) ->
+    (module, prepare)``; ``setup(model, layout, builder, train, init) -> FLOPs per token`` attaches its own heads;
     ``card(select, generator_size) -> str``: what the model card says the run predicts."""
 
     name: str
@@ -57,7 +80,6 @@ class Objective:
 
 
 _REGISTRY: dict[str, Objective] = {}
-_loaded = False
 
 
 def register(objective: Objective) -> Objective:
@@ -69,13 +91,11 @@ def register(objective: Objective) -> Objective:
     return objective
 
 
+@functools.cache
 def _load() -> None:
-    global _loaded
-    if not _loaded:
-        _loaded = True
-        for module in MODULES:
-            for objective in importlib.import_module(f"{__name__}.{module}").OBJECTIVES:
-                _REGISTRY[objective.name] = objective
+    for module in MODULES:
+        for objective in importlib.import_module(f"{__name__}.{module}").OBJECTIVES:
+            _REGISTRY[objective.name] = objective
 
 
 def names(paradigm: str | None = None) -> tuple[str, ...]:

@@ -5,16 +5,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from stages.objectives import Objective
+from stages.objectives import Builder, Objective
 
 
-class CausalLM:
+class CausalLM(Builder):
     name = "causal_lm"
-    batched = True  # no randomness: one call builds a whole micro-batch
     shifts_labels = True  # the model predicts token t+1 from position t (scores shift; perplexity reported)
-
-    def __init__(self, layout) -> None:
-        self.layout = layout
 
     def __call__(self, rows: np.ndarray, rng: np.random.Generator) -> dict:
         import torch
@@ -23,9 +19,6 @@ class CausalLM:
         # Packed blocks have no padding: every position attends (said explicitly, since GPT-2's pad id is
         # its end-of-text id and transformers would otherwise warn about possible padding).
         return {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": ids.clone()}
-
-    def input_tokens(self, rows: int) -> int:
-        return rows * self.layout.seq_len
 
 
 OBJECTIVES = (Objective(name="causal_lm", paradigm="gpt", builder=CausalLM,

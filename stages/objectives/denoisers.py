@@ -2,19 +2,12 @@
 
 - ``prefix_lm``: the block is cut at a random point; the encoder reads the prefix, the decoder predicts the
   rest (Raffel et al. 2020, section 3.3.1; UL2's S-denoiser, Tay et al. 2022).
-- ``ul2``: each block is, at random, span-corrupted as T5 does (UL2's R-denoiser: density 0.15, mean span 3)
-  or cut as a prefix LM (S-denoiser), half and half. Span corruption gives the decoder 29 targets per 128
-  input tokens; the prefix LM gives it 15-64, each a next-token prediction like a causal LM's. Measured on
-  2 CPU cores it did not transfer better than span corruption (benchmarks/transfer.md, "T5: an objective that
-  transfers").
-- ``reconstruct``: the T5 paper's "BERT-style" objective (section 3.3.1, Table 4): 15% of the tokens are
-  corrupted (90% to a mask token, here ``<extra_id_0>``, 10% to a random token) and the decoder writes out
-  the whole original block.
-- ``bart``: BART's denoising (Lewis et al. 2020, section 2.2 and 5.1: text infilling with sentence
-  permutation): the block's sentences are shuffled, then spans with Poisson(3) lengths cover 30% of its
-  tokens and each span becomes one mask token (a span of length 0 inserts one); the decoder writes out the
-  original block. On T5's architecture: BART's own is the same encoder-decoder with learned positions and a
-  decoder that reads the shifted original, which T5's decoder does too.
+- ``ul2``: each block is, at random, span-corrupted as T5 does (UL2's R-denoiser) or cut as a prefix LM,
+  half and half (benchmarks/transfer.md, "T5: an objective that transfers").
+- ``reconstruct``: the T5 paper's "BERT-style" objective (section 3.3.1): 15% of the tokens corrupted (90% to
+  ``<extra_id_0>``, 10% to a random token); the decoder writes out the whole original block.
+- ``bart``: BART's text infilling with sentence permutation (Lewis et al. 2020, sections 2.2 and 5.1), on
+  T5's architecture; the decoder writes out the original block.
 
 Every block gives an encoder input of ``seq_len`` and labels of one fixed width (padding is -100 in the
 labels and 0 in the attention mask), so blocks of different kinds share a batch.
@@ -24,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from stages.objectives import Objective
+from stages.objectives import Builder, Objective
 from stages.objectives.span_corruption import corrupt
 
 # Decoder width of the prefix LM and of the mixture: the continuation is 15-63 tokens + </s>.
@@ -47,11 +40,13 @@ def prefix_split(block: np.ndarray, *, seq_len: int, targets: int, eos_id: int, 
     return (np.concatenate((block[:cut], [eos_id])), np.concatenate((block[cut:], [eos_id])))
 
 
-class _Denoiser:
+class _Denoiser(Builder):
     """Shared batching: pad each block's (input, target) to the fixed widths and stack."""
 
+    batched = False  # ``make_batch`` calls it block by block, each with the block's own generator
+
     def __init__(self, layout, targets: int) -> None:
-        self.layout = layout
+        super().__init__(layout)
         self.targets_len = targets
 
     def pair(self, block: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
@@ -67,9 +62,6 @@ class _Denoiser:
         mask = np.stack([_pad(np.ones(len(p[0]), dtype=np.int64), lay.seq_len, 0) for p in pairs])
         return {"input_ids": torch.from_numpy(inputs), "attention_mask": torch.from_numpy(mask),
                 "labels": torch.from_numpy(labels)}
-
-    def input_tokens(self, rows: int) -> int:
-        return rows * self.layout.seq_len
 
 
 class PrefixLM(_Denoiser):

@@ -2,23 +2,16 @@
 
 A generator fills masked positions with its own samples and a discriminator learns, at every position,
 whether the token is the original or a replacement; the loss is the generator's masked-LM loss plus
-``rtd_weight`` (the paper's lambda, 50) times the discriminator's binary cross-entropy. The discriminator
-learns from all positions instead of the 15-30% that masked LM predicts, which is what makes it sample
-efficient at small compute (the paper's ELECTRA-Small beats a BERT-Small of the same compute by 4.8 GLUE
-points).
+``rtd_weight`` (the paper's lambda, 50) times the discriminator's binary cross-entropy.
 
-Simplification, stated: generator and discriminator are one model here, all weights tied (the paper's
-"tying all weights" variant of section 3.2: at equal size 84.4 GLUE, against 84.3 with tied embeddings only). The
-saved model is the pipeline's stock masked-LM class: its transformer is the discriminator that fine-tuning
-uses, and its masked-LM head is the generator, so the intrinsic masked-LM scores and DAPT work as for masked
-LM. The discriminator's head (dense, GELU, one logit per token, as ELECTRA's) is saved beside the model in
-``rtd_head.safetensors``.
+Generator and discriminator are one model, all weights tied (the paper's section 3.2 variant), unless
+``train.generator_size`` asks for a separate one (``stages.training.electra``). The saved model is the stock
+masked-LM class (its transformer the discriminator, its masked-LM head the generator); the discriminator's
+head (dense, GELU, one logit per token) is saved beside it in ``rtd_head.safetensors``.
 
-The objective builds the generator's input (selected positions all become [MASK], as ELECTRA masks, no
-80/10/10), its labels, the original ids and one uniform number per position; the model side
-(:func:`electra_view`) samples each replacement from the generator's distribution
-by inverse CDF with that number, so the draws come from the per-block streams like every other mask: the
-same on any device count and after a resume.
+The builder gives the generator's input (selected positions all [MASK], no 80/10/10), its labels, the original
+ids and one uniform number per position; :func:`electra_view` samples each replacement from the generator's
+distribution by inverse CDF with that number, so the draws come from the per-block streams.
 """
 
 from __future__ import annotations
@@ -28,8 +21,8 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from stages.objectives import Objective
-from stages.objectives.masked_lm import MaskedLM, body_name, masked_positions, mlm_result, sparse_mlm
+from stages.objectives import Objective, wrap
+from stages.objectives.masked_lm import MaskedLM, body_name, masked_positions, mlm_result, share, sparse_mlm
 from stages.training.models import attach_side_head, flops_per_token
 
 RTD_HEAD_FILE = "rtd_head.safetensors"
@@ -37,7 +30,6 @@ RTD_HEAD_FILE = "rtd_head.safetensors"
 
 class ReplacedTokenDetection(MaskedLM):
     name = "electra"
-    batched = True
 
     def __init__(self, layout, *, select: float = 0.15, rtd_weight: float = 50.0) -> None:
         if rtd_weight <= 0:
@@ -64,10 +56,8 @@ def attach_rtd_head(model, *, seed: int, init=None) -> None:
 
 
 def electra_flops_per_token(model, layout, *, select: float) -> float:
-    """ELECTRA with tied generator and discriminator: the masked-LM pass of ``flops_per_token`` (output layer at
-    the selected share) plus a second pass of the transformer on the corrupted text and the discriminator head
-    at every position (6 x its parameters per token). With a separate generator (``stages.training.electra``):
-    one pass of the discriminator's transformer and head at every position plus the generator's own count."""
+    """Tied generator: masked LM's ``flops_per_token`` plus a second transformer pass and the head at every
+    position. Separate generator: the discriminator's pass and head plus the generator's own count."""
     cfg = model.config
     head = getattr(model, "rtd_head", None)
     generator = getattr(model, "electra_generator", None)
@@ -100,58 +90,49 @@ def setup(model, layout, builder, train, init) -> float:
 
 
 def electra_view(model, builder):
-    """ELECTRA's training module: the generator's masked-LM loss at the selected positions, replacements
-    sampled from its distribution by inverse CDF with the batch's uniform numbers (no gradient through the
-    sampling, as the paper), the discriminator's binary cross-entropy over every real token, weighted by
-    ``builder.rtd_weight``. In eval mode the loss is the generator's masked-LM loss alone, comparable with
-    masked-LM runs at the same rate."""
+    """ELECTRA's training module: the generator's masked-LM loss plus ``rtd_weight`` x the discriminator's
+    binary cross-entropy over every real token, replacements sampled without gradient. In eval mode: the
+    generator's masked-LM loss alone, comparable with masked-LM runs."""
     import torch
 
     body, rtd_weight = body_name(model), builder.rtd_weight
     if body is None or not hasattr(model, "cls") or not hasattr(model, "rtd_head"):
         raise ValueError("electra: needs a masked-LM model with an rtd_head (attach_rtd_head)")
 
-    class _Electra(torch.nn.Module):
-        def __init__(self, inner) -> None:
-            super().__init__()
-            self.inner = inner
+    def forward(inner, input_ids, attention_mask=None, labels=None, positions=None, original_ids=None, sample_u=None,
+                **kwargs):
+        separate = getattr(inner, "electra_generator", None)
+        if separate is None:
+            generator = sparse_mlm(inner, body, input_ids, attention_mask, labels, positions, **kwargs)
+        else:  # the smaller generator, on the shared word embeddings
+            embeddings = getattr(inner, body).embeddings.word_embeddings
+            generator = mlm_result(separate(input_ids, attention_mask, positions, embeddings),
+                                   labels.reshape(-1).index_select(0, positions), positions)
+        if not inner.training:
+            return generator
+        with torch.no_grad():
+            cdf = torch.softmax(generator.logits.float(), dim=-1).cumsum(-1)
+            u = sample_u.reshape(-1).index_select(0, positions).unsqueeze(1) * cdf[:, -1:]
+            sampled = torch.searchsorted(cdf, u).squeeze(1).clamp(max=cdf.size(1) - 1)
+            corrupted = original_ids.reshape(-1).clone()
+            corrupted[positions] = sampled
+            corrupted = corrupted.view_as(original_ids)
+            replaced = (corrupted != original_ids).float()
+        disc = getattr(inner, body)(input_ids=corrupted, attention_mask=attention_mask, **kwargs)[0]
+        rtd_logits = inner.rtd_head(disc).squeeze(-1).float()
+        real = attention_mask.bool() if attention_mask is not None else torch.ones_like(replaced, dtype=torch.bool)
+        rtd = torch.nn.functional.binary_cross_entropy_with_logits(rtd_logits[real], replaced[real])
+        return SimpleNamespace(loss=generator.loss + rtd_weight * rtd, logits=generator.logits,
+                               labels=generator.labels, mlm_loss=generator.loss, rtd_loss=rtd)
 
-        def forward(self, input_ids, attention_mask=None, labels=None, positions=None, original_ids=None,
-                    sample_u=None, **kwargs):
-            separate = getattr(self.inner, "electra_generator", None)
-            if separate is None:
-                generator = sparse_mlm(self.inner, body, input_ids, attention_mask, labels, positions, **kwargs)
-            else:  # the smaller generator, on the shared word embeddings
-                embeddings = getattr(self.inner, body).embeddings.word_embeddings
-                generator = mlm_result(separate(input_ids, attention_mask, positions, embeddings),
-                                       labels.reshape(-1).index_select(0, positions), positions)
-            if not self.inner.training:
-                return generator
-            with torch.no_grad():
-                cdf = torch.softmax(generator.logits.float(), dim=-1).cumsum(-1)
-                u = sample_u.reshape(-1).index_select(0, positions).unsqueeze(1) * cdf[:, -1:]
-                sampled = torch.searchsorted(cdf, u).squeeze(1).clamp(max=cdf.size(1) - 1)
-                corrupted = original_ids.reshape(-1).clone()
-                corrupted[positions] = sampled
-                corrupted = corrupted.view_as(original_ids)
-                replaced = (corrupted != original_ids).float()
-            disc = getattr(self.inner, body)(input_ids=corrupted, attention_mask=attention_mask, **kwargs)[0]
-            rtd_logits = self.inner.rtd_head(disc).squeeze(-1).float()
-            real = attention_mask.bool() if attention_mask is not None else torch.ones_like(replaced, dtype=torch.bool)
-            rtd = torch.nn.functional.binary_cross_entropy_with_logits(rtd_logits[real], replaced[real])
-            return SimpleNamespace(loss=generator.loss + rtd_weight * rtd, logits=generator.logits,
-                                   labels=generator.labels, mlm_loss=generator.loss, rtd_loss=rtd)
-
-    return _Electra(model), masked_positions
+    return wrap(model, forward), masked_positions
 
 
 def card(select, generator_size) -> str:
     generator = (f"a separate generator {generator_size:g} of the discriminator's width, sharing its word "
                  "embeddings" if isinstance(generator_size, (int, float)) and generator_size > 0
                  else "generator and discriminator tied")
-    known = isinstance(select, (int, float)) and not isinstance(select, bool)
-    return (f"replaced-token detection (ELECTRA; {generator})"
-            + (f", {select:.0%} of the positions masked for the generator" if known else ""))
+    return f"replaced-token detection (ELECTRA; {generator})" + share(select, "masked for the generator")
 
 
 OBJECTIVES = (

@@ -10,17 +10,17 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from stages.objectives import Objective
+from stages.objectives import Builder, Objective, wrap
 
 
-class MaskedLM:
+class MaskedLM(Builder):
     name = "masked_lm"
-    batched = True  # draws per row: one call builds a whole micro-batch
 
     def __init__(self, layout, *, select: float = 0.15, mask: float = 0.8, random: float = 0.1) -> None:
         if not 0 < select < 1 or mask < 0 or random < 0 or mask + random > 1:
             raise ValueError("masked_lm: need 0 < select < 1 and mask + random <= 1")
-        self.layout, self.select, self.mask, self.random = layout, select, mask, random
+        super().__init__(layout)
+        self.select, self.mask, self.random = select, mask, random
         ids = {"cls_id": layout.cls_id, "sep_id": layout.sep_id, "pad_id": layout.pad_id, "mask_id": layout.mask_id}
         missing = [k for k, v in ids.items() if v is None]
         if missing:
@@ -46,9 +46,6 @@ class MaskedLM:
                                                                                           .astype(np.int64)),
                 "labels": torch.from_numpy(labels)}
 
-    def input_tokens(self, rows: int) -> int:
-        return rows * self.layout.seq_len
-
 
 def body_name(model) -> str | None:
     """The attribute of a masked-LM model that holds its transformer (BERT's ``bert``, DeBERTa's ``deberta``)."""
@@ -62,12 +59,15 @@ def masked_positions(batch: dict) -> dict:
 
 
 def sparse_mlm(inner, body: str, input_ids, attention_mask, labels, positions, **kwargs):
-    """The masked-LM loss with the output layer at the selected ``positions`` only; (loss, logits, labels) of
-    those positions."""
+    """The masked-LM loss with the output layer at the selected ``positions`` only (:func:`mlm_at`)."""
     hidden = getattr(inner, body)(input_ids=input_ids, attention_mask=attention_mask, **kwargs)[0]
+    return mlm_at(inner, hidden, labels, positions)
+
+
+def mlm_at(inner, hidden, labels, positions):
+    """(loss, logits, labels) of the output layer ``inner.cls`` at the selected ``positions`` of ``hidden``."""
     picked = hidden.reshape(-1, hidden.size(-1)).index_select(0, positions)
-    target = labels.reshape(-1).index_select(0, positions)
-    return mlm_result(inner.cls(picked), target, positions)
+    return mlm_result(inner.cls(picked), labels.reshape(-1).index_select(0, positions), positions)
 
 
 def mlm_result(logits, target, positions):
@@ -81,29 +81,22 @@ def mlm_result(logits, target, positions):
 
 def sparse_view(model, builder):
     """BERT's training module: the output layer (transform + vocabulary projection) at the selected positions
-    only, the same loss as the stock forward (a test checks loss and gradients) for about half the work at
-    small sizes; the model itself stays a stock ``*ForMaskedLM``. A model without ``cls`` trains as it is."""
-    import torch
-
+    only, the same loss as the stock forward for about half the work; the model stays a stock ``*ForMaskedLM``.
+    A model without ``cls`` trains as it is."""
     body = body_name(model)
     if body is None or not hasattr(model, "cls"):
         return model, (lambda batch: batch)
 
-    class _View(torch.nn.Module):
-        def __init__(self, inner) -> None:
-            super().__init__()
-            self.inner = inner
+    def forward(inner, input_ids, attention_mask=None, labels=None, positions=None, **kwargs):
+        return sparse_mlm(inner, body, input_ids, attention_mask, labels, positions, **kwargs)
 
-        def forward(self, input_ids, attention_mask=None, labels=None, positions=None, **kwargs):
-            return sparse_mlm(self.inner, body, input_ids, attention_mask, labels, positions, **kwargs)
-
-    return _View(model), masked_positions
+    return wrap(model, forward), masked_positions
 
 
-def share(select) -> str:
+def share(select, what: str = "selected for prediction") -> str:
     """``select`` as the card's percentage ("" when unknown)."""
     known = isinstance(select, (int, float)) and not isinstance(select, bool)
-    return f", {select:.0%} of the positions selected for prediction" if known else ""
+    return f", {select:.0%} of the positions {what}" if known else ""
 
 
 OBJECTIVES = (

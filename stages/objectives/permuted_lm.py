@@ -1,32 +1,19 @@
 """Permuted language modelling (XLNet, Yang et al. 2019) for the GPT paradigm (``train.objective: permuted``).
 
-XLNet maximises the likelihood of a block under a random factorisation order: each token is predicted from
-the tokens before it in a permutation ``z`` of the positions, so, over permutations, every token learns from
-context on both sides while the model stays autoregressive. Two details make that trainable, and both are
-kept here:
+Each token is predicted from the tokens before it in a random factorisation order ``z`` of the block's
+positions, so every token learns from context on both sides while the model stays autoregressive. Kept from
+XLNet: partial prediction (only the last ``c = ceil(seq_len / K)`` tokens of the order are predicted, ``K = 6``)
+and two-stream attention, run as one sequence as in MPNet: the ``seq_len`` content tokens, then one query token
+per target with the target's position id, under one mask (a content row ``i`` attends to content ``j`` when
+``rank(j) <= rank(i)``; the query row of target ``z_t`` to content ``j`` when ``rank(j) < t``; no row attends to
+a query row).
 
-- Partial prediction (XLNet section 2.3): only the last ``c`` tokens of the order are predicted, the targets,
-  ``c = ceil(seq_len / K)`` with XLNet's ``K = 6`` (section 3.1); the others are context only.
-- Two-stream attention (section 2.2): the content stream ``h`` of position ``z_t`` sees the content of
-  ``z_<=t``; the query stream ``g`` of a target ``z_t`` sees the content of ``z_<t`` and its own position, never
-  its own token, and predicts it. As in MPNet (Song et al. 2020, section 2.2), both streams run as one
-  sequence: the block's ``seq_len`` content tokens followed by one query token per target, with the target's
-  position id, and one attention mask that encodes both rules (a content row ``i`` attends to content ``j``
-  when ``rank(j) <= rank(i)``; the query row of target ``z_t`` attends to content ``j`` when
-  ``rank(j) < t``; no row attends to a query row, not even the query itself: XLNet's query stream takes its
-  keys and values from the content stream only).
-
-Documented simplifications against XLNet: no Transformer-XL memory or relative positions (GPT-2's learned
-absolute positions give each query its target's position), no span-based target selection (the targets are a
-uniform random ``c`` of the positions, as a uniform permutation makes them), and the query stream's initial
-vector ``w`` is the word embedding of one fixed token (GPT-2's ``<|endoftext|>``, id ``query_id``) rather than
-a separate parameter, so the saved model is a stock ``GPT2LMHeadModel``. The layers are shared by the two
-streams, as in XLNet. At fine-tuning time the model runs as a plain causal LM: the identity order, content
-stream only, as XLNet fine-tunes on its content stream.
+Simplifications: no Transformer-XL memory or relative positions, uniform random targets (no spans), and the
+query stream's input is the word embedding of one fixed token (``<|endoftext|>``, ``query_id``), so the saved
+model is a stock ``GPT2LMHeadModel``; fine-tuning runs it as a plain causal LM.
 
 The batch holds ``input_ids`` (content, then queries), ``position_ids``, a 4-D boolean ``attention_mask``
-(``True`` = may attend) and ``labels`` (the targets' tokens, one per query). :func:`permuted_view` runs
-GPT-2's transformer over it and its output layer at the query rows only.
+(``True`` = may attend) and ``labels`` (one per query); :func:`permuted_view` trains on it.
 """
 
 from __future__ import annotations
@@ -36,7 +23,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from stages.objectives import Objective
+from stages.objectives import Builder, Objective, wrap
 
 # XLNet's partial-prediction constant: 1/K of the tokens of each block are predicted.
 K = 6
@@ -53,16 +40,16 @@ def permuted_masks(rank: np.ndarray, targets: np.ndarray) -> np.ndarray:
     return allowed
 
 
-class PermutedLM:
+class PermutedLM(Builder):
     name = "permuted"
-    batched = True
 
     def __init__(self, layout, *, k: int = K) -> None:
         if k < 2:
             raise ValueError("permuted: the partial-prediction constant K must be >= 2")
         if layout.eos_id is None:
             raise ValueError("permuted: the layout has no <|endoftext|> id for the query stream's input")
-        self.layout, self.k = layout, k
+        super().__init__(layout)
+        self.k = k
         self.targets = math.ceil(layout.seq_len / k)
         self.query_id = layout.eos_id
         # the share of a block's positions the output layer runs at, and the extra rows the body runs over
@@ -70,8 +57,7 @@ class PermutedLM:
 
     def draw(self, rows: int, length: int, rng) -> tuple[np.ndarray, np.ndarray]:
         """(rank of each position in a uniform random order, the last ``c`` positions of that order), one row per
-        block: the order sorts the block's ``length`` uniform draws (``rng``: a numpy Generator, or the training
-        loop's per-block streams, whose row ``b`` depends on block ``b`` only)."""
+        block, from ``rng`` (a numpy Generator or the per-block streams)."""
         order = np.argsort(rng.random((rows, length)), axis=1, kind="stable")
         rank = np.argsort(order, axis=1, kind="stable")
         return rank, order[:, length - self.targets:]
@@ -91,14 +77,10 @@ class PermutedLM:
         return {"input_ids": torch.from_numpy(inputs), "position_ids": torch.from_numpy(positions),
                 "attention_mask": torch.from_numpy(masks), "labels": torch.from_numpy(labels)}
 
-    def input_tokens(self, rows: int) -> int:
-        return rows * self.layout.seq_len
-
 
 def permuted_flops_per_token(model, layout, targets: int) -> float:
-    """The transformer runs over ``seq_len`` content rows plus one query row per target, densely masked
-    (attention over ``seq_len + targets`` keys), and the tied output layer at the ``targets`` query rows only;
-    per input token, as ``stages.training.models.flops_per_token`` counts."""
+    """FLOPs per input token: the transformer over ``seq_len + targets`` rows, the output layer at the
+    ``targets`` query rows only."""
     cfg = model.config
     s, d = layout.seq_len, cfg.n_embd
     rows = s + targets
@@ -108,31 +90,24 @@ def permuted_flops_per_token(model, layout, targets: int) -> float:
 
 
 def permuted_view(model, builder):
-    """GPT-2's transformer over the content and query rows with the two-stream mask and the query rows'
-    positions, its tied output layer at the query rows only; (loss, logits, labels) of the targets. The model
-    saves as a stock ``GPT2LMHeadModel``."""
+    """GPT-2's transformer over content and query rows under the two-stream mask, its output layer at the query
+    rows only; (loss, logits, labels) of the targets."""
     import torch
 
     if not hasattr(model, "transformer") or not hasattr(model, "lm_head"):
         raise ValueError("permuted: needs a GPT-2 language model (GPT2LMHeadModel)")
 
-    class _Permuted(torch.nn.Module):
-        def __init__(self, inner) -> None:
-            super().__init__()
-            self.inner = inner
+    def forward(inner, input_ids, position_ids, attention_mask, labels, **kwargs):
+        if getattr(inner.config, "_attn_implementation", None) != "sdpa":  # eager adds the mask to scores
+            attention_mask = torch.zeros(attention_mask.shape, device=attention_mask.device).masked_fill(
+                ~attention_mask, torch.finfo(torch.float32).min)
+        hidden = inner.transformer(input_ids=input_ids, position_ids=position_ids, attention_mask=attention_mask,
+                                   use_cache=False, **kwargs)[0]
+        logits = inner.lm_head(hidden[:, hidden.size(1) - labels.size(1):])  # the query rows
+        loss = torch.nn.functional.cross_entropy(logits.float().reshape(-1, logits.size(-1)), labels.reshape(-1))
+        return SimpleNamespace(loss=loss, logits=logits, labels=labels)
 
-        def forward(self, input_ids, position_ids, attention_mask, labels, **kwargs):
-            if getattr(self.inner.config, "_attn_implementation", None) != "sdpa":  # eager adds the mask to scores
-                attention_mask = torch.zeros(attention_mask.shape, device=attention_mask.device).masked_fill(
-                    ~attention_mask, torch.finfo(torch.float32).min)
-            hidden = self.inner.transformer(input_ids=input_ids, position_ids=position_ids,
-                                            attention_mask=attention_mask, use_cache=False, **kwargs)[0]
-            queries = hidden[:, hidden.size(1) - labels.size(1):]
-            logits = self.inner.lm_head(queries)
-            loss = torch.nn.functional.cross_entropy(logits.float().reshape(-1, logits.size(-1)), labels.reshape(-1))
-            return SimpleNamespace(loss=loss, logits=logits, labels=labels)
-
-    return _Permuted(model), (lambda batch: batch)
+    return wrap(model, forward), (lambda batch: batch)
 
 
 OBJECTIVES = (

@@ -1,36 +1,27 @@
 """Sentence-pair objectives beside BERT's masked LM: next-sentence prediction (NSP; Devlin et al. 2019,
-section 3.1, task 2) and sentence-order prediction (SOP; Lan et al. 2020, ALBERT, section 4.1).
+section 3.1) and sentence-order prediction (SOP; Lan et al. 2020, ALBERT, section 4.1).
 
-Each block (``[CLS] sentences... [SEP] [PAD]...``, RoBERTa's FULL-SENTENCES packing) is cut in two at a
-sentence end: segment A, then segment B. The model sees ``[CLS] A [SEP] B' [SEP]`` and a head on ``[CLS]``
-says whether B' is the real continuation (label 0, as transformers' ``next_sentence_label``) or not (1):
+Each block is cut in two at a sentence end (a ``.``, ``?`` or ``!`` token, or a document boundary, drawn
+uniformly in the middle half of its text; else a uniform point there): segments A and B. The model sees
+``[CLS] A [SEP] B' [SEP]`` and a head on ``[CLS]`` says whether B' is the real continuation (label 0) or not (1):
 
-- NSP: half of the pairs keep B; the other half take B' from a random block of the same corpus (the paper:
-  "50% of the time B is a random sentence from the corpus"), from its first sentence on, as long as B;
-- SOP: half of the pairs keep the order; the other half are ``[CLS] B [SEP] A [SEP]``, the same two
-  consecutive segments swapped, so topic cannot tell the classes apart (ALBERT's reason to replace NSP).
+- NSP: half of the pairs keep B; the other half take B' from a random block of the corpus, as long as B;
+- SOP: half of the pairs keep the order; the other half are ``[CLS] B [SEP] A [SEP]``.
 
-Then masked LM (``stages.objectives.masked_lm``) selects and replaces tokens of the pair as usual; its loss
-and the pair loss are summed (BERT's pre-training loss). The cut is at a sentence end (a ``.``, ``?`` or
-``!`` token, or a document boundary) drawn uniformly among those in the middle half of the block's text,
-or at a uniform point there when the middle half has none. Simplification, stated: a packed block can hold
-the end of one document and the start of the next, so for such blocks A and B may come from two documents
-(the papers draw both segments from one document); RoBERTa found NSP's removal harmless and this objective
-is here to let a user measure that on their own corpus. All draws come from the block's own random stream
-(the random block of NSP too, by its index in the corpus), so a block's pair does not depend on which other
-blocks share its micro-batch: the same on any device count and after a resume.
+Then masked LM selects and replaces tokens of the pair as usual; its loss and the pair loss are summed.
+Simplification: a packed block can hold two documents, so A and B may come from two. All draws come from the
+block's own random stream, so a block's pair does not depend on which blocks share its micro-batch.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-
 from types import SimpleNamespace
 
 import numpy as np
 
-from stages.objectives import Objective
-from stages.objectives.masked_lm import MaskedLM, body_name, masked_positions, mlm_result, share
+from stages.objectives import Objective, wrap
+from stages.objectives.masked_lm import MaskedLM, body_name, masked_positions, mlm_at, share
 from stages.training.models import attach_side_head, flops_per_token
 
 PAIR_HEAD_FILE = "pair_head.safetensors"
@@ -38,7 +29,6 @@ TASKS = ("nsp", "sop")
 
 
 class SentencePairs(MaskedLM):
-    batched = True
     needs_corpus = True  # ``make_batch`` passes the block array the rows come from (NSP's random blocks)
 
     def __init__(self, layout, *, task: str, select: float = 0.15, sentence_ends: Sequence[int] = ()) -> None:
@@ -78,7 +68,7 @@ class SentencePairs(MaskedLM):
         if len(a) and a[-1] == lay.sep_id:  # a document boundary: the pair's own [SEP] stands for it
             a = a[:-1]
         room = lay.seq_len - 3
-        a = a[:room - 1] if len(a) > room - 1 else a
+        a = a[:room - 1]
         b = b[: room - len(a)]
         if negative and self.name == "sop":
             first, second = b, a
@@ -133,33 +123,25 @@ def setup(model, layout, builder, train, init) -> float:
 
 
 def pair_view(model, builder):
-    """Masked LM with a sentence-pair task: one pass of the transformer, the masked-LM output layer at the
-    selected positions and the pair head on ``[CLS]``; the loss is their sum, as BERT's. In eval mode the loss is
-    the masked-LM loss alone, comparable with masked-LM runs; ``pair_accuracy`` says how well the head tells
-    the pairs apart."""
+    """Masked LM plus the pair head on ``[CLS]``, one transformer pass, losses summed as BERT's. In eval mode:
+    the masked-LM loss alone, and ``pair_accuracy``."""
     import torch
 
     body = body_name(model)
     if body is None or not hasattr(model, "cls") or not hasattr(model, "pair_head"):
         raise ValueError("nsp / sop: needs a masked-LM model with a pair_head (attach_pair_head)")
 
-    class _Pairs(torch.nn.Module):
-        def __init__(self, inner) -> None:
-            super().__init__()
-            self.inner = inner
+    def forward(inner, input_ids, attention_mask=None, labels=None, positions=None, pair_labels=None, **kwargs):
+        hidden = getattr(inner, body)(input_ids=input_ids, attention_mask=attention_mask, **kwargs)[0]
+        mlm = mlm_at(inner, hidden, labels, positions)
+        pair_logits = inner.pair_head(hidden[:, 0]).float()
+        pair = torch.nn.functional.cross_entropy(pair_logits, pair_labels)
+        accuracy = (pair_logits.argmax(-1) == pair_labels).float().mean()
+        loss = mlm.loss + pair if inner.training else mlm.loss
+        return SimpleNamespace(loss=loss, logits=mlm.logits, labels=mlm.labels, mlm_loss=mlm.loss, pair_loss=pair,
+                               pair_accuracy=accuracy)
 
-        def forward(self, input_ids, attention_mask=None, labels=None, positions=None, pair_labels=None, **kwargs):
-            hidden = getattr(self.inner, body)(input_ids=input_ids, attention_mask=attention_mask, **kwargs)[0]
-            picked = hidden.reshape(-1, hidden.size(-1)).index_select(0, positions)
-            mlm = mlm_result(self.inner.cls(picked), labels.reshape(-1).index_select(0, positions), positions)
-            pair_logits = self.inner.pair_head(hidden[:, 0]).float()
-            pair = torch.nn.functional.cross_entropy(pair_logits, pair_labels)
-            accuracy = (pair_logits.argmax(-1) == pair_labels).float().mean()
-            loss = mlm.loss + pair if self.inner.training else mlm.loss
-            return SimpleNamespace(loss=loss, logits=mlm.logits, labels=mlm.labels, mlm_loss=mlm.loss,
-                                   pair_loss=pair, pair_accuracy=accuracy)
-
-    return _Pairs(model), masked_positions
+    return wrap(model, forward), masked_positions
 
 
 OBJECTIVES = tuple(

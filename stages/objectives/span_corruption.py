@@ -1,17 +1,15 @@
 """T5's span corruption (Raffel et al. 2020, section 3.1.4): noise density 0.15, mean span length 3.
 
-A raw block of ``tokens_length`` ids is split into alternating non-noise and noise spans; each noise span
-is replaced in the encoder input by one sentinel, and the target lists each sentinel followed by the span
-it replaced. Both sequences end in ``</s>``. The lengths follow T5's ``compute_input_and_target_lengths``
-(also in transformers' ``examples/flax/language-modeling/run_t5_mlm_flax.py``): an encoder input of 512
-needs 568 raw tokens and gives 114 target tokens.
+Each noise span of a raw block is replaced in the encoder input by one sentinel, and the target lists each
+sentinel followed by the span it replaced; both end in ``</s>``. The lengths follow T5's
+``compute_input_and_target_lengths``: an encoder input of 512 needs 568 raw tokens and gives 114 targets.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from stages.objectives import Objective
+from stages.objectives import Builder, Objective
 
 
 def _lengths(tokens_length: int, noise_density: float, mean_span: float) -> tuple[int, int]:
@@ -120,15 +118,11 @@ def corrupt(block: np.ndarray, *, sentinel_top: int, eos_id: int, noise_density:
     return inputs[0], target[0]
 
 
-class SpanCorruption:
+class SpanCorruption(Builder):
     """T5's objective over a batch of raw blocks: inputs of exactly ``seq_len`` and labels of exactly
     ``targets_len`` tokens, so batches need no padding."""
 
     name = "span_corruption"
-    batched = True  # draws per row: one call builds a whole micro-batch
-
-    def __init__(self, layout) -> None:
-        self.layout = layout
 
     def __call__(self, rows: np.ndarray, rng: np.random.Generator) -> dict:
         import torch
@@ -139,9 +133,6 @@ class SpanCorruption:
                                        rng=rng)
         inputs, labels = torch.from_numpy(inputs), torch.from_numpy(labels)
         return {"input_ids": inputs, "attention_mask": torch.ones_like(inputs), "labels": labels}
-
-    def input_tokens(self, rows: int) -> int:
-        return rows * self.layout.seq_len
 
 
 OBJECTIVES = (Objective(name="span_corruption", paradigm="t5", builder=SpanCorruption,

@@ -1,22 +1,14 @@
-"""Model cards (``README.md``) rendered from a lineage record, so a card cannot say anything its record does not.
-
-Pure: a record (``lineage.json``) in, markdown out; a figure the record lacks is ``unknown``. Three cards:
-``classifier_card`` (the model the gate selected), ``generative_card`` (a pre-trained or DAPT model shipped
-beside it, by its ``dvc.lock`` folder) and ``bento_card`` (the Bento's README). ``stages.provenance.verify``
-renders them again from the packaged record and names any that differ.
-"""
+"""Model cards (``README.md``) rendered from a lineage record alone (a figure it lacks is ``unknown``): the
+selected classifier's, a pre-trained model's shipped beside it, and the Bento's; ``verify`` renders them again."""
 
 from __future__ import annotations
 
 from stages.provenance.chain import render as render_chain
 from stages.provenance.record import Lock
 
-from stages.provenance.stagecard import (CARD_FILE, UNKNOWN, architecture_text, objective_text, task_name)  # noqa: F401
-from stages.provenance.stagecard import cell as _cell
-from stages.provenance.stagecard import count as _count
-from stages.provenance.stagecard import render_sections as _render
-from stages.provenance.stagecard import score as _score
-from stages.provenance.stagecard import table as _table
+from stages.provenance.stagecard import (CARD_FILE, TERMS, UNKNOWN, architecture_text, cell,  # noqa: F401
+                                         classifier_sections, count, generative_sections, objective_text,
+                                         render_sections, score, table, task_name, tokens_table)
 
 ENDPOINT = {"bert": "fill_mask", "gpt": "generate", "t5": "text2text"}
 
@@ -26,20 +18,11 @@ def _stages(record: dict) -> dict:
     return record.get("stages") or {}
 
 
-def _kind(stage: str) -> str:
-    return stage.split("@", 1)[0]
-
-
 def _upstream(record: dict, stage: str | None) -> list[str]:
     """``stage`` and every stage of the record it depends on (producers first); [] when it is not there."""
     if not stage or stage not in _stages(record):
         return []
     return Lock(stages=_stages(record)).upstream([stage])
-
-
-def _producer(record: dict, path: str) -> str | None:
-    """The stage whose outputs include ``path``."""
-    return Lock(stages=_stages(record)).writer(path)
 
 
 def _stage_metrics(record: dict, stage: str) -> dict:
@@ -72,7 +55,7 @@ def _stage_setting(record: dict, stage: str, *keys: str):
 
 def _training_stages(record: dict, stage: str | None) -> list[str]:
     """The pre-training and DAPT stages upstream of ``stage`` (itself included), in training order."""
-    return [s for s in _upstream(record, stage) if _kind(s) in ("pretrain", "dapt")]
+    return [s for s in _upstream(record, stage) if s.split("@", 1)[0] in ("pretrain", "dapt")]
 
 
 def _objective(record: dict, stage: str) -> str:
@@ -88,47 +71,26 @@ def _architecture(record: dict, stage: str | None) -> str:
     return architecture_text(model, f"params of {stage}")
 
 
-def _tokens_rows(record: dict, stages: list[str]) -> tuple[list[str], object]:
-    """One table row per training stage (corpus, objective, tokens) and the total (None if any is unknown)."""
-    rows, total = ["| stage | corpus | objective | tokens |", "|---|---|---|---|"], 0
-    for s in stages:
-        m = _stage_metrics(record, s)
-        tokens = m.get("tokens")
-        if isinstance(tokens, (int, float)) and not isinstance(tokens, bool) and total is not None:
-            total += int(tokens)
-        else:
-            total = None
-        rows.append(f"| {s} | {_cell(m.get('corpus') or UNKNOWN)} | {_cell(_objective(record, s))} | "
-                    f"{_count(tokens)} |")
-    return rows, total
+def _training(record: dict, stages: list[str]) -> list[dict]:
+    """Each training stage's corpus, objective and tokens, as a folder card's ``training`` holds them."""
+    metrics = {s: _stage_metrics(record, s) for s in stages}
+    return [{"stage": s, "corpus": m.get("corpus"), "objective": _objective(record, s), "tokens": m.get("tokens")}
+            for s, m in metrics.items()]
 
 
-def _corpora_lines(record: dict, stages: list[str]) -> list[str]:
-    """The raw sources of every corpus ingested upstream, with their licence terms."""
-    lines = []
-    for corpus, info in sorted((record.get("sources") or {}).items()):  # lineage.json sorts keys: so does the card
-        if info.get("stage") not in stages:
-            continue
-        docs = (info.get("counts") or {}).get("documents")
-        lines.append(f"- **{corpus}** ({info.get('stage')}; {_count(docs)} documents after ingest)")
-        for src in info.get("sources") or []:
-            lines.append(f"  - {src.get('kind') or UNKNOWN}: {src.get('description') or UNKNOWN}")
-            licence = src.get("licence") or "unknown (not recorded for this source: check its terms before any use)"
-            lines.append(f"    - licence: {licence}")
-            if src.get("records") is not None:
-                lines.append(f"    - records: {_count(src.get('records'))}")
-    return lines or [f"- {UNKNOWN}"]
-
-
-def _task_corpora(record: dict, stage: str | None) -> list[dict]:
-    """The corpora the fine-tuning stage reads directly (its labelled task data)."""
-    deps = {d.get("path") for d in _stages(record).get(stage or "", {}).get("deps", [])}
-    direct = {_producer(record, p) for p in deps}
-    return [info for info in (record.get("sources") or {}).values() if info.get("stage") in direct]
+def _corpora(record: dict, stages: list[str]) -> dict:
+    """The raw sources of every corpus ingested by ``stages``, as a folder card's ``corpora`` holds them."""
+    return {corpus: {"stage": info["stage"], "documents": (info.get("counts") or {}).get("documents"),
+                     "sources": info.get("sources") or []}
+            for corpus, info in (record.get("sources") or {}).items() if info.get("stage") in stages}
 
 
 def _task_name(record: dict, stage: str | None) -> str | None:
-    return task_name(s.get("kind") for info in _task_corpora(record, stage) for s in info.get("sources") or [])
+    """The task of the corpora the fine-tuning stage reads directly (its labelled task data)."""
+    deps = {d.get("path") for d in _stages(record).get(stage or "", {}).get("deps", [])}
+    direct = {Lock(stages=_stages(record)).writer(p) for p in deps}
+    return task_name(s.get("kind") for info in (record.get("sources") or {}).values() if info.get("stage") in direct
+                     for s in info.get("sources") or [])
 
 
 def _gate_lines(record: dict, name: str | None = None) -> list[str]:
@@ -144,8 +106,8 @@ def _gate_lines(record: dict, name: str | None = None) -> list[str]:
     if checks:
         lines += ["", "| check | value | minimum | result |", "|---|---|---|---|"]
         for c in checks:
-            lines.append(f"| {_cell(c.get('check') or UNKNOWN)} | {_score(c.get('value'))} | "
-                         f"{_score(c.get('minimum'))} | {'passed' if c.get('passed') else 'FAILED'} |")
+            lines.append(f"| {cell(c.get('check') or UNKNOWN)} | {score(c.get('value'))} | "
+                         f"{score(c.get('minimum'))} | {'passed' if c.get('passed') else 'FAILED'} |")
     return lines
 
 
@@ -181,10 +143,10 @@ def _classifier_scores(record: dict) -> dict:
             if value is not None:
                 merged.setdefault(key, value)
     seeds = merged.get("seeds")
-    merged["seed_count"] = len(seeds) if isinstance(seeds, list) else seeds if isinstance(seeds, int) else None
     if isinstance(seeds, list):
-        saved = next((s for s in seeds if isinstance(s, dict) and s.get("seed") == merged.get("saved_seed")), None)
-        merged["saved"] = saved
+        merged["saved"] = next((s for s in seeds if isinstance(s, dict) and s.get("seed") == merged.get("saved_seed")),
+                               None)
+    merged["seeds"] = len(seeds) if isinstance(seeds, list) else seeds if isinstance(seeds, int) else None
     return merged
 
 
@@ -193,164 +155,88 @@ def _baseline(record: dict, scores: dict) -> str:
     best = ((_evaluation(record).get("versus_baselines") or {}).get("best") or {}).get(str(scores.get("train_examples")))
     if not isinstance(best, dict):
         return UNKNOWN
-    return f"{_score(best.get('test_macro_f1'), best.get('test_macro_f1_std'))} ({_cell(str(best.get('series')))})"
+    return f"{score(best.get('test_macro_f1'), best.get('test_macro_f1_std'))} ({cell(str(best.get('series')))})"
 
 
 def _classifier_sections(record: dict) -> list[tuple[str, list[str]]]:
     model = record.get("model") or {}
-    stage = model.get("stage")
-    paradigm, init = model.get("paradigm"), model.get("init")
+    stage, init = model.get("stage"), model.get("init")
     labels = model.get("labels") or []
-    upstream = _upstream(record, stage)
     training = _training_stages(record, stage)
-    scores = _classifier_scores(record)
-    task = _task_name(record, stage)
-    max_len = _stage_setting(record, stage, "max_len") if stage else None
-    head = _stage_setting(record, stage, "head") if stage else None
     backbone = training[0] if training else None  # the config a random-init model was built from, too
     if init == "random":  # the pre-trained folder gave the architecture only, none of the weights
         training = []
-    token_rows, total = _tokens_rows(record, training)
-
-    about = [
-        ("task", f"{task}: a package description in, one of its {len(labels)} sections out" if task and labels
-         else f"text classification into {len(labels)} labels" if labels else UNKNOWN),
-        ("labels", ", ".join(map(str, labels)) if labels else UNKNOWN),
-        ("paradigm", str(paradigm) if paradigm else UNKNOWN),
-        ("initialisation", str(init) if init else UNKNOWN),
-        ("architecture", _architecture(record, backbone)),
-        ("parameters", _count(model.get("parameters"))),
-        ("fine-tuning objective", f"classification into the {len(labels)} labels (head `{head}`)" if labels and head
-         else f"classification into the {len(labels)} labels" if labels else UNKNOWN),
-        ("pre-training tokens", "none (random initialisation: no pre-trained weights)" if init == "random"
-         else _count(total) if training else UNKNOWN),
-        ("fine-tuning examples", _count(scores.get("train_examples"))),
-        ("files", f"{len(model.get('files') or {})}, md5 {model.get('md5') or UNKNOWN}"),
-    ]
-    training_lines = []
-    if training:
-        training_lines += ["Pre-training (tokens seen, per stage):", "", *token_rows, "",
-                           f"Total: {_count(total)} tokens."]
-    elif init == "random":
-        training_lines.append("No pre-training: the weights were initialised at random, then fine-tuned.")
-    else:
-        training_lines.append(f"Pre-training: {UNKNOWN}.")
-    training_lines += ["", f"Fine-tuning ({stage or UNKNOWN}): {_count(scores.get('train_examples'))} training "
-                       f"examples, {_count(scores.get('steps'))} steps per seed, learning rate "
-                       f"{scores.get('lr', UNKNOWN)}, {_count(scores.get('seed_count'))} seeds."]
-
-    saved, seeds = scores.get("saved"), scores.get("seed_count")
-    evaluation = _table([
-        ("test macro-F1", _score(scores.get("test_macro_f1"), scores.get("test_macro_f1_std"), seeds)),
-        ("test accuracy", _score(scores.get("test_accuracy"), scores.get("test_accuracy_std"), seeds)),
-        ("majority-class baseline, test macro-F1", _score(scores.get("majority_test_macro_f1"))),
-        ("majority-class baseline, test accuracy", _score(scores.get("majority_test_accuracy"))),
-        ("best practitioner baseline (no pre-training), test macro-F1", _baseline(record, scores)),
-        ("best validation macro-F1", _score(scores.get("best_val_macro_f1"), scores.get("best_val_macro_f1_std"),
-                                            seeds)),
-        ("test examples", _count(scores.get("test_examples"))),
-        ("these weights (seed)", f"seed {saved.get('seed')}: test macro-F1 {_score(saved.get('test_macro_f1'))}, "
-                                 f"accuracy {_score(saved.get('test_accuracy'))}" if saved else UNKNOWN),
-    ], ("metric", "value"))
-
+    scores = _classifier_scores(record)
+    task = _task_name(record, stage)
+    max_len = _stage_setting(record, stage, "max_len") if stage else None
+    facts = {"labels": labels, "task": task, "paradigm": model.get("paradigm"), "init": init, "scores": scores,
+             "parameters": model.get("parameters"), "head": _stage_setting(record, stage, "head") if stage else None,
+             "training": _training(record, training), "corpora": _corpora(record, _upstream(record, stage))}
+    total = tokens_table(facts["training"])[1]
     use = [f"- Labelling {'Debian package descriptions with their archive section' if task else 'texts'} among "
            f"the {len(labels) or UNKNOWN} labels above, as the pipeline's demonstration of a gated, traceable model.",
            "- Comparing paradigms and initialisations with the rest of the pipeline's evaluation."]
     limits = [
-        f"- A tiny model ({_count(model.get('parameters'))} parameters"
-        + (f", {_count(total)} pre-training tokens" if training else "") + ") from a pipeline built to train on "
+        f"- A tiny model ({count(model.get('parameters'))} parameters"
+        + (f", {count(total)} pre-training tokens" if training else "") + ") from a pipeline built to train on "
         "CPU: far below general-purpose language models in knowledge and robustness.",
         "- A closed label set: every input gets one of the labels, also text that is not "
         + ("a package description" if task else "like the training data") + "; its scores are not a "
         "confidence for such input.",
-        f"- Texts longer than {_count(max_len) if max_len else UNKNOWN} tokens are cut to that length (the "
+        f"- Texts longer than {count(max_len) if max_len else UNKNOWN} tokens are cut to that length (the "
         "response says `truncated`).",
-        f"- Evaluated only on the held-out test split of its task data ({_count(scores.get('test_examples'))} "
+        f"- Evaluated only on the held-out test split of its task data ({count(scores.get('test_examples'))} "
         "examples). Any other use (other text, other labels, other languages, decisions about people) needs its "
         "own evaluation first.",
-        "- The training data's terms (above) come with the model: read each source's before any use beyond "
-        "research.",
+        TERMS,
     ]
-    return [
-        ("Model", _table(about, ("field", "value"))),
-        ("Training data", ["Raw sources of every corpus upstream of this model, as ingested, with their licence "
-                           "terms:", "", *_corpora_lines(record, upstream)]),
-        ("Training", training_lines),
-        ("Evaluation", ["Test-split scores of this fine-tuning run, mean ± std over its seeds, with the "
-                        "majority-class baseline:", "", *evaluation]),
-        ("Model gate", _gate_lines(record, model.get("name"))),
-        ("Intended use", use),
-        ("Limits", limits),
-    ]
+    return classifier_sections(
+        facts, architecture=_architecture(record, backbone), gate=_gate_lines(record, model.get("name")),
+        data="Raw sources of every corpus upstream of this model, as ingested, with their licence terms:",
+        use=use, limits=limits, stage=f" ({stage or UNKNOWN})", baseline=_baseline(record, scores),
+        files=f"{len(model.get('files') or {})}, md5 {model.get('md5') or UNKNOWN}", unknown_pretraining=True)
 
 
 def classifier_card(record: dict, by: str = PACKAGE) -> str:
     """The card of the fine-tuned model a lineage record describes (``by``: what rendered it)."""
     model = record.get("model") or {}
-    return _render(f"Model card: {model.get('name') or UNKNOWN} (lm-pipeline classifier)",
+    return render_sections(f"Model card: {model.get('name') or UNKNOWN} (lm-pipeline classifier)",
                    _provenance_lines(record, by=by), _classifier_sections(record))
 
 
 # --------------------------------------------------------------------------------------------- generative
 def _generative_facts(record: dict, source: str) -> dict:
-    stage = _producer(record, source)
+    stage = Lock(stages=_stages(record)).writer(source)
     kind, _, paradigm = (stage or "").partition("@")
     metrics = _stage_metrics(record, stage) if stage else {}
     training = _training_stages(record, stage)
-    _, total = _tokens_rows(record, training)
-    intrinsic = (((_evaluation(record).get("intrinsic") or {}).get(paradigm) or {}).get(kind) or {})
-    return {"stage": stage, "kind": kind, "paradigm": paradigm or None, "metrics": metrics, "training": training,
-            "total": total if training else None, "intrinsic": intrinsic}
+    facts = {"stage": stage, "kind": kind, "paradigm": paradigm or None, "corpus": metrics.get("corpus"),
+             "parameters": metrics.get("parameters"), "objective": _objective(record, stage) if stage else UNKNOWN,
+             "training": _training(record, training), "corpora": _corpora(record, _upstream(record, stage)),
+             "scores": metrics, "backbone": training[0] if training else None}
+    return {**facts, "total": tokens_table(facts["training"])[1]}
 
 
 def _generative_sections(record: dict, source: str, packaged: bool = True) -> list[tuple[str, list[str]]]:
     f = _generative_facts(record, source)
-    stage, paradigm, metrics = f["stage"], f["paradigm"], f["metrics"]
-    token_rows, _ = _tokens_rows(record, f["training"])
-    about = _table([
-        ("source", f"`{source}`, written by {stage or UNKNOWN}"),
-        ("paradigm", paradigm or UNKNOWN),
-        ("weights", {"pretrain": "pre-trained", "dapt": "pre-trained, then domain-adapted (DAPT)"}.get(
-            f["kind"], UNKNOWN) + (f" (corpus: {metrics['corpus']})" if metrics.get("corpus") else "")),
-        ("architecture", _architecture(record, f["training"][0] if f["training"] else None)),
-        ("parameters", _count(metrics.get("parameters"))),
-        ("objective", _objective(record, stage) if stage else UNKNOWN),
-        ("training tokens", _count(f["total"])),
-        ("served by", (f"the Bento's `{ENDPOINT[paradigm]}` endpoint" + ("" if packaged else ", where the package "
-                       "stage ships it (`package.generative`)")) if paradigm in ENDPOINT else UNKNOWN),
-    ], ("field", "value"))
-    held_out = [("final training loss", _score(metrics.get("train_loss"))),
-                ("held-out loss", _score(metrics.get("eval_loss"))),
-                ("held-out accuracy (predicted tokens)", _score(metrics.get("eval_accuracy")))]
-    for corpus, values in sorted(f["intrinsic"].items()):
-        if isinstance(values, dict):
-            held_out.append((f"evaluation on held-out {corpus} blocks",
-                             ", ".join(f"{k} {_score(v)}" for k, v in sorted(values.items())
-                                       if k != "blocks") or UNKNOWN))
+    stage, paradigm, kind = f["stage"], f["paradigm"], f["kind"]
+    intrinsic = (((_evaluation(record).get("intrinsic") or {}).get(paradigm) or {}).get(kind) or {})
+    held_out = [(f"evaluation on held-out {corpus} blocks",
+                 ", ".join(f"{k} {score(v)}" for k, v in sorted(values.items()) if k != "blocks") or UNKNOWN)
+                for corpus, values in sorted(intrinsic.items()) if isinstance(values, dict)]
     gate = record.get("model_gate") if isinstance(record.get("model_gate"), dict) else {}
-    gate_line = (f"Not judged by the model gate, which chooses among fine-tuned classifiers; this model "
-                 f"{'ships beside' if packaged else 'is upstream of'} the classifier "
-                 f"`{(record.get('model') or {}).get('name') or UNKNOWN}`, whose verdict was "
-                 f"**{'PASSED' if gate.get('passed') else 'FAILED' if 'passed' in gate else UNKNOWN}**.")
-    limits = [
-        f"- A tiny language model ({_count(metrics.get('parameters'))} parameters, {_count(f['total'])} training "
-        "tokens, trained on a CPU-scale budget): not instruction-tuned, not fine-tuned; do not expect fluent text.",
-        "- Pre-trained only: it predicts tokens like its training corpora; it answers no questions and states no "
-        "facts. Do not show its output to anyone as information.",
-        "- Evaluated only by its held-out loss; any other use needs its own evaluation first.",
-        "- The training data's terms (above) come with the model: read each source's before any use beyond "
-        "research.",
-    ]
-    return [
-        ("Model", about),
-        ("Training data", ["Raw sources of every corpus upstream of this model, with their licence terms:", "",
-                           *_corpora_lines(record, _upstream(record, stage))]),
-        ("Training", [*token_rows] if f["training"] else [f"{UNKNOWN}."]),
-        ("Evaluation", _table(held_out, ("metric", "value"))),
-        ("Model gate", [gate_line]),
-        ("Intended use", ["- Trying the pipeline's pre-trained model through its endpoint; comparing paradigms."]),
-        ("Limits", limits),
-    ]
+    served = ((f"the Bento's `{ENDPOINT[paradigm]}` endpoint" + ("" if packaged else ", where the package stage "
+              "ships it (`package.generative`)")) if paradigm in ENDPOINT else UNKNOWN)
+    return generative_sections(
+        f, architecture=_architecture(record, f["backbone"]), first=[("source", f"`{source}`, written by "
+                                                                               f"{stage or UNKNOWN}")],
+        last=[("served by", served)], evaluation=held_out, not_fine_tuned=", not fine-tuned",
+        data="Raw sources of every corpus upstream of this model, with their licence terms:",
+        gate=f"Not judged by the model gate, which chooses among fine-tuned classifiers; this model "
+             f"{'ships beside' if packaged else 'is upstream of'} the classifier "
+             f"`{(record.get('model') or {}).get('name') or UNKNOWN}`, whose verdict was "
+             f"**{'PASSED' if gate.get('passed') else 'FAILED' if 'passed' in gate else UNKNOWN}**.",
+        use="- Trying the pipeline's pre-trained model through its endpoint; comparing paradigms.")
 
 
 def generative_card(record: dict, source: str, by: str = PACKAGE) -> str:
@@ -358,7 +244,7 @@ def generative_card(record: dict, source: str, by: str = PACKAGE) -> str:
     classifier."""
     f = _generative_facts(record, source)
     whose = f"the classifier `{(record.get('model') or {}).get('name') or UNKNOWN}`'s"  # it travels with that model
-    return _render(f"Model card: {f['paradigm'] or UNKNOWN} from {source} (lm-pipeline, pre-trained)",
+    return render_sections(f"Model card: {f['paradigm'] or UNKNOWN} from {source} (lm-pipeline, pre-trained)",
                    _provenance_lines(record, whose, by), _generative_sections(record, source, by == PACKAGE))
 
 
@@ -374,7 +260,7 @@ def bento_card(record: dict, served: dict) -> str:
     endpoints += [(ENDPOINT.get(p, p), f"the pre-trained {p} `{g.get('tag') or UNKNOWN}`")
                   for p, g in sorted(generative.items())]
     endpoints.append(("lineage", "which model this is, its commit and the model gate's verdict"))
-    runtime = _table([
+    runtime = table([
         ("python", str(image.get("python_version") or UNKNOWN)),
         ("base distribution", str(image.get("distro") or UNKNOWN)),
         ("system packages", ", ".join(image.get("system_packages") or [])
@@ -383,24 +269,23 @@ def bento_card(record: dict, served: dict) -> str:
         ("extra package index", ", ".join(image.get("extra_index_url") or []) or "none"),
         ("resources", ", ".join(f"{k} {v}" for k, v in resources.items()) or UNKNOWN),
     ], ("declared", "value"))
-    sections = [("Endpoints", _table(endpoints, ("endpoint", "model"))),
+    sections = [("Endpoints", table(endpoints, ("endpoint", "model"))),
                 ("Runtime", ["As declared in the Bento (`bento.yaml`: `image`, and the service's `resources`):", "",
                              *runtime])]
     sections += [(f"Classifier: {heading}", body) for heading, body in _classifier_sections(record)]
     for paradigm, g in sorted(generative.items()):
         f = _generative_facts(record, g.get("source") or "")
         sections.append((f"Pre-trained {paradigm} ({g.get('tag') or UNKNOWN})", [
-            f"From `{g.get('source') or UNKNOWN}` ({f['stage'] or UNKNOWN}): {_count(f['metrics'].get('parameters'))} "
-            f"parameters, {_count(f['total'])} training tokens, objective "
-            f"{_objective(record, f['stage']) if f['stage'] else UNKNOWN}, held-out loss "
-            f"{_score(f['metrics'].get('eval_loss'))}. Not judged by the model gate; its own card is the model's "
+            f"From `{g.get('source') or UNKNOWN}` ({f['stage'] or UNKNOWN}): {count(f['parameters'])} "
+            f"parameters, {count(f['total'])} training tokens, objective {f['objective']}, held-out loss "
+            f"{score(f['scores'].get('eval_loss'))}. Not judged by the model gate; its own card is the model's "
             f"`{CARD_FILE}`."]))
     sections.append(("Lineage", ["The chain from raw sources to this Bento (`python -m stages.lineage` prints it "
                                  "and `--verify` checks it):", "", "```", render_chain(record), "```"]))
     intro = [*_provenance_lines(record, "the served classifier's"), "",
              "Endpoints and Runtime are what the package stage declared when it built this Bento; every other "
              "section comes from the record."]
-    return _render(f"{served.get('name') or 'lm-pipeline'}: {model.get('name') or UNKNOWN}, gated and traced",
+    return render_sections(f"{served.get('name') or 'lm-pipeline'}: {model.get('name') or UNKNOWN}, gated and traced",
                    intro, sections)
 
 

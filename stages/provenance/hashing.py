@@ -1,11 +1,5 @@
-"""File and folder hashes exactly as DVC 3 writes them in ``dvc.lock``, so a lineage record's per-file hashes
-can be proven to add up to the folder hash DVC pinned.
-
-- A file: the MD5 of its bytes.
-- A folder: ``md5(json.dumps(entries, sort_keys=True)) + ".dir"`` where ``entries`` is the list of
-  ``{"md5": <file md5>, "relpath": <posix path inside the folder>}`` sorted by ``relpath``
-  (``dvc_data.hashfile.tree.Tree.as_bytes`` / ``digest``; a unit test checks this against dvc_data itself).
-"""
+"""File and folder hashes exactly as DVC 3 writes them in ``dvc.lock`` (a file: its MD5; a folder: see
+:func:`dir_md5`, checked against dvc_data by a unit test), so per-file hashes provably add up to DVC's."""
 
 from __future__ import annotations
 
@@ -45,7 +39,7 @@ def folder_manifest(folder: str | Path) -> dict[str, str]:
 
 
 def dir_md5(manifest: dict[str, str]) -> str:
-    """DVC's folder hash from a ``{relpath: md5}`` manifest."""
+    """DVC's folder hash from a ``{relpath: md5}`` manifest (``dvc_data.hashfile.tree.Tree.digest``)."""
     entries = [{"md5": manifest[rel], "relpath": rel} for rel in sorted(manifest)]
     return hashlib.md5(json.dumps(entries, sort_keys=True).encode("utf-8")).hexdigest() + ".dir"
 

@@ -1,11 +1,6 @@
-"""The Bento's manifest: the SHA-256 of every file of a built Bento, models included, as the exported archive
-lays them out (``bento.yaml``, ``src/...``, ``env/...``, ``models/<name>/<version>/...``).
-
-The package stage writes it as ``provenance/manifest.json`` (canonical JSON), records its SHA-256 in
-``reports/metrics/package.json`` and, with ``LMPIPE_SIGNING_KEY`` (a PEM ed25519 key), signs it
-(``manifest.json.sig``, base64). ``python -m stages.lineage --verify`` checks every file against it; the
-manifest is bound by ``--pin`` or ``--public-key``, never by anything inside the Bento.
-"""
+"""The Bento's manifest (``provenance/manifest.json``, canonical JSON): the SHA-256 of every file of a built Bento,
+models included, as the exported archive lays them out; signed (ed25519, base64) with ``LMPIPE_SIGNING_KEY``.
+``python -m stages.lineage --verify`` checks every file against it, bound by ``--pin`` or ``--public-key``."""
 
 from __future__ import annotations
 
@@ -111,32 +106,22 @@ def _crypto():
     return serialization, ed25519, InvalidSignature
 
 
-def load_private_key(path: str | Path):
-    """An ed25519 private key from a PEM file (PKCS#8, unencrypted, as ``openssl genpkey -algorithm ed25519``
-    writes it)."""
+def load_key(path: str | Path, private: bool):
+    """An ed25519 key from a PEM file: a private one (PKCS#8, unencrypted, as ``openssl genpkey -algorithm ed25519``
+    writes it) or a public one (``openssl pkey -in key.pem -pubout``)."""
     serialization, ed25519, _ = _crypto()
+    where, kind = ((SIGNING_KEY_ENV, "an unencrypted PEM private key") if private
+                   else ("--public-key", "a PEM public key"))
     try:
-        key = serialization.load_pem_private_key(Path(path).read_bytes(), password=None)
+        data = Path(path).read_bytes()
+        key = (serialization.load_pem_private_key(data, password=None) if private
+               else serialization.load_pem_public_key(data))
     except OSError as exc:
-        raise ManifestError(f"{SIGNING_KEY_ENV}: cannot read {path} ({exc.strerror})") from None
+        raise ManifestError(f"{where}: cannot read {path} ({exc.strerror})") from None
     except (ValueError, TypeError) as exc:
-        raise ManifestError(f"{SIGNING_KEY_ENV}: {path} is not an unencrypted PEM private key ({exc})") from None
-    if not isinstance(key, ed25519.Ed25519PrivateKey):
-        raise ManifestError(f"{SIGNING_KEY_ENV}: {path} is not an ed25519 key")
-    return key
-
-
-def load_public_key(path: str | Path):
-    """An ed25519 public key from a PEM file (``openssl pkey -in key.pem -pubout``)."""
-    serialization, ed25519, _ = _crypto()
-    try:
-        key = serialization.load_pem_public_key(Path(path).read_bytes())
-    except OSError as exc:
-        raise ManifestError(f"--public-key: cannot read {path} ({exc.strerror})") from None
-    except (ValueError, TypeError) as exc:
-        raise ManifestError(f"--public-key: {path} is not a PEM public key ({exc})") from None
-    if not isinstance(key, ed25519.Ed25519PublicKey):
-        raise ManifestError(f"--public-key: {path} is not an ed25519 public key")
+        raise ManifestError(f"{where}: {path} is not {kind} ({exc})") from None
+    if not isinstance(key, ed25519.Ed25519PrivateKey if private else ed25519.Ed25519PublicKey):
+        raise ManifestError(f"{where}: {path} is not an ed25519 {'key' if private else 'public key'}")
     return key
 
 

@@ -1,15 +1,7 @@
-"""The lineage record of a packaged model, collected from a workspace after ``dvc repro``.
-
-The record is a JSON document (``lineage.json`` inside the packaged model, so it travels with the Bento):
-
-- ``model``: name, paradigm, initialisation, labels, parameter count and the MD5 of each file;
-- ``git``: the commit, whether the tree was dirty and which paths were;
-- ``stages``: the ``dvc.lock`` entry of every stage upstream of the model and of its evaluation;
-- ``files``: every path those stages read or wrote, with DVC's hash and per-file MD5s (checked against
-  ``dvc.lock`` when the record is made);
-- ``params``, ``sources`` (raw inputs and checksums), ``metrics`` of every upstream stage;
-- ``gates``: every Great Expectations gate on the way and the model gate's verdict.
-"""
+"""The lineage record of a packaged model (``lineage.json``, travelling inside the Bento), collected from a
+workspace after ``dvc repro``: the model and its files' MD5s, git state, the ``dvc.lock`` entries of every stage
+upstream of the model and its evaluation, every path they read or wrote (checked against ``dvc.lock``), their
+params, raw sources, metrics and gates, and the model gate's verdict (:func:`collect`)."""
 
 from __future__ import annotations
 
@@ -53,14 +45,10 @@ class Lock:
     def producers(self, path: str) -> list[str]:
         """The stages that wrote ``path``: an output equal to it, a folder holding it, or (for a dependency on
         a whole folder such as ``data/models/finetune``) outputs inside it."""
-        found = []
-        for name, entry in self.stages.items():
-            for out in entry.get("outs", []):
-                o = out["path"].rstrip("/")
-                if path == o or path.startswith(o + "/") or o.startswith(path.rstrip("/") + "/"):
-                    found.append(name)
-                    break
-        return found
+        inside = path.rstrip("/") + "/"
+        return [name for name, entry in self.stages.items()
+                if any(path == (o := out["path"].rstrip("/")) or path.startswith(o + "/") or o.startswith(inside)
+                       for out in entry.get("outs", []))]
 
     def upstream(self, roots: list[str]) -> list[str]:
         """``roots`` and every stage they depend on, transitively, in a stable order (producers first)."""
@@ -145,8 +133,6 @@ def gate_summary(report: dict) -> dict:
         return {"gate": report["gate"], "success": report.get("success"), "summary": report.get("summary"),
                 "failed": report.get("failed", []), "stats": report.get("stats", {})}
     return report  # the model gate is small and is kept whole
-
-
 
 
 def sources(root: Path, stage_names: list[str], lock: Lock) -> dict:

@@ -1,18 +1,9 @@
 """The model card a training stage writes into its model folder, from what that stage knows when it saves it.
 
-Every folder under ``data/models/`` (``pretrain/<paradigm>``, ``dapt/<paradigm>``, ``finetune/<name>``) holds
-``card.json``, the folder's record (its paradigm, architecture, parameters, objective, the tokens of each
-training stage behind it, the raw sources of every corpus behind it with their licence terms, and its own
-scores), and ``README.md``, rendered from ``card.json`` by :func:`render` and from nothing else. The record is
-made of the stage's declared inputs only (its params, the ingest manifests it is given, the ``card.json`` of
-the folder it starts from, and its own results), never of git or ``dvc.lock``, so the same inputs give the
-same folder, byte for byte.
-
-What the stage cannot know, the card says so: the model gate's verdict comes later (the evaluate stage), and
-``python -m stages.lineage <folder> --card`` renders the card with it from the workspace's lineage record;
-``--verify`` checks this README against its ``card.json`` and ``card.json``'s licences against the ingest
-manifests. The package stage gives a packaged model the card its lineage record renders instead
-(``stages.provenance.card``).
+Each folder under ``data/models/`` holds ``card.json`` (its record, made of the stage's declared inputs only, so
+the same inputs give the same folder byte for byte) and ``README.md``, rendered from it by :func:`render`.
+``python -m stages.lineage <folder> --verify`` checks both (:func:`check`); ``--card`` renders the card with the
+model gate's verdict from the lineage record (``stages.provenance.card``), as the package stage does.
 """
 
 from __future__ import annotations
@@ -159,10 +150,8 @@ def pretrain_facts(*, kind: str, paradigm: str, corpus: str, config: dict, metri
     """The record of a ``pretrain`` or ``dapt`` folder. ``config``: the run's config (``asdict``), ``metrics``:
     the stage's, ``sources``: :func:`corpora` of the corpora it read, ``init``: the folder it continued."""
     train = config.get("train") or {}
-    own = {"stage": kind, "corpus": corpus, "objective": objective_text(paradigm, train.get("objective"),
-                                                                         train.get("mlm_select"),
-                                                                         train.get("generator_size")),
-           "tokens": metrics.get("tokens")}
+    objective = objective_text(paradigm, train.get("objective"), train.get("mlm_select"), train.get("generator_size"))
+    own = {"stage": kind, "corpus": corpus, "objective": objective, "tokens": metrics.get("tokens")}
     upstream = read_facts(init) if init is not None else {}
     model = config.get("model") or (upstream or {}).get("model_config")
     return {
@@ -201,9 +190,11 @@ def finetune_facts(*, paradigm: str, init: str, labels: list[str], config: dict,
 
 # --------------------------------------------------------------------------------------------- rendering
 def corpora_lines(corpora_: dict) -> list[str]:
+    """Each corpus's raw sources with their licence terms (and its ingest ``stage``, where given)."""
     lines = []
     for corpus, info in sorted((corpora_ or {}).items()):
-        lines.append(f"- **{corpus}** ({count(info.get('documents'))} documents after ingest)")
+        stage = f"{info['stage']}; " if "stage" in info else ""
+        lines.append(f"- **{corpus}** ({stage}{count(info.get('documents'))} documents after ingest)")
         if info.get("sources") is None:
             lines.append("  - sources and licences: unknown (no ingest manifest beside the data: check its terms "
                          "before any use)")
@@ -231,6 +222,29 @@ def tokens_table(training: list[dict] | None) -> tuple[list[str], object]:
     return rows, total if training else None
 
 
+def evaluation_lines(s: dict, seeds, baseline: str | None = None) -> list[str]:
+    """A classifier card's Evaluation section from its scores (``baseline``: the best baseline's, where known)."""
+    saved = s.get("saved")
+    rows = [
+        ("test macro-F1", score(s.get("test_macro_f1"), s.get("test_macro_f1_std"), seeds)),
+        ("test accuracy", score(s.get("test_accuracy"), s.get("test_accuracy_std"), seeds)),
+        ("majority-class baseline, test macro-F1", score(s.get("majority_test_macro_f1"))),
+        ("majority-class baseline, test accuracy", score(s.get("majority_test_accuracy"))),
+        *([("best practitioner baseline (no pre-training), test macro-F1", baseline)] if baseline else []),
+        ("best validation macro-F1", score(s.get("best_val_macro_f1"), s.get("best_val_macro_f1_std"), seeds)),
+        ("test examples", count(s.get("test_examples"))),
+        ("these weights (seed)", f"seed {saved.get('seed')}: test macro-F1 {score(saved.get('test_macro_f1'))}, "
+                                 f"accuracy {score(saved.get('test_accuracy'))}" if saved else UNKNOWN),
+    ]
+    return ["Test-split scores of this fine-tuning run, mean ± std over its seeds, with the majority-class "
+            "baseline:", "", *table(rows, ("metric", "value"))]
+
+
+def held_out_rows(s: dict) -> list[tuple[str, str]]:
+    return [("final training loss", score(s.get("train_loss"))), ("held-out loss", score(s.get("eval_loss"))),
+            ("held-out accuracy (predicted tokens)", score(s.get("eval_accuracy")))]
+
+
 INTRO = ("Written by the stage that saved this folder, from `card.json` beside it: the folder's record, made of the "
          "stage's params and inputs (the ingest manifests with the data's licence terms, the card of the model it "
          "started from) and its own results. Every figure below is a value of that file; `unknown` marks one it "
@@ -240,106 +254,102 @@ INTRO = ("Written by the stage that saved this folder, from `card.json` beside i
 GATE_LATER = ("Not known when this folder was written: the evaluate stage's model gate chooses among the "
               "fine-tuned classifiers on the validation split afterwards (`reports/evaluation.md`, "
               "`reports/quality/model-gate.json`); `python -m stages.lineage <this folder> --card` shows its verdict.")
+CLASSIFIER_DATA = ("Raw sources of every corpus behind this model (its tokenizer's, its pre-training's and the "
+                   "task's), as ingested, with their licence terms:")
+GENERATIVE_DATA = ("Raw sources of every corpus behind this model (its tokenizer's and its training's), with their "
+                   "licence terms:")
+GENERATIVE_GATE = ("Not judged by the model gate, which chooses among fine-tuned classifiers; the classifiers "
+                   "fine-tuned from this model are (`reports/evaluation.md`).")
+GENERATIVE_USE = ("- The starting point of fine-tuning and domain adaptation in this pipeline; trying a pre-trained "
+                  "model of this paradigm; comparing paradigms.")
 TERMS = ("- The training data's terms (above) come with the model: read each source's before any use beyond "
          "research.")
 
 
-def _classifier_sections(f: dict) -> list[tuple[str, list[str]]]:
+def classifier_sections(f: dict, *, architecture: str, data: str, gate: list[str], use: list[str],
+                        limits: list[str], stage: str = "", baseline: str | None = None, files: str | None = None,
+                        unknown_pretraining: bool = False) -> list[tuple[str, list[str]]]:
+    """A fine-tuned classifier's card sections from its facts (a folder's ``card.json`` or the lineage record's)."""
     labels, s = f.get("labels") or [], f.get("scores") or {}
     rows, total = tokens_table(f.get("training"))
     random = f.get("init") == "random"
-    about = table([
+    about = [
         ("task", f"{f['task']}: a package description in, one of its {len(labels)} sections out"
          if f.get("task") and labels else f"text classification into {len(labels)} labels" if labels else UNKNOWN),
         ("labels", ", ".join(map(str, labels)) or UNKNOWN),
         ("paradigm", str(f.get("paradigm") or UNKNOWN)),
         ("initialisation", str(f.get("init") or UNKNOWN)),
-        ("architecture", architecture_text(f.get("model_config"))),
+        ("architecture", architecture),
         ("parameters", count(f.get("parameters"))),
-        ("fine-tuning objective", f"classification into the {len(labels)} labels (head `{f.get('head')}`)"),
+        ("fine-tuning objective", f"classification into the {len(labels)} labels (head `{f['head']}`)"
+         if labels and f.get("head") else f"classification into the {len(labels)} labels" if labels else UNKNOWN),
         ("pre-training tokens", "none (random initialisation: no pre-trained weights)" if random else count(total)),
         ("fine-tuning examples", count(s.get("train_examples"))),
-    ], ("field", "value"))
-    training = (["No pre-training: the weights were initialised at random, then fine-tuned."] if random else
-                ["Pre-training (tokens seen, per stage):", "", *rows, "", f"Total: {count(total)} tokens."])
-    training += ["", f"Fine-tuning: {count(s.get('train_examples'))} training examples, {count(s.get('steps'))} "
-                     f"steps per seed, learning rate {s.get('lr', UNKNOWN)}, {count(s.get('seeds'))} seeds."]
-    saved, seeds = s.get("saved"), s.get("seeds")
-    evaluation = table([
-        ("test macro-F1", score(s.get("test_macro_f1"), s.get("test_macro_f1_std"), seeds)),
-        ("test accuracy", score(s.get("test_accuracy"), s.get("test_accuracy_std"), seeds)),
-        ("majority-class baseline, test macro-F1", score(s.get("majority_test_macro_f1"))),
-        ("majority-class baseline, test accuracy", score(s.get("majority_test_accuracy"))),
-        ("best validation macro-F1", score(s.get("best_val_macro_f1"), s.get("best_val_macro_f1_std"), seeds)),
-        ("test examples", count(s.get("test_examples"))),
-        ("these weights (seed)", f"seed {saved.get('seed')}: test macro-F1 {score(saved.get('test_macro_f1'))}, "
-                                 f"accuracy {score(saved.get('test_accuracy'))}" if saved else UNKNOWN),
-    ], ("metric", "value"))
-    task = f.get("task")
-    return [
-        ("Model", about),
-        ("Training data", ["Raw sources of every corpus behind this model (its tokenizer's, its pre-training's and "
-                           "the task's), as ingested, with their licence terms:", "", *corpora_lines(f.get("corpora"))]),
-        ("Training", training),
-        ("Evaluation", ["Test-split scores of this fine-tuning run, mean ± std over its seeds, with the "
-                        "majority-class baseline:", "", *evaluation]),
-        ("Model gate", [GATE_LATER]),
-        ("Intended use", [f"- Labelling {'Debian package descriptions with their archive section' if task else 'texts'}"
-                          f" among the {len(labels) or UNKNOWN} labels above; comparing paradigms and "
-                          "initialisations with the rest of the pipeline's evaluation."]),
-        ("Limits", [
-            f"- A tiny model ({count(f.get('parameters'))} parameters) from a pipeline built to train on CPU: far "
-            "below general-purpose language models in knowledge and robustness.",
-            "- A closed label set: every input gets one of the labels, also text unlike the training data.",
-            f"- Texts longer than {count(f.get('max_len'))} tokens are cut to that length.",
-            f"- Evaluated only on the held-out test split of its task data ({count(s.get('test_examples'))} "
-            "examples); any other use needs its own evaluation first.",
-            TERMS]),
+        *([("files", files)] if files else []),
     ]
+    if random:
+        training = ["No pre-training: the weights were initialised at random, then fine-tuned."]
+    elif f.get("training") or not unknown_pretraining:
+        training = ["Pre-training (tokens seen, per stage):", "", *rows, "", f"Total: {count(total)} tokens."]
+    else:
+        training = [f"Pre-training: {UNKNOWN}."]
+    training += ["", f"Fine-tuning{stage}: {count(s.get('train_examples'))} training examples, "
+                     f"{count(s.get('steps'))} steps per seed, learning rate {s.get('lr', UNKNOWN)}, "
+                     f"{count(s.get('seeds'))} seeds."]
+    return [("Model", table(about, ("field", "value"))),
+            ("Training data", [data, "", *corpora_lines(f.get("corpora"))]),
+            ("Training", training),
+            ("Evaluation", evaluation_lines(s, s.get("seeds"), baseline)),
+            ("Model gate", gate), ("Intended use", use), ("Limits", limits)]
 
 
-def _generative_sections(f: dict) -> list[tuple[str, list[str]]]:
+def generative_sections(f: dict, *, architecture: str, data: str, gate: str, use: str, first=(), last=(),
+                        evaluation=(), not_fine_tuned: str = "") -> list[tuple[str, list[str]]]:
+    """A pre-trained (or DAPT) model's card sections from its facts."""
     rows, total = tokens_table(f.get("training"))
-    s = f.get("scores") or {}
     about = table([
+        *first,
         ("paradigm", str(f.get("paradigm") or UNKNOWN)),
         ("weights", WEIGHTS.get(f.get("kind"), UNKNOWN) + (f" (corpus: {f['corpus']})" if f.get("corpus") else "")),
-        ("architecture", architecture_text(f.get("model_config"))),
+        ("architecture", architecture),
         ("parameters", count(f.get("parameters"))),
         ("objective", f.get("objective") or UNKNOWN),
         ("training tokens", count(total)),
+        *last,
     ], ("field", "value"))
-    return [
-        ("Model", about),
-        ("Training data", ["Raw sources of every corpus behind this model (its tokenizer's and its training's), "
-                           "with their licence terms:", "", *corpora_lines(f.get("corpora"))]),
-        ("Training", [*rows] if f.get("training") else [f"{UNKNOWN}."]),
-        ("Evaluation", table([("final training loss", score(s.get("train_loss"))),
-                              ("held-out loss", score(s.get("eval_loss"))),
-                              ("held-out accuracy (predicted tokens)", score(s.get("eval_accuracy")))],
-                             ("metric", "value"))),
-        ("Model gate", ["Not judged by the model gate, which chooses among fine-tuned classifiers; the "
-                        "classifiers fine-tuned from this model are (`reports/evaluation.md`)."]),
-        ("Intended use", ["- The starting point of fine-tuning and domain adaptation in this pipeline; trying a "
-                          "pre-trained model of this paradigm; comparing paradigms."]),
-        ("Limits", [
-            f"- A tiny language model ({count(f.get('parameters'))} parameters, {count(total)} training tokens, "
-            "trained on a CPU-scale budget): not instruction-tuned; do not expect fluent text.",
-            "- Pre-trained only: it predicts tokens like its training corpora; it answers no questions and states no "
-            "facts. Do not show its output to anyone as information.",
-            "- Evaluated only by its held-out loss; any other use needs its own evaluation first.",
-            TERMS]),
-    ]
+    limits = [f"- A tiny language model ({count(f.get('parameters'))} parameters, {count(total)} training tokens, "
+              f"trained on a CPU-scale budget): not instruction-tuned{not_fine_tuned}; do not expect fluent text.",
+              "- Pre-trained only: it predicts tokens like its training corpora; it answers no questions and states no "
+              "facts. Do not show its output to anyone as information.",
+              "- Evaluated only by its held-out loss; any other use needs its own evaluation first.", TERMS]
+    return [("Model", about),
+            ("Training data", [data, "", *corpora_lines(f.get("corpora"))]),
+            ("Training", [*rows] if f.get("training") else [f"{UNKNOWN}."]),
+            ("Evaluation", table([*held_out_rows(f.get("scores") or {}), *evaluation], ("metric", "value"))),
+            ("Model gate", [gate]), ("Intended use", [use]), ("Limits", limits)]
 
 
-def render(facts: dict) -> str:
+def render(f: dict) -> str:
     """A model folder's ``README.md`` from its ``card.json``."""
-    kind, paradigm = facts.get("kind"), facts.get("paradigm") or UNKNOWN
-    if kind == "finetune":
-        title = f"Model card: {paradigm}-{facts.get('init') or UNKNOWN} (lm-pipeline classifier, fine-tuned)"
-        return render_sections(title, [INTRO], _classifier_sections(facts))
-    title = f"Model card: {paradigm}, {WEIGHTS.get(kind, UNKNOWN)} (lm-pipeline)"
-    return render_sections(title, [INTRO], _generative_sections(facts))
+    kind, paradigm, architecture = f.get("kind"), f.get("paradigm") or UNKNOWN, architecture_text(f.get("model_config"))
+    if kind != "finetune":
+        return render_sections(f"Model card: {paradigm}, {WEIGHTS.get(kind, UNKNOWN)} (lm-pipeline)", [INTRO],
+                               generative_sections(f, architecture=architecture, data=GENERATIVE_DATA,
+                                                   gate=GENERATIVE_GATE, use=GENERATIVE_USE))
+    labels, s = f.get("labels") or [], f.get("scores") or {}
+    sections = classifier_sections(
+        f, architecture=architecture, gate=[GATE_LATER], data=CLASSIFIER_DATA,
+        use=[f"- Labelling {'Debian package descriptions with their archive section' if f.get('task') else 'texts'}"
+             f" among the {len(labels) or UNKNOWN} labels above; comparing paradigms and initialisations with the "
+             "rest of the pipeline's evaluation."],
+        limits=[f"- A tiny model ({count(f.get('parameters'))} parameters) from a pipeline built to train on CPU: far "
+                "below general-purpose language models in knowledge and robustness.",
+                "- A closed label set: every input gets one of the labels, also text unlike the training data.",
+                f"- Texts longer than {count(f.get('max_len'))} tokens are cut to that length.",
+                f"- Evaluated only on the held-out test split of its task data ({count(s.get('test_examples'))} "
+                "examples); any other use needs its own evaluation first.", TERMS])
+    return render_sections(f"Model card: {paradigm}-{f.get('init') or UNKNOWN} (lm-pipeline classifier, fine-tuned)",
+                           [INTRO], sections)
 
 
 def write(folder: Path, facts: dict) -> None:

@@ -1,10 +1,7 @@
-"""What ``python -m stages.lineage`` can be pointed at, opened the same way: an exported ``.bento`` (read in
-place), a Bento or model tag in the BentoML store, a Bento folder, a model folder holding ``lineage.json``,
-or a workspace model folder (its record built from ``dvc.lock`` as the package stage does).
-
-Each gives the record, the Bento's description and the MD5 of every packaged model file (the weights that
-would be served); a Bento also gives each file's SHA-256 and its manifest and signature.
-"""
+"""What ``python -m stages.lineage`` can be pointed at, each opened as a :class:`Target` (the record, the Bento's
+description, each packaged model file's MD5; for a Bento, each file's SHA-256, its manifest and signature): an
+exported ``.bento`` (read in place), a tag in the BentoML store, a Bento folder, a model folder holding
+``lineage.json``, or a workspace model folder (its record built from ``dvc.lock`` as the package stage does)."""
 
 from __future__ import annotations
 
@@ -15,14 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from stages.provenance.hashing import CHUNK, folder_manifest, md5_file
-from stages.provenance.manifest import (
-    MANIFEST_FILE,
-    SIGNATURE_FILE,
-    bento_layout,
-    folder_files,
-    model_tags,
-    sha256_path,
-)
+from stages.provenance.manifest import MANIFEST_FILE, SIGNATURE_FILE, bento_layout, folder_files, model_tags, sha256_path
 from stages.provenance.record import SCHEMA, LineageError, Lock, collect, find_workspace, stored
 
 

@@ -4,7 +4,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import hashlib
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from stages.provenance.card import CARD_FILE, expected_card
@@ -35,9 +36,7 @@ class Verdict:
         return bool(self.bound_by)
 
     def as_dict(self) -> dict:
-        return {"ok": self.ok, "checked": self.checked, "mismatches": self.mismatches, "notes": self.notes,
-                "verified": self.verified, "pinned": self.pinned, "bound_by": self.bound_by,
-                "unverified": self.unverified}
+        return {"ok": self.ok, "pinned": self.pinned, **asdict(self)}
 
 
 def diff_manifests(path: str, recorded: dict[str, str], current: dict[str, str]) -> list[str]:
@@ -55,8 +54,7 @@ def diff_manifests(path: str, recorded: dict[str, str], current: dict[str, str])
 
 
 def verify_packaged(record: dict, packaged: list[dict], verdict: Verdict) -> None:
-    """The packaged models' files are the ones the record describes (the classifier's, and each shipped
-    pre-trained model's source folder). ``packaged``: ``{"name", "role", "source", "files": {relpath: md5}}``."""
+    """Each packaged model's files (``{"name", "role", "source", "files": {relpath: md5}}``) are the record's."""
     for item in packaged:
         files = {rel: md5 for rel, md5 in item["files"].items() if rel not in PACKAGING_FILES}
         if item["role"] == "classifier":
@@ -74,21 +72,14 @@ def verify_packaged(record: dict, packaged: list[dict], verdict: Verdict) -> Non
         verdict.verified.append(f"{item['name']}: its {len(files)} files against the record's hashes"
                                 + (" and its model card against the card the record renders"
                                    if CARD_FILE in item["files"] else ""))
-        verify_card(record, item, verdict)
-
-
-def verify_card(record: dict, item: dict, verdict: Verdict) -> None:
-    """A packaged model's card (``README.md``, where it has one) is the one its lineage record renders."""
-    import hashlib
-
-    if CARD_FILE not in item["files"]:
-        return
-    verdict.checked += 1
-    card = expected_card(record, item)
-    if card is None or hashlib.md5(card.encode("utf-8")).hexdigest() != item["files"][CARD_FILE]:
-        verdict.mismatches.append(f"{item['name']} (packaged)/{CARD_FILE}: not the model card its lineage record "
-                                  "renders (edited after packaging, or rendered by another version of "
-                                  "stages.provenance.card)")
+        if CARD_FILE not in item["files"]:  # a packaged card must be the one its lineage record renders
+            continue
+        verdict.checked += 1
+        card = expected_card(record, item)
+        if card is None or hashlib.md5(card.encode("utf-8")).hexdigest() != item["files"][CARD_FILE]:
+                verdict.mismatches.append(f"{item['name']} (packaged)/{CARD_FILE}: not the model card its lineage "
+                                      "record renders (edited after packaging, or rendered by another version of "
+                                      "stages.provenance.card)")
 
 
 def verify_src(record: dict, src: dict[str, str], verdict: Verdict) -> None:
@@ -111,8 +102,7 @@ CODE_SUFFIXES = (".pyc", ".pyo", ".so", ".pyd", ".dylib")
 
 
 def executable_extras(all_files: list[str]) -> list[str]:
-    """Byte-code and native extension modules under ``src/`` (``classifier.cpython-311-x86_64-linux-gnu.so``
-    is imported before ``classifier.py``)."""
+    """Byte-code and native extension modules under ``src/`` (Python imports them before the ``.py``)."""
     return [rel for rel in all_files
             if rel.startswith("src/") and (rel.endswith(CODE_SUFFIXES) or "/__pycache__/" in rel)]
 
@@ -134,9 +124,11 @@ def verify_coverage(record: dict, packaged: list[dict], all_files: list[str], ve
     return [rel for rel in all_files if rel not in covered and rel not in extras]
 
 
+ARCHIVE_PINNED = "pin: the archive's SHA-256 is the pinned one: every byte of it is the one published"
+
+
 def _latest_pointer(rel: str, digest: str, listed: dict[str, str]) -> bool:
-    """``models/<name>/latest``, which BentoML's export adds beside each model: it names a version of that
-    model the manifest lists."""
+    """``models/<name>/latest`` (BentoML's export adds it) naming a version of that model the manifest lists."""
     parts = rel.split("/")
     if len(parts) != 3 or parts[0] != "models" or parts[2] != "latest":
         return False
@@ -153,11 +145,10 @@ def verify_seal(files: dict[str, str], *, manifest: bytes | None, signature: byt
                            for rel in irregular]
     archive = bento.get("sha256")
     wanted = pin.strip().lower() if pin else None
-    archive_pinned = "pin: the archive's SHA-256 is the pinned one: every byte of it is the one published"
     if manifest is None:
         verdict.checked += 1
         if wanted and archive == wanted:
-            verdict.bound_by.append(archive_pinned)
+            verdict.bound_by.append(ARCHIVE_PINNED)
         elif wanted:
             verdict.mismatches.append(f"{where}: no {MANIFEST_FILE} for the pin to bind"
                                       + (f"; the archive's SHA-256 is {archive}" if archive else "")
@@ -179,7 +170,7 @@ def verify_seal(files: dict[str, str], *, manifest: bytes | None, signature: byt
         if wanted == digest:
             verdict.bound_by.append(f"pin: the manifest's SHA-256 {digest} is the pinned one")
         elif archive and wanted == archive:
-            verdict.bound_by.append(archive_pinned)
+            verdict.bound_by.append(ARCHIVE_PINNED)
         else:
             verdict.mismatches.append(f"{where}: pinned {pin}, but the manifest's SHA-256 is {digest}"
                                       + (f" and the archive's {archive}" if archive else ""))
@@ -229,7 +220,7 @@ def verify_pin(bento: dict, pin: str, verdict: Verdict) -> None:
     if actual != pin.strip().lower():
         verdict.mismatches.append(f"{bento.get('file')}: SHA-256 {actual}, pinned {pin}")
     else:
-        verdict.bound_by.append("pin: the archive's SHA-256 is the pinned one: every byte of it is the one published")
+        verdict.bound_by.append(ARCHIVE_PINNED)
 
 
 def _own_md5(info: dict) -> str:
@@ -272,8 +263,7 @@ def verify_record(record: dict, verdict: Verdict) -> None:
 
 
 def verify_lock(record: dict, lock: Lock, verdict: Verdict) -> None:
-    """Every upstream stage's entry in the workspace's ``dvc.lock`` pins what the record holds, and no
-    stage upstream of the model (by the workspace's lock) is missing from the record."""
+    """The workspace's ``dvc.lock`` pins what the record holds, and no upstream stage is missing from it."""
     try:
         expected = lock.upstream([record["model"]["stage"], "evaluate"])
     except LineageError as exc:
@@ -333,17 +323,15 @@ def verify(record: dict, *, packaged: list[dict] | None = None, workspace: Path 
         verify_src(record, src, verdict)
     if files is not None and all_files is None:
         all_files = sorted(files)
-    if all_files is not None:
-        uncovered = verify_coverage(record, packaged or [], all_files, verdict)
-        if files is not None:
-            verify_seal(files, manifest=manifest, signature=signature, bento=bento or {}, pin=pin,
-                        public_key=public_key, irregular=irregular or [], skip=executable_extras(all_files),
-                        verdict=verdict)
-        elif pin is not None:
-            verify_pin(bento or {}, pin, verdict)
-        verdict.unverified = [] if verdict.bound_by else uncovered
+    uncovered = verify_coverage(record, packaged or [], all_files, verdict) if all_files is not None else None
+    if files is not None:
+        verify_seal(files, manifest=manifest, signature=signature, bento=bento or {}, pin=pin,
+                    public_key=public_key, irregular=irregular or [], skip=executable_extras(all_files),
+                    verdict=verdict)
     elif pin is not None:
         verify_pin(bento or {}, pin, verdict)
+    if uncovered is not None:
+        verdict.unverified = [] if verdict.bound_by else uncovered
     if workspace is not None:
         try:
             lock = Lock.read(workspace / "dvc.lock")

@@ -1,18 +1,15 @@
 """A thin runner of Great Expectations (GX 1.x) checks on pandas DataFrames.
 
-A *gate* is a named set of checks between two stages: a stage returns a `Gate` with its outputs and
-its entry (`stages.common.cli.Stage`) checks it before publishing; `enforce` always writes a JSON report
-and raises `GateFailed` on any failed check. Checks are `Expect` records (table, GX class, kwargs), so
-suites are built and stored without importing GX, which is imported lazily (it costs seconds).
-
-Per table, `validate` makes a dataframe asset, a whole-dataframe batch and a suite: in a file-backed
-project (``reports/gx/``) a Checkpoint ``<gate>.<table>`` also stores the result and renders Data Docs;
-ephemeral contexts call ``batch.validate``. Results are mapped back to the caller's order by GX's ids.
+A *gate* is a named set of `Expect` checks (table, GX class name, kwargs) between two stages; `enforce`
+writes a JSON report and raises `GateFailed` on any failed check. GX is imported lazily (it costs seconds).
+Per table, `validate` makes a dataframe asset, a whole-dataframe batch and a suite; in a file-backed project
+(``reports/gx/``) a Checkpoint ``<gate>.<table>`` also stores the result and renders Data Docs.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import logging
 import math
@@ -30,35 +27,19 @@ from stages.common.atomic import write_bytes_atomic
 if TYPE_CHECKING:  # only for annotations; pandas is imported lazily like GX
     import pandas
 
-__all__ = [
-    "CheckResult",
-    "Expect",
-    "Gate",
-    "GateFailed",
-    "GateResult",
-    "enforce",
-    "validate",
-    "write_report",
-]
+__all__ = ["CheckResult", "Expect", "Gate", "GateFailed", "GateResult", "enforce", "validate", "write_report"]
 
 # Keys of a GX result worth keeping: enough to see why a check failed.
-_OBSERVED_KEYS = (
-    "observed_value",
-    "element_count",
-    "unexpected_count",
-    "missing_count",
-    "partial_unexpected_list",
-    "partial_unexpected_index_list",
-    "partial_missing_list",
-    "details",
-)
+_OBSERVED_KEYS = ("observed_value", "element_count", "unexpected_count", "missing_count", "partial_unexpected_list",
+                  "partial_unexpected_index_list", "partial_missing_list", "details")
 # Long texts (e.g. a leaked document used as an index) would bloat the report and the error line.
 _MAX_STR_CHARS = 200
 _MAX_WHY_CHARS = 160
 _DATASOURCE_NAME = "gate"
-_BATCH_DEFINITION_NAME = "whole"
+_BATCH = "whole"
 # The Data Docs site of a file-backed project, relative to the project root (GX's default local site).
 DATA_DOCS_INDEX = "gx/uncommitted/data_docs/local_site/index.html"
+_NO_RESULT = {"exception": "great_expectations returned no result for this expectation"}
 
 
 def gx_project() -> Path | None:
@@ -74,7 +55,7 @@ class GateFailed(RuntimeError):
     """Raised by `enforce` when at least one check of a gate failed; the report is already written."""
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True)
 class Expect:
     """One expectation without GX objects: ``table`` (a key of `tables`), ``kind`` (a GX expectation
     class name, e.g. "ExpectTableRowCountToBeBetween") and that class's ``kwargs``."""
@@ -116,18 +97,31 @@ class CheckResult:
         return _check_name(self.table, self.expectation, self.kwargs)
 
     def why(self) -> str:
-        """One-line reason for a failure, for error messages."""
-        return _why(self.observed)
+        """One-line reason for a failure, for error messages: the error, the unexpected values, what is missing."""
+        observed = self.observed
+        if not isinstance(observed, Mapping):
+            return _clip(repr(observed))
+        if "exception" in observed:
+            return _clip(f"error: {observed['exception']}")
+        parts: list[str] = []
+        if "observed_value" in observed:
+            parts.append(f"observed {observed['observed_value']!r}")
+        details = observed.get("details")
+        mismatched = details.get("mismatched") if isinstance(details, Mapping) else None
+        if mismatched:
+            parts.append(f"mismatched {mismatched!r}")
+        if observed.get("unexpected_count"):
+            # With a named index GX lists unexpected rows as {index_name: value, column: value} dicts: show those.
+            index_list = observed.get("partial_unexpected_index_list") or []
+            named = bool(index_list) and isinstance(index_list[0], Mapping)
+            examples = (index_list if named else observed.get("partial_unexpected_list")) or []
+            parts.append(f"{observed['unexpected_count']} unexpected, e.g. {examples[:3]!r}")
+        if observed.get("partial_missing_list"):
+            parts.append(f"missing {observed['partial_missing_list']!r}")
+        return _clip(", ".join(parts) or "failed")
 
     def to_json(self) -> dict:
-        return {
-            "name": self.name,
-            "table": self.table,
-            "expectation": self.expectation,
-            "kwargs": self.kwargs,
-            "success": self.success,
-            "observed": self.observed,
-        }
+        return {"name": self.name, **dataclasses.asdict(self)}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -146,31 +140,18 @@ class GateResult:
 
     def to_json(self) -> dict:
         failures = self.failures()
-        return {
-            "gate": self.gate,
-            "success": self.success,
-            "stats": dict(self.stats),
-            "summary": {"checks": len(self.checks), "failed": len(failures)},
-            "failed": [check.name for check in failures],
-            "checks": [check.to_json() for check in self.checks],
-            **({"data_docs": self.data_docs} if self.data_docs else {}),
-        }
+        return {"gate": self.gate, "success": self.success, "stats": dict(self.stats),
+                "summary": {"checks": len(self.checks), "failed": len(failures)},
+                "failed": [check.name for check in failures], "checks": [check.to_json() for check in self.checks],
+                **({"data_docs": self.data_docs} if self.data_docs else {})}
 
 
-def validate(
-    gate: str,
-    tables: Mapping[str, pandas.DataFrame],
-    expectations: Sequence[Expect],
-    project: Path | None = None,
-) -> GateResult:
+def validate(gate: str, tables: Mapping[str, pandas.DataFrame], expectations: Sequence[Expect],
+             project: Path | None = None) -> GateResult:
     """Run `expectations` over `tables` and return every check's outcome (never raises on bad data).
     ``project``: a GX project root (created on first use) to store results and Data Docs; None: ephemeral.
-
-    Raises:
-        ValueError: an expectation names an unknown GX class, a table not in `tables`, has kwargs
-            its class rejects, or duplicates another expectation on the same table.
-        TypeError: a value of `tables` is not a pandas DataFrame.
-    """
+    ValueError for a bad suite (unknown GX class or table, rejected kwargs, a duplicate); TypeError for a
+    table that is not a DataFrame."""
     import pandas as pd
 
     for table, frame in tables.items():
@@ -178,10 +159,8 @@ def validate(
             raise TypeError(f"gate {gate}: table {table!r} is {type(frame).__name__}, not a DataFrame")
     for expect in expectations:
         if expect.table not in tables:
-            raise ValueError(
-                f"gate {gate}: expectation {expect.kind} is on table {expect.table!r}, "
-                f"which is not among the tables given: {sorted(tables)}"
-            )
+            raise ValueError(f"gate {gate}: expectation {expect.kind} is on table {expect.table!r}, "
+                             f"which is not among the tables given: {sorted(tables)}")
 
     with _quiet_gx(), _project_lock(project):
         gx = _import_gx()
@@ -190,38 +169,53 @@ def validate(
         if project is not None:
             project.mkdir(parents=True, exist_ok=True)
             context = gx.get_context(mode="file", project_root_dir=str(project))
-            _disable_progress_bars(context)
-            datasource = context.data_sources.add_or_update_pandas(name=_DATASOURCE_NAME)
         else:
             context = gx.get_context(mode="ephemeral")
-            _disable_progress_bars(context)
-            datasource = context.data_sources.add_pandas(name=_DATASOURCE_NAME)
+        # GX draws a tqdm "Calculating Metrics" bar per validation on stderr; a GX without the config: keep going.
+        with contextlib.suppress(ImportError):
+            from great_expectations.data_context.types.base import ProgressBarsConfig
 
-        results: list[CheckResult | None] = [None] * len(expectations)
-        for table in _tables_in_order(expectations):
-            indices = [i for i, expect in enumerate(expectations) if expect.table == table]
-            checks = _validate_table(
-                gx,
-                context,
-                datasource,
-                gate,
-                table,
-                tables[table],
-                [expectations[i] for i in indices],
-                [built[i] for i in indices],
-                stored=project is not None,
-            )
-            for index, check in zip(indices, checks, strict=True):
-                results[index] = check
+            context.variables.progress_bars = ProgressBarsConfig(globally=False, metric_calculations=False)
+        datasource = context.data_sources.add_or_update_pandas(name=_DATASOURCE_NAME)
+        index_by_id: dict[str, int] = {}
+        results: dict[int, Any] = {}
+        for table in dict.fromkeys(expect.table for expect in expectations):  # first-seen order: deterministic
+            # One GX batch per table; the suite replaces the stored one of its name (today's checks, nothing older).
+            name = f"{gate}.{table}"
+            asset = _get_or_add(lambda: datasource.get_asset(name), lambda: datasource.add_dataframe_asset(name=name))
+            batch_definition = _get_or_add(lambda: asset.get_batch_definition(_BATCH),
+                                           lambda: asset.add_batch_definition_whole_dataframe(name=_BATCH))
+            suite = context.suites.add_or_update(gx.ExpectationSuite(name=name))
+            for i, expect in enumerate(expectations):
+                if expect.table == table:
+                    added = suite.add_expectation(built[i])
+                    # GX silently drops an expectation equal to one already in the suite (no id): say so.
+                    if added.id is None or added.id in index_by_id:
+                        raise ValueError(f"gate {gate}: duplicate expectation {expect.name}")
+                    index_by_id[added.id] = i
+            if project is not None:  # a checkpoint stores the result and renders Data Docs
+                _prune_history(Path(context.root_directory), gate, table)
+                definition = context.validation_definitions.add_or_update(
+                    gx.ValidationDefinition(name=name, data=batch_definition, suite=suite))
+                checkpoint = context.checkpoints.add_or_update(gx.Checkpoint(
+                    name=name, validation_definitions=[definition], result_format="SUMMARY",
+                    actions=[gx.checkpoint.UpdateDataDocsAction(name="data_docs")]))
+                run = checkpoint.run(batch_parameters={"dataframe": tables[table]})
+                validation = next(iter(run.run_results.values()))
+            else:
+                batch = batch_definition.get_batch(batch_parameters={"dataframe": tables[table]})
+                validation = batch.validate(suite, result_format="SUMMARY")
+            results.update((index_by_id[result.expectation_config.id], result) for result in validation.results)
 
-    checks_done = tuple(check for check in results if check is not None)
-    return GateResult(
-        gate=gate,
-        success=all(check.success for check in checks_done),
-        checks=checks_done,
-        stats={table: int(len(frame)) for table, frame in tables.items()},
-        data_docs=str(project / DATA_DOCS_INDEX) if project is not None else None,
-    )
+    # A check GX returned nothing for must not pass by omission.
+    checks = tuple(
+        CheckResult(table=expect.table, expectation=expect.kind, kwargs=_jsonable(expect.kwargs),
+                    success=result is not None and bool(result.success),
+                    observed=_NO_RESULT if result is None else _observed(result.result, result.exception_info))
+        for expect, result in ((expect, results.get(i)) for i, expect in enumerate(expectations)))
+    return GateResult(gate=gate, success=all(check.success for check in checks), checks=checks,
+                      stats={table: int(len(frame)) for table, frame in tables.items()},
+                      data_docs=str(project / DATA_DOCS_INDEX) if project is not None else None)
 
 
 def write_report(result: GateResult, path: str | Path) -> None:
@@ -231,12 +225,8 @@ def write_report(result: GateResult, path: str | Path) -> None:
     write_bytes_atomic(path, text.encode("utf-8"))
 
 
-def enforce(
-    gate: str,
-    tables: Mapping[str, pandas.DataFrame],
-    expectations: Sequence[Expect],
-    report_path: str | Path,
-) -> GateResult:
+def enforce(gate: str, tables: Mapping[str, pandas.DataFrame], expectations: Sequence[Expect],
+            report_path: str | Path) -> GateResult:
     """Validate in `gx_project`, always write the report (a failed stage leaves its evidence), and
     raise `GateFailed` if any check failed."""
     result = validate(gate, tables, expectations, gx_project())
@@ -250,8 +240,7 @@ def enforce(
 
 @dataclass(frozen=True)
 class Gate:
-    """A gate's name, tables and checks, returned by a stage's core; the entry calls :meth:`check`
-    before publishing anything."""
+    """A gate's name, tables and checks, returned by a stage's core; the entry checks it before publishing."""
 
     name: str
     tables: Mapping[str, Any]
@@ -277,10 +266,8 @@ def preload() -> None:
 
 
 def _try_import_gx() -> None:
-    try:
+    with contextlib.suppress(Exception):  # raised again, with its traceback, by the gate's own import
         _import_gx()
-    except Exception:  # noqa: BLE001 - raised again, with its traceback, by the gate's own import
-        pass
 
 
 def _import_gx() -> Any:
@@ -309,100 +296,16 @@ def _quiet_gx() -> Iterator[None]:
         logger.setLevel(previous)
 
 
-def _disable_progress_bars(context: Any) -> None:
-    # GX draws a tqdm "Calculating Metrics" bar per validation on stderr, which floods stage logs.
-    try:
-        from great_expectations.data_context.types.base import ProgressBarsConfig
-    except ImportError:  # a GX without this config: bars are cosmetic, keep going
-        return
-    context.variables.progress_bars = ProgressBarsConfig(globally=False, metric_calculations=False)
-
-
-def _expectation_class(kind: str) -> type:
+def _build_expectation(expect: Expect) -> Any:
     import great_expectations.expectations as gxe
 
-    cls = getattr(gxe, kind, None) if kind.startswith("Expect") else None
+    cls = getattr(gxe, expect.kind, None) if expect.kind.startswith("Expect") else None
     if not isinstance(cls, type) or not issubclass(cls, gxe.Expectation) or cls is gxe.Expectation:
-        raise ValueError(f"unknown expectation kind {kind!r}: not a class in great_expectations.expectations")
-    return cls
-
-
-def _build_expectation(expect: Expect) -> Any:
-    cls = _expectation_class(expect.kind)
+        raise ValueError(f"unknown expectation kind {expect.kind!r}: not a class in great_expectations.expectations")
     try:
         return cls(**expect.kwargs)
     except Exception as error:  # pydantic validation errors: re-raise naming the check
         raise ValueError(f"bad kwargs for {expect.name}: {error}".replace("\n", " ")) from error
-
-
-def _tables_in_order(expectations: Sequence[Expect]) -> list[str]:
-    # dict keeps first-seen order, so reports and timing are deterministic.
-    return list(dict.fromkeys(expect.table for expect in expectations))
-
-
-def _validate_table(
-    gx: Any,
-    context: Any,
-    datasource: Any,
-    gate: str,
-    table: str,
-    frame: pandas.DataFrame,
-    expects: Sequence[Expect],
-    built: Sequence[Any],
-    stored: bool = False,
-) -> list[CheckResult]:
-    """Validate one table's expectations in one GX batch; return results in `expects` order. ``stored``: the
-    context is file-backed: the suite replaces the stored one of its name, and a checkpoint runs it."""
-    name = f"{gate}.{table}"
-    if stored:
-        asset = _get_or_add(lambda: datasource.get_asset(name), lambda: datasource.add_dataframe_asset(name=name))
-        batch_definition = _get_or_add(lambda: asset.get_batch_definition(_BATCH_DEFINITION_NAME),
-                                       lambda: asset.add_batch_definition_whole_dataframe(name=_BATCH_DEFINITION_NAME))
-        suite = context.suites.add_or_update(gx.ExpectationSuite(name=name))  # today's checks, nothing older
-    else:
-        asset = datasource.add_dataframe_asset(name=table)
-        batch_definition = asset.add_batch_definition_whole_dataframe(name=_BATCH_DEFINITION_NAME)
-        suite = context.suites.add(gx.ExpectationSuite(name=name))
-
-    position_by_id: dict[str, int] = {}
-    for position, (expect, expectation) in enumerate(zip(expects, built, strict=True)):
-        added = suite.add_expectation(expectation)
-        # GX silently drops an expectation equal to one already in the suite (no id): say so.
-        if added.id is None or added.id in position_by_id:
-            raise ValueError(f"gate {gate}: duplicate expectation {expect.name}")
-        position_by_id[added.id] = position
-
-    if stored:
-        _prune_history(Path(context.root_directory), gate, table)
-        definition = context.validation_definitions.add_or_update(
-            gx.ValidationDefinition(name=name, data=batch_definition, suite=suite))
-        checkpoint = context.checkpoints.add_or_update(gx.Checkpoint(
-            name=name, validation_definitions=[definition], result_format="SUMMARY",
-            actions=[gx.checkpoint.UpdateDataDocsAction(name="data_docs")]))
-        validation = next(iter(checkpoint.run(batch_parameters={"dataframe": frame}).run_results.values()))
-    else:
-        batch = batch_definition.get_batch(batch_parameters={"dataframe": frame})
-        validation = batch.validate(suite, result_format="SUMMARY")
-    by_position: dict[int, CheckResult] = {}
-    for result in validation.results:
-        position = position_by_id[result.expectation_config.id]
-        expect = expects[position]
-        by_position[position] = CheckResult(
-            table=table,
-            expectation=expect.kind,
-            kwargs=_jsonable(expect.kwargs),
-            success=bool(result.success),
-            observed=_observed(result.result, result.exception_info),
-        )
-    # A check GX returned nothing for must not pass by omission.
-    missing = {"exception": "great_expectations returned no result for this expectation"}
-    return [
-        by_position.get(position)
-        or CheckResult(
-            table=table, expectation=expect.kind, kwargs=_jsonable(expect.kwargs), success=False, observed=missing
-        )
-        for position, expect in enumerate(expects)
-    ]
 
 
 # Validation results kept per gate table in a file-backed project (each run adds one; Data Docs index them all).
@@ -438,11 +341,8 @@ def _project_lock(project: Path | None) -> Iterator[None]:
 
     (project / "gx").mkdir(parents=True, exist_ok=True)
     with open(project / "gx" / ".lock", "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+        fcntl.flock(handle, fcntl.LOCK_EX)  # released when the file closes, on any exit
+        yield
 
 
 # --- turning GX results into small JSON ------------------------------------------------------
@@ -453,11 +353,10 @@ def _observed(result: Mapping[str, Any] | None, exception_info: Any) -> dict:
     messages = _exception_messages(exception_info)
     if messages:
         return {"exception": "; ".join(dict.fromkeys(messages))}
-    kept = {key: (result or {})[key] for key in _OBSERVED_KEYS if key in (result or {})}
+    result = result or {}
     # Distinct-value set checks report observed_value=None in GX 1.24; drop the useless key.
-    if kept.get("observed_value", 0) is None:
-        del kept["observed_value"]
-    return _jsonable(kept)
+    return _jsonable({key: result[key] for key in _OBSERVED_KEYS
+                      if key in result and not (key == "observed_value" and result[key] is None)})
 
 
 def _exception_messages(exception_info: Any) -> list[str]:
@@ -468,10 +367,7 @@ def _exception_messages(exception_info: Any) -> list[str]:
         if exception_info.get("raised_exception"):
             return [str(exception_info.get("exception_message") or "evaluation error")]
         return []
-    messages: list[str] = []
-    for value in exception_info.values():
-        messages.extend(_exception_messages(value))
-    return messages
+    return [message for value in exception_info.values() for message in _exception_messages(value)]
 
 
 def _jsonable(value: Any) -> Any:
@@ -506,37 +402,6 @@ def _jsonable(value: Any) -> Any:
 def _check_name(table: str, kind: str, kwargs: Mapping[str, Any]) -> str:
     column = kwargs.get("column")
     return f"{table}.{kind}({column})" if column is not None else f"{table}.{kind}"
-
-
-def _why(observed: object) -> str:
-    """Summarise an observed dict in a few words: the error, the unexpected values, what is missing."""
-    if not isinstance(observed, Mapping):
-        return _clip(repr(observed))
-    if "exception" in observed:
-        return _clip(f"error: {observed['exception']}")
-    parts: list[str] = []
-    if "observed_value" in observed:
-        parts.append(f"observed {observed['observed_value']!r}")
-    details = observed.get("details")
-    mismatched = details.get("mismatched") if isinstance(details, Mapping) else None
-    if mismatched:
-        parts.append(f"mismatched {mismatched!r}")
-    if observed.get("unexpected_count"):
-        examples = (
-            observed.get("partial_unexpected_index_list")
-            if _has_named_index(observed)
-            else observed.get("partial_unexpected_list")
-        ) or []
-        parts.append(f"{observed['unexpected_count']} unexpected, e.g. {examples[:3]!r}")
-    if observed.get("partial_missing_list"):
-        parts.append(f"missing {observed['partial_missing_list']!r}")
-    return _clip(", ".join(parts) or "failed")
-
-
-def _has_named_index(observed: Mapping[str, Any]) -> bool:
-    # With a named index GX lists unexpected rows as {index_name: value, column: value} dicts.
-    index_list = observed.get("partial_unexpected_index_list") or []
-    return bool(index_list) and isinstance(index_list[0], Mapping)
 
 
 def _clip(text: str) -> str:

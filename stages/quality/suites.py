@@ -1,32 +1,25 @@
 """Standard gate suites for the data contracts between stages (docs/stages.md, "The data contract").
 
-Each builder takes the caller's DataFrame and returns `(tables, expectations)` ready for
-`gate.validate` / `gate.enforce`:
-
-- `tables`: a copy of the frame plus *derived* tables computed here with pandas (GX cannot express
-  "share of rows per label" or "a text in two splits"); the caller's DataFrame is never mutated.
-- `expectations`: a list of `Expect`, each with its reason in the builder's docstring.
-
-Bad *data* (a missing column, nulls, an empty frame) is left for the gate to report; ValueError only
-for bad *parameters*.
+Each builder returns `(tables, expectations)` for `gate.validate` / `gate.enforce`: a copy of the caller's
+frame plus *derived* tables computed here with pandas (GX cannot express "share of rows per label"), and
+the `Expect` list, each check's reason in the builder's docstring. Bad *data* (a missing column, nulls) is
+left for the gate to report; ValueError only for bad *parameters*.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from stages.common.documents import is_json_text
+from stages.common.documents import DOCUMENT_COLUMNS, is_json_text
+from stages.config import check
 from stages.quality.gate import Expect
 
 __all__ = ["combine", "documents_suite", "labeled_suite"]
 
 Suite = tuple[dict[str, pd.DataFrame], list[Expect]]
-
-DOCUMENT_COLUMNS = ("id", "text", "source", "url", "meta")
 
 # Table names; also the prefixes of check names in reports and GateFailed messages.
 DOCUMENTS = "documents"
@@ -38,129 +31,82 @@ CLASS_SHARES = "class_shares"
 SPLIT_OVERLAP = "split_overlap"
 
 
-def documents_suite(
-    df: pd.DataFrame,
-    *,
-    min_rows: int,
-    max_rows: int,
-    min_nonempty_ratio: float,
-    extra_columns: Sequence[str] = (),
-    text_chars: Sequence[int] | None = None,
-    meta_is_json: Sequence[bool] | None = None,
-    columns: Sequence[str] | None = None,
-) -> Suite:
-    """Checks for a documents table (id, text, source, url, meta [+ extra_columns]).
+def documents_suite(df: pd.DataFrame, *, min_rows: int, max_rows: int, min_nonempty_ratio: float,
+                    extra_columns: Sequence[str] = (), text_chars: Sequence[int] | None = None,
+                    meta_is_json: Sequence[bool] | None = None, columns: Sequence[str] | None = None) -> Suite:
+    """Checks for a documents table (id, text, source, url, meta [+ extra_columns]), and why: columns exactly as
+    listed (read by name); rows in [min_rows, max_rows] (a truncated or exploded corpus); id unique and not null
+    (dedup, lineage); at least `min_nonempty_ratio` non-blank texts; source not null; meta parses as JSON.
+    Too large for memory: pass ``df`` without text plus ``text_chars`` (stripped length per row),
+    ``meta_is_json`` and ``columns`` (the written file's columns)."""
+    check(0 <= min_rows <= max_rows, f"need 0 <= min_rows <= max_rows, got {min_rows}, {max_rows}")
+    check(0.0 <= min_nonempty_ratio <= 1.0, f"min_nonempty_ratio must be in [0, 1], got {min_nonempty_ratio}")
 
-    Checks (and why): columns exactly as listed (later stages read them by name); rows in
-    [min_rows, max_rows] (a truncated or exploded corpus); id unique and not null (content hashes for
-    dedup and lineage); at least `min_nonempty_ratio` non-blank texts; source not null (splits and
-    lineage); meta parses as JSON (parsed downstream).
-
-    For corpora too large for memory, pass ``df`` without text plus ``text_chars`` (stripped length per
-    row), ``meta_is_json`` and ``columns`` (the written file's columns): nothing reads the text.
-    """
-    _require(0 <= min_rows <= max_rows, f"need 0 <= min_rows <= max_rows, got {min_rows}, {max_rows}")
-    _require(0.0 <= min_nonempty_ratio <= 1.0, f"min_nonempty_ratio must be in [0, 1], got {min_nonempty_ratio}")
-
-    features = pd.DataFrame(
-        {
-            "text_chars": (np.asarray(text_chars, dtype="int64") if text_chars is not None
-                           else _column(df, "text").map(_stripped_length).astype("int64").to_numpy()),
-            "meta_is_json": (np.asarray(meta_is_json, dtype=bool) if meta_is_json is not None
-                             else _column(df, "meta").map(is_json_text).astype(bool).to_numpy()),
-        },
-        # Indexed by document id so GX's unexpected-row list names the offending documents.
-        index=pd.Index(_column(df, "id").to_numpy(), name="id"),
-    )
+    if text_chars is None:
+        text_chars = _column(df, "text").map(lambda v: len(v.strip()) if isinstance(v, str) else 0)
+    if meta_is_json is None:
+        meta_is_json = _column(df, "meta").map(is_json_text)
+    features = pd.DataFrame({"text_chars": np.asarray(text_chars, dtype="int64"),
+                             "meta_is_json": np.asarray(meta_is_json, dtype=bool)},
+                            index=pd.Index(_column(df, "id").to_numpy(), name="id"))  # failures name the documents
     tables = {DOCUMENTS: df.copy(), DOCUMENT_FEATURES: features}
-    schema_table = DOCUMENTS
+    schema_table = DOCUMENTS if columns is None else DOCUMENT_SCHEMA
     if columns is not None:
-        schema_table = DOCUMENT_SCHEMA
         tables[DOCUMENT_SCHEMA] = pd.DataFrame(columns=list(columns))
-    expected_columns = [*DOCUMENT_COLUMNS, *extra_columns]
     expectations = [
-        Expect(
-            table=schema_table,
-            kind="ExpectTableColumnsToMatchSet",
-            kwargs={"column_set": expected_columns, "exact_match": True},
-        ),
-        Expect(
-            table=DOCUMENTS,
-            kind="ExpectTableRowCountToBeBetween",
-            kwargs={"min_value": min_rows, "max_value": max_rows},
-        ),
-        Expect(table=DOCUMENTS, kind="ExpectColumnValuesToBeUnique", kwargs={"column": "id"}),
-        Expect(table=DOCUMENTS, kind="ExpectColumnValuesToNotBeNull", kwargs={"column": "id"}),
-        Expect(table=DOCUMENTS, kind="ExpectColumnValuesToNotBeNull", kwargs={"column": "source"}),
-        Expect(
-            table=DOCUMENT_FEATURES,
-            kind="ExpectColumnValuesToBeBetween",
-            kwargs={"column": "text_chars", "min_value": 1, "mostly": min_nonempty_ratio},
-        ),
-        Expect(
-            table=DOCUMENT_FEATURES,
-            kind="ExpectColumnValuesToBeInSet",
-            kwargs={"column": "meta_is_json", "value_set": [True]},
-        ),
+        Expect(schema_table, "ExpectTableColumnsToMatchSet",
+               {"column_set": [*DOCUMENT_COLUMNS, *extra_columns], "exact_match": True}),
+        Expect(DOCUMENTS, "ExpectTableRowCountToBeBetween", {"min_value": min_rows, "max_value": max_rows}),
+        Expect(DOCUMENTS, "ExpectColumnValuesToBeUnique", {"column": "id"}),
+        Expect(DOCUMENTS, "ExpectColumnValuesToNotBeNull", {"column": "id"}),
+        Expect(DOCUMENTS, "ExpectColumnValuesToNotBeNull", {"column": "source"}),
+        Expect(DOCUMENT_FEATURES, "ExpectColumnValuesToBeBetween",
+               {"column": "text_chars", "min_value": 1, "mostly": min_nonempty_ratio}),
+        Expect(DOCUMENT_FEATURES, "ExpectColumnValuesToBeInSet", {"column": "meta_is_json", "value_set": [True]}),
     ]
     return tables, expectations
 
 
-def labeled_suite(
-    df: pd.DataFrame,
-    *,
-    labels: Sequence[str],
-    splits: Sequence[str],
-    min_class_share: float,
-    max_class_share: float,
-    train_split: str = "train",
-) -> Suite:
-    """Checks for labeled examples (text, label, split); combine with `documents_suite` for the rest.
-
-    Checks (and why): label and split not null (GX's in-set checks skip nulls); label in `labels`
-    and split in `splits` (the head's label map); every label in the `train_split` rows; each label's
-    share of all rows in [min_class_share, max_class_share] (a dominant class misleads accuracy); each
-    normalised text in exactly one split (a leak inflates scores; the report names the texts).
-    """
-    _require(bool(labels), "labels must not be empty")
-    _require(bool(splits), "splits must not be empty")
-    _require(train_split in splits, f"train_split {train_split!r} is not among splits {list(splits)}")
-    _require(
-        0.0 <= min_class_share <= max_class_share <= 1.0,
-        f"need 0 <= min_class_share <= max_class_share <= 1, got {min_class_share}, {max_class_share}",
-    )
+def labeled_suite(df: pd.DataFrame, *, labels: Sequence[str], splits: Sequence[str], min_class_share: float,
+                  max_class_share: float, train_split: str = "train") -> Suite:
+    """Checks for labeled examples (text, label, split), and why: label and split not null (in-set checks skip
+    nulls) and in `labels` / `splits` (the head's label map); every label in the `train_split` rows; each label's
+    share of all rows in [min_class_share, max_class_share] (a dominant class misleads accuracy); each normalised
+    text in exactly one split (a leak inflates scores)."""
+    check(bool(labels), "labels must not be empty")
+    check(bool(splits), "splits must not be empty")
+    check(train_split in splits, f"train_split {train_split!r} is not among splits {list(splits)}")
+    check(0.0 <= min_class_share <= max_class_share <= 1.0,
+             f"need 0 <= min_class_share <= max_class_share <= 1, got {min_class_share}, {max_class_share}")
 
     label = _column(df, "label")
     split = _column(df, "split")
+    # Per declared label, its rows and share of *all* rows (nulls and unknowns count in the denominator, so they
+    # cannot make the declared classes look balanced).
+    by_label = label.value_counts(dropna=True)
+    counts = [int(by_label.get(name, 0)) for name in labels]
+    shares = [count / len(label) if len(label) else 0.0 for count in counts]
+    # Per normalised text, how many distinct splits it appears in (rows without text/split skipped).
+    text_key = _column(df, "text").map(lambda value: value.strip().lower() if isinstance(value, str) else None)
+    pairs = pd.DataFrame({"text_key": text_key, "split": split}).dropna()
+    n_splits = pairs.groupby("text_key", sort=True)["split"].nunique().astype("int64")
     tables = {
         LABELED: df.copy(),
         LABELED_TRAIN: pd.DataFrame({"label": label[split == train_split]}),
-        CLASS_SHARES: _class_shares(label, labels),
-        SPLIT_OVERLAP: _split_overlap(_column(df, "text"), split),
+        CLASS_SHARES: pd.DataFrame({"rows": counts, "share": shares}, index=pd.Index(list(labels), name="label")),
+        # indexed by the text so GX's report shows it
+        SPLIT_OVERLAP: pd.DataFrame({"n_splits": n_splits.to_numpy()}, index=pd.Index(n_splits.index, name="text_key")),
     }
     expectations = [
-        Expect(table=LABELED, kind="ExpectColumnValuesToNotBeNull", kwargs={"column": "label"}),
-        Expect(table=LABELED, kind="ExpectColumnValuesToNotBeNull", kwargs={"column": "split"}),
-        Expect(
-            table=LABELED, kind="ExpectColumnValuesToBeInSet", kwargs={"column": "label", "value_set": list(labels)}
-        ),
-        Expect(
-            table=LABELED, kind="ExpectColumnValuesToBeInSet", kwargs={"column": "split", "value_set": list(splits)}
-        ),
+        Expect(LABELED, "ExpectColumnValuesToNotBeNull", {"column": "label"}),
+        Expect(LABELED, "ExpectColumnValuesToNotBeNull", {"column": "split"}),
+        Expect(LABELED, "ExpectColumnValuesToBeInSet", {"column": "label", "value_set": list(labels)}),
+        Expect(LABELED, "ExpectColumnValuesToBeInSet", {"column": "split", "value_set": list(splits)}),
         # ContainSet, not EqualSet: unknown labels are the in-set check's failure, not this one's.
-        Expect(
-            table=LABELED_TRAIN,
-            kind="ExpectColumnDistinctValuesToContainSet",
-            kwargs={"column": "label", "value_set": list(labels)},
-        ),
-        Expect(
-            table=CLASS_SHARES,
-            kind="ExpectColumnValuesToBeBetween",
-            kwargs={"column": "share", "min_value": min_class_share, "max_value": max_class_share},
-        ),
-        Expect(
-            table=SPLIT_OVERLAP, kind="ExpectColumnValuesToBeInSet", kwargs={"column": "n_splits", "value_set": [1]}
-        ),
+        Expect(LABELED_TRAIN, "ExpectColumnDistinctValuesToContainSet", {"column": "label", "value_set": list(labels)}),
+        Expect(CLASS_SHARES, "ExpectColumnValuesToBeBetween",
+               {"column": "share", "min_value": min_class_share, "max_value": max_class_share}),
+        Expect(SPLIT_OVERLAP, "ExpectColumnValuesToBeInSet", {"column": "n_splits", "value_set": [1]}),
     ]
     return tables, expectations
 
@@ -171,51 +117,12 @@ def combine(*suites: Suite) -> Suite:
     expectations: list[Expect] = []
     for suite_tables, suite_expectations in suites:
         clash = tables.keys() & suite_tables.keys()
-        _require(not clash, f"suites share table names {sorted(clash)}")
+        check(not clash, f"suites share table names {sorted(clash)}")
         tables.update(suite_tables)
         expectations.extend(suite_expectations)
     return tables, expectations
 
 
-# --- derived tables ----------------------------------------------------------------------------
-
-
-def _class_shares(label: pd.Series, labels: Sequence[str]) -> pd.DataFrame:
-    """One row per declared label: its row count and share of *all* rows (nulls and unknowns count
-    in the denominator, so they cannot make the declared classes look balanced)."""
-    counts = label.value_counts(dropna=True)
-    rows = [int(counts.get(name, 0)) for name in labels]
-    total = len(label)
-    shares = [count / total if total else 0.0 for count in rows]
-    return pd.DataFrame(
-        {"rows": rows, "share": shares},
-        index=pd.Index(list(labels), name="label"),
-    )
-
-
-def _split_overlap(text: pd.Series, split: pd.Series) -> pd.DataFrame:
-    """Per normalised text, how many distinct splits it appears in (rows without text/split skipped),
-    indexed by the text so GX's report shows it."""
-    key = text.map(lambda value: value.strip().lower() if isinstance(value, str) else None)
-    pairs = pd.DataFrame({"text_key": key, "split": split}).dropna()
-    n_splits = pairs.groupby("text_key", sort=True)["split"].nunique().astype("int64")
-    return pd.DataFrame({"n_splits": n_splits.to_numpy()}, index=pd.Index(n_splits.index, name="text_key"))
-
-
-# --- small helpers -----------------------------------------------------------------------------
-
-
 def _column(df: pd.DataFrame, name: str) -> pd.Series:
     # A missing column yields nulls, so builders keep going and the gate reports the real problem.
-    if name in df.columns:
-        return df[name]
-    return pd.Series([None] * len(df), index=df.index, dtype=object)
-
-
-def _stripped_length(value: Any) -> int:
-    return len(value.strip()) if isinstance(value, str) else 0
-
-
-def _require(condition: bool, message: str) -> None:
-    if not condition:
-        raise ValueError(message)
+    return df[name] if name in df.columns else pd.Series([None] * len(df), index=df.index, dtype=object)

@@ -1,9 +1,6 @@
-"""The gate after tokenization: measured on the block files as written, not on the packers' bookkeeping.
-
-Per block, scalar columns: ``max_id`` (below the vocabulary), ``unk_fraction`` and ``pad_fraction``,
-``reserved_tokens`` (none allowed) and, for BERT, [CLS] ... [SEP]. For T5 a sample is span-corrupted to
-check the exact ``seq_len`` and ``targets_len``.
-"""
+"""The gate after tokenization, measured per block on the block files as written: ``max_id``, ``unk_fraction``,
+``pad_fraction``, ``reserved_tokens`` and, for BERT, [CLS] ... [SEP]; for T5 a sample is span-corrupted to
+check the exact ``seq_len`` and ``targets_len``."""
 
 from __future__ import annotations
 
@@ -68,9 +65,8 @@ def block_features(blocks: np.ndarray, layout: "BlockLayout", *, chunk: int = 81
         unk = (b == layout.unk_id).sum(axis=1) if layout.unk_id is not None else np.zeros(len(b), int)
         cols["unk_fraction"] = unk / np.maximum(content, 1)
         parts.append(pd.DataFrame(cols, index=pd.RangeIndex(start, start + len(b), name="block")))
-    if not parts:
-        return pd.DataFrame(columns=["max_id", "pad_fraction", "reserved_tokens", "unk_fraction"])
-    return pd.concat(parts)
+    return pd.concat(parts) if parts else pd.DataFrame(columns=["max_id", "pad_fraction", "reserved_tokens",
+                                                                 "unk_fraction"])
 
 
 def corruption_lengths(blocks: np.ndarray, layout: "BlockLayout", sample: int, seed: int = 0) -> pd.DataFrame:
@@ -93,29 +89,25 @@ def tokens_suite(files: Mapping[str, np.ndarray], layout: "BlockLayout", gate: T
         tables[name] = block_features(blocks, layout)
         least = gate.min_heldout_blocks if name.endswith("_heldout") else gate.min_train_blocks
         checks += [
-            Expect(table=name, kind="ExpectTableRowCountToBeBetween", kwargs={"min_value": least}),
-            Expect(table=name, kind="ExpectColumnValuesToBeBetween",
-                   kwargs={"column": "max_id", "min_value": 0, "max_value": layout.vocab_size - 1}),
-            Expect(table=name, kind="ExpectColumnValuesToBeInSet", kwargs={"column": "reserved_tokens", "value_set": [0]}),
-            Expect(table=name, kind="ExpectColumnMeanToBeBetween",
-                   kwargs={"column": "unk_fraction", "min_value": 0, "max_value": gate.max_unk_fraction}),
-            Expect(table=name, kind="ExpectColumnMeanToBeBetween",
-                   kwargs={"column": "pad_fraction", "min_value": 0, "max_value": gate.max_pad_fraction}),
+            Expect(name, "ExpectTableRowCountToBeBetween", {"min_value": least}),
+            Expect(name, "ExpectColumnValuesToBeBetween",
+                   {"column": "max_id", "min_value": 0, "max_value": layout.vocab_size - 1}),
+            Expect(name, "ExpectColumnValuesToBeInSet", {"column": "reserved_tokens", "value_set": [0]}),
+            Expect(name, "ExpectColumnMeanToBeBetween",
+                   {"column": "unk_fraction", "min_value": 0, "max_value": gate.max_unk_fraction}),
+            Expect(name, "ExpectColumnMeanToBeBetween",
+                   {"column": "pad_fraction", "min_value": 0, "max_value": gate.max_pad_fraction}),
         ]
         if layout.paradigm == "bert":
-            checks += [Expect(table=name, kind="ExpectColumnValuesToBeInSet", kwargs={"column": c, "value_set": [True]})
+            checks += [Expect(name, "ExpectColumnValuesToBeInSet", {"column": c, "value_set": [True]})
                        for c in ("first_is_cls", "closed_by_sep")]
     if layout.paradigm == "t5" and gate.corruption_sample:
         train = [b for n, b in files.items() if n.endswith("_train")]
         tables[CORRUPTION] = pd.concat([corruption_lengths(b, layout, gate.corruption_sample, seed=i)
                                         for i, b in enumerate(train)]) if train else pd.DataFrame(
             columns=["input_len", "target_len"])
-        checks += [
-            Expect(table=CORRUPTION, kind="ExpectColumnValuesToBeInSet",
-                   kwargs={"column": "input_len", "value_set": [layout.seq_len]}),
-            Expect(table=CORRUPTION, kind="ExpectColumnValuesToBeInSet",
-                   kwargs={"column": "target_len", "value_set": [layout.targets_len]}),
-        ]
+        checks += [Expect(CORRUPTION, "ExpectColumnValuesToBeInSet", {"column": column, "value_set": [length]})
+                   for column, length in (("input_len", layout.seq_len), ("target_len", layout.targets_len))]
     return tables, checks
 
 

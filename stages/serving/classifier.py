@@ -1,9 +1,5 @@
-"""Classify texts with a fine-tuned model folder (``data/models/finetune/<name>``, or its packaged copy).
-
-Pre-processing is the fine-tuning stage's (``stages.finetuning.core.encode``) and scoring the head's, so the
-service answers what the evaluation measured. Scores are a softmax over the logits (BERT, GPT) or the
-label words' log-likelihoods (T5).
-"""
+"""Classify texts with a fine-tuned model folder, pre-processing and scoring exactly as fine-tuning did
+(``stages.finetuning.core.encode``, the head's scores), so the service answers what the evaluation measured."""
 
 from __future__ import annotations
 

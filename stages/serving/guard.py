@@ -1,14 +1,7 @@
-"""An ASGI middleware in front of the service's APIs: requests that cannot be valid, or that lack the
-operator's token, are refused before any parsing, with a JSON error and a 4xx status.
-
-- with a token set (:func:`api_token`), every request but the health probes needs
-  ``Authorization: Bearer <token>``: 401 otherwise (compared in constant time);
-- a body over ``max_bytes`` (:func:`body_limit`; by ``Content-Length`` or as it streams in): 413;
-- a ``Content-Length`` that is not a number, or ``multipart/*`` without a ``boundary``: 400;
-- any other body that is not JSON (:func:`is_json`; no ``Content-Type`` is read as JSON): 415;
-- client errors are logged in one line without content (:class:`ClientErrorLogFilter`), answered in the
-  declared error shape (:func:`client_error_body`), and ``/docs.json`` is fixed (:func:`openapi_fixed`).
-"""
+"""An ASGI middleware in front of the service's APIs: requests that cannot be valid, or that lack the operator's
+token, are refused before any parsing with a JSON error: 401 (no bearer token; health probes are exempt), 413 (body
+over the limit), 400 (bad Content-Length, multipart without boundary), 415 (not JSON). Client errors are logged in
+one line without content and answered in the declared error shape; ``/docs.json`` is fixed."""
 
 from __future__ import annotations
 

@@ -16,15 +16,8 @@ from stages.common.inputs import check_folder, read_json
 from stages.common.redact import redact_url
 from stages.provenance.card import CARD_FILE, bento_card, classifier_card, generative_card
 from stages.provenance.hashing import folder_manifest, md5_file
-from stages.provenance.manifest import (
-    SIGNING_KEY_ENV,
-    load_private_key,
-    model_tags,
-    sha256_path,
-    sha256_stream,
-    write_manifest,
-)
-from stages.provenance.record import LineageError, collect
+from stages.provenance.manifest import SIGNING_KEY_ENV, load_key, model_tags, sha256_path, sha256_stream, write_manifest
+from stages.provenance.record import LineageError, Lock, collect
 from stages.provenance.record import stored as as_stored
 from stages.serving.config import EXPORT_SUFFIX, PackageConfig
 
@@ -51,8 +44,7 @@ def read_gate(path: Path) -> dict:
 
 
 def model_metadata(record: dict) -> tuple[dict[str, str], dict]:
-    """BentoML labels (flat strings, for listing and filtering) and metadata (the audit summary; the full
-    record with per-file hashes is ``lineage.json`` in the model folder)."""
+    """BentoML labels (flat strings) and metadata (the audit summary; the full record is ``lineage.json``)."""
     git, model = record["git"], record["model"]
     gate = record.get("model_gate") or {}
     labels = {"pipeline": "lm-pipeline", "selected": model["name"], "paradigm": str(model["paradigm"]),
@@ -69,8 +61,7 @@ def model_metadata(record: dict) -> tuple[dict[str, str], dict]:
 
 
 def _plain(value):
-    """BentoML metadata takes no None: nulls are dropped from mappings and written as "null" in lists (the
-    full record, nulls included, is lineage.json)."""
+    """BentoML metadata takes no None: dropped from mappings, "null" in lists."""
     if isinstance(value, dict):
         return {str(k): _plain(v) for k, v in value.items() if v is not None}
     if isinstance(value, (list, tuple)):
@@ -85,9 +76,7 @@ def save_models(record: dict, cfg: PackageConfig, *, root: Path, model_dir: Path
     each."""
     import bentoml
 
-
-    # the cards are rendered from the record as lineage.json stores it (keys sorted), as a verifier reads it
-    stored = as_stored(record)
+    stored = as_stored(record)  # the cards are rendered from the record as lineage.json stores it, as verify reads it
     labels, metadata = model_metadata(record)
     with bentoml.models.create(f"{cfg.name}-classifier", labels=labels, metadata=metadata) as m:
         _copy_files(root / model_dir, Path(m.path), skip=CARD_FILE)
@@ -99,8 +88,7 @@ def save_models(record: dict, cfg: PackageConfig, *, root: Path, model_dir: Path
         rel = folder.as_posix()
         info = record["files"].get(rel)
         meta = _plain({"source": rel, "md5": info["md5"], "files": info["files"], "classifier": str(m.tag),
-                "git": record["git"], "stage": next((n for n, e in record["stages"].items()
-                                                     if any(o["path"] == rel for o in e.get("outs", []))), None)})
+                       "git": record["git"], "stage": Lock(stages=record["stages"]).writer(rel)})
         with bentoml.models.create(f"{cfg.name}-{paradigm}",
                                    labels={"pipeline": "lm-pipeline", "paradigm": paradigm,
                                            "weights": cfg.generative_from, "git_commit": labels["git_commit"]},
@@ -113,8 +101,7 @@ def save_models(record: dict, cfg: PackageConfig, *, root: Path, model_dir: Path
 
 
 def _remove(made: list[str]) -> None:
-    """Delete the Bento and models a failed run created (newest first), so the store holds only whole
-    packages."""
+    """Delete the Bento and models a failed run created (newest first): the store holds only whole packages."""
     import bentoml
 
     for item in reversed(made):
@@ -126,8 +113,7 @@ def _remove(made: list[str]) -> None:
 
 
 def _copy_files(src: Path, dst: Path, skip: str | None = None) -> None:
-    """``src``'s files into ``dst``; ``skip``: a top-level file left behind (the folder's own model card, which
-    the card rendered from the lineage record replaces)."""
+    """``src``'s files into ``dst``, but for the top-level ``skip`` (the folder's own card, which is replaced)."""
     for item in sorted(src.rglob("*")):
         if item.is_file() and "__pycache__" not in item.parts and item.relative_to(src).as_posix() != skip:
             target = dst / item.relative_to(src)
@@ -150,11 +136,9 @@ def python_packages() -> list[str]:
     return pins
 
 
-# The image's base distribution (BentoML's python:<version>-slim for "debian") and the system packages the
-# service needs on it: none, since every dependency above is a manylinux wheel with its native libraries inside.
+# The image's base distribution (BentoML's python:<version>-slim) and the system packages the service needs on it:
+# none, since every dependency above is a manylinux wheel with its native libraries inside.
 DISTRO = "debian"
-
-
 SYSTEM_PACKAGES: tuple[str, ...] = ()
 
 
@@ -164,16 +148,14 @@ def python_version() -> str:
 
 
 def image_options() -> dict:
-    """The Bento's image, as ``bentoml.bentos.build`` takes it: the ``docker`` and ``python`` build options,
-    which BentoML 1.4 turns into the ``image`` of ``bento.yaml`` and the Dockerfile."""
+    """The Bento's image as ``bentoml.bentos.build``'s ``docker`` and ``python`` build options."""
     return {"docker": {"distro": DISTRO, "python_version": python_version(),
                        "system_packages": list(SYSTEM_PACKAGES)},
             "python": {"packages": python_packages(), "lock_packages": False}}
 
 
 def served_code(stages_dir: Path, service: Path) -> dict[str, str]:
-    """MD5 of every file the Bento's ``src/`` will hold (the service, its config aside, and the ``stages``
-    package's Python files), so ``stages.lineage --verify`` can check the code that serves."""
+    """MD5 of every Python file the Bento's ``src/`` will hold, for ``stages.lineage --verify``."""
     code = {f"stages/{rel}": md5 for rel, md5 in folder_manifest(stages_dir).items() if rel.endswith(".py")}
     code["service.py"] = md5_file(service)
     return code
@@ -186,7 +168,6 @@ def build_bento(cfg: PackageConfig, tags: dict, *, service: Path, stages_dir: Pa
     folder as the record names it."""
     import bentoml
 
-
     image = image_options()
     resources = cfg.resources.as_service()
     served = {"name": cfg.name, "classifier": tags["classifier"],
@@ -196,8 +177,7 @@ def build_bento(cfg: PackageConfig, tags: dict, *, service: Path, stages_dir: Pa
                         "python_packages": image["python"]["packages"],
                         "extra_index_url": image["python"].get("extra_index_url")},
               "resources": resources}
-    # The build context is scratch in the workspace (``dist/.bento-ctx.work-<pid>@<host>-*``), not in /tmp: one
-    # left by a killed run is removed by the next stage's sweep (stages.common.atomic.sweep_dead).
+    # scratch in the workspace, not /tmp: one a killed run leaves is swept (stages.common.atomic.sweep_dead)
     with work_dir(scratch / "bento-ctx") as tmp:
         ctx = Path(tmp)
         shutil.copy2(service, ctx / "service.py")
@@ -216,8 +196,7 @@ def build_bento(cfg: PackageConfig, tags: dict, *, service: Path, stages_dir: Pa
 
 
 def archive_digest(target: str) -> tuple[int, str]:
-    """(bytes, SHA-256) of the exported archive, read back from where it was written: a local path, or any
-    fsspec URL (what the registry holds, not a local copy)."""
+    """(bytes, SHA-256) of the exported archive, read back from where it was written (a path or fsspec URL)."""
     if "://" not in target:
         return Path(target).stat().st_size, sha256_path(Path(target))
     import fsspec
@@ -229,17 +208,15 @@ def archive_digest(target: str) -> tuple[int, str]:
 
 
 def signing_key(env=os.environ):
-    """The operator's ed25519 private key (``LMPIPE_SIGNING_KEY``: a PEM file), or None: read before anything
-    is made, so a bad key packages nothing."""
+    """The ``LMPIPE_SIGNING_KEY`` private key, or None; read first, so a bad key packages nothing."""
     path = env.get(SIGNING_KEY_ENV)
-    return load_private_key(path) if path else None
+    return load_key(path, private=True) if path else None
 
 
 def seal(bento, private_key=None) -> dict:
     """Write the Bento's manifest (and its signature) into the built Bento; what the metrics record of it."""
     import bentoml
     import yaml
-
 
     folder = Path(bento.path)
     info = yaml.safe_load((folder / "bento.yaml").read_text(encoding="utf-8")) or {}
@@ -265,8 +242,6 @@ def export(bento, registry: str, fmt: str = "bento") -> str:
         return url
     folder = Path(registry).resolve()  # BentoML's fsspec export reads a relative path from the filesystem root
     folder.mkdir(parents=True, exist_ok=True)
-
-    # Same extension (BentoML goes by it); a killed export's file is swept later.
     tmp = temp_sibling(folder / name, suffix=suffix)
     try:
         bentoml.bentos.export_bento(bento.tag, str(tmp), fmt)
@@ -330,6 +305,5 @@ def package(cfg: PackageConfig, *, root: Path, gate_path: Path, finetuned: Path,
 def lineage_md5(model_tag: str) -> str:
     """MD5 of the ``lineage.json`` packaged with the classifier ``model_tag``."""
     import bentoml
-
 
     return md5_file(Path(bentoml.models.get(model_tag).path) / "lineage.json")

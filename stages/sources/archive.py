@@ -190,7 +190,9 @@ class DebianArchive:
         """The suite's Release: the pinned one from the cache when there, else fetched (and its signature checked
         where gpgv and the keyring are on this machine)."""
         data = self.store.get(pinned) if pinned else None
-        if data is None:
+        if data is not None:
+            self.signature = "checked when it was fetched (the pinned Release is read from the cache)"
+        else:
             data = http_get(self.url(f"dists/{self.suite}/Release"), f"Debian suite {self.suite}")
             self._check_signature(data)
             self.store.put(data)

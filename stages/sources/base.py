@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +21,6 @@ OFFLINE_ENV = "LMPIPE_OFFLINE"
 def offline() -> bool:
     """True when the user asked for no network use at all (``LMPIPE_OFFLINE=1``): cache misses fail fast."""
     return os.environ.get(OFFLINE_ENV, "").strip().lower() in {"1", "true", "yes"}
-
 
 
 @dataclass
@@ -48,16 +47,9 @@ class Provenance:
         self.skipped[reason] += 1
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "kind": self.kind,
-            "description": self.description,
-            "licence": self.licence,
-            "packages": self.packages,
-            "files": self.files,
-            "records": self.records,
-            "skipped": dict(sorted(self.skipped.items())),
-            **self.extra,
-        }
+        """The manifest entry: the fields (``skipped`` sorted), ``extra``'s keys at the top level."""
+        plain = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("skipped", "extra")}
+        return {**plain, "skipped": dict(sorted(self.skipped.items())), **self.extra}
 
 
 @dataclass(frozen=True, kw_only=True)

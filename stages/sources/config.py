@@ -76,6 +76,5 @@ class CorpusConfig:
 
 
 def load_config(params_path: Path, corpus: str) -> CorpusConfig:
-    params = load_params(params_path)
     key = f"ingest.{corpus}"
-    return build(CorpusConfig, section(params, key), key)
+    return build(CorpusConfig, section(load_params(params_path), key), key)

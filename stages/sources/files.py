@@ -1,11 +1,9 @@
-"""Local files: JSONL (plain, .gz, .zst), Parquet, a folder of .txt, Common Crawl WET (.warc.wet.gz).
-
-Bad input (malformed JSON, invalid UTF-8, a missing field, an empty file or path) raises
-:class:`SourceError` naming file and line, unless ``on_error: skip`` (then counted in the manifest).
-"""
+"""Local files: JSONL (plain, .gz, .zst), Parquet, a folder of .txt, Common Crawl WET (.warc.wet.gz). Bad input
+raises :class:`SourceError` naming file and line, unless ``on_error: skip`` (then counted in the manifest)."""
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import gzip
 import io
@@ -55,10 +53,7 @@ class FilesSource:
 
 def detect_format(path: Path) -> str | None:
     name = path.name.lower()
-    for suffix in sorted(_SUFFIXES, key=len, reverse=True):
-        if name.endswith(suffix):
-            return _SUFFIXES[suffix]
-    return None
+    return next((_SUFFIXES[s] for s in sorted(_SUFFIXES, key=len, reverse=True) if name.endswith(s)), None)
 
 
 def list_files(cfg: FilesSource) -> list[tuple[Path, str]]:
@@ -101,6 +96,7 @@ def read_files(cfg: FilesSource, prov: Provenance) -> Iterator[Record]:
 
 
 def _bad(cfg: FilesSource, prov: Provenance, message: str, reason: str) -> None:
+    """Raise ``message`` (``on_error: fail``) or count ``reason`` as skipped."""
     if cfg.on_error == "fail":
         raise SourceError(message)
     prov.skip(reason)
@@ -117,62 +113,57 @@ def _open_binary(path: Path) -> io.BufferedIOBase:
     return open(path, "rb")
 
 
-def _split_fields(cfg: FilesSource, obj: dict[str, Any], where: str, name: str) -> Record | str:
-    """Map one JSON/Parquet record to a Record, or return a one-line problem description."""
+def _record(cfg: FilesSource, prov: Provenance, obj: dict[str, Any], where: str, name: str) -> Record | None:
+    """One JSON/Parquet record as a Record; None (after :func:`_bad`) when its fields do not make one."""
     if cfg.text_field not in obj:
-        return f"{where}: missing field {cfg.text_field!r}"
+        return _bad(cfg, prov, f"{where}: missing field {cfg.text_field!r}", "bad_field")
     text = obj[cfg.text_field]
     if not isinstance(text, str):
-        return f"{where}: field {cfg.text_field!r} is {type(text).__name__}, expected a string"
+        return _bad(cfg, prov, f"{where}: field {cfg.text_field!r} is {type(text).__name__}, expected a string",
+                    "bad_field")
     try:
         text.encode("utf-8")
     except UnicodeEncodeError as exc:  # e.g. a JSON "\ud800" escape: not representable in UTF-8
-        return f"{where}: field {cfg.text_field!r} has an unpaired surrogate at character {exc.start}"
+        return _bad(cfg, prov, f"{where}: field {cfg.text_field!r} has an unpaired surrogate at character "
+                    f"{exc.start}", "bad_field")
     url = obj.get(cfg.url_field) if cfg.url_field else None
     label = obj.get(cfg.label_field) if cfg.label_field else None
     if cfg.label_field and (label is None or label == ""):
-        return f"{where}: missing label field {cfg.label_field!r}"
+        return _bad(cfg, prov, f"{where}: missing label field {cfg.label_field!r}", "bad_field")
     group = obj.get(cfg.group_field) if cfg.group_field else None
     used = {cfg.text_field, cfg.url_field, cfg.label_field, cfg.group_field}
-    meta = {k: v for k, v in obj.items() if k not in used}
     return Record(
         text=text,
         source=str(obj.get("source") or name),
         url=None if url in (None, "") else str(url),
-        meta=meta,
+        meta={k: v for k, v in obj.items() if k not in used},
         label=None if label is None else str(label),
         group=None if group is None else str(group),
     )
+
+
+def _json_object(cfg: FilesSource, prov: Provenance, raw: bytes, where: str) -> dict[str, Any] | None:
+    """One JSONL line's object; None (after :func:`_bad`) for a line that is not UTF-8 JSON of an object."""
+    try:
+        obj = json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        return _bad(cfg, prov, f"{where}: invalid UTF-8 at byte {exc.start} of the line", "invalid_utf8")
+    except json.JSONDecodeError as exc:
+        return _bad(cfg, prov, f"{where}: invalid JSON ({exc.msg} at column {exc.colno})", "invalid_json")
+    if not isinstance(obj, dict):
+        return _bad(cfg, prov, f"{where}: expected a JSON object, got {type(obj).__name__}", "not_an_object")
+    return obj
 
 
 def _read_jsonl(cfg: FilesSource, path: Path, name: str, prov: Provenance) -> Iterator[Record]:
     try:
         with _open_binary(path) as fh:
             for lineno, raw in enumerate(fh, 1):
-                if not raw.strip():
-                    continue
                 where = f"{path}:{lineno}"
-                try:
-                    line = raw.decode("utf-8")
-                except UnicodeDecodeError as exc:
-                    _bad(cfg, prov, f"{where}: invalid UTF-8 at byte {exc.start} of the line", "invalid_utf8")
-                    continue
-                try:
-                    obj = json.loads(line)
-                except json.JSONDecodeError as exc:
-                    _bad(cfg, prov, f"{where}: invalid JSON ({exc.msg} at column {exc.colno})", "invalid_json")
-                    continue
-                if not isinstance(obj, dict):
-                    _bad(cfg, prov, f"{where}: expected a JSON object, got {type(obj).__name__}", "not_an_object")
-                    continue
-                rec = _split_fields(cfg, obj, where, name)
-                if isinstance(rec, str):
-                    _bad(cfg, prov, rec, "bad_field")
-                    continue
-                yield rec
+                if raw.strip() and (obj := _json_object(cfg, prov, raw, where)) is not None:
+                    if (rec := _record(cfg, prov, obj, where, name)) is not None:
+                        yield rec
     except (OSError, EOFError, zlib.error) as exc:
-        if isinstance(exc, SourceError):
-            raise
         raise SourceError(f"{path}: cannot read compressed stream ({exc})") from None
     except Exception as exc:  # zstandard raises its own ZstdError
         if type(exc).__name__ == "ZstdError":
@@ -196,23 +187,17 @@ def _read_parquet(cfg: FilesSource, path: Path, name: str, prov: Provenance) -> 
         raise SourceError(f"{path}: not a readable Parquet file ({exc})") from None
     if cfg.text_field not in pf.schema_arrow.names:
         raise SourceError(f"{path}: no column {cfg.text_field!r} (columns: {', '.join(pf.schema_arrow.names)})")
-    row = 0
-    for batch in pf.iter_batches(batch_size=4096):
-        for obj in batch.to_pylist():
-            row += 1
-            rec = _split_fields(cfg, obj, f"{path}: row {row}", name)
-            if isinstance(rec, str):
-                _bad(cfg, prov, rec, "bad_field")
-                continue
-            if "meta" in rec.meta and isinstance(rec.meta["meta"], str):
-                # A file already in our schema: keep its meta JSON as the meta, not nested under "meta".
-                try:
-                    inner = json.loads(rec.meta.pop("meta"))
-                    rec.meta.update(inner if isinstance(inner, dict) else {"meta": inner})
-                except json.JSONDecodeError:
-                    pass
-            rec.meta.pop("id", None)  # ids are content hashes, recomputed downstream
-            yield rec
+    rows = (obj for batch in pf.iter_batches(batch_size=4096) for obj in batch.to_pylist())
+    for row, obj in enumerate(rows, 1):
+        if (rec := _record(cfg, prov, obj, f"{path}: row {row}", name)) is None:
+            continue
+        if "meta" in rec.meta and isinstance(rec.meta["meta"], str):
+            # A file already in our schema: keep its meta JSON as the meta, not nested under "meta".
+            with contextlib.suppress(json.JSONDecodeError):
+                inner = json.loads(rec.meta.pop("meta"))
+                rec.meta.update(inner if isinstance(inner, dict) else {"meta": inner})
+        rec.meta.pop("id", None)  # ids are content hashes, recomputed downstream
+        yield rec
 
 
 def _read_txt(cfg: FilesSource, path: Path, name: str, prov: Provenance) -> Iterator[Record]:
@@ -244,16 +229,9 @@ def _read_wet(cfg: FilesSource, path: Path, name: str, prov: Provenance) -> Iter
                 except UnicodeDecodeError as exc:
                     _bad(cfg, prov, f"{where}: invalid UTF-8 at byte {exc.start}", "invalid_utf8")
                     continue
-                yield Record(
-                    text=text,
-                    source=name,
-                    url=headers.get_header("WARC-Target-URI"),
-                    meta={
-                        "warc_record_id": headers.get_header("WARC-Record-ID"),
-                        "warc_date": headers.get_header("WARC-Date"),
-                        "warc_refers_to": headers.get_header("WARC-Refers-To"),
-                    },
-                )
+                meta = {key: headers.get_header(f"WARC-{header}") for key, header in
+                        (("warc_record_id", "Record-ID"), ("warc_date", "Date"), ("warc_refers_to", "Refers-To"))}
+                yield Record(text=text, source=name, url=headers.get_header("WARC-Target-URI"), meta=meta)
     except SourceError:
         raise
     except Exception as exc:  # warcio raises ArchiveLoadFailed and friends on corrupt input

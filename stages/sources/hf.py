@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -85,13 +86,9 @@ def read_hf(cfg: HFSource, prov: Provenance) -> Iterator[Record]:
     if columns and cfg.text_field not in columns:
         raise SourceError(f"{cfg.path or cfg.name}: no column {cfg.text_field!r} (columns: {', '.join(columns)})")
     used = {cfg.text_field, cfg.url_field, cfg.label_field, cfg.group_field}
-    label_names = None
-    if cfg.label_field and hasattr(ds, "features") and ds.features is not None:
-        feat = ds.features.get(cfg.label_field)
-        label_names = getattr(feat, "names", None)  # ClassLabel columns store ints; write the names
-    for i, row in enumerate(ds):
-        if cfg.max_rows is not None and i >= cfg.max_rows:
-            break
+    features = getattr(ds, "features", None) if cfg.label_field else None  # ClassLabel ints are written as names
+    label_names = getattr(features.get(cfg.label_field), "names", None) if features is not None else None
+    for i, row in enumerate(itertools.islice(ds, cfg.max_rows)):
         text = row.get(cfg.text_field)
         if not isinstance(text, str):
             raise SourceError(f"{cfg.path or cfg.name}: row {i + 1}: field {cfg.text_field!r} is not a string")
@@ -99,11 +96,8 @@ def read_hf(cfg: HFSource, prov: Provenance) -> Iterator[Record]:
         if label_names is not None and isinstance(label, int):
             # ClassLabel's -1 means "no label" (e.g. GLUE test splits), not the last class.
             label = label_names[label] if 0 <= label < len(label_names) else None
-        yield Record(
-            text=text,
-            source=str(row.get("source") or source_name),
-            url=(row.get(cfg.url_field) or None) if cfg.url_field else None,
-            meta={k: v for k, v in row.items() if k not in used},
-            label=None if label is None else str(label),
-            group=None if not cfg.group_field or row.get(cfg.group_field) is None else str(row[cfg.group_field]),
-        )
+        group = row.get(cfg.group_field) if cfg.group_field else None
+        yield Record(text=text, source=str(row.get("source") or source_name),
+                     url=(row.get(cfg.url_field) or None) if cfg.url_field else None,
+                     meta={k: v for k, v in row.items() if k not in used},
+                     label=None if label is None else str(label), group=None if group is None else str(group))

@@ -36,11 +36,7 @@ class IngestResult:
 def assign_split(group: str, cfg: SplitConfig) -> str:
     """Deterministic split of a group: a seeded SHA-256 of its name mapped to [0, 1)."""
     h = int.from_bytes(hashlib.sha256(f"{cfg.seed}\0{group}".encode()).digest()[:8], "big") / 2**64
-    if h < cfg.test:
-        return "test"
-    if h < cfg.test + cfg.validation:
-        return "validation"
-    return "train"
+    return "test" if h < cfg.test else "validation" if h < cfg.test + cfg.validation else "train"
 
 
 def read_all(cfg: CorpusConfig, ctx: SourceContext, provs: list[Provenance], dropped: Counter,
@@ -99,13 +95,9 @@ def collect_labeled(cfg: CorpusConfig, ctx: SourceContext,
 
 
 def gate_labels(cfg: CorpusConfig) -> tuple[str, ...]:
-    if cfg.gate.labels:
-        return cfg.gate.labels
-    sections: list[str] = []
-    for src in cfg.sources:
-        if isinstance(src, DebianDescriptionsSource):
-            sections += [s for s in src.sections if s not in sections]
-    return tuple(sections)
+    """The gate's labels, else the sections of the corpus's debian_descriptions sources (first seen first)."""
+    sections = [s for src in cfg.sources if isinstance(src, DebianDescriptionsSource) for s in src.sections]
+    return cfg.gate.labels or tuple(dict.fromkeys(sections))
 
 
 def stream_documents(cfg: CorpusConfig, ctx: SourceContext, path: Path, log=print):
@@ -119,12 +111,7 @@ def stream_documents(cfg: CorpusConfig, ctx: SourceContext, path: Path, log=prin
     provs: list[Provenance] = []
     dropped: Counter = Counter()
     seen: set[str] = set()
-    ids: list[str] = []
-    sources: list[str] = []
-    text_chars: list[int] = []
-    meta_ok: list[bool] = []
-    batch: list[dict[str, Any]] = []
-    counts = {"documents": 0, "characters": 0, "by_source": Counter()}
+    ids, sources, text_chars, meta_ok, batch, characters = [], [], [], [], [], 0
     with pq.ParquetWriter(path, schema, compression="zstd") as writer:
         for rec in read_all(cfg, ctx, provs, dropped, log):
             did = doc_id(rec.text)
@@ -138,41 +125,32 @@ def stream_documents(cfg: CorpusConfig, ctx: SourceContext, path: Path, log=prin
             sources.append(rec.source)
             text_chars.append(len(rec.text.strip()))
             meta_ok.append(is_json_text(meta))
-            counts["documents"] += 1
-            counts["characters"] += len(rec.text)
-            counts["by_source"][rec.source] += 1
+            characters += len(rec.text)
             if len(batch) == 2048:
                 writer.write_table(pa.Table.from_pylist(batch, schema=schema))
                 batch = []
         if batch:
             writer.write_table(pa.Table.from_pylist(batch, schema=schema))
-    light = pd.DataFrame({"id": ids, "source": sources})
-    counts["by_source"] = dict(sorted(counts["by_source"].items()))
-    return provs, dropped, light, text_chars, meta_ok, counts
+    counts = _counts(len(ids), characters, sources)
+    return provs, dropped, pd.DataFrame({"id": ids, "source": sources}), text_chars, meta_ok, counts
 
 
-def _table_counts(table) -> dict[str, Any]:
-    import pyarrow.compute as pc
+def _counts(documents: int, characters: int, sources: list[str], splits=None, labels=None) -> dict[str, Any]:
+    """The manifest's counts; labeled corpora add ``by_split`` and ``by_label``."""
+    def tally(values) -> dict[str, int]:
+        return dict(sorted(Counter(values).items()))
 
-    counts: dict[str, Any] = {
-        "documents": table.num_rows,
-        "characters": int(pc.sum(pc.utf8_length(table["text"])).as_py() or 0) if table.num_rows else 0,
-        "by_source": dict(sorted(Counter(table["source"].to_pylist()).items())),
-    }
-    if "label" in table.column_names:
-        counts["by_split"] = dict(sorted(Counter(table["split"].to_pylist()).items()))
-        counts["by_label"] = dict(sorted(Counter(table["label"].to_pylist()).items()))
+    counts = {"documents": documents, "characters": characters, "by_source": tally(sources)}
+    if labels is not None:
+        counts |= {"by_split": tally(splits), "by_label": tally(labels)}
     return counts
 
 
 def ingest(cfg: CorpusConfig, *, corpus: str, cache_dir: Path, out: Path, log=print,
            pin_file: Path | None = pins.PINS) -> IngestResult:
     """Read and normalise one corpus into the folder ``out``; returns its metrics, manifest and gate (checked by
-    the stage's entry before it publishes the folder). Raises SourceError.
-
-    Unlabeled corpora stream to disk (memory: ids and a few numbers per document); labeled corpora,
-    which need a global view for label conflicts and class balance, are built in memory.
-    """
+    the stage's entry before it publishes the folder). Raises SourceError. Unlabeled corpora stream to disk;
+    labeled ones, which need a global view for label conflicts and class balance, are built in memory."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -194,7 +172,8 @@ def ingest(cfg: CorpusConfig, *, corpus: str, cache_dir: Path, out: Path, log=pr
                             min_nonempty_ratio=g.min_nonempty_ratio, extra_columns=LABELED_COLUMNS[5:]),
             labeled_suite(df, labels=labels, splits=SPLITS, min_class_share=g.min_class_share,
                           max_class_share=g.max_class_share))
-        counts = _table_counts(table)
+        counts = _counts(len(rows), sum(len(r["text"]) for r in rows), [r["source"] for r in rows],
+                         [r["split"] for r in rows], [r["label"] for r in rows])
         del rows, table, df
     else:
         provs, dropped, light, text_chars, meta_ok, counts = stream_documents(cfg, ctx, path, log=log)
@@ -203,8 +182,7 @@ def ingest(cfg: CorpusConfig, *, corpus: str, cache_dir: Path, out: Path, log=pr
             text_chars=text_chars, meta_is_json=meta_ok, columns=pq.read_schema(path).names)
     manifest = build_manifest(cfg, corpus, counts, provs, dropped, path)
     write_json_atomic(out / "manifest.json", manifest)
-    # No wall-clock figures in metrics: the same input and params must give byte-identical files. They are
-    # published only when the gate passed.
+    # No wall-clock figures in metrics: the same input and params give byte-identical files.
     metrics = manifest["counts"] | {"gate_passed": True}
     log(f"[ingest] {corpus}: made in {time.perf_counter() - t0:.1f}s")
     return IngestResult(metrics=metrics, manifest=manifest, gate=Gate(f"ingest-{corpus}", tables, expectations))
@@ -222,8 +200,7 @@ def pin_sources(cfg: CorpusConfig, *, corpus: str, cache_dir: Path, pin_file: Pa
 
 
 def _portable(path: str) -> str:
-    """Paths in the manifest relative to the working directory when inside it, so they read the same on
-    every clone."""
+    """A manifest path, relative to the working directory when inside it (the same on every clone)."""
     p = Path(path)
     try:
         return p.resolve().relative_to(Path.cwd().resolve()).as_posix()
@@ -235,22 +212,17 @@ def build_manifest(cfg, corpus, counts, provs, dropped, parquet_path: Path) -> d
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    counts = {**counts, "dropped": dict(sorted(dropped.items())),
-              "skipped": dict(sorted(sum((p.skipped for p in provs), Counter()).items()))}
-    n_rows = pq.ParquetFile(parquet_path).metadata.num_rows
-    schema_names = pq.read_schema(parquet_path).names
-    sources = []
-    for p in provs:
-        entry = p.to_json()
-        for f in entry["files"]:
-            f["path"] = _portable(f["path"])
-        sources.append(entry)
+    sources = [p.to_json() for p in provs]
+    for f in [f for entry in sources for f in entry["files"]]:
+        f["path"] = _portable(f["path"])
+    skipped = sum((p.skipped for p in provs), Counter())
     return {
         "corpus": corpus,
-        "schema": schema_names,
-        "counts": counts,
+        "schema": pq.read_schema(parquet_path).names,
+        "counts": {**counts, "dropped": dict(sorted(dropped.items())), "skipped": dict(sorted(skipped.items()))},
         "sources": sources,
-        "outputs": {"documents.parquet": {"sha256": sha256_file(parquet_path), "rows": n_rows}},
+        "outputs": {"documents.parquet": {"sha256": sha256_file(parquet_path),
+                                          "rows": pq.ParquetFile(parquet_path).metadata.num_rows}},
         "config": dataclasses.asdict(cfg),
         "software": {"python": platform.python_version(), "pyarrow": pa.__version__},
     }

@@ -11,8 +11,8 @@ from stages.tokenization.split import SplitConfig, is_heldout
 SPLITS = ("train", "heldout")
 
 
-def read_batches(path: Path, *, batch_docs: int) -> Iterator[tuple[list[str], list[str]]]:
-    """(ids, texts) in batches from a documents Parquet file (the contract's ``id`` and ``text`` columns)."""
+def split_batches(path: Path, split: SplitConfig, *, batch_docs: int) -> Iterator[dict[str, list[str]]]:
+    """Per batch of a documents Parquet file (its ``id`` and ``text`` columns), the texts of each split."""
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such file (expected a documents Parquet file)")
     pf = open_parquet(path)
@@ -20,18 +20,10 @@ def read_batches(path: Path, *, batch_docs: int) -> Iterator[tuple[list[str], li
     if missing:
         raise ValueError(f"{path}: missing column {missing[0]!r} (columns: {', '.join(pf.schema_arrow.names)})")
     for batch in pf.iter_batches(batch_size=batch_docs, columns=["id", "text"]):
-        ids, texts = batch.column(0).to_pylist(), batch.column(1).to_pylist()
-        for row, (i, t) in enumerate(zip(ids, texts)):
+        out: dict[str, list[str]] = {s: [] for s in SPLITS}
+        for row, (i, t) in enumerate(zip(batch.column(0).to_pylist(), batch.column(1).to_pylist())):
             if i is None or t is None:
                 raise ValueError(f"{path}: row {row} of a batch has a null {'id' if i is None else 'text'}")
-        yield ids, texts
-
-
-def split_batches(path: Path, split: SplitConfig, *, batch_docs: int) -> Iterator[dict[str, list[str]]]:
-    """Per batch, the texts of each split: ``{"train": [...], "heldout": [...]}``."""
-    for ids, texts in read_batches(path, batch_docs=batch_docs):
-        out: dict[str, list[str]] = {s: [] for s in SPLITS}
-        for i, t in zip(ids, texts):
             out["heldout" if is_heldout(i, split) else "train"].append(t)
         yield out
 

@@ -3,6 +3,7 @@ pack them into fixed-length block arrays with their manifest and quality gate.""
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -51,23 +52,18 @@ def encoded(tok, batches: Iterable[dict[str, list[str]]]) -> Iterator[tuple[dict
             yield pending.result()
 
 
-_WORKER_TOKENIZERS: dict[str, object] = {}
+_worker_tokenizer = functools.cache(tokenizer_from_json)  # built once per Dask worker process
 
 
 def encode_shard(tokenizer_json: str, parts: dict[str, list[str]]):
-    """The shard function of a distributed run: one batch's ids on a Dask worker. The tokenizer travels as
-    its JSON (no shared filesystem needed) and is built once per worker process."""
-    tok = _WORKER_TOKENIZERS.get(tokenizer_json)
-    if tok is None:
-        tok = _WORKER_TOKENIZERS[tokenizer_json] = tokenizer_from_json(tokenizer_json)
-    return _encode(tok, parts)
+    """One batch's ids on a Dask worker; the tokenizer travels as its JSON (no shared filesystem needed)."""
+    return _encode(_worker_tokenizer(tokenizer_json), parts)
 
 
 def tokenize_corpus(path: Path, layout, tok, split: SplitConfig, out_dir: Path, *,
                     batch_docs: int, shards=None) -> tuple[dict, int]:
-    """Write ``out_dir/{train,heldout}.npy`` for one corpus; returns its counts and the tokens per second.
-    With ``shards`` (a Dask ``stages.common.shards.Shards``) the batches are encoded there; packing stays
-    here, in input order, so the blocks are the same bytes."""
+    """Write ``out_dir/{train,heldout}.npy`` for one corpus; returns its counts and the tokens per second. With
+    ``shards`` (Dask) the batches are encoded there and packed here in input order: the same bytes."""
     out_dir.mkdir(parents=True, exist_ok=True)
     packers = {s: make_packer(layout, tok) for s in SPLITS}
     writers = {s: BlockWriter(out_dir / f"{s}.npy", width=layout.block_len, dtype=dtype_for(layout.vocab_size))
@@ -83,10 +79,7 @@ def tokenize_corpus(path: Path, layout, tok, split: SplitConfig, out_dir: Path, 
         for s in SPLITS:
             counts[s]["documents"] += len(ids[s])
             counts[s]["tokens"] += sum(map(len, ids[s]))
-            if ids[s]:
-                out = packers[s].pack(ids[s])
-                if len(out):
-                    writers[s].write(out)
+            writers[s].write(packers[s].pack(ids[s]))  # zero rows write nothing
 
     # One pass over the corpus feeds both splits' packers, batch by batch in input order.
     batches = split_batches(path, split, batch_docs=batch_docs)
@@ -97,20 +90,15 @@ def tokenize_corpus(path: Path, layout, tok, split: SplitConfig, out_dir: Path, 
         text = tok.to_str()
         shards.map(encode_shard, ((text, parts) for parts in batches), consume, desc=f"tokens {out_dir.name}")
     for s in SPLITS:
-        tail = packers[s].flush()
-        if len(tail):
-            writers[s].write(tail)
+        writers[s].write(packers[s].flush())
     seconds = time.perf_counter() - start
-    # Counts only: timings would make identical runs differ (and dvc.lock with them). The log and
-    # benchmarks/tokenize_throughput.py carry the speed.
+    # counts only: timings would make identical runs differ (benchmarks/tokenize_throughput.py has the speed)
     result = {"input": {"path": str(path), "sha256": sha256_file(path), "mchars": round(chars / 1e6, 3)}}
-    total = 0
     for s in SPLITS:
         writers[s].close()
-        total += counts[s]["tokens"]
         result[s] = {"file": f"{out_dir.name}/{s}.npy", "blocks": writers[s].rows, **counts[s],
                      "dropped_tokens": packers[s].dropped_tokens}
-    return result, (int(total / seconds) if seconds else 0)
+    return result, (int(sum(c["tokens"] for c in counts.values()) / seconds) if seconds else 0)
 
 
 def make_token_datasets(cfg: TokensConfig, split: SplitConfig, *, paradigm: str, tokenizer_dir: Path,
@@ -118,14 +106,12 @@ def make_token_datasets(cfg: TokensConfig, split: SplitConfig, *, paradigm: str,
     """Tokenize and pack every corpus into the folder ``out``; returns the metrics and the blocks' gate."""
     import numpy as np
 
-
     if not corpora:
         raise ValueError("no corpus given (--corpus NAME=PATH)")
     layout, tok = load_layout(tokenizer_dir, paradigm, seq_len=cfg.seq_len, noise_density=cfg.noise_density,
                               mean_span=cfg.mean_span)
     results = {}
-    # One machine: the Rust tokenizer's own threads already use every core, so there is no local pool
-    # (workers=1); a Dask engine when LMPIPE_DASK is set.
+    # no local pool: the Rust tokenizer's threads use every core; a Dask engine when LMPIPE_DASK is set
     with open_shards(1, name=f"tokens@{paradigm}") as engine:
         shards = engine if engine.engine == "dask" else None
         for name, path in corpora.items():
@@ -147,7 +133,6 @@ def make_token_datasets(cfg: TokensConfig, split: SplitConfig, *, paradigm: str,
                 "tokenizer": {"path": str(tokenizer_dir), "sha256": sha256_file(Path(tokenizer_dir) / "tokenizer.json")},
                 "split": asdict(split), "corpora": results}
     write_json_atomic(out / "manifest.json", manifest)
-    # Metrics are the numbers; paths and hashes live in the manifest.
     numbers = {c: {"mchars": r["input"]["mchars"],
                    **{s: {k: v for k, v in r[s].items() if k != "file"} for s in SPLITS}} for c, r in results.items()}
     return ({"paradigm": paradigm, "seq_len": layout.seq_len, "block_len": layout.block_len,

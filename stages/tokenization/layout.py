@@ -72,14 +72,14 @@ def load_layout(tokenizer_dir: Path, paradigm: str, *, seq_len: int, noise_densi
             raise ValueError(f"{path}: token {token!r} missing; is this a {paradigm} tokenizer?")
         return i
 
+    def ids(specials: dict[str, str]) -> dict[str, int]:  # {"pad_token": "[PAD]"} -> {"pad_id": its id}
+        return {f"{key.removesuffix('_token')}_id": need(token) for key, token in specials.items()}
+
+    common = {"paradigm": paradigm, "seq_len": seq_len, "vocab_size": size}
     if paradigm == "bert":
-        layout = BlockLayout(paradigm=paradigm, seq_len=seq_len, block_len=seq_len, vocab_size=size,
-                             pad_id=need(BERT_SPECIALS["pad_token"]), unk_id=need(BERT_SPECIALS["unk_token"]),
-                             cls_id=need(BERT_SPECIALS["cls_token"]), sep_id=need(BERT_SPECIALS["sep_token"]),
-                             mask_id=need(BERT_SPECIALS["mask_token"]))
+        layout = BlockLayout(**common, block_len=seq_len, **ids(BERT_SPECIALS))
     elif paradigm == "gpt":
-        layout = BlockLayout(paradigm=paradigm, seq_len=seq_len, block_len=seq_len, vocab_size=size,
-                             eos_id=need(GPT_EOT))
+        layout = BlockLayout(**common, block_len=seq_len, eos_id=need(GPT_EOT))
     elif paradigm == "t5":
         from stages.objectives.span_corruption import input_and_target_lengths
 
@@ -89,9 +89,7 @@ def load_layout(tokenizer_dir: Path, paradigm: str, *, seq_len: int, noise_densi
         top = need(sentinel(0))
         if sentinels < 1 or top != size - 1:
             raise ValueError(f"{path}: <extra_id_0> must be the last id ({size - 1}), found {top}")
-        layout = BlockLayout(paradigm=paradigm, seq_len=seq_len, block_len=raw, vocab_size=size,
-                             pad_id=need(T5_SPECIALS["pad_token"]), unk_id=need(T5_SPECIALS["unk_token"]),
-                             eos_id=need(T5_SPECIALS["eos_token"]), sentinel_top=top, sentinels=sentinels,
+        layout = BlockLayout(**common, block_len=raw, **ids(T5_SPECIALS), sentinel_top=top, sentinels=sentinels,
                              targets_len=targets, noise_density=noise_density, mean_span=mean_span)
     else:
         raise ValueError(f"paradigm: expected bert, gpt or t5, got {paradigm!r}")

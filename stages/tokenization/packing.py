@@ -1,14 +1,6 @@
-"""Pack tokenized documents into fixed-width blocks, one packer per paradigm.
-
-Packers take batches of token-id lists (one per document) and yield 2-D arrays of finished blocks; the
-tail that does not fill a block is dropped and counted (``dropped_tokens``).
-
-- ``CausalPacker`` (GPT): transformers' ``run_clm`` ``group_texts`` (Radford et al. 2019).
-- ``SpanPacker`` (T5): T5's ``reduce_concat_tokens`` + ``split_tokens``, at the raw length span corruption
-  turns into ``seq_len``.
-- ``SentencePacker`` (BERT): RoBERTa's FULL-SENTENCES (Liu et al. 2019, section 4.2); sentence ends are
-  the tokens ``.``, ``?``, ``!``.
-"""
+"""Pack batches of tokenized documents into 2-D arrays of fixed-width blocks, one packer per paradigm: GPT as
+``run_clm``'s ``group_texts``, T5 as its ``reduce_concat_tokens`` + ``split_tokens`` (at the raw length), BERT as
+RoBERTa's FULL-SENTENCES (Liu et al. 2019, 4.2). A tail that fills no block is counted in ``dropped_tokens``."""
 
 from __future__ import annotations
 
@@ -31,43 +23,27 @@ def flatten(docs: Sequence[list[int]], dtype, *, append: int | None = None) -> t
     return flat, ends
 
 
-class _Stream:
-    """A carry-over buffer: tokens are appended, full rows of ``width`` are taken off the front."""
+class CausalPacker:
+    """GPT: documents joined with ``eot_id`` and cut every ``seq_len`` tokens; the rest waits for the next batch."""
 
-    def __init__(self, width: int, dtype) -> None:
-        self.width, self.dtype = width, dtype
+    def __init__(self, *, seq_len: int, eot_id: int, dtype) -> None:
+        self.width, self.eot_id, self.dtype = seq_len, eot_id, dtype
         self.carry = np.empty(0, dtype=dtype)
-        self.tokens = 0
 
-    def push(self, flat: np.ndarray) -> np.ndarray:
-        self.tokens += len(flat)
+    def pack(self, docs: Sequence[list[int]]) -> np.ndarray:
+        flat = flatten(docs, self.dtype, append=self.eot_id)[0]
         data = np.concatenate((self.carry, flat)) if len(self.carry) else flat
         rows = len(data) // self.width
         self.carry = data[rows * self.width:].copy()
         return data[: rows * self.width].reshape(rows, self.width)
 
+    def flush(self) -> np.ndarray:
+        """Nothing: the tail shorter than a block is dropped (``dropped_tokens``)."""
+        return np.empty((0, self.width), dtype=self.dtype)
+
     @property
     def dropped_tokens(self) -> int:
         return len(self.carry)
-
-
-class CausalPacker:
-    """GPT: documents joined with ``eot_id`` and cut every ``seq_len`` tokens."""
-
-    def __init__(self, *, seq_len: int, eot_id: int, dtype) -> None:
-        self.eot_id, self.dtype = eot_id, dtype
-        self._stream = _Stream(seq_len, dtype)
-
-    def pack(self, docs: Sequence[list[int]]) -> np.ndarray:
-        return self._stream.push(flatten(docs, self.dtype, append=self.eot_id)[0])
-
-    def flush(self) -> np.ndarray:
-        """Nothing: the tail shorter than a block is dropped (``dropped_tokens``)."""
-        return np.empty((0, self._stream.width), dtype=self.dtype)
-
-    @property
-    def dropped_tokens(self) -> int:
-        return self._stream.dropped_tokens
 
 
 class SpanPacker(CausalPacker):

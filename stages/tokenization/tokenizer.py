@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 
 from stages.common.atomic import write_json_atomic
@@ -13,25 +13,11 @@ from stages.config import build, load_params, section
 from stages.sources.base import sha256_file
 from stages.tokenization.corpus import texts_of
 from stages.tokenization.split import SplitConfig
-from stages.tokenization.trainers import TokenizerConfig, capped, save, sentinel, special_tokens, train
+from stages.tokenization.trainers import TokenizerConfig, batches, capped, save, sentinel, special_tokens, train
 
 
 class TokenizerCheckFailed(RuntimeError):
     """The saved tokenizer does not load back with the special tokens and post-processing it must have."""
-
-
-@dataclass
-class Measured:
-    docs: int = 0
-    words: int = 0
-    tokens: int = 0
-    unknown: int = 0
-
-    def as_dict(self, vocab_used: int, vocab_size: int) -> dict:
-        return {"docs": self.docs, "words": self.words, "tokens": self.tokens,
-                "fertility": round(self.tokens / self.words, 4) if self.words else None,
-                "unknown_rate": round(self.unknown / self.tokens, 6) if self.tokens else None,
-                "vocab_used": vocab_used, "vocab_used_fraction": round(vocab_used / vocab_size, 4)}
 
 
 def measure(tok, texts: Iterable[str], *, unk_token: str | None, batch_docs: int = 1000) -> dict:
@@ -39,28 +25,21 @@ def measure(tok, texts: Iterable[str], *, unk_token: str | None, batch_docs: int
     import numpy as np
 
     unk_id = tok.token_to_id(unk_token) if unk_token else None
-    seen = np.zeros(tok.get_vocab_size(), dtype=bool)
-    m = Measured()
-    batch: list[str] = []
-
-    def flush() -> None:
+    size = tok.get_vocab_size()
+    seen = np.zeros(size, dtype=bool)
+    docs = words = tokens = unknown = 0
+    for batch in batches(texts, batch_docs):
         for enc in tok.encode_batch_fast(batch, add_special_tokens=False):
             ids = np.asarray(enc.ids, dtype=np.int64)
             seen[ids] = True
-            m.tokens += len(ids)
-            if unk_id is not None:
-                m.unknown += int((ids == unk_id).sum())
-        m.words += sum(len(t.split()) for t in batch)
-        m.docs += len(batch)
-        batch.clear()
-
-    for text in texts:
-        batch.append(text)
-        if len(batch) >= batch_docs:
-            flush()
-    if batch:
-        flush()
-    return m.as_dict(int(seen.sum()), tok.get_vocab_size())
+            tokens += len(ids)
+            unknown += int((ids == unk_id).sum()) if unk_id is not None else 0
+        words += sum(len(t.split()) for t in batch)
+        docs += len(batch)
+    used = int(seen.sum())
+    return {"docs": docs, "words": words, "tokens": tokens, "fertility": round(tokens / words, 4) if words else None,
+            "unknown_rate": round(unknown / tokens, 6) if tokens else None,
+            "vocab_used": used, "vocab_used_fraction": round(used / size, 4)}
 
 
 def check_saved(out_dir: Path, cfg: TokenizerConfig) -> None:
@@ -95,40 +74,33 @@ def check_saved(out_dir: Path, cfg: TokenizerConfig) -> None:
         raise TokenizerCheckFailed(f"the saved {cfg.kind} tokenizer does not reload as trained: " + "; ".join(problems))
 
 
-def train_tokenizer(cfg: TokenizerConfig, split: SplitConfig, *, paradigm: str, train_path: Path | list[Path],
+def train_tokenizer(cfg: TokenizerConfig, split: SplitConfig, *, paradigm: str, train_paths: list[Path],
                     eval_paths: dict[str, Path], out: Path, log=print) -> dict:
-    """Train on the train split of one or more corpora (read in the order given), save into the folder ``out``,
-    check that it reloads as trained (raises :class:`TokenizerCheckFailed`) and measure; returns the metrics. A tokenizer that will read domain text
-    should be trained on it too, or domain words are shredded into pieces (Gururangan et al. 2020 §6)."""
+    """Train on the train split of ``train_paths`` (in order), save into ``out``, check that it reloads as trained
+    (else :class:`TokenizerCheckFailed`) and measure it on the held-out split of ``eval_paths``; returns the metrics."""
     from tokenizers import Tokenizer
 
-
-    train_paths = [train_path] if isinstance(train_path, Path) else list(train_path)
-    chars = [0]
-    docs = [0]
-
-    def all_texts():
-        for path in train_paths:
-            yield from texts_of(path, split, "train", batch_docs=cfg.batch_docs)
+    count = {"docs": 0, "chars": 0}
 
     def training_texts():  # counted as the trainer consumes them (the last pass counts)
-        docs[0] = chars[0] = 0
-        for text in capped(all_texts(), cfg.max_train_chars):
-            docs[0] += 1
-            chars[0] += len(text)
+        count["docs"] = count["chars"] = 0
+        texts = (t for path in train_paths for t in texts_of(path, split, "train", batch_docs=cfg.batch_docs))
+        for text in capped(texts, cfg.max_train_chars):
+            count["docs"] += 1
+            count["chars"] += len(text)
             yield text
 
     start = time.perf_counter()
     tok = train(training_texts, cfg)
     seconds = time.perf_counter() - start
-    mb = chars[0] / 1e6  # characters, the unit the corpus stages report
-    log(f"[tokenizer] {paradigm}: {cfg.kind} trained on {docs[0]} documents, {mb:.1f} M chars in {seconds:.1f}s; "
+    docs, mb = count["docs"], count["chars"] / 1e6  # characters, the unit the corpus stages report
+    log(f"[tokenizer] {paradigm}: {cfg.kind} trained on {docs} documents, {mb:.1f} M chars in {seconds:.1f}s; "
         f"vocabulary {tok.get_vocab_size()}")
-    save(tok, cfg, out, model_max_length=cfg.model_max_length)
+    save(tok, cfg, out)
     check_saved(out, cfg)
     provenance = {"paradigm": paradigm, "config": asdict(cfg), "split": asdict(split),
                   "train": {"paths": [{"path": str(p), "sha256": sha256_file(p)} for p in train_paths],
-                            "documents": docs[0], "characters": chars[0]}}
+                            "documents": docs, "characters": count["chars"]}}
     write_json_atomic(out / "provenance.json", provenance)
     tok = Tokenizer.from_file(str(out / "tokenizer.json"))
     tok.encode_special_tokens = True  # measure text as text: a literal "[MASK]" in a page is not the mask token
@@ -138,11 +110,9 @@ def train_tokenizer(cfg: TokenizerConfig, split: SplitConfig, *, paradigm: str, 
     for name, m in heldout.items():
         log(f"[tokenizer] {paradigm}: held-out {name}: fertility {m['fertility']}, unknown rate {m['unknown_rate']}, "
             f"vocabulary used {m['vocab_used_fraction']:.1%}")
-    # Timings stay out of the metrics (and so out of dvc.lock, which must not change between identical
-    # runs); benchmarks/tokenize_throughput.py records them.
+    # no timings: identical runs must write identical metrics (benchmarks/tokenize_throughput.py has them)
     return {"paradigm": paradigm, "kind": cfg.kind, "vocab_size": tok.get_vocab_size(),
-            "train": {"documents": docs[0], "mchars": round(mb, 3)},
-            "heldout": heldout}
+            "train": {"documents": docs, "mchars": round(mb, 3)}, "heldout": heldout}
 
 
 def load_tokenizer_config(params_path: Path, paradigm: str) -> tuple[TokenizerConfig, SplitConfig]:

@@ -1,18 +1,13 @@
-"""Build and train one tokenizer per paradigm with Hugging Face ``tokenizers``, as the seed papers did.
-
-- BERT (Devlin et al. 2019): WordPiece with ``##`` continuations, BERT's (uncased) normaliser and
-  pre-tokeniser, ``[CLS] A [SEP] B [SEP]``; ``[PAD] [UNK] [CLS] [SEP] [MASK]`` are ids 0-4.
-- GPT (Radford et al. 2019): byte-level BPE (no unknown token); ``<|endoftext|>`` (id 0) separates documents.
-- T5 (Raffel et al. 2020): SentencePiece-style Unigram (NFKC, ``▁``), pad=0, eos=1, unk=2, ``</s>`` appended,
-  sentinels at the top of the vocabulary (``<extra_id_0>`` the last id), as in T5's released vocabulary.
-
-``save`` writes files that stock ``AutoTokenizer.from_pretrained(dir)`` loads.
-"""
+"""One tokenizer per paradigm with Hugging Face ``tokenizers``, built as the seed papers did: BERT's uncased WordPiece
+(``[PAD] [UNK] [CLS] [SEP] [MASK]`` = ids 0-4), GPT-2's byte-level BPE (``<|endoftext|>`` = 0) and T5's
+SentencePiece-style Unigram (pad 0, eos 1, unk 2, sentinels on top). ``save`` writes what ``AutoTokenizer`` loads."""
 
 from __future__ import annotations
 
+from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from itertools import islice
 from pathlib import Path
 from typing import Literal
 
@@ -68,11 +63,8 @@ class TokenizerConfig:
 
 
 def build(cfg: TokenizerConfig, continuations: Iterable[str] = ()):
-    """An untrained ``tokenizers.Tokenizer`` with this paradigm's pipeline and its trainer.
-
-    ``continuations`` (WordPiece only): characters that occur inside words; their ``##`` forms are
-    registered up front in sorted order, since ``tokenizers`` numbers them in hash-map order, which breaks
-    ties between merges differently per run. ``canonical`` removes them from the special tokens again."""
+    """An untrained ``tokenizers.Tokenizer`` with this paradigm's pipeline, and its trainer. ``continuations``
+    (WordPiece): characters inside words, whose ``##`` forms are registered in sorted order for run-independent ids."""
     from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
     if cfg.kind == "wordpiece":
@@ -107,12 +99,8 @@ def build(cfg: TokenizerConfig, continuations: Iterable[str] = ()):
 
 
 def canonical(tok, cfg: TokenizerConfig):
-    """The trained tokenizer with a run-independent vocabulary, so that DVC sees identical outputs.
-
-    ``tokenizers`` numbers pieces in hash-map order and Unigram's scores differ in the last bits between
-    runs; ids do not change how text is split, so after the special tokens WordPiece numbers characters,
-    then longer pieces, sorted, and Unigram sorts its pieces with scores rounded to 1e-8.
-    """
+    """The trained tokenizer with a run-independent vocabulary (``tokenizers`` numbers pieces in hash-map order):
+    WordPiece numbers characters, then longer pieces, sorted; Unigram sorts its pieces, scores rounded to 1e-8."""
     import json
 
     from tokenizers import Tokenizer
@@ -125,12 +113,7 @@ def canonical(tok, cfg: TokenizerConfig):
         specials = len(BERT_SPECIALS)
         data["added_tokens"] = [t for t in data["added_tokens"] if t["content"] in BERT_SPECIALS.values()]
         ordered = sorted(model["vocab"], key=model["vocab"].get)
-        rest = ordered[specials:]
-
-        def is_char(t: str) -> bool:
-            return len(t.removeprefix("##")) == 1
-
-        rest = sorted(rest, key=lambda t: (not is_char(t), t))
+        rest = sorted(ordered[specials:], key=lambda t: (len(t.removeprefix("##")) != 1, t))  # characters first
         model["vocab"] = {t: i for i, t in enumerate(ordered[:specials] + rest)}
     else:
         specials = len(T5_SPECIALS)
@@ -146,16 +129,13 @@ def _untie_rare_characters(pieces: list[tuple[str, float]]) -> list[tuple[str, f
     values = sorted({s for p, s in pieces if len(p) == 1})
     chain_of, chain = {}, 0
     for i, v in enumerate(values):
-        if i and abs(v - values[i - 1] - 1e-4) > 5e-7:
-            chain += 1
+        chain += bool(i and abs(v - values[i - 1] - 1e-4) > 5e-7)
         chain_of[v] = chain
-    sizes: dict[int, int] = {}
-    for v in values:
-        sizes[chain_of[v]] = sizes.get(chain_of[v], 0) + 1
-    members: dict[int, list[tuple[str, float]]] = {}
+    sizes = Counter(chain_of.values())
+    members: dict[int, list[tuple[str, float]]] = defaultdict(list)
     for p, s in pieces:
         if len(p) == 1 and sizes[chain_of[s]] > 1:
-            members.setdefault(chain_of[s], []).append((p, s))
+            members[chain_of[s]].append((p, s))
     scores = {}
     for group in members.values():
         scores.update(zip(sorted(p for p, _ in group), sorted((s for _, s in group), reverse=True)))
@@ -185,14 +165,9 @@ def _finish(tok, cfg: TokenizerConfig) -> None:
 
 
 def batches(texts: Iterable[str], size: int) -> Iterator[list[str]]:
-    """``texts`` in lists of ``size``, the unit ``train_from_iterator`` consumes."""
-    batch: list[str] = []
-    for text in texts:
-        batch.append(text)
-        if len(batch) >= size:
-            yield batch
-            batch = []
-    if batch:
+    """``texts`` in lists of ``size``."""
+    it = iter(texts)
+    while batch := list(islice(it, size)):
         yield batch
 
 
@@ -210,16 +185,13 @@ def capped(texts: Iterable[str], max_chars: int) -> Iterator[str]:
 
 def continuation_chars(tok, texts: Iterable[str]) -> set[str]:
     """Characters that follow another inside a pre-tokenized word, after normalisation."""
-    chars: set[str] = set()
-    for text in texts:
-        for word, _ in tok.pre_tokenizer.pre_tokenize_str(tok.normalizer.normalize_str(text)):
-            chars.update(word[1:])
-    return chars
+    return {c for text in texts for word, _ in tok.pre_tokenizer.pre_tokenize_str(tok.normalizer.normalize_str(text))
+            for c in word[1:]}
 
 
 def train(texts: Callable[[], Iterable[str]] | Sequence[str], cfg: TokenizerConfig):
-    """Train this paradigm's tokenizer; returns a finished ``tokenizers.Tokenizer``. ``texts`` is a list or a
-    function returning a fresh iterator (WordPiece reads the text twice, see ``build``)."""
+    """A finished ``tokenizers.Tokenizer``; ``texts``: a list or a function returning a fresh iterator (WordPiece
+    reads the text twice)."""
     def stream() -> Iterator[str]:
         return capped(texts() if callable(texts) else texts, cfg.max_train_chars)
 
@@ -242,11 +214,9 @@ def special_tokens(cfg: TokenizerConfig) -> dict[str, object]:
     return {**T5_SPECIALS, "extra_special_tokens": [sentinel(i) for i in range(cfg.sentinels)]}
 
 
-def save(tok, cfg: TokenizerConfig, out_dir: Path, *, model_max_length: int) -> None:
+def save(tok, cfg: TokenizerConfig, out_dir: Path) -> None:
     """Write the tokenizer so that ``AutoTokenizer.from_pretrained(out_dir)`` loads it as-is."""
     from transformers import PreTrainedTokenizerFast
 
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, model_max_length=model_max_length,
-                                   padding_side="right", clean_up_tokenization_spaces=False,
-                                   **special_tokens(cfg))
-    fast.save_pretrained(str(out_dir))
+    PreTrainedTokenizerFast(tokenizer_object=tok, model_max_length=cfg.model_max_length, padding_side="right",
+                            clean_up_tokenization_spaces=False, **special_tokens(cfg)).save_pretrained(str(out_dir))

@@ -1,9 +1,7 @@
-"""Checkpoints without pickles: the model with ``save_pretrained`` (safetensors), the optimizer's tensors in
-``optimizer.safetensors`` and everything else (step, tokens seen, history, the run's fingerprint) in JSON.
-Written atomically, so a kill during a save leaves the previous checkpoint. ``state.json`` holds the SHA-256
-of every other file of the checkpoint and of its own content (``state_sha256``), and a resume checks them
-before it loads anything: a flipped byte, or a step edited in ``state.json``, is an error naming the file, not
-a silently different run."""
+"""Checkpoints without pickles: the model with ``save_pretrained``, the optimizer's tensors in safetensors and
+the rest (step, history, the run's fingerprint) in JSON, written atomically. ``state.json`` holds the SHA-256 of
+every other file and of its own content, checked before a resume loads anything: a changed byte is an error
+naming the file, not a silently different run."""
 
 from __future__ import annotations
 
@@ -84,29 +82,18 @@ def load(folder: Path, model, optimizer) -> None:
     from safetensors.torch import load_file
 
     verify(folder, read_state(folder) or {})
-
     weights = folder / "model" / "model.safetensors"
-    try:
-        # from_pretrained knows which weights the class ties (and so did not save); copy from it.
-        saved = type(model).from_pretrained(str(folder / "model"))
-    except (OSError, ValueError, RuntimeError, SafetensorError) as exc:
-        raise CheckpointError(f"{weights}: corrupt or incomplete checkpoint ({_first_line(exc)}); "
-                              f"delete {folder} to start over") from None
+    opt_path, groups_path = folder / "optimizer.safetensors", folder / "optimizer.json"
+    # from_pretrained knows which weights the class ties (and so did not save); copy from it.
+    saved = _read(folder, weights, lambda: type(model).from_pretrained(str(folder / "model")),
+                  (OSError, ValueError, RuntimeError, SafetensorError))
     try:
         model.load_state_dict(saved.state_dict())
     except RuntimeError as exc:
         raise CheckpointError(f"{weights}: does not match the model ({_first_line(exc)})") from None
-    opt_path, groups_path = folder / "optimizer.safetensors", folder / "optimizer.json"
-    try:
-        opt_tensors = load_file(str(opt_path))
-    except (OSError, ValueError, SafetensorError) as exc:
-        raise CheckpointError(f"{opt_path}: corrupt or incomplete checkpoint ({_first_line(exc)}); "
-                              f"delete {folder} to start over") from None
-    try:
-        groups = json.loads(groups_path.read_text(encoding="utf-8"))["param_groups"]
-    except (OSError, ValueError, KeyError) as exc:
-        raise CheckpointError(f"{groups_path}: corrupt or incomplete checkpoint ({_first_line(exc)}); "
-                              f"delete {folder} to start over") from None
+    opt_tensors = _read(folder, opt_path, lambda: load_file(str(opt_path)), (OSError, ValueError, SafetensorError))
+    groups = _read(folder, groups_path, lambda: json.loads(groups_path.read_text(encoding="utf-8"))["param_groups"],
+                   (OSError, ValueError, KeyError))
     state: dict[int, dict] = {}
     for key, tensor in opt_tensors.items():
         idx, name = key.split(".", 1)
@@ -115,6 +102,15 @@ def load(folder: Path, model, optimizer) -> None:
         optimizer.load_state_dict({"state": state, "param_groups": groups})
     except (ValueError, KeyError) as exc:
         raise CheckpointError(f"{opt_path}: does not match the optimizer ({_first_line(exc)})") from None
+
+
+def _read(folder: Path, path: Path, read, errors):
+    """``read()``, its ``errors`` raised as a CheckpointError naming ``path``."""
+    try:
+        return read()
+    except errors as exc:
+        raise CheckpointError(f"{path}: corrupt or incomplete checkpoint ({_first_line(exc)}); "
+                              f"delete {folder} to start over") from None
 
 
 def _first_line(exc: BaseException) -> str:

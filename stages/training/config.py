@@ -176,9 +176,7 @@ COMPARE_KEYS = ("paradigm", "objective", "train")
 
 
 def compare_entries(entries) -> list[dict]:
-    """``compare.objectives`` checked and listed: a mapping of names to ``{paradigm, objective[, train]}``, each
-    objective one of its paradigm's (``stages.objectives``), ``train`` the run's own settings; each entry comes
-    back as a dict with its ``name``."""
+    """``compare.objectives`` (names to ``{paradigm, objective[, train]}``) checked, as dicts with their ``name``."""
     own = {paradigm: objectives.names(paradigm) for paradigm in objectives.OWN}
     if entries is None:
         return []
@@ -193,12 +191,11 @@ def compare_entries(entries) -> list[dict]:
                               "(it names stages and folders)")
         if not isinstance(e, dict):
             raise ConfigError(f"{where}: expected a mapping with paradigm and objective, got {e!r}")
-        unknown = sorted(set(e) - set(COMPARE_KEYS))
-        missing = [k for k in COMPARE_KEYS[:2] if not e.get(k)]
-        if unknown or missing:
-            raise ConfigError(f"{where}: " + "; ".join(
-                ([f"unknown key(s) {', '.join(map(str, unknown))}"] if unknown else [])
-                + ([f"missing {', '.join(missing)}"] if missing else [])))
+        unknown, missing = sorted(set(e) - set(COMPARE_KEYS)), [k for k in COMPARE_KEYS[:2] if not e.get(k)]
+        problems = [f"{what} {', '.join(map(str, keys))}" for what, keys in (("unknown key(s)", unknown),
+                                                                            ("missing", missing)) if keys]
+        if problems:
+            raise ConfigError(f"{where}: " + "; ".join(problems))
         if e["paradigm"] not in own:
             raise ConfigError(f"{where}.paradigm: {e['paradigm']!r} is not one of {', '.join(own)}")
         if e["objective"] not in own[e["paradigm"]]:

@@ -1,16 +1,11 @@
 """Which stored blocks each optimizer step trains on, and the generators that draw their masks.
 
-The order is a function of (seed, step) alone: epoch ``e`` visits every block once in the permutation
-drawn from ``(seed, e)``, and step ``s`` takes the next ``global_batch`` blocks of that stream. Each rank
-takes its own slice of every micro-batch, so N devices at micro-batch m see exactly the blocks one device
-sees at micro-batch N*m, and a resumed run continues the stream where the killed one stopped. Masks and
-spans come from a random stream per block keyed by (seed, train/eval, epoch, block): fresh every time a block
-is seen (RoBERTa's dynamic masking), yet the same on every device count and after a resume.
-
-Host cost per step is O(batch), whatever the corpus size: an epoch's permutation is drawn once and kept
-(not redrawn per step), and the built-in objectives draw the random numbers of a whole micro-batch at once
-(:class:`BlockStreams` hashes (block key, draw, position) with SplitMix64, so a row's numbers do not depend
-on which rows share its batch).
+The order is a function of (seed, step) alone: epoch ``e`` visits every block once in the permutation drawn
+from ``(seed, e)``, and step ``s`` takes the next ``global_batch`` blocks. Each rank takes its own slice of
+every micro-batch, so N devices at micro-batch m see the blocks one device sees at N*m, and a resumed run
+continues where the killed one stopped. Masks come from a random stream per block keyed by (seed,
+train/eval, epoch, block): fresh every time a block is seen, yet the same on any device count and after a
+resume (:class:`BlockStreams`, vectorised with SplitMix64).
 """
 
 from __future__ import annotations
@@ -54,11 +49,8 @@ class BlockSampler:
     def micro_batches(self, step: int) -> list[tuple[np.ndarray, np.ndarray]]:
         """This rank's (block ids, epochs) for each micro-batch of optimizer step ``step``."""
         ids, epochs = self._stream(step * self.global_batch, self.global_batch)
-        out = []
-        for a in range(self.grad_accum):
-            lo = (a * self.world + self.rank) * self.micro_batch
-            out.append((ids[lo: lo + self.micro_batch], epochs[lo: lo + self.micro_batch]))
-        return out
+        starts = [(a * self.world + self.rank) * self.micro_batch for a in range(self.grad_accum)]
+        return [(ids[lo: lo + self.micro_batch], epochs[lo: lo + self.micro_batch]) for lo in starts]
 
 
 @lru_cache(maxsize=2)  # the epoch in progress and, at a boundary, the next one
@@ -82,10 +74,8 @@ def _mix(x: np.ndarray) -> np.ndarray:
 class BlockStreams:
     """The random streams of a batch of blocks, one per block, keyed by (seed, kind, epoch, block).
 
-    Vectorised draws: ``random(shape)`` (``shape[0]`` = the number of blocks) gives row ``b`` numbers that
-    depend only on row ``b``'s key and on how many draws came before, so a block gets the same masks in any
-    batch, on any device count and after a resume. ``streams[b]`` is instead a ``numpy`` Generator for row
-    ``b`` alone, for objectives that work one block at a time."""
+    ``random(shape)`` gives row ``b`` numbers that depend only on row ``b``'s key and on the draws before;
+    ``streams[b]`` is a numpy Generator for row ``b`` alone, for objectives that work block by block."""
 
     def __init__(self, seed: int, kind: int, epochs, ids) -> None:
         self.parts = [(int(seed), int(kind), int(e), int(i)) for e, i in zip(epochs, ids)]
@@ -126,9 +116,8 @@ def generators(seed: int, kind: int, epochs, ids) -> BlockStreams:
 
 
 def make_batch(objective, blocks: np.ndarray, ids, streams: BlockStreams) -> dict:
-    """The objective's batch of blocks ``ids``: in one call where the objective draws per row
-    (``batched = True``; with ``needs_corpus`` it also gets ``blocks``), else block by block, each with its own
-    generator, and stacked."""
+    """The objective's batch of blocks ``ids``: in one call when ``batched`` (with ``needs_corpus`` also given
+    ``blocks``), else block by block, each with its own generator, stacked."""
     import torch
 
     ids = np.asarray(ids, dtype=np.int64)

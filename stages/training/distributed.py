@@ -53,16 +53,11 @@ def average(value, d: Dist):
     return value / d.world
 
 
-def barrier(d: Dist) -> None:
+def shutdown(d: Dist) -> None:
+    """Wait for every process, then leave the process group."""
     if d.world > 1:
         import torch
 
         torch.distributed.barrier()
-
-
-def shutdown(d: Dist) -> None:
-    if d.world > 1:
-        import torch
-
         if torch.distributed.is_initialized():
             torch.distributed.destroy_process_group()

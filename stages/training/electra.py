@@ -1,20 +1,12 @@
 """ELECTRA's separate generator (Clark et al. 2020, sections 3.2 and 3.3): a smaller masked-LM transformer
 that shares the discriminator's word embeddings (input and output), used when ``train.generator_size`` > 0.
 
-The paper trains the generator and the discriminator jointly and finds generators of 1/4 to 1/2 of the
-discriminator's size best (Figure 3: a generator as large as the discriminator poses a task too hard for it,
-and trains slowly under the discriminator's loss weight); sharing the token embeddings beats not sharing
-(GLUE 84.3 against 83.6). Here the generator has the discriminator's depth, ``generator_size`` x its hidden
-size (at least 8), one attention head per 64 dimensions, a feed-forward 4x its width, the discriminator's
-architecture (DeBERTa-v2 with its convolution, or BERT), a projection from the shared embedding width in, and
-ELECTRA's output layer out (dense to the embedding width, GELU, LayerNorm, then the shared embedding matrix
-transposed plus a bias).
-
-The generator is saved beside the stock masked-LM model (``generator.safetensors``, its size in
-``generator.json``), as the discriminator's head is, so the folder still loads as the stock class and DAPT
-continues both. The stock class's own masked-LM head is then not trained: fine-tuning uses the
-discriminator's transformer, and the masked-LM scores of such a model are the generator's (the pre-training
-stage's held-out loss) rather than those of the saved class.
+It has the discriminator's depth and architecture, ``generator_size`` x its hidden size (at least 8; the paper
+finds 1/4 to 1/2 best), one attention head per 64 dimensions, a feed-forward 4x its width, a projection from
+the shared embedding width in, and ELECTRA's output layer out (dense, GELU, LayerNorm, then the shared
+embedding matrix transposed plus a bias). It is saved beside the stock masked-LM model
+(``generator.safetensors``, its size in ``generator.json``), so the folder still loads as the stock class and
+DAPT continues both; such a model's masked-LM scores are the generator's.
 """
 
 from __future__ import annotations
@@ -24,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-from stages.training.models import add_side_module
+from stages.training.models import add_side_module, save_tensors
 
 GENERATOR_FILE = "generator.safetensors"
 GENERATOR_CONFIG = "generator.json"
@@ -60,9 +52,8 @@ class Generator(torch.nn.Module):
 
 
 def attach_generator(model, *, size: float, seed: int, init=None) -> None:
-    """Give a masked-LM model a separate generator of ``size`` x its width as the submodule
-    ``electra_generator`` (so the optimizer and checkpoints include it); with ``init`` (a model folder that
-    holds one, e.g. the general model DAPT continues) the trained generator, which must be of that size."""
+    """Give a masked-LM model a generator of ``size`` x its width as the submodule ``electra_generator``;
+    with ``init`` (a model folder that holds one) the trained generator, which must be of that size."""
     saved = Path(init) / GENERATOR_CONFIG if init is not None else None
     if saved is not None and saved.is_file():
         was = json.loads(saved.read_text())["size"]
@@ -85,16 +76,13 @@ def attach_generator(model, *, size: float, seed: int, init=None) -> None:
 
 
 def save_generator(gen: Generator, folder) -> None:
-    from safetensors.torch import save_file
-
-    save_file({k: v.detach().cpu().contiguous() for k, v in gen.state_dict().items()}, str(Path(folder) / GENERATOR_FILE))
+    save_tensors(gen, Path(folder) / GENERATOR_FILE)
     (Path(folder) / GENERATOR_CONFIG).write_text(json.dumps({"size": gen.size, "hidden_size": gen.hidden}) + "\n")
 
 
 def generator_flops_per_token(gen: Generator, *, seq_len: int, select: float) -> float:
-    """Training FLOPs per input token of the generator: 6 x its transformer and input projection
-    (every position), its attention (12 x layers x width x seq_len, twice for DeBERTa's disentangled
-    scores), and its output layer (transform and the shared vocabulary projection) at the selected share."""
+    """Training FLOPs per input token of the generator: its transformer, input projection and attention at
+    every position, its output layer at the selected share."""
     cfg = gen.body.config
     per_position = sum(p.numel() for p in gen.body.parameters()) - gen.body.get_input_embeddings().weight.numel()
     per_position += sum(p.numel() for p in gen.proj_in.parameters())

@@ -1,17 +1,13 @@
 """Start a training stage in N data-parallel processes when the environment asks for it.
 
-``dvc repro`` runs the stage's plain ``python -m stages.pretrain ...`` command. When
-``LMPIPE_TRAIN_PROCESSES`` is above 1 (the Prefect flow sets it for training stages; it can also be set by
-hand), that command starts itself again under a launcher instead, with the same arguments::
+When ``LMPIPE_TRAIN_PROCESSES`` is above 1 (the Prefect flow sets it; it can be set by hand), the stage's
+plain ``python -m stages.pretrain ...`` starts itself again under a launcher, with the same arguments::
 
     LMPIPE_TRAIN_PROCESSES=8                          # processes on this machine (one per GPU)
     LMPIPE_TRAIN_LAUNCHER=torchrun | accelerate       # default torchrun
     LMPIPE_TRAIN_LAUNCH_ARGS="--nnodes 2 --node_rank 0 --rdzv_endpoint head:29500"   # several machines
 
-The processes then train data-parallel (``stages.training.distributed``), each on its slice of every global
-batch; the world size is part of the run's fingerprint and its metrics (``devices``). Like the Dask
-address, this is the environment's business, not a param: DVC records the training's own params, and the
-outputs of N processes match one process at N times the micro-batch (tested).
+The environment's business, not a param: N processes give the outputs of one at N times the micro-batch.
 """
 
 from __future__ import annotations

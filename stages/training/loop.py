@@ -1,13 +1,10 @@
-"""The one training loop (:func:`run_loop`): pre-training and DAPT of the three paradigms (:func:`train`; the
-objective is the only part that differs) and the fine-tuning stage's classifiers (early stopping on
-validation, best weights restored) run through it.
+"""The one training loop (:func:`run_loop`) of pre-training and DAPT (:func:`train`; only the objective differs
+between paradigms) and of the fine-tuning stage's classifiers (early stopping on validation, best weights restored).
 
-AdamW (fused on GPU; no weight decay on biases and norms), linear warmup then cosine decay, gradient-norm
-clipping, gradient accumulation, bf16 autocast on GPU, optional ``torch.compile``, DDP across processes.
-The loss stays on the device between log steps (no per-step host sync). Every ``log_every`` steps it is
-read, checked (a NaN or inf stops the run, keeping the last good checkpoint) and recorded with the learning
-rate; the live log (:mod:`stages.common.live`) gets tokens/s, model FLOP/s and MFU beside them (FLOP/s over
-the device's peak; the FLOPs per token are :func:`stages.training.models.flops_per_token`'s); every ``eval_every`` steps the held-out blocks are scored; every
+AdamW (fused; no weight decay on biases and norms), linear warmup then cosine decay, gradient-norm clipping,
+gradient accumulation, bf16 autocast where native, optional ``torch.compile``, DDP across processes. The loss
+stays on the device between log steps; every ``log_every`` steps it is read and checked (a NaN or inf stops
+the run, keeping the last good checkpoint), every ``eval_every`` steps the held-out blocks are scored, every
 ``checkpoint_every`` steps the run is saved, and a restarted run with the same fingerprint resumes there.
 """
 
@@ -77,28 +74,23 @@ def peak_flops(device: str, peak_tflops: float = 0.0) -> float | None:
 
 
 def make_optimizer(model, cfg: OptimizerConfig, device: str):
-    """AdamW, weight decay on matrices only."""
+    """Fused AdamW (one kernel for all parameters, on GPUs and CPUs), weight decay on matrices only."""
     import torch
 
-    decay = [p for p in model.parameters() if p.requires_grad and p.dim() >= 2]
-    no_decay = [p for p in model.parameters() if p.requires_grad and p.dim() < 2]
+    params = [p for p in model.parameters() if p.requires_grad]
     if cfg.scale_lr_by_rms:  # one group per tensor, so each can take its own step size (set_lr)
         groups = [{"params": [p], "weight_decay": cfg.weight_decay if p.dim() >= 2 else 0.0, "rms_scaled": True}
-                  for p in model.parameters() if p.requires_grad]
+                  for p in params]
     else:
-        groups = [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-    # Fused AdamW: one kernel for all parameters, on GPUs and (torch >= 2.4) on CPUs, where it measured
-    # about 3x faster per optimizer step than the default here.
+        groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": cfg.weight_decay},
+                  {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
     return torch.optim.AdamW(groups, lr=cfg.lr, betas=tuple(cfg.betas), fused=True)
 
 
 def set_lr(optimizer, lr: float) -> None:
     """Set this step's learning rate. A group made with ``scale_lr_by_rms`` takes ``lr`` times its tensor's
-    root mean square (at least 1e-3), as nanoT5's AdamWScale (Nawrot 2023) and Adafactor's relative step
-    size do: T5's initialisation gives the shared embedding an RMS of 1 and the other weights about
-    d_model ** -0.5, so under plain AdamW the embedding moves 10x slower relative to its size, and a small
-    T5 stays on the unigram plateau (benchmarks/transfer.md, "T5: an objective that transfers"). The RMS is
-    read at every step, as nanoT5 does, in one transfer (on a GPU the one host sync per step this option costs)."""
+    root mean square (at least 1e-3), read at every step as nanoT5's AdamWScale (Nawrot 2023) does
+    (benchmarks/transfer.md, "T5: an objective that transfers")."""
     import torch
 
     scaled = [g for g in optimizer.param_groups if g.get("rms_scaled")]
@@ -114,8 +106,7 @@ def set_lr(optimizer, lr: float) -> None:
 
 def native_bf16(device: str) -> bool:
     """Whether ``device`` multiplies bf16 matrices natively: a CUDA GPU that supports bf16, or a CPU with
-    AMX or AVX512-BF16 (Intel Cooper Lake / Sapphire Rapids and later, AMD Zen 4 and later). Elsewhere bf16
-    is emulated and slower than fp32."""
+    AMX or AVX512-BF16 (elsewhere bf16 is emulated and slower than fp32)."""
     import torch
 
     if device.startswith("cuda"):
@@ -126,10 +117,8 @@ def native_bf16(device: str) -> bool:
 
 
 def bf16_enabled(precision: str, device: str) -> bool:
-    """``bf16``: always; ``fp32``: never; ``auto``: where the device multiplies bf16 natively (the weights, the
-    optimizer state and the losses stay fp32 either way: autocast runs only the matrix products in bf16).
-    Measured on the 2-core reference CPU (AMX): 1.1-1.6x the fp32 speed of these small models' steps
-    (benchmarks/cpu_bf16.py)."""
+    """``bf16``: always; ``fp32``: never; ``auto``: where the device multiplies bf16 natively (autocast: only the
+    matrix products run in bf16; benchmarks/cpu_bf16.py)."""
     from stages.training.config import PRECISIONS
 
     if precision not in PRECISIONS:
@@ -137,8 +126,16 @@ def bf16_enabled(precision: str, device: str) -> bool:
     return precision == "bf16" or (precision == "auto" and native_bf16(device))
 
 
-def use_bf16(cfg: TrainConfig, device: str) -> bool:
-    return bf16_enabled(cfg.precision, device)
+@contextlib.contextmanager
+def progress_bar(total: int, enabled: bool, **kwargs):
+    """A tqdm bar over ``total`` steps (None when not ``enabled``), closed on exit."""
+    if not enabled:
+        yield None
+        return
+    from tqdm import tqdm
+
+    with tqdm(total=total, unit="step", dynamic_ncols=True, mininterval=1.0, **kwargs) as bar:
+        yield bar
 
 
 def to_device(batch: dict, device: str) -> dict:
@@ -148,9 +145,8 @@ def to_device(batch: dict, device: str) -> dict:
 
 
 def evaluate(model, objective, blocks: np.ndarray, cfg: TrainConfig, device: str, bf16: bool) -> dict:
-    """Loss over the held-out blocks, weighted by label tokens; perplexity (GPT) or masked-token accuracy
-    (BERT; with NSP / SOP also the pair head's accuracy) or target-token accuracy (T5). Masks are fixed per
-    block, so every evaluation is comparable."""
+    """Loss over the held-out blocks, weighted by label tokens, and accuracy (GPT: perplexity; NSP / SOP: the
+    pair head's accuracy). Masks are fixed per block, so every evaluation is comparable."""
     import torch
 
     n = min(cfg.eval_blocks, len(blocks))
@@ -217,9 +213,8 @@ class LoopConfig:
 
 @dataclass
 class Hooks:
-    """What the loop calls around the steps: ``row(step)`` adds to each history row and evaluation; ``evaluate(step)``
-    scores the model; ``early`` stops on a metric; ``checkpoint_dir`` (with ``fingerprint``) saves and resumes;
-    ``live`` (a :class:`stages.common.live.LiveLog`), ``bar`` (tqdm) and ``log`` report."""
+    """What the loop calls around the steps: ``row(step)`` adds to each history row and evaluation; ``evaluate``
+    scores; ``early`` stops; ``checkpoint_dir`` (with ``fingerprint``) saves and resumes; the rest report."""
 
     row: Callable[[int], dict] = lambda done: {}
     evaluate: Callable[[int], dict] | None = None
@@ -234,20 +229,11 @@ class Hooks:
 def run_loop(model, optimizer, cfg: LoopConfig, *, batches: Callable[[int], Sequence[dict]],
              loss: Callable[[dict], Any], lr: Callable[[int], float], tokens: Callable[[dict], int],
              hooks: Hooks | None = None, dist: Dist = Dist(), net=None) -> RunResult:
-    """The one training loop of pre-training, DAPT and fine-tuning: ``cfg.total`` optimizer steps over
-    ``batches(step)`` (the micro-batches of a step, on the host; called once per step, in order), each
-    ``loss(batch)`` (on ``dist.device``, under bf16 autocast when ``cfg.bf16``) averaged over the micro-batches,
-    gradients clipped to ``cfg.clip`` and the rate set to ``lr(step)`` (:func:`set_lr`).
-
-    Every ``log_every`` steps (and at the last) the mean loss since the last row is read (a NaN or inf stops
-    the run: :class:`TrainingDiverged`) and a ``history`` row ``{step, **row(step), loss, lr}`` recorded;
-    every ``eval_every`` steps ``evaluate(step)`` is recorded in ``evals`` beside ``row(step)``, and with
-    ``early`` the run stops after ``early.patience`` evaluations without a gain and ends with the best
-    evaluation's weights (``result.best``). With ``checkpoint_dir``, every ``checkpoint_every`` steps the model,
-    the optimizer and the records are saved, and a run with the same ``fingerprint`` resumes from there (a
-    checkpoint of another fingerprint is left to be overwritten). ``tokens(batch)``: the tokens a host batch
-    trains on (tokens/s, model FLOP/s, MFU); ``net``: what to call instead of ``model`` inside ``loss`` when it is
-    wrapped (DDP, compiled), for ``no_sync``."""
+    """``cfg.total`` optimizer steps over ``batches(step)`` (a step's micro-batches, on the host, asked for once
+    per step in order), each ``loss(batch)`` (on ``dist.device``) averaged over them, gradients clipped and the
+    rate set to ``lr(step)``; logging, evaluation, early stopping and checkpoints as :class:`LoopConfig` and
+    :class:`Hooks` say. ``tokens(batch)``: the tokens a host batch trains on (tokens/s, model FLOP/s, MFU);
+    ``net``: what ``loss`` calls instead of ``model`` when it is wrapped (DDP, compiled), for ``no_sync``."""
     import torch
 
     hooks = hooks or Hooks()
@@ -305,9 +291,7 @@ def run_loop(model, optimizer, cfg: LoopConfig, *, batches: Callable[[int], Sequ
         if done % log_every == 0 or done == total:
             mean = average(running / since, dist).item()
             if not math.isfinite(mean):
-                raise TrainingDiverged(
-                    f"step {done}: the training loss is {mean}; stopped. The last good checkpoint "
-                    f"({_last_saved(checkpoint_dir)}) is kept; lower the learning rate or check the data.")
+                raise _diverged(done, mean, checkpoint_dir)
             if device.startswith("cuda"):
                 torch.cuda.synchronize()
             now = time.perf_counter()
@@ -342,8 +326,7 @@ def run_loop(model, optimizer, cfg: LoopConfig, *, batches: Callable[[int], Sequ
         if checkpoint_dir is not None and dist.main and done % checkpoint_every == 0 and done < total and not stopped:
             paused = time.perf_counter()
             if since and not math.isfinite(running.item()):  # never save a diverged state
-                raise TrainingDiverged(f"step {done}: the training loss is {running.item()}; stopped. The last good "
-                                       f"checkpoint ({_last_saved(checkpoint_dir)}) is kept; lower the learning rate.")
+                raise _diverged(done, running.item(), checkpoint_dir)
             ckpt.save(checkpoint_dir, model, optimizer, {
                 "fingerprint": hooks.fingerprint, "step": done, "history": result.history, "evals": result.evals,
                 "running_loss": running.item(), "steps_since_log": since})
@@ -363,10 +346,8 @@ def run_loop(model, optimizer, cfg: LoopConfig, *, batches: Callable[[int], Sequ
 def train(model, objective, train_blocks: np.ndarray, eval_blocks: np.ndarray | None, cfg: TrainConfig, *,
           flops_per_token: float, seq_len: int, dist: Dist, checkpoint_dir: Path | None, fingerprint: str,
           log: Callable[[str], None] = print, progress: bool = True, live=None) -> RunResult:
-    """Pre-train (or adapt) ``model`` on ``train_blocks`` with ``objective`` until the budget is spent
-    (:func:`run_loop`); returns the record. ``history`` rows hold what the inputs determine (step, tokens,
-    loss, lr); the timings (tokens/s, model FLOP/s, MFU) go to ``live`` (a :class:`stages.common.live.LiveLog`
-    or anything with its ``start`` and ``log``) with the same rows, as they happen, and into the result."""
+    """Pre-train (or adapt) ``model`` on ``train_blocks`` until the budget is spent (:func:`run_loop`). ``history``
+    rows hold what the inputs determine; the timings go to ``live`` and into the result."""
     import torch
 
     from stages.training.distributed import wrap
@@ -374,7 +355,7 @@ def train(model, objective, train_blocks: np.ndarray, eval_blocks: np.ndarray | 
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     model.to(dist.device)
-    bf16 = use_bf16(cfg, dist.device)
+    bf16 = bf16_enabled(cfg.precision, dist.device)
     optimizer = make_optimizer(model, cfg.optimizer, dist.device)
     sampler = BlockSampler(rows=len(train_blocks), micro_batch=cfg.micro_batch, grad_accum=cfg.grad_accum,
                            world=dist.world, rank=dist.rank, seed=cfg.seed)
@@ -391,33 +372,24 @@ def train(model, objective, train_blocks: np.ndarray, eval_blocks: np.ndarray | 
         return [prepare(make_batch(objective, train_blocks, ids, generators(cfg.seed, TRAIN_KEY, epochs, ids)))
                 for ids, epochs in sampler.micro_batches(step)]
 
-    def evaluate_blocks(done: int) -> dict:
-        return evaluate(model, objective, eval_blocks, cfg, dist.device, bf16)
-
-    bar = None
-    if progress and dist.main:
-        from tqdm import tqdm
-
-        bar = tqdm(total=total, unit="step", dynamic_ncols=True, mininterval=1.0)
-    try:
+    with progress_bar(total, progress and dist.main) as bar:
         loop_cfg = LoopConfig(total=total, log_every=cfg.log_every, clip=cfg.clip, bf16=bf16, eval_every=cfg.eval_every,
                               checkpoint_every=cfg.checkpoint_every, flops_per_token=flops_per_token,
                               peak=peak_flops(dist.device, cfg.peak_tflops), sum_dtype="float32")
         hooks = Hooks(row=lambda done: {"tokens": done * tokens_per_step},
-                      evaluate=evaluate_blocks if eval_blocks is not None and len(eval_blocks) else None,
+                      evaluate=(lambda done: evaluate(model, objective, eval_blocks, cfg, dist.device, bf16))
+                      if eval_blocks is not None and len(eval_blocks) else None,
                       checkpoint_dir=checkpoint_dir, fingerprint=fingerprint, live=live, bar=bar, log=log)
         result = run_loop(model, optimizer, loop_cfg, batches=batches, loss=lambda batch: step_fn(**batch).loss,
                           lr=lambda step: lr_at(step, total, cfg.optimizer), tokens=lambda batch: cfg.micro_batch * seq_len,
                           hooks=hooks, dist=dist, net=net)
-    finally:
-        if bar is not None:
-            bar.close()
     result.tokens = total * tokens_per_step
     return result
 
 
-def _last_saved(folder: Path | None) -> str:
-    if folder is None:
-        return "none: checkpoints are off"
-    state = ckpt.read_state(folder)
-    return f"step {state['step']} in {folder}" if state else f"none yet in {folder}"
+def _diverged(done: int, loss: float, folder: Path | None) -> TrainingDiverged:
+    state = ckpt.read_state(folder) if folder is not None else None
+    saved = "none: checkpoints are off" if folder is None else f"step {state['step']} in {folder}" if state else \
+        f"none yet in {folder}"
+    return TrainingDiverged(f"step {done}: the training loss is {loss}; stopped. The last good checkpoint ({saved}) "
+                            "is kept; lower the learning rate or check the data.")

@@ -16,25 +16,22 @@ from stages.training.config import ModelConfig
 
 def model_config(layout: "BlockLayout", m: "ModelConfig"):
     """The transformers config for this paradigm and size."""
-    if layout.paradigm == "bert" and m.arch == "deberta_v2":
-        from transformers import DebertaV2Config
-
-        # DeBERTa-v2 as in He et al. 2021: relative positions (c2p + p2c, log buckets), no absolute position
-        # input, shared attention keys, the first layer's convolution over ``conv_kernel`` neighbours.
-        return DebertaV2Config(vocab_size=layout.vocab_size, hidden_size=m.d_model, num_hidden_layers=m.layers,
-                               num_attention_heads=m.heads, intermediate_size=m.d_ff, hidden_dropout_prob=m.dropout,
-                               attention_probs_dropout_prob=m.dropout, max_position_embeddings=max(512, layout.seq_len),
-                               pad_token_id=layout.pad_id, type_vocab_size=0, relative_attention=True,
-                               position_buckets=64, max_relative_positions=-1, pos_att_type=["p2c", "c2p"],
-                               position_biased_input=False, share_att_key=True, norm_rel_ebd="layer_norm",
-                               conv_kernel_size=m.conv_kernel)
     if layout.paradigm == "bert":
+        common = dict(vocab_size=layout.vocab_size, hidden_size=m.d_model, num_hidden_layers=m.layers,
+                      num_attention_heads=m.heads, intermediate_size=m.d_ff, hidden_dropout_prob=m.dropout,
+                      attention_probs_dropout_prob=m.dropout, max_position_embeddings=max(512, layout.seq_len),
+                      pad_token_id=layout.pad_id)
+        if m.arch == "deberta_v2":
+            from transformers import DebertaV2Config
+
+            # DeBERTa-v2 as in He et al. 2021: relative positions (c2p + p2c, log buckets), no absolute position
+            # input, shared attention keys, the first layer's convolution over ``conv_kernel`` neighbours.
+            return DebertaV2Config(**common, type_vocab_size=0, relative_attention=True, position_buckets=64,
+                                   max_relative_positions=-1, pos_att_type=["p2c", "c2p"], position_biased_input=False,
+                                   share_att_key=True, norm_rel_ebd="layer_norm", conv_kernel_size=m.conv_kernel)
         from transformers import BertConfig
 
-        return BertConfig(vocab_size=layout.vocab_size, hidden_size=m.d_model, num_hidden_layers=m.layers,
-                          num_attention_heads=m.heads, intermediate_size=m.d_ff, hidden_dropout_prob=m.dropout,
-                          attention_probs_dropout_prob=m.dropout, max_position_embeddings=max(512, layout.seq_len),
-                          pad_token_id=layout.pad_id, type_vocab_size=2)
+        return BertConfig(**common, type_vocab_size=2)
     if layout.paradigm == "gpt":
         from transformers import GPT2Config
 
@@ -76,13 +73,9 @@ def build_model(layout: "BlockLayout", m: "ModelConfig", *, seed: int):
 
 def local_position_bias(model, slope: float) -> None:
     """Start T5's relative position biases as a linear penalty on distance, ALiBi's form (Press et al. 2022):
-    bucket b of head h of n gets ``-slope * 2**(-8h/n) * d(b)``, d(b) the smallest distance in the bucket
-    (ALiBi's geometric slopes, scaled so the first head's is ``slope``): the first head attends to its
-    neighbours from the first step, the last one nearly everywhere, and the biases are learned from there.
-    With T5's own init (small random biases, no absolute positions) attention starts uniform and a position
-    learns nothing of its neighbours until the biases have been learned (benchmarks/transfer.md, "T5: an
-    objective that transfers").
-    The model stays a stock ``T5ForConditionalGeneration``: only initial values change."""
+    bucket b of head h of n gets ``-slope * 2**(-8h/n) * d(b)``, d(b) the smallest distance in the bucket, so
+    attention starts local rather than uniform (benchmarks/transfer.md, "T5: an objective that transfers").
+    Only initial values change: the model stays a stock ``T5ForConditionalGeneration``."""
     import torch
 
     cfg = model.config
@@ -104,13 +97,8 @@ def cross_attention_match(model, scale: float) -> None:
     """Start the first head of every decoder cross-attention as a token matcher: its query projection is
     ``scale`` x the identity and its key projection the identity on that head's ``d_kv`` coordinates (zero
     elsewhere), so the score of decoder position i for encoder position j is ``scale`` x the dot product of
-    their (normalised) states, largest where both hold the same token. Span corruption asks the decoder,
-    after it writes sentinel k, for the tokens the encoder saw at sentinel k; with random projections
-    attention starts uniform, and the decoder first learns to predict sentinels and word frequencies (a
-    plateau near loss 4.9) until matching is learned, after a number of steps that varies with the random
-    stream. Matched from the start, the model leaves that plateau in every stream measured
-    (benchmarks/transfer.md, "T5: an objective that transfers"). The other heads keep T5's initialisation,
-    and the model stays a stock ``T5ForConditionalGeneration``: only initial values change."""
+    their (normalised) states, largest where both hold the same token, as span corruption's decoder needs
+    (benchmarks/transfer.md, "T5: an objective that transfers"). Only initial values change."""
     import torch
 
     d_kv = model.config.d_kv
@@ -141,22 +129,13 @@ def load_model(path, paradigm: str):
 def flops_per_token(model, layout: "BlockLayout", *, predicted_fraction: float = 1.0,
                     targets_len: int | None = None) -> float:
     """Training FLOPs per input token: 6N + 12 * layers * d_model * seq_len (Kaplan et al. 2020; PaLM
-    appendix B; nanoGPT's MFU), N counting every parameter (the tied embedding is the output matmul).
+    appendix B), N counting every parameter (the tied embedding is the output matmul).
 
-    T5 runs its encoder on ``seq_len`` tokens but its decoder and output layer on only ``targets_len``, so
-    its decoder-side terms are scaled by ``targets_len / seq_len``, and its attention term counts the
-    encoder's self-attention plus the decoder's self- and cross-attention over their lengths. ``targets_len``
-    is the decoder width the objective uses (default: the layout's, span corruption's).
-
-    BERT trained through its sparse view (``stages.objectives.masked_lm.sparse_view``) computes its output
-    layer (transform + vocabulary projection) at ``predicted_fraction`` of the positions only (the MLM selection rate), so only that share
-    of those matmuls is counted: MFU counts the work done, not the work a dense head would do.
-
-    DeBERTa-v2's disentangled attention adds two score matrices (content-to-position and
-    position-to-content, each a ``seq_len`` x relative-positions product) to the content-to-content one,
-    so its attention term is counted twice: scores 3 x 2sd plus the weighted sum 2sd per token and layer,
-    against 2sd + 2sd for standard attention (the relative-position projections are a few per-sequence
-    matmuls, left out)."""
+    T5's decoder-side terms are scaled by ``targets_len / seq_len`` (the objective's decoder width; default the
+    layout's), and its attention counts the encoder's self-attention and the decoder's self- and cross-attention.
+    BERT's output layer (``stages.objectives.masked_lm.sparse_view``) runs at ``predicted_fraction`` of the
+    positions only, so only that share of it is counted. DeBERTa-v2's disentangled attention (two more score
+    matrices) counts its attention term twice."""
     n = sum(p.numel() for p in model.parameters())
     cfg = model.config
     if layout.paradigm != "t5":
@@ -175,10 +154,8 @@ def flops_per_token(model, layout: "BlockLayout", *, predicted_fraction: float =
 
 
 def attach_side_head(model, name: str, activation, outputs: int, *, file: str, seed: int, init=None) -> None:
-    """Attach ``dense(d, d) -> activation -> dense(d, outputs)`` as the submodule ``name`` (N(0,
-    initializer_range) weights from ``seed``, zero biases), so the optimizer and checkpoints include it, saved by
-    :func:`save_model` to ``file`` beside the model; with ``init`` (a model folder holding ``file``, e.g. the
-    general model DAPT continues) the trained weights."""
+    """Attach ``dense(d, d) -> activation -> dense(d, outputs)`` as the submodule ``name`` (N(0, initializer_range)
+    weights from ``seed``), saved by :func:`save_model` to ``file``; with ``init`` (a folder holding it) trained."""
     import torch
 
     d = model.config.hidden_size
@@ -194,7 +171,7 @@ def attach_side_head(model, name: str, activation, outputs: int, *, file: str, s
 
         head.load_state_dict(load_file(str(saved)))
     setattr(model, name, head.to(next(model.parameters()).device))
-    add_side_module(model, name, lambda module, folder: _save_tensors(module, Path(folder) / file))
+    add_side_module(model, name, lambda module, folder: save_tensors(module, Path(folder) / file))
 
 
 def add_side_module(model, name: str, save) -> None:
@@ -203,7 +180,8 @@ def add_side_module(model, name: str, save) -> None:
     model.__dict__.setdefault("side_modules", {})[name] = save
 
 
-def _save_tensors(module, path: Path) -> None:
+def save_tensors(module, path: Path) -> None:
+    """``module``'s state dict as a safetensors file."""
     from safetensors.torch import save_file
 
     save_file({k: v.detach().cpu().contiguous() for k, v in module.state_dict().items()}, str(path))

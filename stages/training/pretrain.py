@@ -41,9 +41,8 @@ def plot_tsv(history: list[dict], evals: list[dict]) -> str:
     buf = io.StringIO()
     w = csv.writer(buf, delimiter="\t", lineterminator="\n")
     w.writerow(["step", "tokens", "loss", "lr", "eval_loss"])
-    for row in history:
-        ev = by_step.get(row["step"], {})
-        w.writerow([row["step"], row["tokens"], row["loss"], f"{row['lr']:.3g}", ev.get("eval_loss", "")])
+    w.writerows([r["step"], r["tokens"], r["loss"], f"{r['lr']:.3g}", by_step.get(r["step"], {}).get("eval_loss", "")]
+                for r in history)
     return buf.getvalue()
 
 
@@ -90,10 +89,8 @@ def model_and_objective(cfg, layout, paradigm: str, init: Path | None, tokenizer
 def run(cfg, *, paradigm: str, stage: str, tokens_dir: Path, corpus: str, tokenizer_dir: Path, init: Path | None,
         out: Callable[[], Path], checkpoint_dir: Path | None, log=print, progress: bool = True,
         live_dir: Path | None = None, sources: list[Path] = ()) -> tuple[dict, str] | None:
-    """Train and save into the folder ``out()`` (asked for only by the process that saves); returns the metrics
-    and the curve's TSV (on the main process; None on the others).
-    ``live_dir``: the run's live log (:mod:`stages.common.live`). ``sources``: the ingest manifests of the
-    corpora behind the model; their sources and licences go into the folder's model card."""
+    """Train and save into ``out()`` (asked for by the saving process only); the metrics and the curve's TSV on
+    the main process, None on the others. ``sources``: ingest manifests whose licences go into the model card."""
     manifest, layout, train_blocks, eval_blocks = read_inputs(tokens_dir, tokenizer_dir, paradigm, corpus)
     corpora = stagecard.corpora(list(sources))
     dist = distributed.init()
@@ -127,7 +124,6 @@ def run(cfg, *, paradigm: str, stage: str, tokens_dir: Path, corpus: str, tokeni
         outcome = metrics, plot_tsv(result.history, result.evals)
         if checkpoint_dir is not None and checkpoint_dir.exists():
             shutil.rmtree(checkpoint_dir)  # the run finished: its model is the output, nothing to resume
-    distributed.barrier(dist)
     distributed.shutdown(dist)
     return outcome
 

@@ -1,11 +1,6 @@
-"""A fastText classifier (Joulin et al. 2017, "Bag of Tricks for Efficient Text Classification"): the average
-of word, word n-gram and character n-gram embeddings (hashed into ``bucket`` rows) fed to a linear softmax,
-trained by SGD. The library is ``fasttext-community`` (the maintained build of Facebook's fastText, imported
-as ``fasttext``); one thread and a fixed seed make a fit repeatable.
-
-The learning rate and the number of epochs are chosen on validation macro-F1 from ``lrs`` x ``epochs`` (ties:
-the earlier pair in that order); the test split scores the chosen model only. A choice at the edge of either
-grid is reported (``at_bound``): a wider grid might do better."""
+"""A fastText classifier (Joulin et al. 2017; the ``fasttext-community`` build, one thread and a fixed seed so a fit
+repeats): learning rate x epochs chosen on validation macro-F1 (ties: the earlier pair); ``at_bound`` when the choice
+is at the edge of either grid."""
 
 from __future__ import annotations
 
@@ -23,8 +18,7 @@ from stages.finetuning.metrics import scores
 @dataclass(frozen=True, kw_only=True)
 class FastTextConfig:
     """A fastText classifier (Joulin et al. 2017); the learning rate and epochs are chosen on validation
-    macro-F1 from `lrs` x `epochs`.
-    """
+    macro-F1 from `lrs` x `epochs`."""
 
     enabled: bool = True
     """Fit this baseline."""
@@ -76,7 +70,6 @@ def fit_score(train: tuple[list[str], np.ndarray], val: tuple[list[str], np.ndar
         import fasttext
     except ImportError as exc:  # a dependency of the project: only a broken install lands here
         raise ImportError("the fastText baseline needs the fasttext-community package (pip install -e .)") from exc
-
 
     start = time.perf_counter()
     val_lines, test_lines = [_line(t) for t in val[0]], [_line(t) for t in test[0]]

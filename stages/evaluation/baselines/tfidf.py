@@ -1,18 +1,7 @@
-"""TF-IDF features + a linear classifier, searched the way a careful practitioner searches it, on validation.
-
-Features (Manning, Raghavan & Schuetze 2008, ch. 6; Wang & Manning 2012): ``word`` n-grams, ``char``
-n-grams inside word boundaries (scikit-learn's ``char_wb``), or ``word+char`` side by side; sublinear tf
-(1 + log tf), rows L2-normalised, fitted on the training sample only. Classifier: a linear SVM (``svm``,
-liblinear's one-vs-rest squared hinge) or multinomial logistic regression (``logreg``), each with class
-weights ``none`` or ``balanced`` (inversely proportional to the sample's label counts).
-
-Every feature set x classifier x class weighting gets its own walk over the regularisation strength ``C``
-on a log grid (``c_start`` times powers of ``c_step``): from ``c_start`` upwards and downwards, each
-direction going on until ``patience`` steps in a row brought no better validation macro-F1 or it reaches
-``c_min`` / ``c_max``. So the chosen ``C`` always has tried neighbours on both sides unless it sits on a
-bound, which the result says (``at_bound``). The best validation macro-F1 over all of it chooses the
-settings (ties: the earlier feature set, classifier and weighting in the config's order, then the smaller
-C); the test split scores that one model and chooses nothing."""
+"""TF-IDF features (sublinear tf, L2 rows; word n-grams, ``char_wb`` n-grams or both side by side) + a linear SVM or
+logistic regression, searched on validation: each feature set x classifier x class weighting walks over C on a log
+grid from ``c_start`` both ways until ``patience`` steps bring nothing better or a bound is reached (``at_bound``).
+The best validation macro-F1 chooses (ties: config order, then the smaller C); test scores that model only."""
 
 from __future__ import annotations
 
@@ -34,8 +23,7 @@ CLASSIFIERS = ("svm", "logreg")
 @dataclass(frozen=True, kw_only=True)
 class TfidfConfig:
     """TF-IDF features + a linear classifier. Each feature set x classifier x class weighting walks over C on a
-    log grid from `c_start`, both ways; the best validation macro-F1 chooses.
-    """
+    log grid from `c_start`, both ways; the best validation macro-F1 chooses."""
 
     enabled: bool = True
     """Fit this baseline."""
@@ -97,36 +85,19 @@ def settings_words(settings: dict) -> str:
     return f"{settings['features']}, {settings['classifier']}, {settings['class_weight']}, C {settings['c']:.3g}"
 
 
-def _vectorizer(kind: str, cfg: TfidfConfig):
-    from sklearn.feature_extraction.text import TfidfVectorizer
-
-    if kind == "word":
-        return TfidfVectorizer(ngram_range=tuple(cfg.word_ngrams), sublinear_tf=True, min_df=cfg.min_df)
-    return TfidfVectorizer(analyzer="char_wb", ngram_range=tuple(cfg.char_ngrams), sublinear_tf=True,
-                           min_df=cfg.min_df)
-
-
 def featurise(texts: tuple[list[str], list[str], list[str]], cfg: TfidfConfig) -> dict[str, tuple]:
     """Feature set -> (train, validation, test) matrices; each vectoriser is fitted on the training texts."""
     from scipy import sparse
+    from sklearn.feature_extraction.text import TfidfVectorizer
 
     base = {}
     for kind in {k for f in cfg.features for k in f.split("+")}:
-        vec = _vectorizer(kind, cfg)
+        vec = TfidfVectorizer(ngram_range=tuple(cfg.word_ngrams if kind == "word" else cfg.char_ngrams),
+                              analyzer="word" if kind == "word" else "char_wb", sublinear_tf=True, min_df=cfg.min_df)
         base[kind] = (vec.fit_transform(texts[0]), vec.transform(texts[1]), vec.transform(texts[2]))
     return {f: base[f] if "+" not in f else
             tuple(sparse.hstack([base[k][i] for k in f.split("+")]).tocsr() for i in range(3))
             for f in cfg.features}
-
-
-def _classifier(kind: str, c: float, weight: str, cfg: TfidfConfig, seed: int):
-    from sklearn.linear_model import LogisticRegression
-    from sklearn.svm import LinearSVC
-
-    cw = None if weight == "none" else "balanced"
-    if kind == "svm":
-        return LinearSVC(C=c, class_weight=cw, max_iter=cfg.max_iter, random_state=seed)
-    return LogisticRegression(C=c, class_weight=cw, max_iter=cfg.max_iter, random_state=seed)
 
 
 def walk(score, cfg: TfidfConfig) -> list[tuple[float, float, object]]:
@@ -155,6 +126,9 @@ def walk(score, cfg: TfidfConfig) -> list[tuple[float, float, object]]:
 def fit_score(train: tuple[list[str], np.ndarray], val: tuple[list[str], np.ndarray],
               test: tuple[list[str], np.ndarray], num_labels: int, cfg: TfidfConfig, *, seed: int = 0) -> dict:
     """Search on ``val``, score the chosen model on ``test``. Pure: same in, same out."""
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.svm import LinearSVC
+
     start = time.perf_counter()
     if len(np.unique(train[1])) < 2:  # a sample with one class: the classifier is that class
         only = int(train[1][0])
@@ -172,7 +146,9 @@ def fit_score(train: tuple[list[str], np.ndarray], val: tuple[list[str], np.ndar
                 def score(c: float):
                     with warnings.catch_warnings():  # a walk's far end may stop short of convergence; it loses
                         warnings.simplefilter("ignore")
-                        clf = _classifier(kind, c, weight, cfg, seed).fit(x_train, train[1])
+                        clf = (LinearSVC if kind == "svm" else LogisticRegression)(
+                            C=c, class_weight=None if weight == "none" else "balanced", max_iter=cfg.max_iter,
+                            random_state=seed).fit(x_train, train[1])
                     return scores(val[1], clf.predict(x_val), num_labels)["macro_f1"], clf
 
                 path = walk(score, cfg)

@@ -9,7 +9,7 @@ import torch
 from stages.pretrain import main
 from stages.tokenization.layout import BlockLayout
 from stages.training.config import ModelConfig, TrainConfig
-from stages.training.loop import make_optimizer, use_bf16
+from stages.training.loop import bf16_enabled, make_optimizer
 from stages.training.models import build_model
 from tests.unit.training.conftest import read_json, write_params
 
@@ -36,12 +36,12 @@ def test_optimizer_is_fused_and_skips_decay_on_biases_and_norms():
 def test_precision_choice(monkeypatch):
     import stages.training.loop as loop
 
-    assert use_bf16(TrainConfig(precision="bf16"), "cpu") is True
-    assert use_bf16(TrainConfig(precision="fp32"), "cuda:0") is False
+    assert bf16_enabled(TrainConfig(precision="bf16").precision, "cpu") is True
+    assert bf16_enabled(TrainConfig(precision="fp32").precision, "cuda:0") is False
     for native in (False, True):  # auto follows the device's native bf16 support
         monkeypatch.setattr(loop, "native_bf16", lambda device, native=native: native)
-        assert use_bf16(TrainConfig(precision="auto"), "cpu") is native
-        assert use_bf16(TrainConfig(precision="fp32"), "cpu") is False
+        assert bf16_enabled(TrainConfig(precision="auto").precision, "cpu") is native
+        assert bf16_enabled(TrainConfig(precision="fp32").precision, "cpu") is False
     with pytest.raises(ValueError, match="precision"):
         loop.bf16_enabled("fp16", "cpu")
 

@@ -44,6 +44,31 @@ class _TooLarge(Exception):
     pass
 
 
+async def _read_body(receive, max_bytes: int) -> list[dict] | None:
+    """The request's messages up to its last body part (or a disconnect), or None once the body passes
+    ``max_bytes`` (the rest is not read)."""
+    messages, seen = [], 0
+    while True:
+        messages.append(await receive())
+        if messages[-1].get("type") != "http.request":
+            return messages
+        seen += len(messages[-1].get("body", b""))
+        if seen > max_bytes:
+            return None
+        if not messages[-1].get("more_body"):
+            return messages
+
+
+def _replay(messages: list[dict], receive):
+    """An ASGI ``receive`` that gives ``messages`` again, in order, then defers to ``receive``."""
+    pending = list(messages)
+
+    async def replayed():
+        return pending.pop(0) if pending else await receive()
+
+    return replayed
+
+
 async def _reject(send, status: int, message: str, headers: tuple = ()) -> None:
     body = json.dumps({"error": message}).encode("utf-8")
     await send({"type": "http.response.start", "status": status,
@@ -202,6 +227,11 @@ class RequestGuard:
                 return await _reject(send, 400, "Content-Length is not a number")
             if n > self.max_bytes:
                 return await _reject(send, 413, f"request body of {n} bytes is over the limit of {self.max_bytes}")
+        if length is None:  # a chunked body: read it first (it is bounded), so an oversized one never reaches the app
+            messages = await _read_body(receive, self.max_bytes)
+            if messages is None:
+                return await _reject(send, 413, f"request body over the limit of {self.max_bytes} bytes")
+            receive = _replay(messages, receive)
         seen, started = 0, False
 
         async def counted_receive():

@@ -271,6 +271,9 @@ def test_oversized_and_unparseable_bodies_get_a_4xx_not_a_5xx(served):
     big = b'{"texts": ["' + b"x" * 2_000_000 + b'"]}'
     resp = client.request("POST", "/classify", content=big, headers={"content-type": "application/json"})
     assert resp.status_code == 413 and "over the limit" in resp.json()["error"], (resp.status_code, resp.text)
+    chunked = iter([b'{"texts": ["', *[b"x" * 100_000] * 20, b'"]}'])  # no Content-Length: Transfer-Encoding: chunked
+    resp = client.request("POST", "/classify", content=chunked, headers={"content-type": "application/json"})
+    assert resp.status_code == 413 and "over the limit" in resp.json()["error"], (resp.status_code, resp.text)
     assert client.classify(texts=["An IRC client for the terminal"])  # the guard lets valid requests through
 
 

@@ -61,6 +61,22 @@ def test_oversized_bodies_get_413_by_length_or_as_they_stream():
     assert status == 413 and "over the limit of 10" in json.loads(body)["error"]
 
 
+def test_an_oversized_chunked_body_gets_413_from_a_framework_that_answers_errors_itself():
+    """A Starlette app (as BentoML's) turns an exception while reading the body into a 500: a chunked body over
+    the limit must be refused before the app reads it, and one within the limit must reach it whole."""
+    from starlette.applications import Starlette
+    from starlette.responses import PlainTextResponse
+    from starlette.routing import Route
+
+    async def size(request):
+        return PlainTextResponse(str(len(await request.body())))
+
+    app = RequestGuard(Starlette(routes=[Route("/classify", size, methods=["POST"])]), max_bytes=10)
+    status, body = _call(app, headers=[("transfer-encoding", "chunked")], chunks=[b"x" * 6, b"x" * 6])
+    assert status == 413 and "over the limit of 10" in json.loads(body)["error"]
+    assert _call(app, headers=[("transfer-encoding", "chunked")], chunks=[b"x" * 4, b"x" * 6]) == (200, b"10")
+
+
 def test_multipart_without_boundary_and_a_bad_length_get_400():
     app = RequestGuard(_echo, max_bytes=10)
     status, body = _call(app, headers=[("content-type", "multipart/form-data")])

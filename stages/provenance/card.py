@@ -53,36 +53,28 @@ def _stage_setting(record: dict, stage: str, *keys: str):
     return None
 
 
-def _training_stages(record: dict, stage: str | None) -> list[str]:
-    """The pre-training and DAPT stages upstream of ``stage`` (itself included), in training order."""
-    return [s for s in _upstream(record, stage) if s.split("@", 1)[0] in ("pretrain", "dapt")]
-
-
 def _objective(record: dict, stage: str) -> str:
     return objective_text(stage.partition("@")[2], _stage_setting(record, stage, "train", "objective"),
                           _stage_setting(record, stage, "train", "mlm_select"),
                           _stage_setting(record, stage, "train", "generator_size"))
 
 
-def _model_config(record: dict, stage: str | None) -> dict | None:
-    """The model section of ``stage``'s params (the architecture it built), or None without a stage."""
-    if not stage:
-        return None
-    return {key: _stage_setting(record, stage, "model", key) for key in ("arch", "layers", "d_model", "heads", "d_ff")}
-
-
-def _training(record: dict, stages: list[str]) -> list[dict]:
-    """Each training stage's corpus, objective and tokens, as a folder card's ``training`` holds them."""
-    metrics = {s: _stage_metrics(record, s) for s in stages}
-    return [{"stage": s, "corpus": m.get("corpus"), "objective": _objective(record, s), "tokens": m.get("tokens")}
-            for s, m in metrics.items()]
-
-
-def _corpora(record: dict, stages: list[str]) -> dict:
-    """The raw sources of every corpus ingested by ``stages``, as a folder card's ``corpora`` holds them."""
-    return {corpus: {"stage": info["stage"], "documents": (info.get("counts") or {}).get("documents"),
-                     "sources": info.get("sources") or []}
-            for corpus, info in (record.get("sources") or {}).items() if info.get("stage") in stages}
+def _upstream_facts(record: dict, stage: str | None, pretrained: bool = True) -> dict:
+    """The card facts of what is upstream of ``stage``, as a folder's ``card.json`` holds them: the architecture
+    (from the first pre-training stage's params), each pre-training and DAPT stage's corpus, objective and tokens
+    (none when not ``pretrained``), and the raw sources of every corpus."""
+    upstream = _upstream(record, stage)
+    training = [s for s in upstream if s.split("@", 1)[0] in ("pretrain", "dapt")]
+    backbone = training[0] if training else None  # the config a random-init model was built from, too
+    return {"model_config": {key: _stage_setting(record, backbone, "model", key)
+                             for key in ("arch", "layers", "d_model", "heads", "d_ff")} if backbone else None,
+            "training": [{"stage": s, "corpus": _stage_metrics(record, s).get("corpus"),
+                          "objective": _objective(record, s), "tokens": _stage_metrics(record, s).get("tokens")}
+                         for s in (training if pretrained else [])],
+            "corpora": {corpus: {"stage": info["stage"], "documents": (info.get("counts") or {}).get("documents"),
+                                 "sources": info.get("sources") or []}
+                        for corpus, info in (record.get("sources") or {}).items() if info.get("stage") in upstream},
+            "lineage": {"stage": stage or UNKNOWN, "where": f"params of {backbone}"}}
 
 
 def _task_name(record: dict, stage: str | None) -> str | None:
@@ -163,20 +155,14 @@ def _classifier_facts(record: dict) -> dict:
     knows (``lineage``: its stage, files, gate and baseline)."""
     model = record.get("model") or {}
     stage, init = model.get("stage"), model.get("init")
-    training = _training_stages(record, stage)
-    backbone = training[0] if training else None  # the config a random-init model was built from, too
-    if init == "random":  # the pre-trained folder gave the architecture only, none of the weights
-        training = []
+    f = _upstream_facts(record, stage, init != "random")  # random init: the architecture only, none of the weights
     scores = _classifier_scores(record)
-    return {"kind": "finetune", "labels": model.get("labels") or [], "task": _task_name(record, stage),
+    f["lineage"].update(gate=_gate_lines(record, model.get("name")), baseline=_baseline(record, scores),
+                        files=f"{len(model.get('files') or {})}, md5 {model.get('md5') or UNKNOWN}")
+    return {**f, "kind": "finetune", "labels": model.get("labels") or [], "task": _task_name(record, stage),
             "paradigm": model.get("paradigm"), "init": init, "scores": scores, "parameters": model.get("parameters"),
-            "model_config": _model_config(record, backbone),
             "head": _stage_setting(record, stage, "head") if stage else None,
-            "max_len": (_stage_setting(record, stage, "max_len") if stage else None) or None,
-            "training": _training(record, training), "corpora": _corpora(record, _upstream(record, stage)),
-            "lineage": {"stage": stage or UNKNOWN, "where": f"params of {backbone}",
-                        "gate": _gate_lines(record, model.get("name")), "baseline": _baseline(record, scores),
-                        "files": f"{len(model.get('files') or {})}, md5 {model.get('md5') or UNKNOWN}"}}
+            "max_len": (_stage_setting(record, stage, "max_len") if stage else None) or None}
 
 
 def classifier_card(record: dict, by: str = PACKAGE) -> str:
@@ -193,26 +179,23 @@ def _generative_facts(record: dict, source: str, packaged: bool = True) -> dict:
     kind, _, paradigm = (stage or "").partition("@")
     paradigm = paradigm or None
     metrics = _stage_metrics(record, stage) if stage else {}
-    training = _training_stages(record, stage)
-    backbone = training[0] if training else None
     intrinsic = ((_evaluation(record).get("intrinsic") or {}).get(paradigm) or {}).get(kind) or {}
     gate = record.get("model_gate") if isinstance(record.get("model_gate"), dict) else {}
-    return {"kind": kind, "paradigm": paradigm, "corpus": metrics.get("corpus"), "parameters": metrics.get("parameters"),
-            "objective": _objective(record, stage) if stage else UNKNOWN, "scores": metrics,
-            "model_config": _model_config(record, backbone), "training": _training(record, training),
-            "corpora": _corpora(record, _upstream(record, stage)),
-            "lineage": {
-                "stage": stage or UNKNOWN, "where": f"params of {backbone}",
-                "source": f"`{source}`, written by {stage or UNKNOWN}",
-                "served": (f"the Bento's `{ENDPOINT[paradigm]}` endpoint" + ("" if packaged else ", where the package "
-                           "stage ships it (`package.generative`)")) if paradigm in ENDPOINT else UNKNOWN,
-                "held_out": [(f"evaluation on held-out {corpus} blocks",
-                              ", ".join(f"{k} {score(v)}" for k, v in sorted(values.items()) if k != "blocks") or UNKNOWN)
-                             for corpus, values in sorted(intrinsic.items()) if isinstance(values, dict)],
-                "gate": f"Not judged by the model gate, which chooses among fine-tuned classifiers; this model "
-                        f"{'ships beside' if packaged else 'is upstream of'} the classifier "
-                        f"`{(record.get('model') or {}).get('name') or UNKNOWN}`, whose verdict was "
-                        f"**{'PASSED' if gate.get('passed') else 'FAILED' if 'passed' in gate else UNKNOWN}**."}}
+    f = _upstream_facts(record, stage)
+    f["lineage"].update(
+        source=f"`{source}`, written by {stage or UNKNOWN}",
+        served=(f"the Bento's `{ENDPOINT[paradigm]}` endpoint" + ("" if packaged else ", where the package stage "
+                "ships it (`package.generative`)")) if paradigm in ENDPOINT else UNKNOWN,
+        held_out=[(f"evaluation on held-out {corpus} blocks",
+                   ", ".join(f"{k} {score(v)}" for k, v in sorted(values.items()) if k != "blocks") or UNKNOWN)
+                  for corpus, values in sorted(intrinsic.items()) if isinstance(values, dict)],
+        gate=f"Not judged by the model gate, which chooses among fine-tuned classifiers; this model "
+             f"{'ships beside' if packaged else 'is upstream of'} the classifier "
+             f"`{(record.get('model') or {}).get('name') or UNKNOWN}`, whose verdict was "
+             f"**{'PASSED' if gate.get('passed') else 'FAILED' if 'passed' in gate else UNKNOWN}**.")
+    return {**f, "kind": kind, "paradigm": paradigm, "corpus": metrics.get("corpus"),
+            "parameters": metrics.get("parameters"), "objective": _objective(record, stage) if stage else UNKNOWN,
+            "scores": metrics}
 
 
 def generative_card(record: dict, source: str, by: str = PACKAGE) -> str:

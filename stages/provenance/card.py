@@ -6,7 +6,7 @@ from __future__ import annotations
 from stages.provenance.chain import render as render_chain
 from stages.provenance.record import Lock
 
-from stages.provenance.stagecard import (CARD_FILE, UNKNOWN, cell, classifier_sections, count,  # noqa: F401
+from stages.provenance.stagecard import (ARCH_KEYS, CARD_FILE, UNKNOWN, cell, classifier_sections, count,
                                          generative_sections, objective_text, render_sections, score, table,
                                          task_name, tokens_table)
 
@@ -66,8 +66,7 @@ def _upstream_facts(record: dict, stage: str | None, pretrained: bool = True) ->
     upstream = _upstream(record, stage)
     training = [s for s in upstream if s.split("@", 1)[0] in ("pretrain", "dapt")]
     backbone = training[0] if training else None  # the config a random-init model was built from, too
-    return {"model_config": {key: _stage_setting(record, backbone, "model", key)
-                             for key in ("arch", "layers", "d_model", "heads", "d_ff")} if backbone else None,
+    return {"model_config": {k: _stage_setting(record, backbone, "model", k) for k in ARCH_KEYS} if backbone else None,
             "training": [{"stage": s, "corpus": _stage_metrics(record, s).get("corpus"),
                           "objective": _objective(record, s), "tokens": _stage_metrics(record, s).get("tokens")}
                          for s in (training if pretrained else [])],

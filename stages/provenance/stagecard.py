@@ -25,6 +25,7 @@ SOURCE_KEYS = ("kind", "description", "licence", "pin", "packages", "records", "
 # ... and what a folder's card keeps of it (the downloads' hashes stay in the ingest manifest and the record).
 CARD_SOURCE_KEYS = ("kind", "description", "licence", "pin", "records")
 
+ARCH_KEYS = ("arch", "layers", "d_model", "heads", "d_ff")  # what a card says of a model config section
 WEIGHTS = {"pretrain": "pre-trained", "dapt": "pre-trained, then domain-adapted (DAPT)"}
 
 
@@ -53,10 +54,10 @@ def table(rows: list[tuple[str, str]], head: tuple[str, str] = ("", "")) -> list
     return [f"| {head[0]} | {head[1]} |", "|---|---|"] + [f"| {cell(k)} | {cell(v)} |" for k, v in rows]
 
 
-def render_sections(title: str, intro: list[str], sections: list[tuple[str, list[str]]], level: int = 2) -> str:
-    lines = [f"{'#' * (level - 1)} {title}", "", *intro]
+def render_sections(title: str, intro: list[str], sections: list[tuple[str, list[str]]]) -> str:
+    lines = [f"# {title}", "", *intro]
     for heading, body in sections:
-        lines += ["", f"{'#' * level} {heading}", "", *body]
+        lines += ["", f"## {heading}", "", *body]
     return "\n".join(lines).rstrip() + "\n"
 
 
@@ -73,11 +74,10 @@ def objective_text(paradigm: str, objective, select, generator_size=None) -> str
 def architecture_text(model: dict | None, where: str | None = None) -> str:
     """``deberta_v2, 2 layers, 128 d_model, ...`` from a model config section; ``where`` names its source."""
     model = {k: v for k, v in (model or {}).items() if v is not None}
-    if not any(k in model for k in ("arch", "layers", "d_model", "heads", "d_ff")):
+    if not any(k in model for k in ARCH_KEYS):
         return UNKNOWN
     parts = [str(model["arch"])] if "arch" in model else []
-    parts += [f"{model[k]} {label}" for k, label in (("layers", "layers"), ("d_model", "d_model"),
-                                                      ("heads", "heads"), ("d_ff", "d_ff")) if k in model]
+    parts += [f"{model[k]} {k}" for k in ARCH_KEYS[1:] if k in model]
     return ", ".join(parts) + (f" ({where})" if where else "")
 
 

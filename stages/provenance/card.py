@@ -198,8 +198,7 @@ def _generative_facts(record: dict, source: str, packaged: bool = True) -> dict:
 
 
 def generative_card(record: dict, source: str, by: str = PACKAGE) -> str:
-    """The card of the pre-trained model from ``source`` (a folder the record holds) shipped beside the
-    classifier."""
+    """The card of the pre-trained model from ``source`` (a folder the record holds), shipped beside the classifier."""
     f = _generative_facts(record, source, by == PACKAGE)
     whose = f"the classifier `{(record.get('model') or {}).get('name') or UNKNOWN}`'s"  # it travels with that model
     return render_sections(f"Model card: {f['paradigm'] or UNKNOWN} from {source} (lm-pipeline, pre-trained)",
@@ -234,8 +233,8 @@ def bento_card(record: dict, served: dict) -> str:
     for paradigm, g in sorted(generative.items()):
         f = _generative_facts(record, g.get("source") or "")
         sections.append((f"Pre-trained {paradigm} ({g.get('tag') or UNKNOWN})", [
-            f"From `{g.get('source') or UNKNOWN}` ({f['lineage']['stage']}): {count(f['parameters'])} "
-            f"parameters, {count(tokens_table(f['training'])[1])} training tokens, objective {f['objective']}, held-out loss "
+            f"From `{g.get('source') or UNKNOWN}` ({f['lineage']['stage']}): {count(f['parameters'])} parameters, "
+            f"{count(tokens_table(f['training'])[1])} training tokens, objective {f['objective']}, held-out loss "
             f"{score(f['scores'].get('eval_loss'))}. Not judged by the model gate; its own card is the model's "
             f"`{CARD_FILE}`."]))
     sections.append(("Lineage", ["The chain from raw sources to this Bento (`python -m stages.lineage` prints it "

@@ -17,7 +17,8 @@ KEY_METRICS = {
 }
 # The chain's steps after the raw sources: each kind of stage, in order, and its heading.
 STEPS = {"ingest": "Ingest", "clean": "Cleaning", "tokenizer": "Tokenizer", "tokens": "Token datasets",
-         "pretrain": "Pre-training", "dapt": "DAPT", "finetune": "Fine-tuning", "evaluate": "Evaluation and the model gate"}
+         "pretrain": "Pre-training", "dapt": "DAPT", "finetune": "Fine-tuning",
+         "evaluate": "Evaluation and the model gate"}
 
 
 def _fmt(value) -> str:
@@ -63,8 +64,7 @@ def _stage_lines(name: str, entry: dict, record: dict) -> list[str]:
 
 
 def render(record: dict, bento: dict | None = None) -> str:
-    """The chain as text. ``bento``: the Bento's tag, model tag and, for an exported file, its path and
-    SHA-256."""
+    """The chain as text. ``bento``: the Bento's tag, model tag and, for an exported file, its path and SHA-256."""
     model, git = record["model"], record.get("git") or {}
     lines = []
     if bento:

@@ -259,7 +259,8 @@ TERMS = ("- The training data's terms (above) come with the model: read each sou
 
 def data_lines(f: dict, classifier: bool) -> list[str]:
     """A card's Training data section: the raw sources of every corpus behind the model, with their terms."""
-    behind = "its tokenizer's, its pre-training's and the task's" if classifier else "its tokenizer's and its training's"
+    behind = ("its tokenizer's, its pre-training's and the task's" if classifier
+              else "its tokenizer's and its training's")
     where = "upstream of this model" if f.get("lineage") else f"behind this model ({behind})"
     return [f"Raw sources of every corpus {where}{', as ingested' if classifier else ''}, with their licence terms:",
             "", *corpora_lines(f.get("corpora"))]

@@ -45,8 +45,7 @@ def _packaged_item(name: str, files: dict[str, str], model_yaml: dict) -> dict:
 
 
 def _member_name(name: str) -> str:
-    """An archive member's path inside the Bento (``./bento.yaml`` -> ``bento.yaml``; a leading dot of a file
-    name is kept)."""
+    """An archive member's path inside the Bento (``./bento.yaml`` -> ``bento.yaml``; a file name's dot is kept)."""
     while name.startswith("./"):
         name = name[2:]
     return name.lstrip("/")
@@ -217,8 +216,9 @@ def from_bento_folder(folder: Path, tag: str | None = None) -> Target:
         raise LineageError(f"{folder}: no packaged model in this Bento carries lineage.json")
     layout, irregular = bento_layout(folder, paths)
     files = {rel: sha256_path(p) for rel, p in layout.items()}
-    # byte-code caches too (folder_manifest skips them): a server would run them
-    src = {rel: md5_file(p) for rel, p in folder_files(folder / "src")[0].items()} if (folder / "src").is_dir() else None
+    src = None  # byte-code caches too (folder_manifest skips them): a server would run them
+    if (folder / "src").is_dir():
+        src = {rel: md5_file(p) for rel, p in folder_files(folder / "src")[0].items()}
     seal = {name: (folder / name).read_bytes() for name in (MANIFEST_FILE, SIGNATURE_FILE)
             if (folder / name).is_file()}
     return Target(record=record, bento={"tag": tag or f"{info.get('name')}:{info.get('version')}",

@@ -93,13 +93,9 @@ def _gate_lines(record: dict, name: str | None = None) -> list[str]:
              f"{gate.get('selected_by') or UNKNOWN} (`{record.get('model_gate_path') or 'model gate'}`)."]
     if name is not None and gate.get("selected") not in (None, name):
         lines.append(f"Note: the gate selected `{gate.get('selected')}`, not this model (`{name}`).")
-    checks = gate.get("checks") or []
-    if checks:
-        lines += ["", "| check | value | minimum | result |", "|---|---|---|---|"]
-        for c in checks:
-            lines.append(f"| {cell(c.get('check') or UNKNOWN)} | {score(c.get('value'))} | "
-                         f"{score(c.get('minimum'))} | {'passed' if c.get('passed') else 'FAILED'} |")
-    return lines
+    checks = [(c.get("check") or UNKNOWN, score(c.get("value")), score(c.get("minimum")),
+               "passed" if c.get("passed") else "FAILED") for c in gate.get("checks") or []]
+    return lines + (["", *table(checks, ("check", "value", "minimum", "result"))] if checks else [])
 
 
 PACKAGE = "the package stage"

@@ -50,8 +50,9 @@ def cell(text: str) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 
 
-def table(rows: list[tuple[str, str]], head: tuple[str, str] = ("", "")) -> list[str]:
-    return [f"| {head[0]} | {head[1]} |", "|---|---|"] + [f"| {cell(k)} | {cell(v)} |" for k, v in rows]
+def table(rows: list[tuple], head: tuple[str, ...]) -> list[str]:
+    """A Markdown table of ``rows`` under ``head``, its cells escaped."""
+    return [f"| {' | '.join(head)} |", "|" + "---|" * len(head)] + [f"| {' | '.join(map(cell, row))} |" for row in rows]
 
 
 def render_sections(title: str, intro: list[str], sections: list[tuple[str, list[str]]]) -> str:
@@ -210,16 +211,12 @@ def corpora_lines(corpora_: dict) -> list[str]:
 
 
 def tokens_table(training: list[dict] | None) -> tuple[list[str], object]:
-    rows, total = ["| stage | corpus | objective | tokens |", "|---|---|---|---|"], 0
-    for t in training or []:
-        tokens = t.get("tokens")
-        if isinstance(tokens, (int, float)) and not isinstance(tokens, bool) and total is not None:
-            total += int(tokens)
-        else:
-            total = None
-        rows.append(f"| {cell(t.get('stage') or UNKNOWN)} | {cell(t.get('corpus') or UNKNOWN)} | "
-                    f"{cell(t.get('objective') or UNKNOWN)} | {count(tokens)} |")
-    return rows, total if training else None
+    tokens = [t.get("tokens") for t in training or []]
+    known = all(isinstance(n, (int, float)) and not isinstance(n, bool) for n in tokens)
+    rows = [(t.get("stage") or UNKNOWN, t.get("corpus") or UNKNOWN, t.get("objective") or UNKNOWN, count(n))
+            for t, n in zip(training or [], tokens)]
+    total = sum(map(int, tokens)) if training and known else None
+    return table(rows, ("stage", "corpus", "objective", "tokens")), total
 
 
 def evaluation_lines(s: dict, baseline: str | None = None) -> list[str]:

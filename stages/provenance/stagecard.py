@@ -154,11 +154,10 @@ def pretrain_facts(*, kind: str, paradigm: str, corpus: str, config: dict, metri
     objective = objective_text(paradigm, train.get("objective"), train.get("mlm_select"), train.get("generator_size"))
     own = {"stage": kind, "corpus": corpus, "objective": objective, "tokens": metrics.get("tokens")}
     upstream = read_facts(init) if init is not None else {}
-    model = config.get("model") or (upstream or {}).get("model_config")
     return {
-        "schema": SCHEMA, "kind": kind, "paradigm": paradigm, "corpus": corpus,
-        "model_config": model, "parameters": metrics.get("parameters"),
-        "objective": own["objective"],
+        "schema": SCHEMA, "kind": kind, "paradigm": paradigm, "corpus": corpus, "objective": objective,
+        "model_config": config.get("model") or (upstream or {}).get("model_config"),
+        "parameters": metrics.get("parameters"),
         "training": ([*upstream.get("training", [])] if upstream else
                      [] if init is None else [{"stage": f"{init} (no {FACTS_FILE})"}]) + [own],
         "corpora": {**(upstream or {}).get("corpora", {}), **sources},

@@ -3,7 +3,8 @@
 Each folder under ``data/models/`` holds ``card.json`` (its record, made of the stage's declared inputs only, so
 the same inputs give the same folder byte for byte) and ``README.md``, rendered from it by :func:`render`.
 ``python -m stages.lineage <folder> --verify`` checks both (:func:`check`); ``--card`` renders the card with the
-model gate's verdict from the lineage record (``stages.provenance.card``), as the package stage does.
+model gate's verdict from the lineage record (``stages.provenance.card``, whose facts these sections render too),
+as the package stage does.
 """
 
 from __future__ import annotations

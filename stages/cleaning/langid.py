@@ -1,12 +1,8 @@
-"""Language identification for C4's English filter, with a C4-faithful and a faster backend.
-
-C4 (TFDS ``text/c4_utils.py``, ``is_language``) keeps a page iff langdetect (seed 0) says ``en`` with
-probability >= 0.99. Its counters, in its order, are our reasons: "langdetect_exception", "no_predictions",
-"low_confidence" (checked before the language), "not_english:<lang>".
-
-Backends, loaded once per process: ``langdetect`` (C4's; run by the bit-identical Rust port ``langdetect-rs``
-when installed, unless ``LMPIPE_LANGDETECT=python``; benchmarks/cleaning.md) and ``py3langid`` (calibrated
-differently: ``benchmarks/cleaning_agreement.py``).
+"""Language identification for C4's English filter (TFDS ``c4_utils.is_language``: langdetect, seed 0, says ``en``
+with probability >= 0.99), whose counters, in its order, are the reasons: "langdetect_exception", "no_predictions",
+"low_confidence", "not_english:<lang>". Backends, loaded once per process: ``langdetect`` (run by the bit-identical
+Rust port ``langdetect-rs`` when installed, unless ``LMPIPE_LANGDETECT=python``; benchmarks/cleaning.md) and the
+faster ``py3langid`` (calibrated differently: ``benchmarks/cleaning_agreement.py``).
 """
 
 from __future__ import annotations
@@ -29,8 +25,6 @@ class Undetectable(Exception):
 class LangID:
     """A language identifier: the best language of a text and its probability."""
 
-    name = ""
-
     def best(self, text: str) -> tuple[str, float]:
         """Best (language, probability); raises :class:`Undetectable` when there is none."""
         raise NotImplementedError
@@ -46,10 +40,7 @@ class LangID:
 class LangdetectID(LangID):
     """langdetect exactly as C4 calls it (``detect_langs`` with seed 0); codes like "en", "zh-cn"."""
 
-    name = "langdetect"
-
     def __init__(self) -> None:
-        # langdetect-rs where it is installed and not turned off (LMPIPE_LANGDETECT=python), else langdetect.
         wanted = os.environ.get("LMPIPE_LANGDETECT", "auto")
         if wanted not in ("auto", "python", "rust"):
             raise ValueError(f"LMPIPE_LANGDETECT: one of auto, python, rust; got {wanted!r}")
@@ -84,8 +75,6 @@ class LangdetectID(LangID):
 
 class Py3LangidID(LangID):
     """py3langid with normalised probabilities; ISO 639-1 codes ("en", "zh")."""
-
-    name = "py3langid"
 
     def __init__(self) -> None:
         from py3langid.langid import MODEL_FILE, LanguageIdentifier

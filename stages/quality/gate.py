@@ -1,10 +1,6 @@
-"""A thin runner of Great Expectations (GX 1.x) checks on pandas DataFrames.
-
-A *gate* is a named set of `Expect` checks (table, GX class name, kwargs) between two stages; `enforce`
-writes a JSON report and raises `GateFailed` on any failed check. GX is imported lazily (it costs seconds).
-Per table, `validate` makes a dataframe asset, a whole-dataframe batch and a suite; in a file-backed project
-(``reports/gx/``) a Checkpoint ``<gate>.<table>`` also stores the result and renders Data Docs.
-"""
+"""A thin runner of Great Expectations (GX 1.x, imported lazily) checks on pandas DataFrames: a *gate* is a named
+set of `Expect` checks between two stages; `enforce` writes a JSON report and raises `GateFailed` on a failed check.
+In a file-backed project (``reports/gx/``) a Checkpoint ``<gate>.<table>`` also stores the result and Data Docs."""
 
 from __future__ import annotations
 
@@ -69,16 +65,12 @@ class Expect:
             raise ValueError(f"Expect.table must be a non-empty string, got {self.table!r}")
         if not self.kind or not isinstance(self.kind, str):
             raise ValueError(f"Expect.kind must be a non-empty string, got {self.kind!r}")
-        # Copy: a caller mutating their dict later must not change the suite.
-        object.__setattr__(self, "kwargs", dict(self.kwargs))
+        object.__setattr__(self, "kwargs", dict(self.kwargs))  # a caller's later change must not reach the suite
 
     @property
     def name(self) -> str:
         """Short label used in reports and error messages, e.g. "documents.ExpectColumnValuesToBeUnique(id)"."""
         return _check_name(self.table, self.kind, self.kwargs)
-
-    def to_json(self) -> dict:
-        return {"table": self.table, "kind": self.kind, "kwargs": _jsonable(self.kwargs)}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -148,9 +140,8 @@ class GateResult:
 
 def validate(gate: str, tables: Mapping[str, pandas.DataFrame], expectations: Sequence[Expect],
              project: Path | None = None) -> GateResult:
-    """Run `expectations` over `tables` and return every check's outcome (never raises on bad data).
-    ``project``: a GX project root (created on first use) to store results and Data Docs; None: ephemeral.
-    ValueError for a bad suite (unknown GX class or table, rejected kwargs, a duplicate); TypeError for a
+    """Every check's outcome over `tables` (bad data never raises), stored with Data Docs in the GX ``project`` (None:
+    ephemeral). ValueError for a bad suite (unknown class or table, rejected kwargs, a duplicate), TypeError for a
     table that is not a DataFrame."""
     import pandas as pd
 
@@ -162,15 +153,12 @@ def validate(gate: str, tables: Mapping[str, pandas.DataFrame], expectations: Se
             raise ValueError(f"gate {gate}: expectation {expect.kind} is on table {expect.table!r}, "
                              f"which is not among the tables given: {sorted(tables)}")
 
-    with _quiet_gx(), _project_lock(project):
+    with _quiet_gx(), _project_lock(project) if project is not None else contextlib.nullcontext():
         gx = _import_gx()
         # Build every GX expectation before touching data, so a bad suite fails fast and whole.
         built = [_build_expectation(expect) for expect in expectations]
-        if project is not None:
-            project.mkdir(parents=True, exist_ok=True)
-            context = gx.get_context(mode="file", project_root_dir=str(project))
-        else:
-            context = gx.get_context(mode="ephemeral")
+        context = (gx.get_context(mode="ephemeral") if project is None  # the lock made the project's folder
+                   else gx.get_context(mode="file", project_root_dir=str(project)))
         # GX draws a tqdm "Calculating Metrics" bar per validation on stderr; a GX without the config: keep going.
         with contextlib.suppress(ImportError):
             from great_expectations.data_context.types.base import ProgressBarsConfig
@@ -219,8 +207,7 @@ def validate(gate: str, tables: Mapping[str, pandas.DataFrame], expectations: Se
 
 
 def write_report(result: GateResult, path: str | Path) -> None:
-    """Write `result` as pretty JSON with sorted keys, atomically (temp file + os.replace)."""
-    # allow_nan=False: the observed values are sanitised, and a stray NaN would make invalid JSON.
+    """Write `result` as pretty JSON with sorted keys, atomically; a stray NaN (invalid JSON) raises."""
     text = json.dumps(result.to_json(), indent=2, sort_keys=True, allow_nan=False) + "\n"
     write_bytes_atomic(path, text.encode("utf-8"))
 
@@ -257,8 +244,7 @@ _preloading: threading.Thread | None = None
 
 
 def preload() -> None:
-    """Start importing GX (seconds) in a background thread while the stage's workers run; an import
-    error is left for the gate's own import to raise."""
+    """Start importing GX (seconds) in a background thread while the stage's workers run."""
     global _preloading
     if _preloading is None and "great_expectations" not in sys.modules:
         _preloading = threading.Thread(target=_try_import_gx, name="gx-preload", daemon=True)
@@ -273,10 +259,8 @@ def _try_import_gx() -> None:
 def _import_gx() -> Any:
     if _preloading is not None and _preloading is not threading.current_thread():
         _preloading.join()
-    # Analytics would reach the network; setdefault keeps the caller's explicit choice.
-    os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
-    # GX imports the deprecated `sre_constants`; keep that warning from failing -W error runs.
-    with warnings.catch_warnings():
+    os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")  # analytics would reach the network
+    with warnings.catch_warnings():  # GX imports the deprecated `sre_constants`: not an error under -W error
         warnings.simplefilter("ignore", DeprecationWarning)
         import great_expectations as gx
 
@@ -313,8 +297,8 @@ KEEP_VALIDATIONS = 20
 
 
 def _prune_history(gx_root: Path, gate: str, table: str, keep: int = KEEP_VALIDATIONS - 1) -> None:
-    """Drop all but the newest ``keep`` stored results of this gate table and their Data Docs pages.
-    Run folders are named by UTC time (``20261126T061056.508192Z``), so names sort by age."""
+    """Drop all but the newest ``keep`` stored results of this gate table and their Data Docs pages (run folders
+    are named by UTC time, so names sort by age)."""
     import shutil
 
     for base in (gx_root / "uncommitted" / "validations", gx_root / "uncommitted" / "data_docs" / "local_site" /
@@ -332,11 +316,8 @@ def _get_or_add(get: Any, add: Any) -> Any:
 
 
 @contextlib.contextmanager
-def _project_lock(project: Path | None) -> Iterator[None]:
+def _project_lock(project: Path) -> Iterator[None]:
     """One gate at a time writes a file-backed project (stages the flow runs side by side share it)."""
-    if project is None:
-        yield
-        return
     import fcntl
 
     (project / "gx").mkdir(parents=True, exist_ok=True)

@@ -46,11 +46,9 @@ URL_RULES = ("newest", "tfds")
 
 
 def url_dedup(rows: Iterable[tuple], rule: str = "newest") -> tuple[set[int], int, int]:
-    """Pick which rows survive URL and exact-duplicate dedup: (indices to drop, URL duplicates, exact duplicates).
-
-    ``rows``: (index, id, url, timestamp), plus the text's MD5 hex digest for ``rule="tfds"``. Per normalised
-    URL, ``newest`` keeps the latest timestamp (ties: smaller id; C4's paper), ``tfds`` the largest MD5 (TFDS).
-    """
+    """Which rows URL and exact-duplicate dedup drop: (indices, URL duplicates, exact duplicates). ``rows``: (index,
+    id, url, timestamp[, text MD5 hex for "tfds"]). Per normalised URL, ``newest`` keeps the latest timestamp (ties:
+    smaller id; C4's paper), ``tfds`` the largest MD5 (TFDS)."""
     if rule not in URL_RULES:
         raise ValueError(f"url_dedup_rule: {rule!r} is not one of {', '.join(URL_RULES)}")
     best_by_url: dict[str, tuple] = {}
@@ -86,13 +84,10 @@ def line_pairs(doc: Doc) -> np.ndarray:
     return np.array([(line_key(line), key) for line in doc.text.split("\n")], dtype=np.uint64).reshape(-1, 2)
 
 
-def write_shard_pairs(pairs: list[np.ndarray], path: Path) -> int:
-    """Sort one shard's pairs by line hash and save them as a (2, n) array (rows: hashes, page keys), so
-    each row is contiguous for searching."""
+def write_shard_pairs(pairs: list[np.ndarray], path: Path) -> None:
+    """Save one shard's pairs sorted by line hash as a (2, n) array (rows: hashes, page keys, each contiguous)."""
     arr = np.concatenate(pairs) if pairs else np.empty((0, 2), dtype=np.uint64)
-    arr = arr[np.argsort(arr[:, 0], kind="stable")]
-    np.save(path, np.ascontiguousarray(arr.T))
-    return len(arr)
+    np.save(path, np.ascontiguousarray(arr[np.argsort(arr[:, 0], kind="stable")].T))
 
 
 def _by_bucket(files: list[Path], buckets: int) -> Iterator[np.ndarray]:
@@ -205,20 +200,15 @@ class MinHashConfig:
         check(self.bands >= 1 and self.num_perm % self.bands == 0, "num_perm: must be a multiple of bands")
 
 
-def shingles(text: str, n: int) -> np.ndarray:
-    """64-bit hashes of the word n-grams of ``text`` (lower-cased); a short text is one shingle."""
-    words = _WORD.findall(text.lower())
-    grams = {" ".join(words[i:i + n]) for i in range(max(1, len(words) - n + 1))}
-    return np.fromiter((int.from_bytes(hashlib.blake2b(g.encode(), digest_size=8).digest(), "big") >> 3
-                        for g in grams), dtype=np.uint64, count=len(grams))
-
-
 def band_hashes(text: str, cfg: MinHashConfig) -> np.ndarray:
-    """One 64-bit hash per LSH band of the document's MinHash signature."""
+    """One 64-bit hash per LSH band of the MinHash signature of the text's lower-cased word n-grams."""
     rng = np.random.default_rng(cfg.seed)
     a = rng.integers(1, int(_MERSENNE), size=cfg.num_perm, dtype=np.uint64)
     b = rng.integers(0, int(_MERSENNE), size=cfg.num_perm, dtype=np.uint64)
-    x = shingles(text, cfg.ngram)
+    words = _WORD.findall(text.lower())
+    grams = {" ".join(words[i:i + cfg.ngram]) for i in range(max(1, len(words) - cfg.ngram + 1))}  # short text: one
+    x = np.fromiter((int.from_bytes(hashlib.blake2b(g.encode(), digest_size=8).digest(), "big") >> 3
+                     for g in grams), dtype=np.uint64, count=len(grams))
     # uint64 wraps before the mod: still a well-mixed hash family (exact mod-p needs 128-bit products).
     with np.errstate(over="ignore"):
         h = (x[:, None] * a[None, :] + b[None, :]) % _MERSENNE

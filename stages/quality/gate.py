@@ -23,15 +23,12 @@ from stages.common.atomic import write_bytes_atomic
 if TYPE_CHECKING:  # only for annotations; pandas is imported lazily like GX
     import pandas
 
-__all__ = ["CheckResult", "Expect", "Gate", "GateFailed", "GateResult", "enforce", "validate", "write_report"]
-
 # Keys of a GX result worth keeping: enough to see why a check failed.
 _OBSERVED_KEYS = ("observed_value", "element_count", "unexpected_count", "missing_count", "partial_unexpected_list",
                   "partial_unexpected_index_list", "partial_missing_list", "details")
 # Long texts (e.g. a leaked document used as an index) would bloat the report and the error line.
 _MAX_STR_CHARS = 200
 _MAX_WHY_CHARS = 160
-_DATASOURCE_NAME = "gate"
 _BATCH = "whole"
 # The Data Docs site of a file-backed project, relative to the project root (GX's default local site).
 DATA_DOCS_INDEX = "gx/uncommitted/data_docs/local_site/index.html"
@@ -70,7 +67,8 @@ class Expect:
     @property
     def name(self) -> str:
         """Short label used in reports and error messages, e.g. "documents.ExpectColumnValuesToBeUnique(id)"."""
-        return _check_name(self.table, self.kind, self.kwargs)
+        column = self.kwargs.get("column")
+        return f"{self.table}.{self.kind}({column})" if column is not None else f"{self.table}.{self.kind}"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -86,7 +84,7 @@ class CheckResult:
 
     @property
     def name(self) -> str:
-        return _check_name(self.table, self.expectation, self.kwargs)
+        return Expect(self.table, self.expectation, self.kwargs).name
 
     def why(self) -> str:
         """One-line reason for a failure, for error messages: the error, the unexpected values, what is missing."""
@@ -164,7 +162,7 @@ def validate(gate: str, tables: Mapping[str, pandas.DataFrame], expectations: Se
             from great_expectations.data_context.types.base import ProgressBarsConfig
 
             context.variables.progress_bars = ProgressBarsConfig(globally=False, metric_calculations=False)
-        datasource = context.data_sources.add_or_update_pandas(name=_DATASOURCE_NAME)
+        datasource = context.data_sources.add_or_update_pandas(name="gate")
         index_by_id: dict[str, int] = {}
         results: dict[int, Any] = {}
         for table in dict.fromkeys(expect.table for expect in expectations):  # first-seen order: deterministic
@@ -340,15 +338,13 @@ def _observed(result: Mapping[str, Any] | None, exception_info: Any) -> dict:
                       if key in result and not (key == "observed_value" and result[key] is None)})
 
 
-def _exception_messages(exception_info: Any) -> list[str]:
+def _exception_messages(info: Any) -> list[str]:
     # GX reports errors flat ({"raised_exception": True, ...}) or keyed by metric id; read both.
-    if not isinstance(exception_info, Mapping):
+    if not isinstance(info, Mapping):
         return []
-    if "raised_exception" in exception_info:
-        if exception_info.get("raised_exception"):
-            return [str(exception_info.get("exception_message") or "evaluation error")]
-        return []
-    return [message for value in exception_info.values() for message in _exception_messages(value)]
+    if "raised_exception" in info:
+        return [str(info.get("exception_message") or "evaluation error")] if info["raised_exception"] else []
+    return [message for value in info.values() for message in _exception_messages(value)]
 
 
 def _jsonable(value: Any) -> Any:
@@ -378,11 +374,6 @@ def _jsonable(value: Any) -> Any:
         if pd.isna(value):
             return None
     return _jsonable(str(value))
-
-
-def _check_name(table: str, kind: str, kwargs: Mapping[str, Any]) -> str:
-    column = kwargs.get("column")
-    return f"{table}.{kind}({column})" if column is not None else f"{table}.{kind}"
 
 
 def _clip(text: str) -> str:

@@ -13,8 +13,6 @@ from stages.common.documents import DOCUMENT_COLUMNS, is_json_text
 from stages.config import check
 from stages.quality.gate import Expect
 
-__all__ = ["combine", "documents_suite", "labeled_suite"]
-
 Suite = tuple[dict[str, pd.DataFrame], list[Expect]]
 
 # Table names; also the prefixes of check names in reports and GateFailed messages.

@@ -72,6 +72,4 @@ class BadWordsFilter(Filter):
         self.regex = compile_badwords(words) if words else None
 
     def apply(self, doc: Doc) -> str | None:
-        if self.regex is not None and self.regex.search(doc.text.lower()) is not None:
-            return "badword"
-        return None
+        return "badword" if self.regex is not None and self.regex.search(doc.text.lower()) else None

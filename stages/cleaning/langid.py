@@ -15,11 +15,7 @@ BACKENDS = ("langdetect", "py3langid")
 
 
 class Undetectable(Exception):
-    """No prediction for a text; ``reason`` is one of C4's reasons ("langdetect_exception", "no_predictions")."""
-
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
+    """No prediction for a text; its message is one of C4's reasons ("langdetect_exception", "no_predictions")."""
 
 
 class LangID:
@@ -48,16 +44,11 @@ class LangdetectID(LangID):
         if wanted == "rust" and not found:
             raise ValueError("LMPIPE_LANGDETECT=rust: the langdetect-rs package is not installed")
         self.engine = "langdetect-rs" if found and wanted != "python" else "langdetect"
-        if self.engine == "langdetect-rs":
-            from langdetect_rs import detector_factory
-            from langdetect_rs.lang_detect_exception import LangDetectException
-        else:
-            from langdetect import detector_factory
-            from langdetect.lang_detect_exception import LangDetectException
-
+        package = self.engine.replace("-", "_")
+        detector_factory = importlib.import_module(f"{package}.detector_factory")
         detector_factory.init_factory()  # loads the 55 profiles; callers hold the module lock
         self._factory = detector_factory._factory
-        self._error = LangDetectException
+        self._error = importlib.import_module(f"{package}.lang_detect_exception").LangDetectException
 
     def best(self, text: str) -> tuple[str, float]:
         try:
@@ -96,8 +87,7 @@ _lock = threading.Lock()
 
 
 def get_langid(backend: str = "langdetect") -> LangID:
-    """The process-wide identifier for ``backend``, loaded once under a lock (langdetect's loader is not
-    thread-safe)."""
+    """The process-wide ``backend`` identifier, loaded once under a lock (langdetect's loader is not thread-safe)."""
     if backend not in _instances:
         if backend not in BACKENDS:
             raise ValueError(f"unknown language-ID backend {backend!r}; expected one of {BACKENDS}")
@@ -118,7 +108,7 @@ def is_english(text: str, *, min_probability: float = 0.99,
     try:
         lang, prob = get_langid(backend).best(text)
     except Undetectable as exc:
-        return False, exc.reason
+        return False, str(exc)
     if prob < min_probability:  # C4 checks confidence before language
         return False, "low_confidence"
     if lang != "en":

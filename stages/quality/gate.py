@@ -212,8 +212,7 @@ def write_report(result: GateResult, path: str | Path) -> None:
 
 def enforce(gate: str, tables: Mapping[str, pandas.DataFrame], expectations: Sequence[Expect],
             report_path: str | Path) -> GateResult:
-    """Validate in `gx_project`, always write the report (a failed stage leaves its evidence), and
-    raise `GateFailed` if any check failed."""
+    """Validate in `gx_project`, write the report even on failure (the evidence), raise `GateFailed` on a failure."""
     result = validate(gate, tables, expectations, gx_project())
     write_report(result, report_path)
     if not result.success:

@@ -40,9 +40,8 @@ def load_texts(path: Path, limit: int | None) -> list[dict]:
 
 
 def bench_c4_badwords(rows: list[dict], words: list[str], repeat: int) -> dict:
-    from stages.cleaning.badwords import BadWordsFilter
     from stages.cleaning.base import Doc
-    from stages.cleaning.c4 import C4LinesFilter, C4Rules
+    from stages.cleaning.c4 import BadWordsFilter, C4LinesFilter, C4Rules
     from stages.cleaning.sentences import count_sentences
 
     mb = sum(len(r["text"].encode("utf-8")) for r in rows) / 1e6
@@ -116,7 +115,7 @@ def main() -> int:
     ap.add_argument("--skip-full", action="store_true")
     args = ap.parse_args()
 
-    from stages.cleaning.badwords import BadWordsConfig, load_words
+    from stages.cleaning.c4 import BadWordsConfig, load_words
 
     words, _ = load_words(BadWordsConfig(), args.cache_dir)
     rows = load_texts(args.input, args.limit)

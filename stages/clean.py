@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from stages.cleaning import task_guard
-from stages.cleaning.badwords import load_words
+from stages.cleaning.c4 import load_words
 from stages.cleaning.config import CleanConfig, load_config
 from stages.cleaning.pipeline import REPAIRED_UTF8, CleanResult, EmptyInput, clean_corpus, read_records
 from stages.cleaning.task_guard import read_task

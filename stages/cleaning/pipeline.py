@@ -18,9 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from stages.cleaning.badwords import BadWordsFilter
 from stages.cleaning.base import Doc, Filter, FilterStats, meta_dict
-from stages.cleaning.c4 import C4LinesFilter, PageLengthFilter
+from stages.cleaning.c4 import BadWordsFilter, C4LinesFilter, PageLengthFilter
 from stages.cleaning.config import CleanerConfig
 from stages.cleaning.dedup import (LineDedupFilter, band_hashes, build_selection, count_duplicates, duplicates,
                                    line_pairs, url_dedup, write_shard_pairs)

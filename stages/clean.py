@@ -62,7 +62,7 @@ def clean(cfg: CleanConfig, *, input_path: Path, out: Path, cache_dir: Path, tas
         if task_path is not None:
             applied = task_guard.apply(cfg.task, documents, task_path)
             gone = applied.pop("dropped_ids")
-            if result.gate_features is not None and gone:  # the C4 checks cover what is published
+            if gone:  # the C4 checks cover what is published
                 result.gate_features = result.gate_features[~result.gate_features["id"].isin(gone)]
             result.task = applied
             log(f"[clean] task guard: {sum(applied['dropped'].values())} documents dropped "

@@ -8,7 +8,6 @@ import hashlib
 import json
 import re
 import tarfile
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -77,10 +76,8 @@ class C4LinesFilter(Filter):
 
     name = "c4_lines"
 
-    def __init__(self, rules: C4Rules, reject_samples: int = 0,
-                 count_sentences: Callable[[str, int], int] = count_sentences) -> None:
+    def __init__(self, rules: C4Rules, reject_samples: int = 0) -> None:
         super().__init__(rules, reject_samples)
-        self.count = count_sentences
         self._policy = tuple(rules.policy_substrings) if rules.policy else ()
 
     def apply(self, doc: Doc) -> str | None:
@@ -114,7 +111,7 @@ class C4LinesFilter(Filter):
                 continue
             # C4 only compares the sum with the minimum, so counting stops there.
             if sentences < r.min_sentences:
-                sentences += self.count(line, r.min_sentences - sentences)
+                sentences += count_sentences(line, r.min_sentences - sentences)
             kept.append(line)
         if sentences < r.min_sentences:
             return "too_few_sentences"

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -143,11 +143,9 @@ class LineDedupFilter(Filter):
 
     name = "line_dedup"
 
-    def __init__(self, table_path: Path, cfg: LineDedupConfig,
-                 count_sentences: Callable[[str, int], int] = count_sentences, reject_samples: int = 0) -> None:
+    def __init__(self, table_path: Path, cfg: LineDedupConfig, reject_samples: int = 0) -> None:
         super().__init__(cfg, reject_samples)
         self.hashes, self.keys = np.load(table_path, mmap_mode="r")  # (2, distinct lines), row 0 sorted
-        self.count = count_sentences
 
     def apply(self, doc: Doc) -> str | None:
         lines = doc.text.split("\n")
@@ -172,7 +170,7 @@ class LineDedupFilter(Filter):
         if not text:
             return "empty"
         least = self.cfg.min_sentences
-        if least and self.count(text, least) < least:
+        if least and count_sentences(text, least) < least:
             return "too_few_sentences"
         doc.text = text
         return None

@@ -182,8 +182,7 @@ def phase3(shard_in: Path, shard_out: Path, bands_out: Path, table: Path | None,
 
     n = cfg.reject_samples
     filters = [make() for on, make in (
-        (cfg.line_dedup.enabled and table is not None, lambda: LineDedupFilter(table, cfg.line_dedup,
-                                                                                reject_samples=n)),
+        (cfg.line_dedup.enabled and table is not None, lambda: LineDedupFilter(table, cfg.line_dedup, n)),
         (cfg.language.enabled, lambda: LanguageFilter(cfg.language, n)),
         (cfg.badwords.enabled, lambda: BadWordsFilter(words, n)),
         (cfg.gopher_quality.enabled, lambda: GopherQualityFilter(cfg.gopher_quality, n)),

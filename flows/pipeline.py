@@ -1,11 +1,6 @@
-"""The pipeline as a Prefect flow: one task per DVC stage, in the order of the graph ``dvc.yaml`` defines
-(with ``experiments/compare/dvc.yaml``'s comparison stages when params.yaml names some: ``--profile compare``).
-
-    python -m flows.pipeline                      # everything, like `make run`
-    python -m flows.pipeline --target evaluate    # what evaluate needs
-    python -m flows.pipeline --profile tiny       # with profiles/tiny.yaml applied to params.yaml for the run
-    python -m flows.pipeline --dask tcp://scheduler:8786      # cleaning and tokenization shards on Dask
-    python -m flows.pipeline --train-processes 8             # pre-training and DAPT in 8 processes (torchrun)
+"""The pipeline as a Prefect flow (``python -m flows.pipeline --help``): one task per DVC stage, in the order of the
+graph ``dvc.yaml`` defines (with ``experiments/compare/dvc.yaml``'s comparison stages when params.yaml names some:
+``--profile compare``).
 
 Each task runs ``dvc repro --single-item <stage>`` (DVC's cache skips what is unchanged; the flow holds no stage
 logic). A failed stage fails its task with its own error line and nothing downstream runs; each stage's reports

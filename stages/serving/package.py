@@ -172,10 +172,7 @@ def build_bento(cfg: PackageConfig, tags: dict, *, service: Path, stages_dir: Pa
     resources = cfg.resources.as_service()
     served = {"name": cfg.name, "classifier": tags["classifier"],
               "generative": {p: {"tag": t, "source": (sources or {}).get(p)} for p, t in tags["generative"].items()},
-              "image": {"python_version": image["docker"]["python_version"], "distro": image["docker"]["distro"],
-                        "system_packages": image["docker"]["system_packages"],
-                        "python_packages": image["python"]["packages"],
-                        "extra_index_url": image["python"].get("extra_index_url")},
+              "image": {**image["docker"], "python_packages": image["python"]["packages"]},
               "resources": resources}
     # scratch in the workspace, not /tmp: one a killed run leaves is swept (stages.common.atomic.sweep_dead)
     with work_dir(scratch / "bento-ctx") as tmp:

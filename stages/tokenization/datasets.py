@@ -15,7 +15,7 @@ from stages.common.shards import open_shards
 from stages.quality.gate import Gate
 from stages.quality.tokens_suite import paths_of, tokens_suite
 from stages.sources.base import sha256_file
-from stages.tokenization.packing import BlockWriter, CausalPacker, SentencePacker, SpanPacker, dtype_for, open_blocks
+from stages.tokenization.packing import BlockWriter, CausalPacker, SentencePacker, dtype_for, open_blocks
 from stages.tokenization.config import TokensConfig
 from stages.tokenization.layout import load_layout, sentence_end_ids, tokenizer_from_json
 from stages.tokenization.split import SPLITS, SplitConfig, split_batches
@@ -26,9 +26,7 @@ def make_packer(layout, tok):
     if layout.paradigm == "bert":
         return SentencePacker(seq_len=layout.seq_len, cls_id=layout.cls_id, sep_id=layout.sep_id,
                               pad_id=layout.pad_id, sentence_end_ids=sentence_end_ids(tok), dtype=dtype)
-    if layout.paradigm == "gpt":
-        return CausalPacker(seq_len=layout.seq_len, eot_id=layout.eos_id, dtype=dtype)
-    return SpanPacker(raw_len=layout.block_len, eos_id=layout.eos_id, dtype=dtype)
+    return CausalPacker(seq_len=layout.block_len, eot_id=layout.eos_id, dtype=dtype)  # T5: at its raw length
 
 
 def _encode(tok, parts: dict[str, list[str]]) -> tuple[dict[str, list[list[int]]], int]:

@@ -26,7 +26,8 @@ def flatten(docs: Sequence[list[int]], dtype, *, append: int | None = None) -> t
 
 
 class CausalPacker:
-    """GPT: documents joined with ``eot_id`` and cut every ``seq_len`` tokens; the rest waits for the next batch."""
+    """GPT: documents joined with ``eot_id`` and cut every ``seq_len`` tokens; the rest waits for the next batch.
+    T5 the same with ``</s>`` at its raw block length (corrupted at training time)."""
 
     def __init__(self, *, seq_len: int, eot_id: int, dtype) -> None:
         self.width, self.eot_id, self.dtype = seq_len, eot_id, dtype
@@ -46,13 +47,6 @@ class CausalPacker:
     @property
     def dropped_tokens(self) -> int:
         return len(self.carry)
-
-
-class SpanPacker(CausalPacker):
-    """T5: documents each ended by ``</s>`` and cut every ``raw_len`` tokens (corrupted at training time)."""
-
-    def __init__(self, *, raw_len: int, eos_id: int, dtype) -> None:
-        super().__init__(seq_len=raw_len, eot_id=eos_id, dtype=dtype)
 
 
 class SentencePacker:

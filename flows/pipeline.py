@@ -266,8 +266,7 @@ def pipeline(target: str | None = None, profile: str | None = None, root: str = 
     `main`'s options. A second run on the same workspace fails at once (`workspace_lock`)."""
     base = Path(root).resolve()
     logger = get_run_logger()
-    if stage_timeout_hours is not None:
-        stage_timeout_s("any", stage_timeout_hours)  # a bad value fails before anything runs
+    stage_timeout_s("any", stage_timeout_hours)  # a bad value fails before anything runs
     with workspace_lock(base):
         if restored := restore_params(base):
             logger.warning(restored)

@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import os
 import re
-import signal
 import subprocess
 import sys
 from contextlib import contextmanager, nullcontext
@@ -26,6 +25,7 @@ from prefect.task_runners import ThreadPoolTaskRunner
 
 from flows.artifacts import publish_run, publish_stage
 from flows.graph import closure, read_pipeline
+from flows.ui import stop
 from stages.common.atomic import write_bytes_atomic
 from stages.common.hashing import sha256_file
 from stages.common.shards import ENV as DASK
@@ -125,7 +125,7 @@ def run_dvc(stage: str, root: Path, extra_env: dict[str, str] | None = None, *, 
             chunk = chunks.get(timeout=None if deadline is None else max(0.0, deadline - time.monotonic()))
         except queue.Empty:
             timed_out = True
-            _stop_group(proc)
+            stop(proc, group=True)
             break
         text = decoder.decode(chunk or b"", final=chunk is None) + ("\n" if chunk is None else "")
         segments, rest = split_output(rest + text)
@@ -140,17 +140,6 @@ def run_dvc(stage: str, root: Path, extra_env: dict[str, str] | None = None, *, 
         if chunk is None:
             break
     return StageRun(proc.wait(), list(tail), timed_out)
-
-
-def _stop_group(proc: subprocess.Popen) -> None:
-    """SIGTERM to the stage's process group (dvc, the stage, its workers), SIGKILL after 30 s."""
-    try:
-        os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
 
 
 def error_line(lines: list[str]) -> str:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -48,12 +49,16 @@ def start_server(home: Path, port: int, timeout: float = 120) -> subprocess.Pope
     raise RuntimeError(f"prefect server did not answer on port {port} within {timeout:.0f} s; see {home / 'server.log'}")
 
 
-def stop(proc: subprocess.Popen) -> None:
-    proc.terminate()
+def stop(proc: subprocess.Popen, *, group: bool = False) -> None:
+    """SIGTERM to ``proc`` (with ``group``, to its process group: dvc, the stage, its workers), SIGKILL after 30 s."""
+    kill = (lambda sig: os.killpg(proc.pid, sig)) if group else proc.send_signal
     try:
+        kill(signal.SIGTERM)
         proc.wait(timeout=30)
     except subprocess.TimeoutExpired:
-        proc.kill()
+        kill(signal.SIGKILL)
+    except ProcessLookupError:
+        pass
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -40,15 +40,13 @@ def load_texts(path: Path, limit: int | None) -> list[dict]:
 
 
 def bench_c4_badwords(rows: list[dict], words: list[str], repeat: int) -> dict:
-    from stages.cleaning.badwords import BadWordsFilter
     from stages.cleaning.base import Doc
-    from stages.cleaning.c4 import C4LinesFilter, C4Rules
-    from stages.cleaning.sentences import count_sentences
+    from stages.cleaning.c4 import BadWordsFilter, C4LinesFilter, C4Rules
 
     mb = sum(len(r["text"].encode("utf-8")) for r in rows) / 1e6
     best = None
     for _ in range(repeat):
-        c4 = C4LinesFilter(C4Rules(), count_sentences=count_sentences)
+        c4 = C4LinesFilter(C4Rules())
         bad = BadWordsFilter(words)
         c4(Doc(id="w", text="Warm up the sentence model. It has two sentences. And three.", source="", url=None, meta=""))
         t0 = time.perf_counter()
@@ -116,7 +114,7 @@ def main() -> int:
     ap.add_argument("--skip-full", action="store_true")
     args = ap.parse_args()
 
-    from stages.cleaning.badwords import BadWordsConfig, load_words
+    from stages.cleaning.c4 import BadWordsConfig, load_words
 
     words, _ = load_words(BadWordsConfig(), args.cache_dir)
     rows = load_texts(args.input, args.limit)

@@ -7,7 +7,7 @@ without BentoML's adaptive batching.
 The .bento is imported into a temporary BENTOML_HOME (the deployer's path). Each served run starts
 `bentoml serve` on it, warms up, then runs ``--clients`` concurrent clients for ``--seconds``, each sending
 one request of ``--texts-per-request`` test-split descriptions at a time and waiting for the answer (a closed
-loop). In-process: the same classifier (``stages.serving.classifier``) called one request at a time, and on
+loop). In-process: the same classifier (``stages.serving.inference``) called one request at a time, and on
 batches as large as the served batch limit. Clients and server share the machine's cores.
 """
 
@@ -42,7 +42,7 @@ def summary(latencies: list[float], seconds: float, texts_per_request: int) -> d
 
 
 def in_process(model_dir: Path, texts: list[str], per_request: int, seconds: float, batch: int) -> dict:
-    from stages.serving.classifier import TextClassifier
+    from stages.serving.inference import TextClassifier
 
     clf = TextClassifier(model_dir, device="cpu", batch_size=batch)
     clf.classify(texts[:per_request])  # warm-up

@@ -42,7 +42,7 @@ BATCH = 1000
 
 
 def bench_training(paradigm: str, repeats: int) -> dict:
-    from stages.tokenization.corpus import texts_of
+    from stages.tokenization.split import texts_of
     from stages.tokenization.trainers import capped, train
     from stages.tokenization.tokenizer import load_tokenizer_config as load_config
 

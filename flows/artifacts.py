@@ -30,18 +30,6 @@ def gate_rows(report: dict) -> list[dict]:
              "minimum": c.get("minimum")} for c in report.get("checks", [])]
 
 
-def gate_title(path: Path, report: dict) -> str:
-    name = report.get("gate") or path.stem
-    ok = report.get("success", report.get("passed"))
-    return f"{name}: {'passed' if ok else 'FAILED'}" + (f", selected {report['selected']}"
-                                                        if report.get("selected") else "")
-
-
-def metrics_markdown(stage: str, metrics: dict) -> str:
-    rows = [f"| {k} | {_short(v)} |" for k, v in sorted(metrics.items())]
-    return "\n".join([f"### {stage}", "", "| metric | value |", "|---|---|", *rows])
-
-
 def publish_stage(stage: str, outs: list[str], root: Path) -> int:
     """Create the artifacts of one stage's outputs; returns how many."""
     from prefect.artifacts import create_markdown_artifact, create_table_artifact
@@ -53,12 +41,15 @@ def publish_stage(stage: str, outs: list[str], root: Path) -> int:
             continue
         data = json.loads(path.read_text(encoding="utf-8"))
         if out.startswith("reports/quality/"):
-            create_table_artifact(table=gate_rows(data), key=key_for("gate", path.stem),
-                                  description=f"{gate_title(path, data)} ({out})")
+            verdict = "passed" if data.get("success", data.get("passed")) else "FAILED"
+            title = f"{data.get('gate') or path.stem}: {verdict}" + (f", selected {data['selected']}"
+                                                                     if data.get("selected") else "")
+            create_table_artifact(table=gate_rows(data), key=key_for("gate", path.stem), description=f"{title} ({out})")
             made += 1
         elif out.startswith("reports/metrics/") and isinstance(data, dict):
-            create_markdown_artifact(markdown=metrics_markdown(stage, data), key=key_for("metrics", stage),
-                                     description=f"{stage} metrics ({out})")
+            rows = [f"| {k} | {_short(v)} |" for k, v in sorted(data.items())]
+            create_markdown_artifact(markdown="\n".join([f"### {stage}", "", "| metric | value |", "|---|---|", *rows]),
+                                     key=key_for("metrics", stage), description=f"{stage} metrics ({out})")
             made += 1
     return made
 
@@ -100,15 +91,14 @@ def publish_run(root: Path) -> int:
     from prefect.artifacts import create_link_artifact, create_markdown_artifact
 
     made = 0
-    report, quality, docs = root / "reports/evaluation.md", root / "reports/quality", root / "reports" / DATA_DOCS_INDEX
+    report = root / "reports/evaluation.md"
     if report.is_file():
         create_markdown_artifact(markdown=embed_figures(report.read_text(encoding="utf-8"), report.parent),
                                  key="evaluation-report", description="reports/evaluation.md")
         made += 1
     # Data Docs: Great Expectations' pages of every gate of the workspace (stages.quality.gate)
-    files = [(name, path) for name, path, there in (("evaluation report", report, report.is_file()),
-                                                    ("gate results", quality, quality.is_dir()),
-                                                    ("Data Docs", docs, docs.is_file())) if there]
+    files = [(name, path) for name, path in (("evaluation report", report), ("gate results", root / "reports/quality"),
+                                             ("Data Docs", root / "reports" / DATA_DOCS_INDEX)) if path.exists()]
     package = root / "reports/metrics/package.json"
     exported = json.loads(package.read_text(encoding="utf-8")).get("exported") if package.is_file() else None
     if exported and "://" in exported and not exported.startswith("file://"):

@@ -1,17 +1,6 @@
-"""``lm-pipeline``: the project's console command, one entry point over the commands the README documents.
-
-    lm-pipeline run [--profile gpu]      # the whole pipeline: dvc repro (a profile: dvc exp run -S ...)
-    lm-pipeline run --profile compare    # ... and the objective comparison (experiments/compare/dvc.yaml)
-    lm-pipeline flow [--target evaluate] # the same as a Prefect flow (flows.pipeline)
-    lm-pipeline ui [--port 4200]         # local Prefect server + scheduled deployment + reports server
-    lm-pipeline serve [lm-pipeline:latest] [bentoml serve options]
-    lm-pipeline lineage BENTO [--verify] # the audit (or a model folder; --card)
-    lm-pipeline clean --input docs.jsonl --output out/   # C4 cleaning of anyone's JSONL / Parquet
-    lm-pipeline pin [CORPUS ...]         # re-pin the remote sources (pins.yaml) after an upstream moved
-    lm-pipeline ingest|tokenizer|tokens|pretrain|finetune|evaluate|package ...   # one stage, as dvc.yaml runs it
-
-Each subcommand is its module's own command line (same arguments and exit codes; ``--help`` shows them).
-"""
+"""``lm-pipeline``: the project's console command, one entry point over the commands the README documents
+(``lm-pipeline`` alone lists them, ``HELP``). Each subcommand is its module's own command line (same arguments and
+exit codes; ``--help`` shows them); ``run`` wraps ``dvc repro`` / ``dvc exp run`` and ``serve`` ``bentoml serve``."""
 
 from __future__ import annotations
 

@@ -1,11 +1,6 @@
-"""The pipeline as a Prefect flow: one task per DVC stage, in the order of the graph ``dvc.yaml`` defines
-(with ``experiments/compare/dvc.yaml``'s comparison stages when params.yaml names some: ``--profile compare``).
-
-    python -m flows.pipeline                      # everything, like `make run`
-    python -m flows.pipeline --target evaluate    # what evaluate needs
-    python -m flows.pipeline --profile tiny       # with profiles/tiny.yaml applied to params.yaml for the run
-    python -m flows.pipeline --dask tcp://scheduler:8786      # cleaning and tokenization shards on Dask
-    python -m flows.pipeline --train-processes 8             # pre-training and DAPT in 8 processes (torchrun)
+"""The pipeline as a Prefect flow (``python -m flows.pipeline --help``): one task per DVC stage, in the order of the
+graph ``dvc.yaml`` defines (with ``experiments/compare/dvc.yaml``'s comparison stages when params.yaml names some:
+``--profile compare``).
 
 Each task runs ``dvc repro --single-item <stage>`` (DVC's cache skips what is unchanged; the flow holds no stage
 logic). A failed stage fails its task with its own error line and nothing downstream runs; each stage's reports
@@ -18,7 +13,6 @@ from __future__ import annotations
 import argparse
 import os
 import re
-import signal
 import subprocess
 import sys
 from contextlib import contextmanager, nullcontext
@@ -31,6 +25,7 @@ from prefect.task_runners import ThreadPoolTaskRunner
 
 from flows.artifacts import publish_run, publish_stage
 from flows.graph import closure, read_pipeline
+from flows.ui import stop
 from stages.common.atomic import write_bytes_atomic
 from stages.common.hashing import sha256_file
 from stages.common.shards import ENV as DASK
@@ -130,7 +125,7 @@ def run_dvc(stage: str, root: Path, extra_env: dict[str, str] | None = None, *, 
             chunk = chunks.get(timeout=None if deadline is None else max(0.0, deadline - time.monotonic()))
         except queue.Empty:
             timed_out = True
-            _stop_group(proc)
+            stop(proc, group=True)
             break
         text = decoder.decode(chunk or b"", final=chunk is None) + ("\n" if chunk is None else "")
         segments, rest = split_output(rest + text)
@@ -145,17 +140,6 @@ def run_dvc(stage: str, root: Path, extra_env: dict[str, str] | None = None, *, 
         if chunk is None:
             break
     return StageRun(proc.wait(), list(tail), timed_out)
-
-
-def _stop_group(proc: subprocess.Popen) -> None:
-    """SIGTERM to the stage's process group (dvc, the stage, its workers), SIGKILL after 30 s."""
-    try:
-        os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
 
 
 def error_line(lines: list[str]) -> str:
@@ -271,8 +255,7 @@ def pipeline(target: str | None = None, profile: str | None = None, root: str = 
     `main`'s options. A second run on the same workspace fails at once (`workspace_lock`)."""
     base = Path(root).resolve()
     logger = get_run_logger()
-    if stage_timeout_hours is not None:
-        stage_timeout_s("any", stage_timeout_hours)  # a bad value fails before anything runs
+    stage_timeout_s("any", stage_timeout_hours)  # a bad value fails before anything runs
     with workspace_lock(base):
         if restored := restore_params(base):
             logger.warning(restored)

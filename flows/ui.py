@@ -3,12 +3,15 @@ file server (``flows.files``). Ctrl-C stops them all.
 
     python -m flows.ui [--port 4200] [--cron "0 3 * * *"] [--profile tiny] [--target package]
                        [--dask tcp://scheduler:8786] [--train-processes 8]
+
+The options but ``--port``, ``--home`` and ``--files-port`` are the deployment's (``python -m flows.deploy``).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -46,25 +49,25 @@ def start_server(home: Path, port: int, timeout: float = 120) -> subprocess.Pope
     raise RuntimeError(f"prefect server did not answer on port {port} within {timeout:.0f} s; see {home / 'server.log'}")
 
 
-def stop(proc: subprocess.Popen) -> None:
-    proc.terminate()
+def stop(proc: subprocess.Popen, *, group: bool = False) -> None:
+    """SIGTERM to ``proc`` (with ``group``, to its process group: dvc, the stage, its workers), SIGKILL after 30 s."""
+    kill = (lambda sig: os.killpg(proc.pid, sig)) if group else proc.send_signal
     try:
+        kill(signal.SIGTERM)
         proc.wait(timeout=30)
     except subprocess.TimeoutExpired:
-        proc.kill()
+        kill(signal.SIGKILL)
+    except ProcessLookupError:
+        pass
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m flows.ui", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m flows.ui", description=__doc__.split("\n\n")[0],
+                                 epilog=__doc__.split("\n\n")[-1].strip())
     ap.add_argument("--port", type=int, default=4200)
     ap.add_argument("--home", type=Path, default=Path(".prefect"), help="PREFECT_HOME (default: .prefect)")
-    ap.add_argument("--cron", default="0 3 * * *")
-    ap.add_argument("--profile")
-    ap.add_argument("--target")
-    ap.add_argument("--dask")
-    ap.add_argument("--train-processes", type=int)
     ap.add_argument("--files-port", type=int, help="the reports file server's port (default: --port + 1)")
-    args = ap.parse_args(argv)
+    args, deploy_args = ap.parse_known_args(argv)  # the rest: the deployment's options (flows.deploy)
     home = args.home.resolve()
     server = start_server(home, args.port)
     files_port = args.files_port or args.port + 1
@@ -73,11 +76,8 @@ def main(argv: list[str] | None = None) -> int:
     env = {**server_env(home, args.port), REPORTS_URL: f"http://127.0.0.1:{files_port}"}
     print(f"Prefect UI: http://127.0.0.1:{args.port}  (PREFECT_HOME {home}); reports and Bentos: "
           f"http://127.0.0.1:{files_port}/reports/; Ctrl-C stops", flush=True)
-    serve_args = ["--cron", args.cron] + (["--profile", args.profile] if args.profile else []) + (
-        ["--target", args.target] if args.target else []) + (["--dask", args.dask] if args.dask else []) + (
-        ["--train-processes", str(args.train_processes)] if args.train_processes else [])
     try:
-        return subprocess.call([sys.executable, "-m", "flows.deploy", *serve_args], env=env)
+        return subprocess.call([sys.executable, "-m", "flows.deploy", *deploy_args], env=env)
     except KeyboardInterrupt:
         return 0
     finally:

@@ -20,7 +20,6 @@ LIMITS = CONFIG["limits"]
 BATCHING = CONFIG["batching"]
 BATCHABLE = BATCHING["enabled"] and os.environ.get("LMPIPE_ADAPTIVE_BATCHING", "1") != "0"
 GENERATIVE = CONFIG.get("generative", {})
-RESOURCES = CONFIG.get("resources") or {}  # a config written before resources were declared has none
 
 Text = Annotated[str, Field(min_length=1, max_length=LIMITS["max_chars"])]
 MASK = "[MASK]"  # the BERT tokenizer's mask token (stages.tokenization.trainers)
@@ -71,7 +70,7 @@ class MaskFill(BaseModel):
 
 
 @bentoml.service(name=CONFIG["name"], traffic={"timeout": LIMITS["timeout_s"]}, http={"host": "127.0.0.1"},
-                  **({"resources": RESOURCES} if RESOURCES else {}))
+                  resources=CONFIG["resources"])
 class LMPipeline:
     classifier_model = bentoml.models.BentoModel(CONFIG["classifier"])
     if "bert" in GENERATIVE:
@@ -82,8 +81,7 @@ class LMPipeline:
         t5_model = bentoml.models.BentoModel(GENERATIVE["t5"])
 
     def __init__(self) -> None:
-        from stages.serving.classifier import TextClassifier
-        from stages.serving.generative import FillMask, Generator, Text2Text
+        from stages.serving.inference import FillMask, Generator, Text2Text, TextClassifier
 
         self.classifier = TextClassifier(self.classifier_model.path, batch_size=BATCHING["max_batch_size"])
         self.fill_masker = FillMask(self.bert_model.path) if "bert" in GENERATIVE else None

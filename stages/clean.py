@@ -1,12 +1,7 @@
-"""Clean stage: C4's rules (plus optional Gopher and MinHash filters) over a corpus.
-
-Under DVC, one corpus of params.yaml: ``python -m stages.clean --corpus general --input ... --output ...``; on
-anyone's data (JSONL, JSONL.gz/.zst or Parquet with a ``text`` field; optional ``url``, ``id``, ``timestamp``),
-with C4's defaults: ``python -m stages.clean --input PATH --output DIR``.
-
-The output folder gets ``documents.parquet`` (``meta.raw_id`` is the input id), ``stats.json`` (per filter:
-drops by reason, characters in and out) and ``rejects.jsonl`` (a sample of dropped documents); the entry
-publishes it only after the gate :func:`clean` returns passed.
+"""Clean stage: C4's rules (plus optional Gopher and MinHash filters) over a corpus: one ``--corpus`` of params.yaml
+or, without it, anyone's JSONL(.gz/.zst) or Parquet (a ``text`` field) with C4's defaults. The output folder gets
+``documents.parquet`` (``meta.raw_id`` is the input id), ``stats.json`` (per filter: drops by reason, characters in
+and out) and ``rejects.jsonl`` (a sample of dropped documents), published only after its gate passed.
 """
 
 from __future__ import annotations
@@ -16,15 +11,13 @@ import dataclasses
 import json
 import sys
 from collections import Counter
-from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from stages.cleaning import task_guard
-from stages.cleaning.badwords import load_words
+from stages.cleaning.c4 import load_words
 from stages.cleaning.config import CleanConfig, load_config
-from stages.cleaning.files import REPAIRED_UTF8, drops_csv, read_records, timing_table
-from stages.cleaning.pipeline import CleanResult, EmptyInput, clean_corpus
+from stages.cleaning.pipeline import REPAIRED_UTF8, CleanResult, EmptyInput, clean_corpus, read_records
 from stages.cleaning.task_guard import read_task
 from stages.common.atomic import work_dir, write_bytes_atomic, write_json_atomic
 from stages.common.cli import Stage, entry
@@ -36,10 +29,8 @@ from stages.sources.base import SourceError
 
 def clean(cfg: CleanConfig, *, input_path: Path, out: Path, cache_dir: Path, task_path: Path | None = None,
           name: str = "clean", log=print) -> tuple[CleanResult, Gate]:
-    """Clean ``input_path`` into the folder ``out``; returns the result and the quality gate (``clean-<name>``)
-    that must pass before the folder is published. With ``task_path`` (a labeled task's documents), the task
-    guard and TAPT texts of ``cfg.task`` apply, and the gate fails on any document of the task's held-out
-    splits in the output."""
+    """Clean ``input_path`` into the folder ``out``; the result and the gate ``clean-<name>`` that must pass before
+    it is published. ``task_path``: a labeled task's documents for ``cfg.task``'s guard and TAPT texts."""
     from stages.quality.clean_suite import cleaned_suite
 
     words: list[str] = []
@@ -71,12 +62,12 @@ def clean(cfg: CleanConfig, *, input_path: Path, out: Path, cache_dir: Path, tas
         if task_path is not None:
             applied = task_guard.apply(cfg.task, documents, task_path)
             gone = applied.pop("dropped_ids")
-            if result.gate_features is not None and gone:  # the C4 checks cover what is published
+            if gone:  # the C4 checks cover what is published
                 result.gate_features = result.gate_features[~result.gate_features["id"].isin(gone)]
             result.task = applied
             log(f"[clean] task guard: {sum(applied['dropped'].values())} documents dropped "
                 f"{applied['dropped'] or ''}; TAPT: {applied['tapt_added']} task training texts added")
-        log(timing_table(result))
+        log(result.timing_table())
         write_json_atomic(out / "stats.json", result.stats_json())
         write_bytes_atomic(out / "rejects.jsonl", "".join(json.dumps(r, ensure_ascii=False, sort_keys=True) + "\n"
                                                           for r in result.rejects).encode("utf-8"))
@@ -110,17 +101,13 @@ def _run(args: argparse.Namespace, log) -> dict:
     report = args.report or args.output.parent / f"{args.output.name}.gate.json"
     result, gate = clean(cfg, input_path=args.input, out=args.staged.path, cache_dir=args.cache_dir,
                          task_path=args.task, name=args.output.name, log=log)
-    return {report: gate, args.metrics: result.stats_json(), args.plot: drops_csv(result)}
+    return {report: gate, args.metrics: result.stats_json(), args.plot: result.drops_csv()}
 
 
-def _stage() -> Stage:
-    return Stage("stages.clean", "Clean a corpus with C4's rules.", _arguments, _run,
-                 inputs=("input", "task", "params", "cache-dir"), folder="output", outputs=("report", "metrics", "plot"),
-                 errors=(ConfigError, SourceError, GateFailed, FileNotFoundError, ValueError))
-
-
-def main(argv: Iterable[str] | None = None) -> int:
-    return _stage().main(argv)
+STAGE = Stage("stages.clean", "Clean a corpus with C4's rules.", _arguments, _run,
+              inputs=("input", "task", "params", "cache-dir"), folder="output", outputs=("report", "metrics", "plot"),
+              errors=(ConfigError, SourceError, GateFailed, FileNotFoundError, ValueError))
+main = STAGE.main
 
 
 if __name__ == "__main__":

@@ -4,12 +4,10 @@
         --finetuned data/models/finetune --pretrained data/models/pretrain --dapt data/models/dapt \
         --service infra/service.py --metrics reports/metrics/package.json
 
-Refuses unless the model gate passed; collects the lineage record (``stages.provenance.record``); saves the
-selected classifier and the ``package.generative`` models to the BentoML store (``$BENTOML_HOME``), each with the
-card its record renders (``stages.provenance.card``); builds the Bento from ``infra/service.py`` and ``stages``;
-seals it with a manifest (signed with ``LMPIPE_SIGNING_KEY``) and exports it to ``package.registry``. The metrics
-record the manifest's and the archive's SHA-256 for ``python -m stages.lineage BENTO --verify --pin``; a
-registry URL's user-info is never written or logged (``stages.serving.package``).
+Refuses unless the model gate passed; the core is ``stages.serving.package`` (models in ``$BENTOML_HOME``, a Bento
+sealed with ``LMPIPE_SIGNING_KEY``, exported to ``package.registry``). The metrics record the manifest's and the
+archive's SHA-256 for ``python -m stages.lineage BENTO --verify --pin``; a registry URL's user-info is never written
+or logged.
 """
 
 from __future__ import annotations

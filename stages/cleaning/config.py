@@ -7,11 +7,9 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from stages.cleaning.badwords import BadWordsConfig
-from stages.cleaning.c4 import C4Rules
-from stages.cleaning.dedup import URL_RULES, LineDedupConfig
+from stages.cleaning.c4 import BadWordsConfig, C4Rules
+from stages.cleaning.dedup import URL_RULES, LineDedupConfig, MinHashConfig
 from stages.cleaning.gopher import GopherQualityConfig, GopherRepetitionConfig
-from stages.cleaning.minhash import MinHashConfig
 from stages.cleaning.task_guard import TaskConfig
 from stages.config import ConfigError, build, check, deep_merge, load_params, section
 

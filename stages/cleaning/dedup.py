@@ -1,15 +1,18 @@
-"""Corpus-wide deduplication as C4 does it: by URL before cleaning, by line after cleaning.
+"""Corpus-wide deduplication: C4's by URL before cleaning and by line after it, then MinHash near duplicates.
 
 URL dedup (c4.py): pages sharing a normalised URL keep one (`url_dedup`); byte-identical pages are kept once.
-Line dedup (c4_utils.remove_duplicate_text): among all pages holding a (stripped, lower-cased) line, the page
-with the smallest page key keeps it, repeats inside it are dropped too; then pages left empty or with too few
-sentences go. Shards write sorted (line hash, page key) pairs; the selection runs one hash bucket at a time,
-so memory is bounded by the bucket, not the corpus (benchmarks/cleaning.md).
+Line dedup (c4_utils.remove_duplicate_text): a (stripped, lower-cased) line stays on the page with the smallest
+page key, repeats inside it go too, then pages left empty or with too few sentences; selected one hash bucket at a
+time, so memory is bounded by the bucket, not the corpus (benchmarks/cleaning.md). MinHash (Broder 1997; LSH
+banding, Leskovec et al. ch. 3; off by default): documents agreeing on a whole band of word n-gram hashes are
+clustered and each cluster keeps its smallest id (order- and sharding-independent).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+import hashlib
+import re
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,7 +21,10 @@ import numpy as np
 from stages.cleaning.base import Doc, Filter
 from stages.cleaning.c4 import line_key, normalize_url, page_key
 from stages.cleaning.sentences import count_sentences
-from stages.config import check
+from stages.config import check, check_seed
+
+_MERSENNE = np.uint64((1 << 61) - 1)
+_WORD = re.compile(r"\w+")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -40,11 +46,9 @@ URL_RULES = ("newest", "tfds")
 
 
 def url_dedup(rows: Iterable[tuple], rule: str = "newest") -> tuple[set[int], int, int]:
-    """Pick which rows survive URL and exact-duplicate dedup: (indices to drop, URL duplicates, exact duplicates).
-
-    ``rows``: (index, id, url, timestamp), plus the text's MD5 hex digest for ``rule="tfds"``. Per normalised
-    URL, ``newest`` keeps the latest timestamp (ties: smaller id; C4's paper), ``tfds`` the largest MD5 (TFDS).
-    """
+    """Which rows URL and exact-duplicate dedup drop: (indices, URL duplicates, exact duplicates). ``rows``: (index,
+    id, url, timestamp[, text MD5 hex for "tfds"]). Per normalised URL, ``newest`` keeps the latest timestamp (ties:
+    smaller id; C4's paper), ``tfds`` the largest MD5 (TFDS)."""
     if rule not in URL_RULES:
         raise ValueError(f"url_dedup_rule: {rule!r} is not one of {', '.join(URL_RULES)}")
     best_by_url: dict[str, tuple] = {}
@@ -80,13 +84,10 @@ def line_pairs(doc: Doc) -> np.ndarray:
     return np.array([(line_key(line), key) for line in doc.text.split("\n")], dtype=np.uint64).reshape(-1, 2)
 
 
-def write_shard_pairs(pairs: list[np.ndarray], path: Path) -> int:
-    """Sort one shard's pairs by line hash and save them as a (2, n) array (rows: hashes, page keys), so
-    each row is contiguous for searching."""
+def write_shard_pairs(pairs: list[np.ndarray], path: Path) -> None:
+    """Save one shard's pairs sorted by line hash as a (2, n) array (rows: hashes, page keys, each contiguous)."""
     arr = np.concatenate(pairs) if pairs else np.empty((0, 2), dtype=np.uint64)
-    arr = arr[np.argsort(arr[:, 0], kind="stable")]
-    np.save(path, np.ascontiguousarray(arr.T))
-    return len(arr)
+    np.save(path, np.ascontiguousarray(arr[np.argsort(arr[:, 0], kind="stable")].T))
 
 
 def _by_bucket(files: list[Path], buckets: int) -> Iterator[np.ndarray]:
@@ -142,11 +143,9 @@ class LineDedupFilter(Filter):
 
     name = "line_dedup"
 
-    def __init__(self, table_path: Path, cfg: LineDedupConfig,
-                 count_sentences: Callable[[str, int], int] = count_sentences, reject_samples: int = 0) -> None:
+    def __init__(self, table_path: Path, cfg: LineDedupConfig, reject_samples: int = 0) -> None:
         super().__init__(cfg, reject_samples)
         self.hashes, self.keys = np.load(table_path, mmap_mode="r")  # (2, distinct lines), row 0 sorted
-        self.count = count_sentences
 
     def apply(self, doc: Doc) -> str | None:
         lines = doc.text.split("\n")
@@ -171,7 +170,75 @@ class LineDedupFilter(Filter):
         if not text:
             return "empty"
         least = self.cfg.min_sentences
-        if least and self.count(text, least) < least:
+        if least and count_sentences(text, least) < least:
             return "too_few_sentences"
         doc.text = text
         return None
+
+
+@dataclass(frozen=True, kw_only=True)
+class MinHashConfig:
+    """MinHash near-duplicate removal with LSH banding: each cluster of documents agreeing on a band keeps its
+    smallest id."""
+
+    enabled: bool = False
+    """Remove near-duplicate pages (C4 does not)."""
+    ngram: int = 5
+    """Words per shingle, >= 1."""
+    num_perm: int = 128
+    """Hash functions in the MinHash signature; a multiple of `bands`."""
+    bands: int = 16
+    """LSH bands the signature is cut into; with 128 / 16, pairs of Jaccard similarity 0.71 collide half the time."""
+    seed: int = 0
+    """Seed that picks the hash functions."""
+
+    def __post_init__(self) -> None:
+        check(self.ngram >= 1, "ngram: must be >= 1")
+        check_seed("seed", self.seed)
+        check(self.bands >= 1 and self.num_perm % self.bands == 0, "num_perm: must be a multiple of bands")
+
+
+def band_hashes(text: str, cfg: MinHashConfig) -> np.ndarray:
+    """One 64-bit hash per LSH band of the MinHash signature of the text's lower-cased word n-grams."""
+    rng = np.random.default_rng(cfg.seed)
+    a = rng.integers(1, int(_MERSENNE), size=cfg.num_perm, dtype=np.uint64)
+    b = rng.integers(0, int(_MERSENNE), size=cfg.num_perm, dtype=np.uint64)
+    words = _WORD.findall(text.lower())
+    grams = {" ".join(words[i:i + cfg.ngram]) for i in range(max(1, len(words) - cfg.ngram + 1))}  # short text: one
+    x = np.fromiter((int.from_bytes(hashlib.blake2b(g.encode(), digest_size=8).digest(), "big") >> 3
+                     for g in grams), dtype=np.uint64, count=len(grams))
+    # uint64 wraps before the mod: still a well-mixed hash family (exact mod-p needs 128-bit products).
+    with np.errstate(over="ignore"):
+        h = (x[:, None] * a[None, :] + b[None, :]) % _MERSENNE
+    sig = h.min(axis=0)
+    return np.array([int.from_bytes(hashlib.blake2b(band.tobytes(), digest_size=8).digest(), "big")
+                     for band in sig.reshape(cfg.bands, -1)], dtype=np.uint64)
+
+
+def duplicates(ids: list[str], bands: np.ndarray) -> set[str]:
+    """Ids to drop: every member of a candidate cluster except its smallest id. ``bands`` is (docs, bands)."""
+    parent = list(range(len(ids)))
+
+    def find(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    for band in range(bands.shape[1] if len(ids) else 0):
+        first: dict[int, int] = {}
+        for doc, value in enumerate(bands[:, band].tolist()):
+            other = first.setdefault(value, doc)
+            if other != doc:
+                ra, rb = find(doc), find(other)
+                if ra != rb:
+                    parent[max(ra, rb)] = min(ra, rb)
+    clusters: dict[int, list[int]] = {}
+    for i in range(len(ids)):
+        clusters.setdefault(find(i), []).append(i)
+    drop: set[str] = set()
+    for members in clusters.values():
+        if len(members) > 1:
+            keep = min(members, key=lambda i: ids[i])
+            drop.update(ids[i] for i in members if i != keep)
+    return drop

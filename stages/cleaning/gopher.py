@@ -1,6 +1,4 @@
-"""Gopher's quality and repetition filters (Rae et al. 2021, "Scaling Language Models", Appendix A.1.1
-and Table A1; thresholds on the config fields). Off by default: C4 does not use them.
-"""
+"""Gopher's quality and repetition filters (Rae et al. 2021, Appendix A.1.1 and Table A1); off by default (not C4)."""
 
 from __future__ import annotations
 

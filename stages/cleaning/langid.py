@@ -1,12 +1,8 @@
-"""Language identification for C4's English filter, with a C4-faithful and a faster backend.
-
-C4 (TFDS ``text/c4_utils.py``, ``is_language``) keeps a page iff langdetect (seed 0) says ``en`` with
-probability >= 0.99. Its counters, in its order, are our reasons: "langdetect_exception", "no_predictions",
-"low_confidence" (checked before the language), "not_english:<lang>".
-
-Backends, loaded once per process: ``langdetect`` (C4's; run by the bit-identical Rust port ``langdetect-rs``
-when installed, unless ``LMPIPE_LANGDETECT=python``; benchmarks/cleaning.md) and ``py3langid`` (calibrated
-differently: ``benchmarks/cleaning_agreement.py``).
+"""Language identification for C4's English filter (TFDS ``c4_utils.is_language``: langdetect, seed 0, says ``en``
+with probability >= 0.99), whose counters, in its order, are the reasons: "langdetect_exception", "no_predictions",
+"low_confidence", "not_english:<lang>". Backends, loaded once per process: ``langdetect`` (run by the bit-identical
+Rust port ``langdetect-rs`` when installed, unless ``LMPIPE_LANGDETECT=python``; benchmarks/cleaning.md) and the
+faster ``py3langid`` (calibrated differently: ``benchmarks/cleaning_agreement.py``).
 """
 
 from __future__ import annotations
@@ -19,17 +15,11 @@ BACKENDS = ("langdetect", "py3langid")
 
 
 class Undetectable(Exception):
-    """No prediction for a text; ``reason`` is one of C4's reasons ("langdetect_exception", "no_predictions")."""
-
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
+    """No prediction for a text; its message is one of C4's reasons ("langdetect_exception", "no_predictions")."""
 
 
 class LangID:
     """A language identifier: the best language of a text and its probability."""
-
-    name = ""
 
     def best(self, text: str) -> tuple[str, float]:
         """Best (language, probability); raises :class:`Undetectable` when there is none."""
@@ -46,10 +36,7 @@ class LangID:
 class LangdetectID(LangID):
     """langdetect exactly as C4 calls it (``detect_langs`` with seed 0); codes like "en", "zh-cn"."""
 
-    name = "langdetect"
-
     def __init__(self) -> None:
-        # langdetect-rs where it is installed and not turned off (LMPIPE_LANGDETECT=python), else langdetect.
         wanted = os.environ.get("LMPIPE_LANGDETECT", "auto")
         if wanted not in ("auto", "python", "rust"):
             raise ValueError(f"LMPIPE_LANGDETECT: one of auto, python, rust; got {wanted!r}")
@@ -57,16 +44,11 @@ class LangdetectID(LangID):
         if wanted == "rust" and not found:
             raise ValueError("LMPIPE_LANGDETECT=rust: the langdetect-rs package is not installed")
         self.engine = "langdetect-rs" if found and wanted != "python" else "langdetect"
-        if self.engine == "langdetect-rs":
-            from langdetect_rs import detector_factory
-            from langdetect_rs.lang_detect_exception import LangDetectException
-        else:
-            from langdetect import detector_factory
-            from langdetect.lang_detect_exception import LangDetectException
-
+        package = self.engine.replace("-", "_")
+        detector_factory = importlib.import_module(f"{package}.detector_factory")
         detector_factory.init_factory()  # loads the 55 profiles; callers hold the module lock
         self._factory = detector_factory._factory
-        self._error = LangDetectException
+        self._error = importlib.import_module(f"{package}.lang_detect_exception").LangDetectException
 
     def best(self, text: str) -> tuple[str, float]:
         try:
@@ -84,8 +66,6 @@ class LangdetectID(LangID):
 
 class Py3LangidID(LangID):
     """py3langid with normalised probabilities; ISO 639-1 codes ("en", "zh")."""
-
-    name = "py3langid"
 
     def __init__(self) -> None:
         from py3langid.langid import MODEL_FILE, LanguageIdentifier
@@ -107,8 +87,7 @@ _lock = threading.Lock()
 
 
 def get_langid(backend: str = "langdetect") -> LangID:
-    """The process-wide identifier for ``backend``, loaded once under a lock (langdetect's loader is not
-    thread-safe)."""
+    """The process-wide ``backend`` identifier, loaded once under a lock (langdetect's loader is not thread-safe)."""
     if backend not in _instances:
         if backend not in BACKENDS:
             raise ValueError(f"unknown language-ID backend {backend!r}; expected one of {BACKENDS}")
@@ -129,7 +108,7 @@ def is_english(text: str, *, min_probability: float = 0.99,
     try:
         lang, prob = get_langid(backend).best(text)
     except Undetectable as exc:
-        return False, exc.reason
+        return False, str(exc)
     if prob < min_probability:  # C4 checks confidence before language
         return False, "low_confidence"
     if lang != "en":

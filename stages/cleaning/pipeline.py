@@ -1,14 +1,15 @@
-"""Run the cleaning filters over a corpus: sharded, parallel over processes or Dask, memory bounded.
-
-Phases (C4's order, then the extras): 0. main: input shards, URL / exact-duplicate drops; 1. workers:
-page length, C4 line rules, line-hash pairs; 2. main: line-dedup table; 3. workers: line dedup,
-language, bad words, Gopher, MinHash bands; 4. main: MinHash clusters, concatenation in input order.
-Global decisions use only hashes and ids, so the result does not depend on the number of workers.
+"""Run the cleaning filters over a corpus read from Parquet or JSONL: sharded, parallel over processes or Dask,
+memory bounded. Phases (C4's order, then the extras): 0. main: input shards, URL / exact-duplicate drops; 1. workers:
+page length, C4 line rules, line-hash pairs; 2. main: line-dedup table; 3. workers: line dedup, language, bad words,
+Gopher, MinHash bands; 4. main: MinHash clusters, concatenation in input order. Global decisions use only hashes and
+ids, so the result does not depend on the number of workers.
 """
 
 from __future__ import annotations
 
+import csv
 import hashlib
+import io
 import json
 import time
 from collections import Counter
@@ -17,17 +18,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from stages.cleaning.badwords import BadWordsFilter
 from stages.cleaning.base import Doc, Filter, FilterStats, meta_dict
-from stages.cleaning.c4 import C4LinesFilter, PageLengthFilter
+from stages.cleaning.c4 import BadWordsFilter, C4LinesFilter, PageLengthFilter
 from stages.cleaning.config import CleanerConfig
-from stages.cleaning.dedup import (LineDedupFilter, build_selection, count_duplicates, line_pairs, url_dedup,
-                                   write_shard_pairs)
+from stages.cleaning.dedup import (LineDedupFilter, band_hashes, build_selection, count_duplicates, duplicates,
+                                   line_pairs, url_dedup, write_shard_pairs)
 from stages.cleaning.gopher import GopherQualityFilter, GopherRepetitionFilter
 from stages.cleaning.langid import is_english
-from stages.cleaning.minhash import band_hashes, duplicates
-from stages.common.documents import arrow_schema, doc_id
+from stages.common.documents import arrow_schema, doc_id, open_parquet
 from stages.common.shards import open_shards
+from stages.sources.files import _open_binary
 
 SHARD_COLUMNS = ("id", "text", "source", "url", "meta", "timestamp", "raw_id")
 
@@ -62,6 +62,25 @@ class CleanResult:
                             for name, st in self.filters.items()},
                 **({"task": self.task} if self.task is not None else {})}
 
+    def drops_csv(self) -> str:
+        """One row per filter: documents and lines it dropped (the DVC bar plot of drops by filter)."""
+        buf = io.StringIO()
+        csv.writer(buf, lineterminator="\n").writerows(
+            [["filter", "documents_dropped", "lines_dropped", "characters_removed"],
+             *([name, sum(st.dropped.values()), sum(st.lines_dropped.values()), st.chars_in - st.chars_out]
+               for name, st in self.filters.items())])
+        return buf.getvalue()
+
+    def timing_table(self) -> str:
+        """The live log's summary: documents, throughput and each filter's CPU time."""
+        mb = self.bytes_in / 1e6
+        lines = [f"[clean] {self.docs_in} documents in, {self.docs_out} kept; {mb:.1f} MB in "
+                 f"{self.seconds:.1f}s ({mb / self.seconds if self.seconds else 0:.2f} MB/s wall)"]
+        lines += [f"[clean]   {name:<18} in {st.docs_in:>8} out {st.docs_out:>8}  cpu {st.seconds:7.2f}s"
+                  for name, st in self.filters.items()]
+        lines.append("[clean]   phases: " + ", ".join(f"{k} {v:.1f}s" for k, v in self.phase_seconds.items()))
+        return "\n".join(lines)
+
 
 class LanguageFilter(Filter):
     name = "language"
@@ -71,6 +90,60 @@ class LanguageFilter(Filter):
         return None if keep else reason
 
 
+def read_records(path: Path, drops) -> Iterator[dict[str, Any]]:
+    """Documents from a Parquet or JSONL(.gz/.zst) file, or a folder of them (sorted). Undecodable or
+    non-object lines are counted in ``drops`` and skipped: cleaning never crashes on junk input. A line with
+    invalid UTF-8 is kept, each bad byte sequence replaced by U+FFFD, and counted under ``REPAIRED_UTF8``."""
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: no such file or folder")
+    files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
+    for f in files:
+        name = f.name.lower()
+        if name.endswith(".parquet"):
+            pf = open_parquet(f)
+            if "text" not in pf.schema_arrow.names:
+                raise ValueError(f"{f}: no 'text' column (columns: {', '.join(pf.schema_arrow.names)})")
+            cols = [c for c in ("id", "text", "source", "url", "meta", "timestamp") if c in pf.schema_arrow.names]
+            for batch in pf.iter_batches(batch_size=2048, columns=cols):
+                yield from batch.to_pylist()
+        elif name.endswith((".jsonl", ".jsonl.gz", ".jsonl.zst", ".json.gz", ".ndjson")):
+            try:
+                yield from _jsonl(f, drops)
+            except (OSError, EOFError) as exc:  # truncated or not-really-gzip input
+                raise ValueError(f"{f}: cannot read compressed stream ({exc})") from None
+            except Exception as exc:
+                if type(exc).__name__ == "ZstdError":
+                    raise ValueError(f"{f}: cannot read zstd stream ({exc})") from None
+                raise
+        elif not path.is_dir():
+            raise ValueError(f"{f}: expected .parquet or .jsonl[.gz|.zst]")
+
+
+REPAIRED_UTF8 = "invalid_utf8_replaced"  # a count in ``drops`` of records kept, not dropped
+
+
+def _jsonl(path: Path, drops) -> Iterator[dict[str, Any]]:
+    with _open_binary(path) as fh:
+        for raw in fh:
+            if not raw.strip():
+                continue
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError:  # kept, with U+FFFD for each bad byte sequence, and counted
+                line = raw.decode("utf-8", "replace")
+                drops[REPAIRED_UTF8] += 1
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError:
+                drops["invalid_json"] += 1
+                continue
+            if not isinstance(obj, dict):
+                drops["invalid_record"] += 1
+                continue
+            obj.setdefault("source", path.name)
+            yield obj
+
+
 def _read_shard(path: Path) -> list[Doc]:
     import pyarrow.parquet as pq
 
@@ -78,29 +151,30 @@ def _read_shard(path: Path) -> list[Doc]:
     return [Doc(**dict(zip(SHARD_COLUMNS, row))) for row in zip(*(table[c].to_pylist() for c in SHARD_COLUMNS))]
 
 
-def _write_shard(docs: list[Doc], path: Path) -> None:
+def _write_shard(docs: list[Doc], path: Path) -> Path:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     pq.write_table(pa.table({c: pa.array([getattr(d, c) for d in docs], pa.string()) for c in SHARD_COLUMNS}), path,
                    compression="zstd")
+    return path
 
 
 def phase1(shard_in: Path, shard_out: Path, pairs_out: Path, drop: frozenset[int], cfg: CleanerConfig,
-           with_pairs: bool) -> tuple[dict, int]:
-    """Page length, the main process's URL-dedup decision, then C4's line rules (C4's order). Deletes its
-    input shard, so the work folder holds at most about two copies of the corpus."""
+           with_pairs: bool) -> dict:
+    """Page length, the main process's URL-dedup decision, then C4's line rules (C4's order); deletes its input
+    shard, so the work folder holds at most about two copies of the corpus. Returns each filter's stats and rejects."""
     length, c4 = PageLengthFilter(cfg.c4, cfg.reject_samples), C4LinesFilter(cfg.c4, cfg.reject_samples)
     kept = [d for i, d in enumerate(_read_shard(shard_in)) if length(d) and i not in drop and c4(d)]
     _write_shard(kept, shard_out)
     shard_in.unlink()
     if with_pairs:
         write_shard_pairs([line_pairs(d) for d in kept], pairs_out)
-    return {f.name: (f.stats, f.rejects) for f in (length, c4)}, len(kept)
+    return {f.name: (f.stats, f.rejects) for f in (length, c4)}
 
 
 def phase3(shard_in: Path, shard_out: Path, bands_out: Path, table: Path | None, words: list[str],
-           cfg: CleanerConfig, feats_out: Path, lines_out: Path, english_rate: float) -> tuple[dict, int]:
+           cfg: CleanerConfig, feats_out: Path, lines_out: Path, english_rate: float) -> dict:
     """Line dedup, language, bad words, Gopher; then the gate's per-document features and line hashes."""
     import numpy as np
 
@@ -108,8 +182,7 @@ def phase3(shard_in: Path, shard_out: Path, bands_out: Path, table: Path | None,
 
     n = cfg.reject_samples
     filters = [make() for on, make in (
-        (cfg.line_dedup.enabled and table is not None, lambda: LineDedupFilter(table, cfg.line_dedup,
-                                                                                reject_samples=n)),
+        (cfg.line_dedup.enabled and table is not None, lambda: LineDedupFilter(table, cfg.line_dedup, n)),
         (cfg.language.enabled, lambda: LanguageFilter(cfg.language, n)),
         (cfg.badwords.enabled, lambda: BadWordsFilter(words, n)),
         (cfg.gopher_quality.enabled, lambda: GopherQualityFilter(cfg.gopher_quality, n)),
@@ -122,7 +195,7 @@ def phase3(shard_in: Path, shard_out: Path, bands_out: Path, table: Path | None,
     if cfg.minhash.enabled:
         np.save(bands_out, np.stack([band_hashes(d.text, cfg.minhash) for d in kept]) if kept
                 else np.empty((0, cfg.minhash.bands), dtype=np.uint64))
-    return {f.name: (f.stats, f.rejects) for f in filters}, len(kept)
+    return {f.name: (f.stats, f.rejects) for f in filters}
 
 
 def write_input_shards(records: Iterator[dict[str, Any]], work: Path, shard_docs: int,
@@ -154,24 +227,18 @@ def write_input_shards(records: Iterator[dict[str, Any]], work: Path, shard_docs
         lengths.append(len(text))
         nbytes += len(text.encode("utf-8"))
         if len(batch) == shard_docs:
-            shards.append(_flush(batch, work, len(shards)))
+            shards.append(_write_shard(batch, work / f"in-{len(shards):06d}.parquet"))
             batch = []
     if batch:
-        shards.append(_flush(batch, work, len(shards)))
+        shards.append(_write_shard(batch, work / f"in-{len(shards):06d}.parquet"))
     return shards, rows, lengths, nbytes
-
-
-def _flush(batch: list[Doc], work: Path, i: int) -> Path:
-    _write_shard(batch, work / f"in-{i:06d}.parquet")
-    return work / f"in-{i:06d}.parquet"
 
 
 def _merger(into: dict[str, FilterStats], rejects: dict[str, list], cap: int) -> Callable[[Any], None]:
     """A consumer merging shard reports in input order, keeping at most ``cap`` rejects per filter and reason."""
     counts: Counter = Counter()
 
-    def consume(result) -> None:
-        report, _kept = result
+    def consume(report) -> None:
         for name, (stats, rej) in report.items():
             into.setdefault(name, FilterStats()).merge(stats)
             for r in rej:

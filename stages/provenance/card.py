@@ -6,9 +6,9 @@ from __future__ import annotations
 from stages.provenance.chain import render as render_chain
 from stages.provenance.record import Lock
 
-from stages.provenance.stagecard import (CARD_FILE, TERMS, UNKNOWN, architecture_text, cell,  # noqa: F401
-                                         classifier_sections, count, generative_sections, objective_text,
-                                         render_sections, score, table, task_name, tokens_table)
+from stages.provenance.stagecard import (ARCH_KEYS, CARD_FILE, UNKNOWN, cell, classifier_sections, count,
+                                         generative_sections, objective_text, render_sections, score, table,
+                                         task_name, tokens_table)
 
 ENDPOINT = {"bert": "fill_mask", "gpt": "generate", "t5": "text2text"}
 
@@ -53,36 +53,27 @@ def _stage_setting(record: dict, stage: str, *keys: str):
     return None
 
 
-def _training_stages(record: dict, stage: str | None) -> list[str]:
-    """The pre-training and DAPT stages upstream of ``stage`` (itself included), in training order."""
-    return [s for s in _upstream(record, stage) if s.split("@", 1)[0] in ("pretrain", "dapt")]
-
-
 def _objective(record: dict, stage: str) -> str:
     return objective_text(stage.partition("@")[2], _stage_setting(record, stage, "train", "objective"),
                           _stage_setting(record, stage, "train", "mlm_select"),
                           _stage_setting(record, stage, "train", "generator_size"))
 
 
-def _architecture(record: dict, stage: str | None) -> str:
-    if not stage:
-        return UNKNOWN
-    model = {key: _stage_setting(record, stage, "model", key) for key in ("arch", "layers", "d_model", "heads", "d_ff")}
-    return architecture_text(model, f"params of {stage}")
-
-
-def _training(record: dict, stages: list[str]) -> list[dict]:
-    """Each training stage's corpus, objective and tokens, as a folder card's ``training`` holds them."""
-    metrics = {s: _stage_metrics(record, s) for s in stages}
-    return [{"stage": s, "corpus": m.get("corpus"), "objective": _objective(record, s), "tokens": m.get("tokens")}
-            for s, m in metrics.items()]
-
-
-def _corpora(record: dict, stages: list[str]) -> dict:
-    """The raw sources of every corpus ingested by ``stages``, as a folder card's ``corpora`` holds them."""
-    return {corpus: {"stage": info["stage"], "documents": (info.get("counts") or {}).get("documents"),
-                     "sources": info.get("sources") or []}
-            for corpus, info in (record.get("sources") or {}).items() if info.get("stage") in stages}
+def _upstream_facts(record: dict, stage: str | None, pretrained: bool = True) -> dict:
+    """The card facts of what is upstream of ``stage``, as a folder's ``card.json`` holds them: the architecture
+    (from the first pre-training stage's params), each pre-training and DAPT stage's corpus, objective and tokens
+    (none when not ``pretrained``), and the raw sources of every corpus."""
+    upstream = _upstream(record, stage)
+    training = [s for s in upstream if s.split("@", 1)[0] in ("pretrain", "dapt")]
+    backbone = training[0] if training else None  # the config a random-init model was built from, too
+    return {"model_config": {k: _stage_setting(record, backbone, "model", k) for k in ARCH_KEYS} if backbone else None,
+            "training": [{"stage": s, "corpus": _stage_metrics(record, s).get("corpus"),
+                          "objective": _objective(record, s), "tokens": _stage_metrics(record, s).get("tokens")}
+                         for s in (training if pretrained else [])],
+            "corpora": {corpus: {"stage": info["stage"], "documents": (info.get("counts") or {}).get("documents"),
+                                 "sources": info.get("sources") or []}
+                        for corpus, info in (record.get("sources") or {}).items() if info.get("stage") in upstream},
+            "lineage": {"stage": stage or UNKNOWN, "where": f"params of {backbone}"}}
 
 
 def _task_name(record: dict, stage: str | None) -> str | None:
@@ -102,13 +93,9 @@ def _gate_lines(record: dict, name: str | None = None) -> list[str]:
              f"{gate.get('selected_by') or UNKNOWN} (`{record.get('model_gate_path') or 'model gate'}`)."]
     if name is not None and gate.get("selected") not in (None, name):
         lines.append(f"Note: the gate selected `{gate.get('selected')}`, not this model (`{name}`).")
-    checks = gate.get("checks") or []
-    if checks:
-        lines += ["", "| check | value | minimum | result |", "|---|---|---|---|"]
-        for c in checks:
-            lines.append(f"| {cell(c.get('check') or UNKNOWN)} | {score(c.get('value'))} | "
-                         f"{score(c.get('minimum'))} | {'passed' if c.get('passed') else 'FAILED'} |")
-    return lines
+    checks = [(c.get("check") or UNKNOWN, score(c.get("value")), score(c.get("minimum")),
+               "passed" if c.get("passed") else "FAILED") for c in gate.get("checks") or []]
+    return lines + (["", *table(checks, ("check", "value", "minimum", "result"))] if checks else [])
 
 
 PACKAGE = "the package stage"
@@ -158,94 +145,60 @@ def _baseline(record: dict, scores: dict) -> str:
     return f"{score(best.get('test_macro_f1'), best.get('test_macro_f1_std'))} ({cell(str(best.get('series')))})"
 
 
-def _classifier_sections(record: dict) -> list[tuple[str, list[str]]]:
+def _classifier_facts(record: dict) -> dict:
+    """The selected classifier's card facts (as a folder's ``card.json`` holds them) and what only the record
+    knows (``lineage``: its stage, files, gate and baseline)."""
     model = record.get("model") or {}
     stage, init = model.get("stage"), model.get("init")
-    labels = model.get("labels") or []
-    training = _training_stages(record, stage)
-    backbone = training[0] if training else None  # the config a random-init model was built from, too
-    if init == "random":  # the pre-trained folder gave the architecture only, none of the weights
-        training = []
+    f = _upstream_facts(record, stage, init != "random")  # random init: the architecture only, none of the weights
     scores = _classifier_scores(record)
-    task = _task_name(record, stage)
-    max_len = _stage_setting(record, stage, "max_len") if stage else None
-    facts = {"labels": labels, "task": task, "paradigm": model.get("paradigm"), "init": init, "scores": scores,
-             "parameters": model.get("parameters"), "head": _stage_setting(record, stage, "head") if stage else None,
-             "training": _training(record, training), "corpora": _corpora(record, _upstream(record, stage))}
-    total = tokens_table(facts["training"])[1]
-    use = [f"- Labelling {'Debian package descriptions with their archive section' if task else 'texts'} among "
-           f"the {len(labels) or UNKNOWN} labels above, as the pipeline's demonstration of a gated, traceable model.",
-           "- Comparing paradigms and initialisations with the rest of the pipeline's evaluation."]
-    limits = [
-        f"- A tiny model ({count(model.get('parameters'))} parameters"
-        + (f", {count(total)} pre-training tokens" if training else "") + ") from a pipeline built to train on "
-        "CPU: far below general-purpose language models in knowledge and robustness.",
-        "- A closed label set: every input gets one of the labels, also text that is not "
-        + ("a package description" if task else "like the training data") + "; its scores are not a "
-        "confidence for such input.",
-        f"- Texts longer than {count(max_len) if max_len else UNKNOWN} tokens are cut to that length (the "
-        "response says `truncated`).",
-        f"- Evaluated only on the held-out test split of its task data ({count(scores.get('test_examples'))} "
-        "examples). Any other use (other text, other labels, other languages, decisions about people) needs its "
-        "own evaluation first.",
-        TERMS,
-    ]
-    return classifier_sections(
-        facts, architecture=_architecture(record, backbone), gate=_gate_lines(record, model.get("name")),
-        data="Raw sources of every corpus upstream of this model, as ingested, with their licence terms:",
-        use=use, limits=limits, stage=f" ({stage or UNKNOWN})", baseline=_baseline(record, scores),
-        files=f"{len(model.get('files') or {})}, md5 {model.get('md5') or UNKNOWN}", unknown_pretraining=True)
+    f["lineage"].update(gate=_gate_lines(record, model.get("name")), baseline=_baseline(record, scores),
+                        files=f"{len(model.get('files') or {})}, md5 {model.get('md5') or UNKNOWN}")
+    return {**f, "kind": "finetune", "labels": model.get("labels") or [], "task": _task_name(record, stage),
+            "paradigm": model.get("paradigm"), "init": init, "scores": scores, "parameters": model.get("parameters"),
+            "head": _stage_setting(record, stage, "head") if stage else None,
+            "max_len": (_stage_setting(record, stage, "max_len") if stage else None) or None}
 
 
 def classifier_card(record: dict, by: str = PACKAGE) -> str:
     """The card of the fine-tuned model a lineage record describes (``by``: what rendered it)."""
     model = record.get("model") or {}
     return render_sections(f"Model card: {model.get('name') or UNKNOWN} (lm-pipeline classifier)",
-                   _provenance_lines(record, by=by), _classifier_sections(record))
+                           _provenance_lines(record, by=by), classifier_sections(_classifier_facts(record)))
 
 
 # --------------------------------------------------------------------------------------------- generative
-def _generative_facts(record: dict, source: str) -> dict:
+def _generative_facts(record: dict, source: str, packaged: bool = True) -> dict:
+    """The card facts of the pre-trained model from ``source`` (``packaged``: shipped beside the classifier)."""
     stage = Lock(stages=_stages(record)).writer(source)
     kind, _, paradigm = (stage or "").partition("@")
+    paradigm = paradigm or None
     metrics = _stage_metrics(record, stage) if stage else {}
-    training = _training_stages(record, stage)
-    facts = {"stage": stage, "kind": kind, "paradigm": paradigm or None, "corpus": metrics.get("corpus"),
-             "parameters": metrics.get("parameters"), "objective": _objective(record, stage) if stage else UNKNOWN,
-             "training": _training(record, training), "corpora": _corpora(record, _upstream(record, stage)),
-             "scores": metrics, "backbone": training[0] if training else None}
-    return {**facts, "total": tokens_table(facts["training"])[1]}
-
-
-def _generative_sections(record: dict, source: str, packaged: bool = True) -> list[tuple[str, list[str]]]:
-    f = _generative_facts(record, source)
-    stage, paradigm, kind = f["stage"], f["paradigm"], f["kind"]
-    intrinsic = (((_evaluation(record).get("intrinsic") or {}).get(paradigm) or {}).get(kind) or {})
-    held_out = [(f"evaluation on held-out {corpus} blocks",
-                 ", ".join(f"{k} {score(v)}" for k, v in sorted(values.items()) if k != "blocks") or UNKNOWN)
-                for corpus, values in sorted(intrinsic.items()) if isinstance(values, dict)]
+    intrinsic = ((_evaluation(record).get("intrinsic") or {}).get(paradigm) or {}).get(kind) or {}
     gate = record.get("model_gate") if isinstance(record.get("model_gate"), dict) else {}
-    served = ((f"the Bento's `{ENDPOINT[paradigm]}` endpoint" + ("" if packaged else ", where the package stage "
-              "ships it (`package.generative`)")) if paradigm in ENDPOINT else UNKNOWN)
-    return generative_sections(
-        f, architecture=_architecture(record, f["backbone"]), first=[("source", f"`{source}`, written by "
-                                                                               f"{stage or UNKNOWN}")],
-        last=[("served by", served)], evaluation=held_out, not_fine_tuned=", not fine-tuned",
-        data="Raw sources of every corpus upstream of this model, with their licence terms:",
+    f = _upstream_facts(record, stage)
+    f["lineage"].update(
+        source=f"`{source}`, written by {stage or UNKNOWN}",
+        served=(f"the Bento's `{ENDPOINT[paradigm]}` endpoint" + ("" if packaged else ", where the package stage "
+                "ships it (`package.generative`)")) if paradigm in ENDPOINT else UNKNOWN,
+        held_out=[(f"evaluation on held-out {corpus} blocks",
+                   ", ".join(f"{k} {score(v)}" for k, v in sorted(values.items()) if k != "blocks") or UNKNOWN)
+                  for corpus, values in sorted(intrinsic.items()) if isinstance(values, dict)],
         gate=f"Not judged by the model gate, which chooses among fine-tuned classifiers; this model "
              f"{'ships beside' if packaged else 'is upstream of'} the classifier "
              f"`{(record.get('model') or {}).get('name') or UNKNOWN}`, whose verdict was "
-             f"**{'PASSED' if gate.get('passed') else 'FAILED' if 'passed' in gate else UNKNOWN}**.",
-        use="- Trying the pipeline's pre-trained model through its endpoint; comparing paradigms.")
+             f"**{'PASSED' if gate.get('passed') else 'FAILED' if 'passed' in gate else UNKNOWN}**.")
+    return {**f, "kind": kind, "paradigm": paradigm, "corpus": metrics.get("corpus"),
+            "parameters": metrics.get("parameters"), "objective": _objective(record, stage) if stage else UNKNOWN,
+            "scores": metrics}
 
 
 def generative_card(record: dict, source: str, by: str = PACKAGE) -> str:
-    """The card of the pre-trained model from ``source`` (a folder the record holds) shipped beside the
-    classifier."""
-    f = _generative_facts(record, source)
+    """The card of the pre-trained model from ``source`` (a folder the record holds), shipped beside the classifier."""
+    f = _generative_facts(record, source, by == PACKAGE)
     whose = f"the classifier `{(record.get('model') or {}).get('name') or UNKNOWN}`'s"  # it travels with that model
     return render_sections(f"Model card: {f['paradigm'] or UNKNOWN} from {source} (lm-pipeline, pre-trained)",
-                   _provenance_lines(record, whose, by), _generative_sections(record, source, by == PACKAGE))
+                           _provenance_lines(record, whose, by), generative_sections(f))
 
 
 # --------------------------------------------------------------------------------------------- Bento
@@ -272,12 +225,12 @@ def bento_card(record: dict, served: dict) -> str:
     sections = [("Endpoints", table(endpoints, ("endpoint", "model"))),
                 ("Runtime", ["As declared in the Bento (`bento.yaml`: `image`, and the service's `resources`):", "",
                              *runtime])]
-    sections += [(f"Classifier: {heading}", body) for heading, body in _classifier_sections(record)]
+    sections += [(f"Classifier: {heading}", body) for heading, body in classifier_sections(_classifier_facts(record))]
     for paradigm, g in sorted(generative.items()):
         f = _generative_facts(record, g.get("source") or "")
         sections.append((f"Pre-trained {paradigm} ({g.get('tag') or UNKNOWN})", [
-            f"From `{g.get('source') or UNKNOWN}` ({f['stage'] or UNKNOWN}): {count(f['parameters'])} "
-            f"parameters, {count(f['total'])} training tokens, objective {f['objective']}, held-out loss "
+            f"From `{g.get('source') or UNKNOWN}` ({f['lineage']['stage']}): {count(f['parameters'])} parameters, "
+            f"{count(tokens_table(f['training'])[1])} training tokens, objective {f['objective']}, held-out loss "
             f"{score(f['scores'].get('eval_loss'))}. Not judged by the model gate; its own card is the model's "
             f"`{CARD_FILE}`."]))
     sections.append(("Lineage", ["The chain from raw sources to this Bento (`python -m stages.lineage` prints it "

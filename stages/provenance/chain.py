@@ -15,7 +15,10 @@ KEY_METRICS = {
     "dapt": ("parameters", "tokens", "steps", "train_loss", "eval_loss", "eval_accuracy"),
     "finetune": ("train_examples", "steps", "best_val_macro_f1", "test_macro_f1", "test_accuracy"),
 }
-ORDER = ("ingest", "clean", "tokenizer", "tokens", "pretrain", "dapt", "finetune", "evaluate")
+# The chain's steps after the raw sources: each kind of stage, in order, and its heading.
+STEPS = {"ingest": "Ingest", "clean": "Cleaning", "tokenizer": "Tokenizer", "tokens": "Token datasets",
+         "pretrain": "Pre-training", "dapt": "DAPT", "finetune": "Fine-tuning",
+         "evaluate": "Evaluation and the model gate"}
 
 
 def _fmt(value) -> str:
@@ -61,8 +64,7 @@ def _stage_lines(name: str, entry: dict, record: dict) -> list[str]:
 
 
 def render(record: dict, bento: dict | None = None) -> str:
-    """The chain as text. ``bento``: the Bento's tag, model tag and, for an exported file, its path and
-    SHA-256."""
+    """The chain as text. ``bento``: the Bento's tag, model tag and, for an exported file, its path and SHA-256."""
     model, git = record["model"], record.get("git") or {}
     lines = []
     if bento:
@@ -91,13 +93,10 @@ def render(record: dict, bento: dict | None = None) -> str:
                 lines.append(f"      {f.get('path')}  sha256 {f.get('sha256')}  {_fmt(f.get('bytes', 0))} bytes")
     model_path = set(Lock(stages=record["stages"]).upstream([model["stage"]]))
     step = 2
-    for kind in ORDER:
+    for kind, title in STEPS.items():
         names = [n for n in record["stages"] if n.split("@", 1)[0] == kind]
         if not names:
             continue
-        title = {"pretrain": "Pre-training", "dapt": "DAPT", "finetune": "Fine-tuning",
-                 "evaluate": "Evaluation and the model gate", "tokens": "Token datasets",
-                 "clean": "Cleaning"}.get(kind, kind.capitalize())
         lines.append(f"{step}. {title}")
         step += 1
         for name in sorted(names, key=lambda n: (n not in model_path, n)):

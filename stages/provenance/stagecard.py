@@ -3,7 +3,8 @@
 Each folder under ``data/models/`` holds ``card.json`` (its record, made of the stage's declared inputs only, so
 the same inputs give the same folder byte for byte) and ``README.md``, rendered from it by :func:`render`.
 ``python -m stages.lineage <folder> --verify`` checks both (:func:`check`); ``--card`` renders the card with the
-model gate's verdict from the lineage record (``stages.provenance.card``), as the package stage does.
+model gate's verdict from the lineage record (``stages.provenance.card``, whose facts these sections render too),
+as the package stage does.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ SOURCE_KEYS = ("kind", "description", "licence", "pin", "packages", "records", "
 # ... and what a folder's card keeps of it (the downloads' hashes stay in the ingest manifest and the record).
 CARD_SOURCE_KEYS = ("kind", "description", "licence", "pin", "records")
 
+ARCH_KEYS = ("arch", "layers", "d_model", "heads", "d_ff")  # what a card says of a model config section
 WEIGHTS = {"pretrain": "pre-trained", "dapt": "pre-trained, then domain-adapted (DAPT)"}
 
 
@@ -49,14 +51,15 @@ def cell(text: str) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 
 
-def table(rows: list[tuple[str, str]], head: tuple[str, str] = ("", "")) -> list[str]:
-    return [f"| {head[0]} | {head[1]} |", "|---|---|"] + [f"| {cell(k)} | {cell(v)} |" for k, v in rows]
+def table(rows: list[tuple], head: tuple[str, ...]) -> list[str]:
+    """A Markdown table of ``rows`` under ``head``, its cells escaped."""
+    return [f"| {' | '.join(head)} |", "|" + "---|" * len(head)] + [f"| {' | '.join(map(cell, row))} |" for row in rows]
 
 
-def render_sections(title: str, intro: list[str], sections: list[tuple[str, list[str]]], level: int = 2) -> str:
-    lines = [f"{'#' * (level - 1)} {title}", "", *intro]
+def render_sections(title: str, intro: list[str], sections: list[tuple[str, list[str]]]) -> str:
+    lines = [f"# {title}", "", *intro]
     for heading, body in sections:
-        lines += ["", f"{'#' * level} {heading}", "", *body]
+        lines += ["", f"## {heading}", "", *body]
     return "\n".join(lines).rstrip() + "\n"
 
 
@@ -73,11 +76,10 @@ def objective_text(paradigm: str, objective, select, generator_size=None) -> str
 def architecture_text(model: dict | None, where: str | None = None) -> str:
     """``deberta_v2, 2 layers, 128 d_model, ...`` from a model config section; ``where`` names its source."""
     model = {k: v for k, v in (model or {}).items() if v is not None}
-    if not any(k in model for k in ("arch", "layers", "d_model", "heads", "d_ff")):
+    if not any(k in model for k in ARCH_KEYS):
         return UNKNOWN
     parts = [str(model["arch"])] if "arch" in model else []
-    parts += [f"{model[k]} {label}" for k, label in (("layers", "layers"), ("d_model", "d_model"),
-                                                      ("heads", "heads"), ("d_ff", "d_ff")) if k in model]
+    parts += [f"{model[k]} {k}" for k in ARCH_KEYS[1:] if k in model]
     return ", ".join(parts) + (f" ({where})" if where else "")
 
 
@@ -153,11 +155,10 @@ def pretrain_facts(*, kind: str, paradigm: str, corpus: str, config: dict, metri
     objective = objective_text(paradigm, train.get("objective"), train.get("mlm_select"), train.get("generator_size"))
     own = {"stage": kind, "corpus": corpus, "objective": objective, "tokens": metrics.get("tokens")}
     upstream = read_facts(init) if init is not None else {}
-    model = config.get("model") or (upstream or {}).get("model_config")
     return {
-        "schema": SCHEMA, "kind": kind, "paradigm": paradigm, "corpus": corpus,
-        "model_config": model, "parameters": metrics.get("parameters"),
-        "objective": own["objective"],
+        "schema": SCHEMA, "kind": kind, "paradigm": paradigm, "corpus": corpus, "objective": objective,
+        "model_config": config.get("model") or (upstream or {}).get("model_config"),
+        "parameters": metrics.get("parameters"),
         "training": ([*upstream.get("training", [])] if upstream else
                      [] if init is None else [{"stage": f"{init} (no {FACTS_FILE})"}]) + [own],
         "corpora": {**(upstream or {}).get("corpora", {}), **sources},
@@ -210,21 +211,17 @@ def corpora_lines(corpora_: dict) -> list[str]:
 
 
 def tokens_table(training: list[dict] | None) -> tuple[list[str], object]:
-    rows, total = ["| stage | corpus | objective | tokens |", "|---|---|---|---|"], 0
-    for t in training or []:
-        tokens = t.get("tokens")
-        if isinstance(tokens, (int, float)) and not isinstance(tokens, bool) and total is not None:
-            total += int(tokens)
-        else:
-            total = None
-        rows.append(f"| {cell(t.get('stage') or UNKNOWN)} | {cell(t.get('corpus') or UNKNOWN)} | "
-                    f"{cell(t.get('objective') or UNKNOWN)} | {count(tokens)} |")
-    return rows, total if training else None
+    tokens = [t.get("tokens") for t in training or []]
+    known = all(isinstance(n, (int, float)) and not isinstance(n, bool) for n in tokens)
+    rows = [(t.get("stage") or UNKNOWN, t.get("corpus") or UNKNOWN, t.get("objective") or UNKNOWN, count(n))
+            for t, n in zip(training or [], tokens)]
+    total = sum(map(int, tokens)) if training and known else None
+    return table(rows, ("stage", "corpus", "objective", "tokens")), total
 
 
-def evaluation_lines(s: dict, seeds, baseline: str | None = None) -> list[str]:
+def evaluation_lines(s: dict, baseline: str | None = None) -> list[str]:
     """A classifier card's Evaluation section from its scores (``baseline``: the best baseline's, where known)."""
-    saved = s.get("saved")
+    saved, seeds = s.get("saved"), s.get("seeds")
     rows = [
         ("test macro-F1", score(s.get("test_macro_f1"), s.get("test_macro_f1_std"), seeds)),
         ("test accuracy", score(s.get("test_accuracy"), s.get("test_accuracy_std"), seeds)),
@@ -240,11 +237,6 @@ def evaluation_lines(s: dict, seeds, baseline: str | None = None) -> list[str]:
             "baseline:", "", *table(rows, ("metric", "value"))]
 
 
-def held_out_rows(s: dict) -> list[tuple[str, str]]:
-    return [("final training loss", score(s.get("train_loss"))), ("held-out loss", score(s.get("eval_loss"))),
-            ("held-out accuracy (predicted tokens)", score(s.get("eval_accuracy")))]
-
-
 INTRO = ("Written by the stage that saved this folder, from `card.json` beside it: the folder's record, made of the "
          "stage's params and inputs (the ingest manifests with the data's licence terms, the card of the model it "
          "started from) and its own results. Every figure below is a value of that file; `unknown` marks one it "
@@ -254,10 +246,6 @@ INTRO = ("Written by the stage that saved this folder, from `card.json` beside i
 GATE_LATER = ("Not known when this folder was written: the evaluate stage's model gate chooses among the "
               "fine-tuned classifiers on the validation split afterwards (`reports/evaluation.md`, "
               "`reports/quality/model-gate.json`); `python -m stages.lineage <this folder> --card` shows its verdict.")
-CLASSIFIER_DATA = ("Raw sources of every corpus behind this model (its tokenizer's, its pre-training's and the "
-                   "task's), as ingested, with their licence terms:")
-GENERATIVE_DATA = ("Raw sources of every corpus behind this model (its tokenizer's and its training's), with their "
-                   "licence terms:")
 GENERATIVE_GATE = ("Not judged by the model gate, which chooses among fine-tuned classifiers; the classifiers "
                    "fine-tuned from this model are (`reports/evaluation.md`).")
 GENERATIVE_USE = ("- The starting point of fine-tuning and domain adaptation in this pipeline; trying a pre-trained "
@@ -266,90 +254,110 @@ TERMS = ("- The training data's terms (above) come with the model: read each sou
          "research.")
 
 
-def classifier_sections(f: dict, *, architecture: str, data: str, gate: list[str], use: list[str],
-                        limits: list[str], stage: str = "", baseline: str | None = None, files: str | None = None,
-                        unknown_pretraining: bool = False) -> list[tuple[str, list[str]]]:
-    """A fine-tuned classifier's card sections from its facts (a folder's ``card.json`` or the lineage record's)."""
-    labels, s = f.get("labels") or [], f.get("scores") or {}
+def data_lines(f: dict, classifier: bool) -> list[str]:
+    """A card's Training data section: the raw sources of every corpus behind the model, with their terms."""
+    behind = ("its tokenizer's, its pre-training's and the task's" if classifier
+              else "its tokenizer's and its training's")
+    where = "upstream of this model" if f.get("lineage") else f"behind this model ({behind})"
+    return [f"Raw sources of every corpus {where}{', as ingested' if classifier else ''}, with their licence terms:",
+            "", *corpora_lines(f.get("corpora"))]
+
+
+def classifier_sections(f: dict) -> list[tuple[str, list[str]]]:
+    """A fine-tuned classifier's card sections from its facts: a folder's ``card.json``, or those
+    ``stages.provenance.card`` takes from a lineage record (its ``lineage``: what only the record knows)."""
+    labels, s, task, lineage = f.get("labels") or [], f.get("scores") or {}, f.get("task"), f.get("lineage") or {}
     rows, total = tokens_table(f.get("training"))
     random = f.get("init") == "random"
     about = [
-        ("task", f"{f['task']}: a package description in, one of its {len(labels)} sections out"
-         if f.get("task") and labels else f"text classification into {len(labels)} labels" if labels else UNKNOWN),
+        ("task", f"{task}: a package description in, one of its {len(labels)} sections out"
+         if task and labels else f"text classification into {len(labels)} labels" if labels else UNKNOWN),
         ("labels", ", ".join(map(str, labels)) or UNKNOWN),
         ("paradigm", str(f.get("paradigm") or UNKNOWN)),
         ("initialisation", str(f.get("init") or UNKNOWN)),
-        ("architecture", architecture),
+        ("architecture", architecture_text(f.get("model_config"), lineage.get("where"))),
         ("parameters", count(f.get("parameters"))),
         ("fine-tuning objective", f"classification into the {len(labels)} labels (head `{f['head']}`)"
          if labels and f.get("head") else f"classification into the {len(labels)} labels" if labels else UNKNOWN),
         ("pre-training tokens", "none (random initialisation: no pre-trained weights)" if random else count(total)),
         ("fine-tuning examples", count(s.get("train_examples"))),
-        *([("files", files)] if files else []),
+        *([("files", lineage["files"])] if lineage else []),
     ]
     if random:
         training = ["No pre-training: the weights were initialised at random, then fine-tuned."]
-    elif f.get("training") or not unknown_pretraining:
+    elif f.get("training") or not lineage:
         training = ["Pre-training (tokens seen, per stage):", "", *rows, "", f"Total: {count(total)} tokens."]
     else:
         training = [f"Pre-training: {UNKNOWN}."]
+    stage = f" ({lineage['stage']})" if lineage else ""
     training += ["", f"Fine-tuning{stage}: {count(s.get('train_examples'))} training examples, "
                      f"{count(s.get('steps'))} steps per seed, learning rate {s.get('lr', UNKNOWN)}, "
                      f"{count(s.get('seeds'))} seeds."]
+    labelling = (f"- Labelling {'Debian package descriptions with their archive section' if task else 'texts'} among "
+                 f"the {len(labels) or UNKNOWN} labels above")
+    comparing = "paradigms and initialisations with the rest of the pipeline's evaluation."
+    use = ([f"{labelling}, as the pipeline's demonstration of a gated, traceable model.", f"- Comparing {comparing}"]
+           if lineage else [f"{labelling}; comparing {comparing}"])
+    tokens = f", {count(total)} pre-training tokens" if lineage and f.get("training") else ""
+    unlike = ("that is not " + ("a package description" if task else "like the training data")
+              + "; its scores are not a confidence for such input." if lineage else "unlike the training data.")
+    limits = [
+        f"- A tiny model ({count(f.get('parameters'))} parameters{tokens}) from a pipeline built to train on CPU: far "
+        "below general-purpose language models in knowledge and robustness.",
+        f"- A closed label set: every input gets one of the labels, also text {unlike}",
+        f"- Texts longer than {count(f.get('max_len'))} tokens are cut to that length"
+        + (" (the response says `truncated`)." if lineage else "."),
+        f"- Evaluated only on the held-out test split of its task data ({count(s.get('test_examples'))} examples)"
+        + (". Any other use (other text, other labels, other languages, decisions about people) needs its own "
+           "evaluation first." if lineage else "; any other use needs its own evaluation first."),
+        TERMS,
+    ]
     return [("Model", table(about, ("field", "value"))),
-            ("Training data", [data, "", *corpora_lines(f.get("corpora"))]),
+            ("Training data", data_lines(f, True)),
             ("Training", training),
-            ("Evaluation", evaluation_lines(s, s.get("seeds"), baseline)),
-            ("Model gate", gate), ("Intended use", use), ("Limits", limits)]
+            ("Evaluation", evaluation_lines(s, lineage.get("baseline"))),
+            ("Model gate", lineage.get("gate") or [GATE_LATER]), ("Intended use", use), ("Limits", limits)]
 
 
-def generative_sections(f: dict, *, architecture: str, data: str, gate: str, use: str, first=(), last=(),
-                        evaluation=(), not_fine_tuned: str = "") -> list[tuple[str, list[str]]]:
-    """A pre-trained (or DAPT) model's card sections from its facts."""
+def generative_sections(f: dict) -> list[tuple[str, list[str]]]:
+    """A pre-trained (or DAPT) model's card sections from its facts (a folder's ``card.json`` or the record's)."""
+    lineage, s = f.get("lineage") or {}, f.get("scores") or {}
     rows, total = tokens_table(f.get("training"))
     about = table([
-        *first,
+        *([("source", lineage["source"])] if lineage else []),
         ("paradigm", str(f.get("paradigm") or UNKNOWN)),
         ("weights", WEIGHTS.get(f.get("kind"), UNKNOWN) + (f" (corpus: {f['corpus']})" if f.get("corpus") else "")),
-        ("architecture", architecture),
+        ("architecture", architecture_text(f.get("model_config"), lineage.get("where"))),
         ("parameters", count(f.get("parameters"))),
         ("objective", f.get("objective") or UNKNOWN),
         ("training tokens", count(total)),
-        *last,
+        *([("served by", lineage["served"])] if lineage else []),
     ], ("field", "value"))
     limits = [f"- A tiny language model ({count(f.get('parameters'))} parameters, {count(total)} training tokens, "
-              f"trained on a CPU-scale budget): not instruction-tuned{not_fine_tuned}; do not expect fluent text.",
+              f"trained on a CPU-scale budget): not instruction-tuned{', not fine-tuned' if lineage else ''}; do not "
+              "expect fluent text.",
               "- Pre-trained only: it predicts tokens like its training corpora; it answers no questions and states no "
               "facts. Do not show its output to anyone as information.",
               "- Evaluated only by its held-out loss; any other use needs its own evaluation first.", TERMS]
+    held_out = [("final training loss", score(s.get("train_loss"))), ("held-out loss", score(s.get("eval_loss"))),
+                ("held-out accuracy (predicted tokens)", score(s.get("eval_accuracy"))), *lineage.get("held_out", [])]
     return [("Model", about),
-            ("Training data", [data, "", *corpora_lines(f.get("corpora"))]),
+            ("Training data", data_lines(f, False)),
             ("Training", [*rows] if f.get("training") else [f"{UNKNOWN}."]),
-            ("Evaluation", table([*held_out_rows(f.get("scores") or {}), *evaluation], ("metric", "value"))),
-            ("Model gate", [gate]), ("Intended use", [use]), ("Limits", limits)]
+            ("Evaluation", table(held_out, ("metric", "value"))),
+            ("Model gate", [lineage.get("gate") or GENERATIVE_GATE]),
+            ("Intended use", ["- Trying the pipeline's pre-trained model through its endpoint; comparing paradigms."
+                              if lineage else GENERATIVE_USE]), ("Limits", limits)]
 
 
 def render(f: dict) -> str:
     """A model folder's ``README.md`` from its ``card.json``."""
-    kind, paradigm, architecture = f.get("kind"), f.get("paradigm") or UNKNOWN, architecture_text(f.get("model_config"))
-    if kind != "finetune":
-        return render_sections(f"Model card: {paradigm}, {WEIGHTS.get(kind, UNKNOWN)} (lm-pipeline)", [INTRO],
-                               generative_sections(f, architecture=architecture, data=GENERATIVE_DATA,
-                                                   gate=GENERATIVE_GATE, use=GENERATIVE_USE))
-    labels, s = f.get("labels") or [], f.get("scores") or {}
-    sections = classifier_sections(
-        f, architecture=architecture, gate=[GATE_LATER], data=CLASSIFIER_DATA,
-        use=[f"- Labelling {'Debian package descriptions with their archive section' if f.get('task') else 'texts'}"
-             f" among the {len(labels) or UNKNOWN} labels above; comparing paradigms and initialisations with the "
-             "rest of the pipeline's evaluation."],
-        limits=[f"- A tiny model ({count(f.get('parameters'))} parameters) from a pipeline built to train on CPU: far "
-                "below general-purpose language models in knowledge and robustness.",
-                "- A closed label set: every input gets one of the labels, also text unlike the training data.",
-                f"- Texts longer than {count(f.get('max_len'))} tokens are cut to that length.",
-                f"- Evaluated only on the held-out test split of its task data ({count(s.get('test_examples'))} "
-                "examples); any other use needs its own evaluation first.", TERMS])
-    return render_sections(f"Model card: {paradigm}-{f.get('init') or UNKNOWN} (lm-pipeline classifier, fine-tuned)",
-                           [INTRO], sections)
+    paradigm = f.get("paradigm") or UNKNOWN
+    if f.get("kind") == "finetune":
+        return render_sections(f"Model card: {paradigm}-{f.get('init') or UNKNOWN} (lm-pipeline classifier, "
+                               "fine-tuned)", [INTRO], classifier_sections(f))
+    return render_sections(f"Model card: {paradigm}, {WEIGHTS.get(f.get('kind'), UNKNOWN)} (lm-pipeline)", [INTRO],
+                           generative_sections(f))
 
 
 def write(folder: Path, facts: dict) -> None:

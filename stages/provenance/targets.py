@@ -45,8 +45,7 @@ def _packaged_item(name: str, files: dict[str, str], model_yaml: dict) -> dict:
 
 
 def _member_name(name: str) -> str:
-    """An archive member's path inside the Bento (``./bento.yaml`` -> ``bento.yaml``; a leading dot of a file
-    name is kept)."""
+    """An archive member's path inside the Bento (``./bento.yaml`` -> ``bento.yaml``; a file name's dot is kept)."""
     while name.startswith("./"):
         name = name[2:]
     return name.lstrip("/")

@@ -57,14 +57,12 @@ def verify_packaged(record: dict, packaged: list[dict], verdict: Verdict) -> Non
     """Each packaged model's files (``{"name", "role", "source", "files": {relpath: md5}}``) are the record's."""
     for item in packaged:
         files = {rel: md5 for rel, md5 in item["files"].items() if rel not in PACKAGING_FILES}
-        if item["role"] == "classifier":
-            expected = record["model"]["files"]
-        else:
-            source = (record["files"].get(item.get("source") or "") or {}).get("files")
-            if source is None:
-                verdict.mismatches.append(f"{item['name']}: its source {item.get('source')!r} is not in the record")
-                continue
-            expected = source
+        classifier = item["role"] == "classifier"
+        expected = record["model"]["files"] if classifier else (
+            record["files"].get(item.get("source") or "") or {}).get("files")
+        if not classifier and expected is None:
+            verdict.mismatches.append(f"{item['name']}: its source {item.get('source')!r} is not in the record")
+            continue
         # the folder's own card (written by its stage) stays behind: the card its record renders replaces it
         expected = {rel: md5 for rel, md5 in expected.items() if rel != CARD_FILE}
         verdict.checked += len(expected)
@@ -77,7 +75,7 @@ def verify_packaged(record: dict, packaged: list[dict], verdict: Verdict) -> Non
         verdict.checked += 1
         card = expected_card(record, item)
         if card is None or hashlib.md5(card.encode("utf-8")).hexdigest() != item["files"][CARD_FILE]:
-                verdict.mismatches.append(f"{item['name']} (packaged)/{CARD_FILE}: not the model card its lineage "
+            verdict.mismatches.append(f"{item['name']} (packaged)/{CARD_FILE}: not the model card its lineage "
                                       "record renders (edited after packaging, or rendered by another version of "
                                       "stages.provenance.card)")
 

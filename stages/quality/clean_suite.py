@@ -7,7 +7,6 @@ from __future__ import annotations
 import pandas as pd
 
 from stages.cleaning.config import CleanConfig
-from stages.cleaning.features import FEATURE_COLUMNS
 from stages.common.documents import DOCUMENT_COLUMNS
 from stages.quality.gate import Expect
 
@@ -17,11 +16,11 @@ SUMMARY = "clean_summary"
 TASK_GUARD = "task_guard"
 
 
-def cleaned_suite(features: pd.DataFrame | None, *, columns: list[str], duplicate_lines: int | None,
+def cleaned_suite(features: pd.DataFrame, *, columns: list[str], duplicate_lines: int | None,
                   cfg: CleanConfig, kept_fraction: float, task_leaks: pd.DataFrame | None = None):
     """``task_leaks``: `stages.cleaning.task_guard.leaks` of the output, when a task is guarded against."""
     rules, gate = cfg.cleaner.c4, cfg.gate
-    feats = (features if features is not None else pd.DataFrame(columns=FEATURE_COLUMNS[1:])).reset_index(drop=True)
+    feats = features.reset_index(drop=True)
     feats.index = pd.Index(feats["id"].to_numpy(), name="doc")  # failures name the document
 
     def values_in(column: str, allowed: list, table: str = FEATURES, mostly: float = 1.0) -> Expect:

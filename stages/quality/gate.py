@@ -1,10 +1,6 @@
-"""A thin runner of Great Expectations (GX 1.x) checks on pandas DataFrames.
-
-A *gate* is a named set of `Expect` checks (table, GX class name, kwargs) between two stages; `enforce`
-writes a JSON report and raises `GateFailed` on any failed check. GX is imported lazily (it costs seconds).
-Per table, `validate` makes a dataframe asset, a whole-dataframe batch and a suite; in a file-backed project
-(``reports/gx/``) a Checkpoint ``<gate>.<table>`` also stores the result and renders Data Docs.
-"""
+"""A thin runner of Great Expectations (GX 1.x, imported lazily) checks on pandas DataFrames: a *gate* is a named
+set of `Expect` checks between two stages; `enforce` writes a JSON report and raises `GateFailed` on a failed check.
+In a file-backed project (``reports/gx/``) a Checkpoint ``<gate>.<table>`` also stores the result and Data Docs."""
 
 from __future__ import annotations
 
@@ -27,15 +23,12 @@ from stages.common.atomic import write_bytes_atomic
 if TYPE_CHECKING:  # only for annotations; pandas is imported lazily like GX
     import pandas
 
-__all__ = ["CheckResult", "Expect", "Gate", "GateFailed", "GateResult", "enforce", "validate", "write_report"]
-
 # Keys of a GX result worth keeping: enough to see why a check failed.
 _OBSERVED_KEYS = ("observed_value", "element_count", "unexpected_count", "missing_count", "partial_unexpected_list",
                   "partial_unexpected_index_list", "partial_missing_list", "details")
 # Long texts (e.g. a leaked document used as an index) would bloat the report and the error line.
 _MAX_STR_CHARS = 200
 _MAX_WHY_CHARS = 160
-_DATASOURCE_NAME = "gate"
 _BATCH = "whole"
 # The Data Docs site of a file-backed project, relative to the project root (GX's default local site).
 DATA_DOCS_INDEX = "gx/uncommitted/data_docs/local_site/index.html"
@@ -69,16 +62,13 @@ class Expect:
             raise ValueError(f"Expect.table must be a non-empty string, got {self.table!r}")
         if not self.kind or not isinstance(self.kind, str):
             raise ValueError(f"Expect.kind must be a non-empty string, got {self.kind!r}")
-        # Copy: a caller mutating their dict later must not change the suite.
-        object.__setattr__(self, "kwargs", dict(self.kwargs))
+        object.__setattr__(self, "kwargs", dict(self.kwargs))  # a caller's later change must not reach the suite
 
     @property
     def name(self) -> str:
         """Short label used in reports and error messages, e.g. "documents.ExpectColumnValuesToBeUnique(id)"."""
-        return _check_name(self.table, self.kind, self.kwargs)
-
-    def to_json(self) -> dict:
-        return {"table": self.table, "kind": self.kind, "kwargs": _jsonable(self.kwargs)}
+        column = self.kwargs.get("column")
+        return f"{self.table}.{self.kind}({column})" if column is not None else f"{self.table}.{self.kind}"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -94,7 +84,7 @@ class CheckResult:
 
     @property
     def name(self) -> str:
-        return _check_name(self.table, self.expectation, self.kwargs)
+        return Expect(self.table, self.expectation, self.kwargs).name
 
     def why(self) -> str:
         """One-line reason for a failure, for error messages: the error, the unexpected values, what is missing."""
@@ -148,9 +138,8 @@ class GateResult:
 
 def validate(gate: str, tables: Mapping[str, pandas.DataFrame], expectations: Sequence[Expect],
              project: Path | None = None) -> GateResult:
-    """Run `expectations` over `tables` and return every check's outcome (never raises on bad data).
-    ``project``: a GX project root (created on first use) to store results and Data Docs; None: ephemeral.
-    ValueError for a bad suite (unknown GX class or table, rejected kwargs, a duplicate); TypeError for a
+    """Every check's outcome over `tables` (bad data never raises), stored with Data Docs in the GX ``project`` (None:
+    ephemeral). ValueError for a bad suite (unknown class or table, rejected kwargs, a duplicate), TypeError for a
     table that is not a DataFrame."""
     import pandas as pd
 
@@ -162,21 +151,18 @@ def validate(gate: str, tables: Mapping[str, pandas.DataFrame], expectations: Se
             raise ValueError(f"gate {gate}: expectation {expect.kind} is on table {expect.table!r}, "
                              f"which is not among the tables given: {sorted(tables)}")
 
-    with _quiet_gx(), _project_lock(project):
+    with _quiet_gx(), _project_lock(project) if project is not None else contextlib.nullcontext():
         gx = _import_gx()
         # Build every GX expectation before touching data, so a bad suite fails fast and whole.
         built = [_build_expectation(expect) for expect in expectations]
-        if project is not None:
-            project.mkdir(parents=True, exist_ok=True)
-            context = gx.get_context(mode="file", project_root_dir=str(project))
-        else:
-            context = gx.get_context(mode="ephemeral")
+        context = (gx.get_context(mode="ephemeral") if project is None  # the lock made the project's folder
+                   else gx.get_context(mode="file", project_root_dir=str(project)))
         # GX draws a tqdm "Calculating Metrics" bar per validation on stderr; a GX without the config: keep going.
         with contextlib.suppress(ImportError):
             from great_expectations.data_context.types.base import ProgressBarsConfig
 
             context.variables.progress_bars = ProgressBarsConfig(globally=False, metric_calculations=False)
-        datasource = context.data_sources.add_or_update_pandas(name=_DATASOURCE_NAME)
+        datasource = context.data_sources.add_or_update_pandas(name="gate")
         index_by_id: dict[str, int] = {}
         results: dict[int, Any] = {}
         for table in dict.fromkeys(expect.table for expect in expectations):  # first-seen order: deterministic
@@ -219,16 +205,14 @@ def validate(gate: str, tables: Mapping[str, pandas.DataFrame], expectations: Se
 
 
 def write_report(result: GateResult, path: str | Path) -> None:
-    """Write `result` as pretty JSON with sorted keys, atomically (temp file + os.replace)."""
-    # allow_nan=False: the observed values are sanitised, and a stray NaN would make invalid JSON.
+    """Write `result` as pretty JSON with sorted keys, atomically; a stray NaN (invalid JSON) raises."""
     text = json.dumps(result.to_json(), indent=2, sort_keys=True, allow_nan=False) + "\n"
     write_bytes_atomic(path, text.encode("utf-8"))
 
 
 def enforce(gate: str, tables: Mapping[str, pandas.DataFrame], expectations: Sequence[Expect],
             report_path: str | Path) -> GateResult:
-    """Validate in `gx_project`, always write the report (a failed stage leaves its evidence), and
-    raise `GateFailed` if any check failed."""
+    """Validate in `gx_project`, write the report even on failure (the evidence), raise `GateFailed` on a failure."""
     result = validate(gate, tables, expectations, gx_project())
     write_report(result, report_path)
     if not result.success:
@@ -257,8 +241,7 @@ _preloading: threading.Thread | None = None
 
 
 def preload() -> None:
-    """Start importing GX (seconds) in a background thread while the stage's workers run; an import
-    error is left for the gate's own import to raise."""
+    """Start importing GX (seconds) in a background thread while the stage's workers run."""
     global _preloading
     if _preloading is None and "great_expectations" not in sys.modules:
         _preloading = threading.Thread(target=_try_import_gx, name="gx-preload", daemon=True)
@@ -273,10 +256,8 @@ def _try_import_gx() -> None:
 def _import_gx() -> Any:
     if _preloading is not None and _preloading is not threading.current_thread():
         _preloading.join()
-    # Analytics would reach the network; setdefault keeps the caller's explicit choice.
-    os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
-    # GX imports the deprecated `sre_constants`; keep that warning from failing -W error runs.
-    with warnings.catch_warnings():
+    os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")  # analytics would reach the network
+    with warnings.catch_warnings():  # GX imports the deprecated `sre_constants`: not an error under -W error
         warnings.simplefilter("ignore", DeprecationWarning)
         import great_expectations as gx
 
@@ -313,8 +294,8 @@ KEEP_VALIDATIONS = 20
 
 
 def _prune_history(gx_root: Path, gate: str, table: str, keep: int = KEEP_VALIDATIONS - 1) -> None:
-    """Drop all but the newest ``keep`` stored results of this gate table and their Data Docs pages.
-    Run folders are named by UTC time (``20261126T061056.508192Z``), so names sort by age."""
+    """Drop all but the newest ``keep`` stored results of this gate table and their Data Docs pages (run folders
+    are named by UTC time, so names sort by age)."""
     import shutil
 
     for base in (gx_root / "uncommitted" / "validations", gx_root / "uncommitted" / "data_docs" / "local_site" /
@@ -332,11 +313,8 @@ def _get_or_add(get: Any, add: Any) -> Any:
 
 
 @contextlib.contextmanager
-def _project_lock(project: Path | None) -> Iterator[None]:
+def _project_lock(project: Path) -> Iterator[None]:
     """One gate at a time writes a file-backed project (stages the flow runs side by side share it)."""
-    if project is None:
-        yield
-        return
     import fcntl
 
     (project / "gx").mkdir(parents=True, exist_ok=True)
@@ -359,15 +337,13 @@ def _observed(result: Mapping[str, Any] | None, exception_info: Any) -> dict:
                       if key in result and not (key == "observed_value" and result[key] is None)})
 
 
-def _exception_messages(exception_info: Any) -> list[str]:
+def _exception_messages(info: Any) -> list[str]:
     # GX reports errors flat ({"raised_exception": True, ...}) or keyed by metric id; read both.
-    if not isinstance(exception_info, Mapping):
+    if not isinstance(info, Mapping):
         return []
-    if "raised_exception" in exception_info:
-        if exception_info.get("raised_exception"):
-            return [str(exception_info.get("exception_message") or "evaluation error")]
-        return []
-    return [message for value in exception_info.values() for message in _exception_messages(value)]
+    if "raised_exception" in info:
+        return [str(info.get("exception_message") or "evaluation error")] if info["raised_exception"] else []
+    return [message for value in info.values() for message in _exception_messages(value)]
 
 
 def _jsonable(value: Any) -> Any:
@@ -397,11 +373,6 @@ def _jsonable(value: Any) -> Any:
         if pd.isna(value):
             return None
     return _jsonable(str(value))
-
-
-def _check_name(table: str, kind: str, kwargs: Mapping[str, Any]) -> str:
-    column = kwargs.get("column")
-    return f"{table}.{kind}({column})" if column is not None else f"{table}.{kind}"
 
 
 def _clip(text: str) -> str:

@@ -1,10 +1,6 @@
-"""Standard gate suites for the data contracts between stages (docs/stages.md, "The data contract").
-
-Each builder returns `(tables, expectations)` for `gate.validate` / `gate.enforce`: a copy of the caller's
-frame plus *derived* tables computed here with pandas (GX cannot express "share of rows per label"), and
-the `Expect` list, each check's reason in the builder's docstring. Bad *data* (a missing column, nulls) is
-left for the gate to report; ValueError only for bad *parameters*.
-"""
+"""Standard gate suites for the data contracts between stages (docs/stages.md, "The data contract"): each builder
+returns `(tables, expectations)`, a copy of the caller's frame plus tables derived with pandas (GX cannot express
+"share of rows per label"). Bad data is left for the gate to report; ValueError only for bad parameters."""
 
 from __future__ import annotations
 
@@ -16,8 +12,6 @@ import pandas as pd
 from stages.common.documents import DOCUMENT_COLUMNS, is_json_text
 from stages.config import check
 from stages.quality.gate import Expect
-
-__all__ = ["combine", "documents_suite", "labeled_suite"]
 
 Suite = tuple[dict[str, pd.DataFrame], list[Expect]]
 

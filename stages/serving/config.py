@@ -3,6 +3,7 @@ request limits, batching and resources."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -58,8 +59,6 @@ class ResourcesConfig:
     """Memory as a Kubernetes-style quantity (e.g. `512Mi`, `2Gi`)."""
 
     def __post_init__(self) -> None:
-        import re
-
         check(self.cpu > 0, "resources.cpu: must be > 0 (cores)")
         check(re.fullmatch(r"[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti)", self.memory) is not None,
               f"resources.memory: {self.memory!r} is not a quantity such as 512Mi or 2Gi")
@@ -97,8 +96,6 @@ class PackageConfig:
     """What one replica declares it needs."""
 
     def __post_init__(self) -> None:
-        import re
-
         check(re.fullmatch(r"[a-z0-9][a-z0-9_.-]{0,40}", self.name) is not None,
               f"name: {self.name!r} is not a valid BentoML name (lowercase letters, digits, '-', '_', '.')")
         bad = [p for p in self.generative if p not in PARADIGMS]

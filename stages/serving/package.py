@@ -169,21 +169,15 @@ def build_bento(cfg: PackageConfig, tags: dict, *, service: Path, stages_dir: Pa
     import bentoml
 
     image = image_options()
-    resources = cfg.resources.as_service()
-    served = {"name": cfg.name, "classifier": tags["classifier"],
-              "generative": {p: {"tag": t, "source": (sources or {}).get(p)} for p, t in tags["generative"].items()},
-              "image": {"python_version": image["docker"]["python_version"], "distro": image["docker"]["distro"],
-                        "system_packages": image["docker"]["system_packages"],
-                        "python_packages": image["python"]["packages"],
-                        "extra_index_url": image["python"].get("extra_index_url")},
-              "resources": resources}
+    config = {"name": cfg.name, "classifier": tags["classifier"], "generative": tags["generative"],
+              "limits": asdict(cfg.limits), "batching": asdict(cfg.batching), "resources": cfg.resources.as_service()}
+    served = {**config, "image": {**image["docker"], "python_packages": image["python"]["packages"]},  # for the card
+              "generative": {p: {"tag": t, "source": (sources or {}).get(p)} for p, t in tags["generative"].items()}}
     # scratch in the workspace, not /tmp: one a killed run leaves is swept (stages.common.atomic.sweep_dead)
     with work_dir(scratch / "bento-ctx") as tmp:
         ctx = Path(tmp)
         shutil.copy2(service, ctx / "service.py")
         shutil.copytree(stages_dir, ctx / "stages", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-        config = {"name": cfg.name, "classifier": tags["classifier"], "generative": tags["generative"],
-                  "limits": asdict(cfg.limits), "batching": asdict(cfg.batching), "resources": resources}
         (ctx / "bento_config.json").write_text(json.dumps(config, indent=2, sort_keys=True), encoding="utf-8")
         git = record["git"]
         return bentoml.bentos.build(
@@ -274,8 +268,7 @@ def package(cfg: PackageConfig, *, root: Path, gate_path: Path, finetuned: Path,
     for folder in [model_dir, *generative_dirs.values()]:  # what ships, checked file by file before it is read
         check_folder(root / folder)
     private_key = signing_key()
-    registry = cfg.registry if "://" in cfg.registry or Path(cfg.registry).is_absolute() else str(
-        root / cfg.registry)
+    registry = cfg.registry if "://" in cfg.registry else str(root / cfg.registry)  # an absolute path stays
     made: list[str] = []  # what this run put in the store, removed again if a later step fails
     try:
         tags = save_models(record, cfg, root=root, model_dir=model_dir, generative_dirs=generative_dirs, made=made)

@@ -15,22 +15,18 @@ from stages.common.shards import open_shards
 from stages.quality.gate import Gate
 from stages.quality.tokens_suite import paths_of, tokens_suite
 from stages.sources.base import sha256_file
-from stages.tokenization import packing
-from stages.tokenization.blockfile import BlockWriter, dtype_for
+from stages.tokenization.packing import BlockWriter, CausalPacker, SentencePacker, dtype_for, open_blocks
 from stages.tokenization.config import TokensConfig
-from stages.tokenization.corpus import SPLITS, split_batches
 from stages.tokenization.layout import load_layout, sentence_end_ids, tokenizer_from_json
-from stages.tokenization.split import SplitConfig
+from stages.tokenization.split import SPLITS, SplitConfig, split_batches
 
 
 def make_packer(layout, tok):
     dtype = dtype_for(layout.vocab_size)
     if layout.paradigm == "bert":
-        return packing.SentencePacker(seq_len=layout.seq_len, cls_id=layout.cls_id, sep_id=layout.sep_id,
-                                      pad_id=layout.pad_id, sentence_end_ids=sentence_end_ids(tok), dtype=dtype)
-    if layout.paradigm == "gpt":
-        return packing.CausalPacker(seq_len=layout.seq_len, eot_id=layout.eos_id, dtype=dtype)
-    return packing.SpanPacker(raw_len=layout.block_len, eos_id=layout.eos_id, dtype=dtype)
+        return SentencePacker(seq_len=layout.seq_len, cls_id=layout.cls_id, sep_id=layout.sep_id,
+                              pad_id=layout.pad_id, sentence_end_ids=sentence_end_ids(tok), dtype=dtype)
+    return CausalPacker(seq_len=layout.block_len, eot_id=layout.eos_id, dtype=dtype)  # T5: at its raw length
 
 
 def _encode(tok, parts: dict[str, list[str]]) -> tuple[dict[str, list[list[int]]], int]:
@@ -121,7 +117,7 @@ def make_token_datasets(cfg: TokensConfig, split: SplitConfig, *, paradigm: str,
             log(f"[tokens] {paradigm} {name}: " + ", ".join(
                 f"{s} {r[s]['documents']} docs -> {r[s]['blocks']} blocks of {layout.block_len}" for s in SPLITS)
                 + f"; {speed:,} tokens/s")
-    files = {k: np.load(p, mmap_mode="r") for k, p in paths_of(out, list(corpora)).items()}
+    files = {k: open_blocks(p) for k, p in paths_of(out, list(corpora)).items()}
     tables, checks = tokens_suite(files, layout, cfg.gate)
     for key, table in tables.items():
         corpus, _, s = key.rpartition("_")

@@ -1,11 +1,13 @@
 """Pack batches of tokenized documents into 2-D arrays of fixed-width blocks, one packer per paradigm: GPT as
 ``run_clm``'s ``group_texts``, T5 as its ``reduce_concat_tokens`` + ``split_tokens`` (at the raw length), BERT as
-RoBERTa's FULL-SENTENCES (Liu et al. 2019, 4.2). A tail that fills no block is counted in ``dropped_tokens``."""
+RoBERTa's FULL-SENTENCES (Liu et al. 2019, 4.2). A tail that fills no block is counted in ``dropped_tokens``.
+Blocks are stored as ``.npy`` (2-D, ``uint16`` or ``uint32``) that training memory-maps."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from itertools import chain
+from pathlib import Path
 
 import numpy as np
 
@@ -24,7 +26,8 @@ def flatten(docs: Sequence[list[int]], dtype, *, append: int | None = None) -> t
 
 
 class CausalPacker:
-    """GPT: documents joined with ``eot_id`` and cut every ``seq_len`` tokens; the rest waits for the next batch."""
+    """GPT: documents joined with ``eot_id`` and cut every ``seq_len`` tokens; the rest waits for the next batch.
+    T5 the same with ``</s>`` at its raw block length (corrupted at training time)."""
 
     def __init__(self, *, seq_len: int, eot_id: int, dtype) -> None:
         self.width, self.eot_id, self.dtype = seq_len, eot_id, dtype
@@ -44,13 +47,6 @@ class CausalPacker:
     @property
     def dropped_tokens(self) -> int:
         return len(self.carry)
-
-
-class SpanPacker(CausalPacker):
-    """T5: documents each ended by ``</s>`` and cut every ``raw_len`` tokens (corrupted at training time)."""
-
-    def __init__(self, *, raw_len: int, eos_id: int, dtype) -> None:
-        super().__init__(seq_len=raw_len, eot_id=eos_id, dtype=dtype)
 
 
 class SentencePacker:
@@ -120,3 +116,43 @@ class SentencePacker:
         self._parts, self._fill = [], 0
         return np.stack(out) if out else np.empty((0, self.seq_len), dtype=self.dtype)
 
+
+def dtype_for(vocab_size: int):
+    """The smallest unsigned type that holds every id."""
+    return np.uint16 if vocab_size <= 2**16 else np.uint32
+
+
+class BlockWriter:
+    """Appends rows of a fixed width to ``<path>.part`` and turns them into ``path`` (.npy) on ``close``."""
+
+    def __init__(self, path: Path, *, width: int, dtype) -> None:
+        self.path, self.width, self.dtype = Path(path), width, np.dtype(dtype)
+        self._raw_path = self.path.with_name(self.path.name + ".part")
+        self._raw = open(self._raw_path, "wb")
+        self.rows = 0
+
+    def write(self, rows: np.ndarray) -> None:
+        if rows.ndim != 2 or rows.shape[1] != self.width:
+            raise ValueError(f"{self.path.name}: expected rows of width {self.width}, got shape {rows.shape}")
+        self._raw.write(np.ascontiguousarray(rows, dtype=self.dtype).tobytes())
+        self.rows += len(rows)
+
+    def close(self) -> Path:
+        self._raw.close()
+        out = np.lib.format.open_memmap(self.path, mode="w+", dtype=self.dtype, shape=(self.rows, self.width))
+        if self.rows:
+            src = np.memmap(self._raw_path, dtype=self.dtype, mode="r", shape=(self.rows, self.width))
+            step = max(1, (64 << 20) // (self.width * self.dtype.itemsize))
+            for i in range(0, self.rows, step):
+                out[i: i + step] = src[i: i + step]
+            del src
+        out.flush()
+        del out
+        self._raw_path.unlink()
+        self.path.chmod(0o644)
+        return self.path
+
+
+def open_blocks(path: Path) -> np.ndarray:
+    """A read-only memory map of a block file."""
+    return np.load(path, mmap_mode="r")

@@ -11,8 +11,7 @@ from pathlib import Path
 from stages.common.atomic import write_json_atomic
 from stages.config import build, load_params, section
 from stages.sources.base import sha256_file
-from stages.tokenization.corpus import texts_of
-from stages.tokenization.split import SplitConfig
+from stages.tokenization.split import SplitConfig, texts_of
 from stages.tokenization.trainers import TokenizerConfig, batches, capped, save, sentinel, special_tokens, train
 
 

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from stages.cleaning.badwords import BadWordsFilter, compile_badwords
 from stages.cleaning.base import Doc
-from stages.cleaning.c4 import C4LinesFilter, C4Rules, PageLengthFilter, normalize_url
+from stages.cleaning.c4 import BadWordsFilter, C4LinesFilter, C4Rules, PageLengthFilter, compile_badwords, normalize_url
 
 GOOD = [
     "The committee met on Tuesday to review the annual budget.",

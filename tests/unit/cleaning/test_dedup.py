@@ -11,7 +11,6 @@ import pytest
 from stages.cleaning.base import Doc
 from stages.cleaning.c4 import line_key
 from stages.cleaning.dedup import LineDedupConfig, LineDedupFilter, build_selection, line_pairs, url_dedup, write_shard_pairs
-from stages.cleaning.sentences import count_sentences
 
 
 def _md5(s):
@@ -47,7 +46,7 @@ def _dedup(pages, tmp_path, buckets=4):
         files.append(f)
     table = tmp_path / "table.npy"
     build_selection(files, table, buckets)
-    filt = LineDedupFilter(table, LineDedupConfig(buckets=buckets), count_sentences)
+    filt = LineDedupFilter(table, LineDedupConfig(buckets=buckets))
     out = []
     for d in docs:
         reason = filt.apply(d)

@@ -6,7 +6,7 @@ import numpy as np
 
 from stages.cleaning.base import Doc
 from stages.cleaning.gopher import GopherQualityConfig, GopherQualityFilter, GopherRepetitionConfig, GopherRepetitionFilter
-from stages.cleaning.minhash import MinHashConfig, band_hashes, duplicates
+from stages.cleaning.dedup import MinHashConfig, band_hashes, duplicates
 
 PROSE = ("The river rose quickly after the storm, and the people of the valley moved their animals to higher "
          "ground. Many of them had seen floods before, but this one came faster than any they could remember. "

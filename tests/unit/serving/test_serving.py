@@ -8,8 +8,7 @@ import json
 import pandas as pd
 import pytest
 
-from stages.serving.classifier import TextClassifier
-from stages.serving.generative import FillMask, Generator, Text2Text
+from stages.serving.inference import FillMask, Generator, Text2Text, TextClassifier
 from tests.unit.finetuning.conftest import LABELS
 from tests.unit.finetuning.test_finetune import run
 

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import numpy as np
-import pytest
 
-from stages.tokenization.packing import CausalPacker, SentencePacker, SpanPacker, flatten
+from stages.tokenization.packing import CausalPacker, SentencePacker, flatten
 
 CLS, SEP, PAD, DOT = 2, 3, 0, 9
 
@@ -26,12 +25,10 @@ def test_flatten_appends_separator():
     assert flat.tolist() == [5, 6, 0, 7, 0] and ends.tolist() == [3, 5]
 
 
-@pytest.mark.parametrize("cls_", [CausalPacker, SpanPacker])
-def test_causal_blocks_are_the_joined_stream(cls_):
+def test_causal_blocks_are_the_joined_stream():
     rng = np.random.default_rng(0)
     docs = docs_of(rng, 40)
-    packer = cls_(seq_len=16, eot_id=1, dtype=np.uint16) if cls_ is CausalPacker else cls_(raw_len=16, eos_id=1,
-                                                                                             dtype=np.uint16)
+    packer = CausalPacker(seq_len=16, eot_id=1, dtype=np.uint16)
     rows = [packer.pack(docs[i:i + 7]) for i in range(0, len(docs), 7)]
     blocks = np.concatenate([r for r in rows if len(r)])
     stream = [t for d in docs for t in d + [1]]

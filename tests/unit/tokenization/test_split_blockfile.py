@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from stages.config import ConfigError, build
-from stages.tokenization.blockfile import BlockWriter, dtype_for, open_blocks
+from stages.tokenization.packing import BlockWriter, dtype_for, open_blocks
 from stages.tokenization.split import SplitConfig, is_heldout
 
 

@@ -5,6 +5,7 @@ params, raw sources, metrics and gates, and the model gate's verdict (:func:`col
 
 from __future__ import annotations
 
+import configparser
 import json
 import subprocess
 from dataclasses import dataclass
@@ -104,7 +105,7 @@ def git_state(root: Path) -> dict:
 def hash_entries(root: Path, entries: list[tuple[str, str, dict]]) -> dict[str, dict]:
     """``{path: {"md5": DVC hash, "files": {relpath: md5}}}`` for the ``(stage, kind, entry)`` items of
     ``dvc.lock``, every entry checked against its pinned hash (so stages that ran on other files are named)."""
-    files, stale = {}, []
+    files, stale, edited = {}, [], []
     for stage, kind, entry in entries:
         path = entry["path"]
         if path not in files:
@@ -120,11 +121,51 @@ def hash_entries(root: Path, entries: list[tuple[str, str, dict]]) -> dict[str, 
         if not entry.get("md5"):
             stale.append(f"{stage} {kind} {path}: no hash in dvc.lock")
         elif files[path]["md5"] != entry["md5"]:
-            stale.append(f"{stage} {kind} {path}: {files[path]['md5']} in the workspace, {entry['md5']} in dvc.lock")
+            edits = edited_files(root, entry["md5"], files[path]["files"])
+            if edits:
+                edited.append((stage, path, edits))
+            else:
+                stale.append(f"{stage} {kind} {path}: {files[path]['md5']} in the workspace, {entry['md5']} in "
+                             "dvc.lock")
+    if edited:  # DVC itself misses an edit that keeps a file's size and time: name the files and a fix that works
+        where = "; ".join(f"{stage}: {path}: {', '.join(edits)}" for stage, path, edits in edited)
+        paths, stages = " ".join(sorted({p for _, p, _ in edited})), " ".join(sorted({s for s, _, _ in edited}))
+        raise LineageError(f"the workspace's files differ from the bytes dvc.lock records ({where}); restore them "
+                           f"from the DVC cache by deleting them and running `dvc checkout {paths}`, or rebuild "
+                           f"with `dvc repro --force {stages}`" + "".join(f"; also {line}" for line in stale))
     if stale:
         raise LineageError("the workspace differs from dvc.lock (run `dvc repro` or `dvc checkout`): "
                            + "; ".join(stale))
     return files
+
+
+def dvc_cache(root: Path) -> Path:
+    """The workspace's DVC cache folder: ``cache.dir`` of ``.dvc/config`` (or ``config.local``), else ``.dvc/cache``."""
+    folder = root / ".dvc" / "cache"
+    for name in ("config", "config.local"):
+        parser = configparser.ConfigParser()
+        try:
+            parser.read(root / ".dvc" / name, encoding="utf-8")
+        except (configparser.Error, UnicodeDecodeError):
+            continue
+        if parser.has_option("cache", "dir"):
+            folder = (root / ".dvc" / parser.get("cache", "dir")).resolve()
+    return folder
+
+
+def edited_files(root: Path, recorded: str, now: dict[str, str]) -> list[str]:
+    """What differs between a path's files ``now`` (``{relpath: md5}``; a file: ``{"": md5}``) and the bytes
+    ``recorded`` in dvc.lock stands for (a folder's listing read from the DVC cache): ``"<relpath> changed"``,
+    ``"added"`` or ``"missing"``; empty when the cache does not hold the listing (then nothing can be named)."""
+    if not recorded.endswith(".dir"):
+        return ["changed"] if now.get("") not in (None, recorded) else []
+    listing = dvc_cache(root) / "files" / "md5" / recorded[:2] / recorded[2:]
+    try:
+        was = {e["relpath"]: e["md5"] for e in json.loads(listing.read_text(encoding="utf-8"))}
+    except (OSError, ValueError, TypeError, KeyError):
+        return []
+    return [f"{rel} {'missing' if rel not in now else 'added' if rel not in was else 'changed'}"
+            for rel in sorted(set(was) | set(now)) if was.get(rel) != now.get(rel)]
 
 
 def gate_summary(report: dict) -> dict:

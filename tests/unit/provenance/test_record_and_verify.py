@@ -103,6 +103,26 @@ def test_a_workspace_that_differs_from_dvc_lock_cannot_be_recorded(tmp_path):
         record_of(root)
 
 
+def test_an_edited_output_file_is_named_with_a_fix_that_works(tmp_path):
+    """DVC misses an edit that keeps a file's size and time; the record names the file (from the folder's listing
+    in the DVC cache, as DVC writes it) and says how to restore it."""
+    root = make_workspace(tmp_path)
+    recorded = yaml.safe_load((root / "dvc.lock").read_text())["stages"]["finetune@m2"]["outs"][0]
+    folder = root / "data/models/finetune/m2"
+    listing = [{"md5": md5, "relpath": rel} for rel, md5 in sorted(folder_manifest(folder).items())]
+    write(root / ".dvc/cache/files/md5" / recorded["md5"][:2] / recorded["md5"][2:], json.dumps(listing))
+    write(folder / "config.json", json.dumps({"name": "m9"}))
+    write(folder / "extra.bin", "x")
+    with pytest.raises(LineageError) as err:
+        record_of(root)
+    assert "finetune@m2: data/models/finetune/m2: config.json changed, extra.bin added" in str(err.value)
+    assert "`dvc checkout data/models/finetune/m2`" in str(err.value) and "dvc repro --force finetune@m2" in str(
+        err.value)
+    (folder / "model.safetensors").unlink()
+    with pytest.raises(LineageError, match="model.safetensors missing"):
+        record_of(root)
+
+
 def test_lineage_command_on_a_model_folder(tmp_path, capsys):
     from stages.lineage import main
 

@@ -12,7 +12,7 @@ from stages.provenance.card import CARD_FILE, expected_card
 from stages.provenance.hashing import dir_md5, path_hashes
 from stages.provenance.manifest import (MANIFEST_FILE, SEAL_FILES, SIGNATURE_FILE, ManifestError, key_fingerprint,
                                         parse_manifest, sha256_bytes, signature_valid)
-from stages.provenance.record import LineageError, Lock, git_state
+from stages.provenance.record import LineageError, Lock, git_state, sources
 
 # Files BentoML or packaging add to the model folder (README.md is checked against the rendered card).
 PACKAGING_FILES = frozenset({"lineage.json", "model.yaml", CARD_FILE})
@@ -306,6 +306,31 @@ def verify_files(record: dict, workspace: Path, verdict: Verdict) -> None:
                 f"{path}: md5 {digest}, recorded {info['md5']}"]
 
 
+def verify_sources(record: dict, workspace: Path, lock: Lock, verdict: Verdict) -> None:
+    """The record's raw sources (kinds, descriptions, licences, pins) are what the workspace's ingest manifests
+    say: the files' hashes alone would pass a record whose licence text was edited."""
+    recorded = record.get("sources") or {}
+    now = sources(workspace, sorted(n for n in record["stages"] if n in lock.stages), lock)
+    for corpus in sorted(set(recorded) | set(now)):
+        verdict.checked += 1
+        was, held = recorded.get(corpus) or {}, now.get(corpus) or {}
+        where = f"the manifest of {held.get('stage', corpus)}"
+        if not held or not was:
+            verdict.mismatches.append(f"record: sources of {corpus}: {'not in the record' if held else 'no ' + where}")
+            continue
+        if len(was.get("sources", [])) != len(held.get("sources", [])):
+            verdict.mismatches.append(f"record: sources of {corpus}: {len(was.get('sources', []))} in the record, "
+                                      f"{len(held.get('sources', []))} in {where}")
+        for i, (a, b) in enumerate(zip(was.get("sources", []), held.get("sources", []))):
+            for key in sorted(set(a) | set(b), key=str):
+                if a.get(key) != b.get(key):
+                    verdict.mismatches.append(f"record: sources of {corpus}[{i}].{key}: {str(a.get(key))[:80]!r} in "
+                                              f"the record, {str(b.get(key))[:80]!r} in {where}")
+        for key in ("counts", "outputs"):
+            if was.get(key) != held.get(key):
+                verdict.mismatches.append(f"record: sources of {corpus}: {key} differ from {where}")
+
+
 def verify(record: dict, *, packaged: list[dict] | None = None, workspace: Path | None = None,
            src: dict[str, str] | None = None, all_files: list[str] | None = None, bento: dict | None = None,
            pin: str | None = None, files: dict[str, str] | None = None, manifest: bytes | None = None,
@@ -338,8 +363,10 @@ def verify(record: dict, *, packaged: list[dict] | None = None, workspace: Path 
             return verdict
         verify_lock(record, lock, verdict)
         verify_files(record, workspace, verdict)
+        verify_sources(record, workspace, lock, verdict)
         verdict.verified.append(f"the record against the workspace: its dvc.lock and the {len(record['files'])} "
                                 "paths the upstream stages read or wrote")
+        verdict.verified.append("the record's raw sources (licences, pins) against the workspace's ingest manifests")
         recorded, now = record.get("git", {}).get("commit"), git_state(workspace).get("commit")
         if recorded and now and recorded != now:
             verdict.notes.append(f"git: the workspace is at {now[:12]}, the model was packaged at {recorded[:12]}; "

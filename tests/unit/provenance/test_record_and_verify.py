@@ -123,6 +123,18 @@ def test_an_edited_output_file_is_named_with_a_fix_that_works(tmp_path):
         record_of(root)
 
 
+def test_an_edited_licence_in_the_record_is_caught_against_the_workspace(tmp_path):
+    root = make_workspace(tmp_path)
+    record = record_of(root)
+    assert verify(record, workspace=root).ok
+    record["sources"]["task"]["sources"][0]["licence"] = "public domain"
+    verdict = verify(record, workspace=root)
+    assert not verdict.ok and any("sources of task[0].licence: 'public domain' in the record, \"each package's own "
+                                  "licence\" in the manifest of ingest@task" in m for m in verdict.mismatches)
+    del record["sources"]["task"]
+    assert any("sources of task: not in the record" in m for m in verify(record, workspace=root).mismatches)
+
+
 def test_lineage_command_on_a_model_folder(tmp_path, capsys):
     from stages.lineage import main
 

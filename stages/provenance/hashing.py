@@ -6,15 +6,29 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import stat
 from pathlib import Path
 
 CHUNK = 1 << 20
 IGNORED_DIRS = frozenset({"__pycache__"})  # as .dvcignore: bytecode caches are not dependencies
 
 
+class IrregularFile(OSError):
+    """A path that must not be read as a file: a FIFO, a device or a socket (reading could block forever), or a
+    link that leaves the folders it may point into."""
+
+
+def regular_file(path: str | Path) -> Path:
+    """``path`` when it is (or links to) a regular file; IrregularFile naming it otherwise."""
+    path = Path(path)
+    if not stat.S_ISREG(os.stat(path).st_mode):
+        raise IrregularFile(f"{path}: not a regular file (a FIFO, device or socket is never read)")
+    return path
+
+
 def md5_file(path: str | Path) -> str:
     h = hashlib.md5()
-    with open(path, "rb") as f:
+    with open(regular_file(path), "rb") as f:
         while chunk := f.read(CHUNK):
             h.update(chunk)
     return h.hexdigest()
@@ -32,9 +46,16 @@ def walk_files(folder: str | Path) -> list[str]:
     return sorted(out)
 
 
-def folder_manifest(folder: str | Path) -> dict[str, str]:
-    """``{relpath: md5}`` of every file under ``folder``."""
+def folder_manifest(folder: str | Path, links_within: tuple[Path, ...] | None = None) -> dict[str, str]:
+    """``{relpath: md5}`` of every file under ``folder``; with ``links_within``, a link that resolves outside
+    those folders (a workspace and its DVC cache) is an IrregularFile."""
     folder = Path(folder)
+    if links_within is not None:
+        roots = [Path(r).resolve() for r in links_within]
+        for rel in walk_files(folder):
+            target = (folder / rel).resolve()
+            if (folder / rel).is_symlink() and not any(target.is_relative_to(r) for r in roots):
+                raise IrregularFile(f"{folder / rel}: a link to {target}, outside {', '.join(map(str, roots))}")
     return {rel: md5_file(folder / rel) for rel in walk_files(folder)}
 
 
@@ -44,11 +65,11 @@ def dir_md5(manifest: dict[str, str]) -> str:
     return hashlib.md5(json.dumps(entries, sort_keys=True).encode("utf-8")).hexdigest() + ".dir"
 
 
-def path_hashes(path: str | Path) -> tuple[str, dict[str, str]]:
+def path_hashes(path: str | Path, links_within: tuple[Path, ...] | None = None) -> tuple[str, dict[str, str]]:
     """(DVC hash, per-file manifest) of a file or a folder; a file's manifest is ``{"": md5}``."""
     path = Path(path)
     if path.is_dir():
-        manifest = folder_manifest(path)
+        manifest = folder_manifest(path, links_within)
         return dir_md5(manifest), manifest
     digest = md5_file(path)
     return digest, {"": digest}

@@ -114,7 +114,7 @@ def hash_entries(root: Path, entries: list[tuple[str, str, dict]]) -> dict[str, 
                 stale.append(f"{path}: missing")
                 files[path] = None
                 continue
-            digest, manifest = path_hashes(target)
+            digest, manifest = path_hashes(target, (root, dvc_cache(root)))
             files[path] = {"md5": digest, "files": manifest}
         if files[path] is None:
             continue

@@ -11,7 +11,7 @@ import tarfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from stages.provenance.hashing import CHUNK, folder_manifest, md5_file
+from stages.provenance.hashing import CHUNK, IGNORED_DIRS, folder_manifest, md5_file
 from stages.provenance.manifest import MANIFEST_FILE, SIGNATURE_FILE, bento_layout, folder_files, model_tags, sha256_path
 from stages.provenance.record import SCHEMA, LineageError, Lock, collect, find_workspace, stored
 
@@ -114,13 +114,18 @@ def _model_folder_item(tag: str, folder: Path) -> dict:
 
 
 def from_model_folder(folder: Path, tag: str | None = None) -> Target:
+    """A packaged model folder handed over on its own: its regular files are hashed; links and special files
+    (which a packaged model never holds) are never followed or read, and are named as irregular."""
     lineage = folder / "lineage.json"
-    if not lineage.is_file():
+    if not lineage.is_file() or lineage.is_symlink():
         raise LineageError(f"{folder}: no lineage.json (not a model packaged by stages.package)")
     record = json.loads(lineage.read_text(encoding="utf-8"))
     tag = tag or str(folder)
+    regular, irregular = folder_files(folder)
+    files = {rel: md5_file(path) for rel, path in regular.items() if not IGNORED_DIRS & set(rel.split("/")[:-1])}
+    model_yaml = _yaml((folder / "model.yaml").read_text(encoding="utf-8")) if "model.yaml" in files else {}
     return Target(record=record, bento={"model_tag": tag} if ":" in tag else {},
-                  packaged=[_model_folder_item(tag, folder)])
+                  packaged=[_packaged_item(tag, files, model_yaml)], irregular=irregular)
 
 
 MODEL_STAGES = ("finetune", "pretrain", "dapt")

@@ -9,10 +9,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from stages.provenance.card import CARD_FILE, expected_card
-from stages.provenance.hashing import dir_md5, path_hashes
+from stages.provenance.hashing import IrregularFile, dir_md5, path_hashes
 from stages.provenance.manifest import (MANIFEST_FILE, SEAL_FILES, SIGNATURE_FILE, ManifestError, key_fingerprint,
                                         parse_manifest, sha256_bytes, signature_valid)
-from stages.provenance.record import LineageError, Lock, git_state, sources
+from stages.provenance.record import LineageError, Lock, dvc_cache, git_state, sources
 
 # Files BentoML or packaging add to the model folder (README.md is checked against the rendered card).
 PACKAGING_FILES = frozenset({"lineage.json", "model.yaml", CARD_FILE})
@@ -300,7 +300,11 @@ def verify_files(record: dict, workspace: Path, verdict: Verdict) -> None:
         if not target.exists():
             verdict.mismatches.append(f"{path}: missing from the workspace (recorded md5 {info['md5']})")
             continue
-        digest, manifest = path_hashes(target)
+        try:
+            digest, manifest = path_hashes(target, (workspace, dvc_cache(workspace)))
+        except IrregularFile as exc:
+            verdict.mismatches.append(str(exc))
+            continue
         if digest != info["md5"]:
             verdict.mismatches += diff_manifests(path, info["files"], manifest) or [
                 f"{path}: md5 {digest}, recorded {info['md5']}"]
@@ -353,6 +357,9 @@ def verify(record: dict, *, packaged: list[dict] | None = None, workspace: Path 
                     verdict=verdict)
     elif pin is not None:
         verify_pin(bento or {}, pin, verdict)
+    if files is None:  # a model folder on its own: it holds regular files only
+        verdict.mismatches += [f"{rel}: not a regular file (a link or special file; not followed or read)"
+                               for rel in irregular or []]
     if uncovered is not None:
         verdict.unverified = [] if verdict.bound_by else uncovered
     if workspace is not None:

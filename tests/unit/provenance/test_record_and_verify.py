@@ -135,6 +135,44 @@ def test_an_edited_licence_in_the_record_is_caught_against_the_workspace(tmp_pat
     assert any("sources of task: not in the record" in m for m in verify(record, workspace=root).mismatches)
 
 
+@pytest.mark.timeout(60)  # a FIFO that is read would block forever
+def test_links_and_special_files_in_a_model_folder_are_named_not_followed(tmp_path, capsys):
+    import os
+
+    from stages.lineage import main
+
+    root = make_workspace(tmp_path / "ws")
+    model = tmp_path / "packaged"
+    model.mkdir()
+    for f in (root / "data/models/finetune/m1").iterdir():
+        (model / f.name).write_bytes(f.read_bytes())
+    (model / "lineage.json").write_text(json.dumps(record_of(root)))
+    outside = tmp_path / "outside.bin"
+    outside.write_bytes(b"secret")
+    (model / "config.json").unlink()
+    (model / "config.json").symlink_to(root / "data/models/finetune/m1/config.json")  # same bytes, but a link
+    os.mkfifo(model / "pipe.jsonl")
+    assert main([str(model), "--verify", "--workspace", str(root)]) == 1
+    out = capsys.readouterr().out
+    assert "config.json: not a regular file" in out and "pipe.jsonl: not a regular file" in out
+
+    # in a workspace, a link out of it (and its DVC cache) or a FIFO stops the record with the file named
+    folder = root / "data/models/finetune/m2"
+    (folder / "config.json").rename(tmp_path / "moved.json")
+    (folder / "config.json").symlink_to(tmp_path / "moved.json")
+    with pytest.raises(OSError, match="m2/config.json: a link to .*moved.json, outside"):
+        record_of(root)
+    (folder / "config.json").unlink()
+    cache = root / ".dvc/cache/files/md5/ab/cdef"  # DVC's symlink cache type: links into the cache are its own
+    cache.parent.mkdir(parents=True)
+    (tmp_path / "moved.json").rename(cache)
+    (folder / "config.json").symlink_to(cache)
+    record_of(root)
+    os.mkfifo(folder / "pipe.bin")
+    with pytest.raises(OSError, match="m2/pipe.bin: not a regular file"):
+        record_of(root)
+
+
 def test_lineage_command_on_a_model_folder(tmp_path, capsys):
     from stages.lineage import main
 

@@ -91,6 +91,9 @@ class FinetuneConfig:
     """``auto``: bf16 autocast where the device multiplies bf16 natively, else fp32; ``fp32`` or ``bf16`` force it."""
     gate: TaskGateConfig = field(default_factory=TaskGateConfig)
     """The labeled task's check."""
+    # The rest of the optimizer recipe (not params): the cosine decays to 0; AdamW's betas are pre-training's default.
+    min_lr_ratio = 0.0
+    betas = (0.9, 0.98)
 
     def __post_init__(self) -> None:
         check(len(self.labels) >= 2 and len(set(self.labels)) == len(self.labels), "labels: need 2+ distinct labels")
@@ -178,27 +181,17 @@ def length_batches(order: np.ndarray, lengths: np.ndarray, batch: int, pool: int
     return [out[i] for i in rng.permutation(len(out))]
 
 
-def autocast(cfg: FinetuneConfig, device: str):
-    """The context the forward passes run in: bf16 autocast when ``cfg.precision`` asks for it on ``device``."""
-    import torch
-
-    from stages.training.loop import bf16_enabled
-
-    return torch.autocast(device_type=device.split(":")[0], dtype=torch.bfloat16,
-                          enabled=bf16_enabled(cfg.precision, device))
-
-
 def predict(clf, tok, texts: list[str], cfg: FinetuneConfig, paradigm: str) -> np.ndarray:
     """The predicted label ids of ``texts``, scored in batches of similar lengths (the same predictions as
     in order: each text's score depends on its own tokens only), returned in the order of ``texts``."""
     import torch
 
-    from stages.training.loop import to_device
+    from stages.training.loop import bf16_autocast, bf16_enabled, to_device
 
     clf.model.eval()
     order = np.argsort(token_lengths(tok, texts, cfg, paradigm), kind="stable") if texts else np.empty(0, int)
     pred = np.empty(len(texts), dtype=np.int64)
-    with torch.no_grad(), autocast(cfg, clf.device):
+    with torch.no_grad(), bf16_autocast(clf.device, bf16_enabled(cfg.precision, clf.device)):
         for lo in range(0, len(texts), cfg.micro_batch * 2):
             idx = order[lo: lo + cfg.micro_batch * 2]
             batch = to_device(encode(tok, [texts[i] for i in idx], cfg, paradigm), clf.device)
@@ -228,7 +221,6 @@ def _finetune(cfg: FinetuneConfig, paradigm: str, init: str, model_dir: Path, df
 
     from stages.finetuning.heads import make_classifier, reinit_top_layers, rescale_embeddings
     from stages.finetuning.metrics import majority, scores
-    from stages.training.config import OptimizerConfig
     from stages.training.distributed import Dist
     from stages.training.loop import (EarlyStopping, Hooks, LoopConfig, bf16_enabled, lr_at, make_optimizer, peak_flops,
                                       progress_bar, run_loop)
@@ -253,9 +245,7 @@ def _finetune(cfg: FinetuneConfig, paradigm: str, init: str, model_dir: Path, df
     steps_per_epoch = -(-len(train) // cfg.micro_batch)
     epochs = max(cfg.epochs, -(-cfg.min_steps // steps_per_epoch))
     total = steps_per_epoch * epochs
-    recipe = OptimizerConfig(lr=cfg.lr, warmup_fraction=cfg.warmup_fraction, weight_decay=cfg.weight_decay,
-                             min_lr_ratio=0.0, scale_lr_by_rms=cfg.scale_lr_by_rms)
-    optimizer = make_optimizer(clf.model, recipe, device)
+    optimizer = make_optimizer(clf.model, cfg, device)
     rng = np.random.default_rng(cfg.seed)
     texts = train["text"].tolist()
     lengths = token_lengths(tok, texts, cfg, paradigm)
@@ -285,7 +275,7 @@ def _finetune(cfg: FinetuneConfig, paradigm: str, init: str, model_dir: Path, df
         hooks = Hooks(row=lambda step: {"epoch": (step - 1) // steps_per_epoch + 1}, evaluate=validate,
                       early=EarlyStopping("val_macro_f1", cfg.patience), live=live, bar=bar, log=log)
         run = run_loop(clf.model, optimizer, loop_cfg, batches=lambda step: next(stream), loss=clf.loss,
-                       lr=lambda step: lr_at(step, total, recipe), tokens=lambda batch: int(batch["attention_mask"].sum()),
+                       lr=lambda step: lr_at(step, total, cfg), tokens=lambda batch: int(batch["attention_mask"].sum()),
                        hooks=hooks, dist=Dist(device=device))
     curve = [{"step": h["step"], "epoch": h["epoch"], "loss": h["loss"], "val_accuracy": e["val_accuracy"],
               "val_macro_f1": e["val_macro_f1"]} for h, e in zip(run.history, run.evals)]

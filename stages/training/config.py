@@ -49,19 +49,6 @@ class ModelConfig:
 
 
 @dataclass(frozen=True, kw_only=True)
-class OptimizerConfig:
-    """AdamW and its schedule (linear warmup, cosine decay to ``lr * min_lr_ratio``), shared by pre-training
-    (:attr:`TrainConfig.optimizer`) and fine-tuning."""
-
-    lr: float
-    warmup_fraction: float
-    min_lr_ratio: float
-    weight_decay: float
-    betas: tuple[float, ...] = (0.9, 0.98)
-    scale_lr_by_rms: bool = False  # each tensor's step is lr x its RMS (nanoT5's AdamWScale)
-
-
-@dataclass(frozen=True, kw_only=True)
 class TrainConfig:
     """One pre-training or DAPT run: budget, batch, optimizer and schedule, logging, and the objective."""
 
@@ -113,11 +100,6 @@ class TrainConfig:
     """``electra`` only: a separate generator of this share of the model's width (0 = one model, tied)."""
     scale_lr_by_rms: bool = False
     """Each tensor's step is lr x its RMS (nanoT5's AdamWScale); for T5, whose initialisation expects it."""
-
-    @property
-    def optimizer(self) -> OptimizerConfig:
-        return OptimizerConfig(lr=self.lr, warmup_fraction=self.warmup_fraction, min_lr_ratio=self.min_lr_ratio,
-                               weight_decay=self.weight_decay, betas=self.betas, scale_lr_by_rms=self.scale_lr_by_rms)
 
     def __post_init__(self) -> None:
         check(0 < self.mlm_select < 1, "mlm_select: must be in (0, 1)")

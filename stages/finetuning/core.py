@@ -1,7 +1,6 @@
-"""The fine-tuning core: the recipe's configuration, batching, prediction and one training run
-(:func:`finetune`), with early stopping on validation and the best checkpoint restored. The stage
-(:mod:`stages.finetune`) runs it over seeds and learning rates and publishes the result; the evaluate stage's
-data-efficiency curve and TF-IDF baseline and the service's classifier use it directly."""
+"""The fine-tuning core: the recipe's configuration, batching, prediction and one training run (:func:`finetune`,
+early stopping on validation, the best checkpoint restored), used by the finetune stage, the evaluate stage and
+the service's classifier."""
 
 from __future__ import annotations
 

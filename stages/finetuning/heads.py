@@ -1,11 +1,5 @@
-"""A classifier per paradigm over a pre-trained (or freshly initialised) model, with one interface:
-``loss(batch)`` for training, ``scores(batch)`` (one score per label) and ``predict(batch)`` (its argmax).
-
-``head: stock``: each model's own ([CLS] for BERT, the last token for GPT with GPT-1's auxiliary LM loss, text
-to text for T5); ``pooled``: one small head on every paradigm (:class:`PooledClassifier`), which reads what
-masked-LM pre-training trained, unlike [CLS]; ``prompt``: BERT as a cloze (:class:`PromptClassifier`).
-``init``: ``pretrained`` / ``dapt`` load the weights of ``model_dir``; ``random`` builds the same
-architecture from its config with fresh weights (the baseline that shows what pre-training buys).
+"""A classifier per paradigm and ``head`` over a pre-trained (``init`` random: freshly initialised) model, with
+one interface: ``loss(batch)`` for training, ``scores(batch)`` (one per label) and ``predict(batch)`` (their argmax).
 """
 
 from __future__ import annotations

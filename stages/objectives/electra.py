@@ -1,17 +1,10 @@
-"""ELECTRA's replaced-token detection (Clark et al. 2020) for the BERT paradigm.
+"""ELECTRA's replaced-token detection (Clark et al. 2020) for the BERT paradigm: the generator's masked-LM loss
+plus ``rtd_weight`` (the paper's lambda) x the discriminator's binary cross-entropy on original vs replaced.
 
-A generator fills masked positions with its own samples and a discriminator learns, at every position,
-whether the token is the original or a replacement; the loss is the generator's masked-LM loss plus
-``rtd_weight`` (the paper's lambda, 50) times the discriminator's binary cross-entropy.
-
-Generator and discriminator are one model, all weights tied (the paper's section 3.2 variant), unless
-``train.generator_size`` asks for a separate one (``stages.training.electra``). The saved model is the stock
-masked-LM class (its transformer the discriminator, its masked-LM head the generator); the discriminator's
-head (dense, GELU, one logit per token) is saved beside it in ``rtd_head.safetensors``.
-
-The builder gives the generator's input (selected positions all [MASK], no 80/10/10), its labels, the original
-ids and one uniform number per position; :func:`electra_view` samples each replacement from the generator's
-distribution by inverse CDF with that number, so the draws come from the per-block streams.
+Generator and discriminator are one tied model (the paper's section 3.2 variant) unless ``train.generator_size``
+asks for a separate one (``stages.training.electra``). The saved model is the stock masked-LM class; the
+discriminator's head goes beside it in ``rtd_head.safetensors``. Replacements are sampled by inverse CDF from one
+uniform number per position that the builder draws, so the draws come from the per-block streams.
 """
 
 from __future__ import annotations

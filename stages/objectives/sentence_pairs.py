@@ -1,16 +1,10 @@
 """Sentence-pair objectives beside BERT's masked LM: next-sentence prediction (NSP; Devlin et al. 2019,
 section 3.1) and sentence-order prediction (SOP; Lan et al. 2020, ALBERT, section 4.1).
 
-Each block is cut in two at a sentence end (a ``.``, ``?`` or ``!`` token, or a document boundary, drawn
-uniformly in the middle half of its text; else a uniform point there): segments A and B. The model sees
-``[CLS] A [SEP] B' [SEP]`` and a head on ``[CLS]`` says whether B' is the real continuation (label 0) or not (1):
-
-- NSP: half of the pairs keep B; the other half take B' from a random block of the corpus, as long as B;
-- SOP: half of the pairs keep the order; the other half are ``[CLS] B [SEP] A [SEP]``.
-
-Then masked LM selects and replaces tokens of the pair as usual; its loss and the pair loss are summed.
-Simplification: a packed block can hold two documents, so A and B may come from two. All draws come from the
-block's own random stream, so a block's pair does not depend on which blocks share its micro-batch.
+Each block is cut in two at a sentence end (:meth:`SentencePairs.cut`) and a head on ``[CLS]`` of
+``[CLS] A [SEP] B' [SEP]`` says whether B' is the real continuation (0) or not (1): NSP's negatives take B' from a
+random block, SOP's swap A and B. Masked LM then runs on the pair and the two losses are summed. A packed block
+may hold two documents, so A and B may come from two; all draws come from the block's own stream.
 """
 
 from __future__ import annotations

@@ -1,7 +1,5 @@
-"""Checkpoints without pickles: the model with ``save_pretrained``, the optimizer's tensors in safetensors and
-the rest (step, history, the run's fingerprint) in JSON, written atomically. ``state.json`` holds the SHA-256 of
-every other file and of its own content, checked before a resume loads anything: a changed byte is an error
-naming the file, not a silently different run."""
+"""Checkpoints without pickles (safetensors and JSON, written atomically); ``state.json`` records the SHA-256 of
+every file and of itself, checked before a resume loads anything, so a changed byte is an error naming the file."""
 
 from __future__ import annotations
 

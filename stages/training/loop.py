@@ -1,12 +1,6 @@
-"""The one training loop (:func:`run_loop`) of pre-training and DAPT (:func:`train`; only the objective differs
-between paradigms) and of the fine-tuning stage's classifiers (early stopping on validation, best weights restored).
-
-AdamW (fused; no weight decay on biases and norms), linear warmup then cosine decay, gradient-norm clipping,
-gradient accumulation, bf16 autocast where native, optional ``torch.compile``, DDP across processes. The loss
-stays on the device between log steps; every ``log_every`` steps it is read and checked (a NaN or inf stops
-the run, keeping the last good checkpoint), every ``eval_every`` steps the held-out blocks are scored, every
-``checkpoint_every`` steps the run is saved, and a restarted run with the same fingerprint resumes there.
-"""
+"""The one training loop (:func:`run_loop`) of pre-training and DAPT (:func:`train`: only the objective differs
+between paradigms) and of the fine-tuning stage's classifiers (early stopping on validation, best weights restored):
+fused AdamW, warmup then cosine decay, clipping, accumulation, bf16 autocast where native, DDP, checkpoints."""
 
 from __future__ import annotations
 

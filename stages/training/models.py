@@ -1,10 +1,6 @@
-"""Stock transformers models built from a size config, and their training FLOPs per token.
-
-BERT -> ``BertForMaskedLM``, GPT -> ``GPT2LMHeadModel``, T5 -> ``T5ForConditionalGeneration`` (with
-``decoder_start_token_id`` = pad, as T5). SDPA attention where the class supports it. Saved with
-``save_pretrained`` (safetensors) they load with ``AutoModelForMaskedLM`` / ``AutoModelForCausalLM`` /
-``AutoModelForSeq2SeqLM`` and work in ``pipeline("fill-mask")`` and ``generate()``.
-"""
+"""Stock transformers models built from a size config (BERT -> ``BertForMaskedLM``, GPT -> ``GPT2LMHeadModel``,
+T5 -> ``T5ForConditionalGeneration``), saved so the ``AutoModelFor...`` classes load them, and their training
+FLOPs per token."""
 
 from __future__ import annotations
 

@@ -260,10 +260,6 @@ def _finetune(cfg: FinetuneConfig, paradigm: str, init: str, model_dir: Path, df
         gold = split["label"].map(label_id).to_numpy()
         return scores(gold, predict(clf, tok, split["text"].tolist(), cfg, paradigm), len(cfg.labels))
 
-    def validate(step: int) -> dict:
-        val_scores = score(val)
-        return {"val_accuracy": val_scores["accuracy"], "val_macro_f1": val_scores["macro_f1"]}
-
     stream = epochs_of_batches()
     with progress_bar(total, progress, desc=f"{paradigm}-{init}") as bar:
         # Throughput for the live log: 6N FLOPs per real (unpadded) token, N the classifier's parameters (Kaplan
@@ -271,7 +267,8 @@ def _finetune(cfg: FinetuneConfig, paradigm: str, init: str, model_dir: Path, df
         loop_cfg = LoopConfig(total=total, log_every=cfg.eval_every, clip=1.0, bf16=bf16_enabled(cfg.precision, device),
                               eval_every=cfg.eval_every, flops_per_token=6 * sum(p.numel() for p in clf.model.parameters()),
                               peak=peak_flops(device))
-        hooks = Hooks(row=lambda step: {"epoch": (step - 1) // steps_per_epoch + 1}, evaluate=validate,
+        hooks = Hooks(row=lambda step: {"epoch": (step - 1) // steps_per_epoch + 1},
+                      evaluate=lambda step: {f"val_{k}": v for k, v in score(val).items() if k != "examples"},
                       early=EarlyStopping("val_macro_f1", cfg.patience), live=live, bar=bar, log=log)
         run = run_loop(clf.model, optimizer, loop_cfg, batches=lambda step: next(stream), loss=clf.loss,
                        lr=lambda step: lr_at(step, total, cfg), tokens=lambda batch: int(batch["attention_mask"].sum()),

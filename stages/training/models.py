@@ -68,10 +68,9 @@ def build_model(layout: "BlockLayout", m: "ModelConfig", *, seed: int):
 
 
 def local_position_bias(model, slope: float) -> None:
-    """Start T5's relative position biases as a linear penalty on distance, ALiBi's form (Press et al. 2022):
-    bucket b of head h of n gets ``-slope * 2**(-8h/n) * d(b)``, d(b) the smallest distance in the bucket, so
-    attention starts local rather than uniform (benchmarks/transfer.md, "T5: an objective that transfers").
-    Only initial values change: the model stays a stock ``T5ForConditionalGeneration``."""
+    """Start T5's relative position biases as ALiBi's linear distance penalty (Press et al. 2022), so attention
+    starts local rather than uniform (benchmarks/transfer.md, "T5: an objective that transfers"); initial values
+    only."""
     import torch
 
     cfg = model.config
@@ -90,11 +89,9 @@ def local_position_bias(model, slope: float) -> None:
 
 
 def cross_attention_match(model, scale: float) -> None:
-    """Start the first head of every decoder cross-attention as a token matcher: its query projection is
-    ``scale`` x the identity and its key projection the identity on that head's ``d_kv`` coordinates (zero
-    elsewhere), so the score of decoder position i for encoder position j is ``scale`` x the dot product of
-    their (normalised) states, largest where both hold the same token, as span corruption's decoder needs
-    (benchmarks/transfer.md, "T5: an objective that transfers"). Only initial values change."""
+    """Start the first head of every decoder cross-attention as a token matcher (query ``scale`` x identity, key
+    identity on its ``d_kv`` coordinates), as span corruption's decoder needs (benchmarks/transfer.md); initial
+    values only."""
     import torch
 
     d_kv = model.config.d_kv
@@ -124,14 +121,9 @@ def load_model(path, paradigm: str):
 
 def flops_per_token(model, layout: "BlockLayout", *, predicted_fraction: float = 1.0,
                     targets_len: int | None = None) -> float:
-    """Training FLOPs per input token: 6N + 12 * layers * d_model * seq_len (Kaplan et al. 2020; PaLM
-    appendix B), N counting every parameter (the tied embedding is the output matmul).
-
-    T5's decoder-side terms are scaled by ``targets_len / seq_len`` (the objective's decoder width; default the
-    layout's), and its attention counts the encoder's self-attention and the decoder's self- and cross-attention.
-    BERT's output layer (``stages.objectives.masked_lm.sparse_view``) runs at ``predicted_fraction`` of the
-    positions only, so only that share of it is counted. DeBERTa-v2's disentangled attention (two more score
-    matrices) counts its attention term twice."""
+    """Training FLOPs per input token: 6N + 12 * layers * d_model * seq_len (Kaplan et al. 2020; PaLM appendix B),
+    N every parameter; T5's decoder side scaled by ``targets_len / seq_len``, BERT's output layer counted at the
+    ``predicted_fraction`` of positions it runs at, DeBERTa-v2's disentangled attention twice."""
     n = sum(p.numel() for p in model.parameters())
     cfg = model.config
     if layout.paradigm != "t5":

@@ -203,27 +203,17 @@ def finetune(cfg: FinetuneConfig, *, paradigm: str, init: str, model_dir: Path, 
              log=print, progress: bool = False, live_dir: Path | None = None) -> dict:
     """Train a classifier; returns scores, the curve and the model (best validation state restored).
     ``live_dir``: the run's live log (its curve as it trains, and its wall time; :mod:`stages.common.live`)."""
-    from stages.common.live import LiveLog
-
-    with LiveLog(live_dir) as live:
-        started = time.perf_counter()
-        out = _finetune(cfg, paradigm, init, model_dir, df, train_examples, log, progress, live)
-        m = out["metrics"]
-        live.summary({"seconds": round(time.perf_counter() - started, 1), "steps": m["steps"],
-                      "best_val_macro_f1": m["best_val_macro_f1"], "test_macro_f1": m["test_macro_f1"]})
-    return out
-
-
-def _finetune(cfg: FinetuneConfig, paradigm: str, init: str, model_dir: Path, df, train_examples, log, progress, live):
     import torch
     from transformers import AutoTokenizer
 
+    from stages.common.live import LiveLog
     from stages.finetuning.heads import make_classifier, reinit_top_layers, rescale_embeddings
     from stages.finetuning.metrics import majority, scores
     from stages.training.distributed import Dist
     from stages.training.loop import (EarlyStopping, Hooks, LoopConfig, bf16_enabled, lr_at, make_optimizer, peak_flops,
                                       progress_bar, run_loop)
 
+    started = time.perf_counter()
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     label_id = {lab: i for i, lab in enumerate(cfg.labels)}
@@ -261,38 +251,42 @@ def _finetune(cfg: FinetuneConfig, paradigm: str, init: str, model_dir: Path, df
         return scores(gold, predict(clf, tok, split["text"].tolist(), cfg, paradigm), len(cfg.labels))
 
     stream = epochs_of_batches()
-    with progress_bar(total, progress, desc=f"{paradigm}-{init}") as bar:
-        # Throughput for the live log: 6N FLOPs per real (unpadded) token, N the classifier's parameters (Kaplan
-        # et al. 2020's training estimate; attention left out), timed between evaluations (not counted).
-        loop_cfg = LoopConfig(total=total, log_every=cfg.eval_every, clip=1.0, bf16=bf16_enabled(cfg.precision, device),
-                              eval_every=cfg.eval_every, flops_per_token=6 * sum(p.numel() for p in clf.model.parameters()),
-                              peak=peak_flops(device))
-        hooks = Hooks(row=lambda step: {"epoch": (step - 1) // steps_per_epoch + 1},
-                      evaluate=lambda step: {f"val_{k}": v for k, v in score(val).items() if k != "examples"},
-                      early=EarlyStopping("val_macro_f1", cfg.patience), live=live, bar=bar, log=log)
-        run = run_loop(clf.model, optimizer, loop_cfg, batches=lambda step: next(stream), loss=clf.loss,
-                       lr=lambda step: lr_at(step, total, cfg), tokens=lambda batch: int(batch["attention_mask"].sum()),
-                       hooks=hooks, dist=Dist(device=device))
-    curve = [{"step": h["step"], "epoch": h["epoch"], "loss": h["loss"], "val_accuracy": e["val_accuracy"],
-              "val_macro_f1": e["val_macro_f1"]} for h, e in zip(run.history, run.evals)]
-    best, step, stopped_early = run.best, run.steps, run.stopped_early
-    sample_best, val_examples = best, len(val)
-    if cfg.val_select == "full" and len(val) < len(val_all):
-        best = score(val_all)["macro_f1"]
-        val_examples = len(val_all)
-    test_scores = score(test)
-    clf.to("cpu")  # returned and saved on the CPU
-    baseline = majority(y_train, test["label"].map(label_id).to_numpy(), len(cfg.labels))
-    result = {"paradigm": paradigm, "init": init, "train_examples": len(train), "steps": step,
-              "stopped_early": stopped_early, "best_val_macro_f1": best, "val_examples": val_examples,
-              **({"sample_val_macro_f1": sample_best} if val_examples != len(val) else {}),
-              "test_accuracy": test_scores["accuracy"], "test_macro_f1": test_scores["macro_f1"],
-              "test_examples": test_scores["examples"],
-              "majority_test_accuracy": baseline["accuracy"], "majority_test_macro_f1": baseline["macro_f1"]}
-    log(f"[finetune] {paradigm}-{init}: {len(train)} examples, {step} steps"
-        f"{' (stopped early)' if stopped_early else ''}; best val macro-F1 {best:.3f}; test accuracy "
-        f"{result['test_accuracy']:.3f}, macro-F1 {result['test_macro_f1']:.3f} (majority "
-        f"{result['majority_test_accuracy']:.3f})")
+    flops_per_token = 6 * sum(p.numel() for p in clf.model.parameters())
+    with LiveLog(live_dir) as live:
+        with progress_bar(total, progress, desc=f"{paradigm}-{init}") as bar:
+            # Throughput for the live log: 6N FLOPs per real (unpadded) token, N the classifier's parameters (Kaplan
+            # et al. 2020's training estimate; attention left out), timed between evaluations (not counted).
+            loop_cfg = LoopConfig(total=total, log_every=cfg.eval_every, clip=1.0,
+                                  bf16=bf16_enabled(cfg.precision, device), eval_every=cfg.eval_every,
+                                  flops_per_token=flops_per_token, peak=peak_flops(device))
+            hooks = Hooks(row=lambda step: {"epoch": (step - 1) // steps_per_epoch + 1},
+                          evaluate=lambda step: {f"val_{k}": v for k, v in score(val).items() if k != "examples"},
+                          early=EarlyStopping("val_macro_f1", cfg.patience), live=live, bar=bar, log=log)
+            run = run_loop(clf.model, optimizer, loop_cfg, batches=lambda step: next(stream), loss=clf.loss,
+                           lr=lambda step: lr_at(step, total, cfg), hooks=hooks, dist=Dist(device=device),
+                           tokens=lambda batch: int(batch["attention_mask"].sum()))
+        curve = [{"step": h["step"], "epoch": h["epoch"], "loss": h["loss"], "val_accuracy": e["val_accuracy"],
+                  "val_macro_f1": e["val_macro_f1"]} for h, e in zip(run.history, run.evals)]
+        best, step, stopped_early = run.best, run.steps, run.stopped_early
+        sample_best, val_examples = best, len(val)
+        if cfg.val_select == "full" and len(val) < len(val_all):
+            best = score(val_all)["macro_f1"]
+            val_examples = len(val_all)
+        test_scores = score(test)
+        clf.to("cpu")  # returned and saved on the CPU
+        baseline = majority(y_train, test["label"].map(label_id).to_numpy(), len(cfg.labels))
+        result = {"paradigm": paradigm, "init": init, "train_examples": len(train), "steps": step,
+                  "stopped_early": stopped_early, "best_val_macro_f1": best, "val_examples": val_examples,
+                  **({"sample_val_macro_f1": sample_best} if val_examples != len(val) else {}),
+                  "test_accuracy": test_scores["accuracy"], "test_macro_f1": test_scores["macro_f1"],
+                  "test_examples": test_scores["examples"],
+                  "majority_test_accuracy": baseline["accuracy"], "majority_test_macro_f1": baseline["macro_f1"]}
+        log(f"[finetune] {paradigm}-{init}: {len(train)} examples, {step} steps"
+            f"{' (stopped early)' if stopped_early else ''}; best val macro-F1 {best:.3f}; test accuracy "
+            f"{result['test_accuracy']:.3f}, macro-F1 {result['test_macro_f1']:.3f} (majority "
+            f"{result['majority_test_accuracy']:.3f})")
+        live.summary({"seconds": round(time.perf_counter() - started, 1), "steps": step,
+                      "best_val_macro_f1": best, "test_macro_f1": result["test_macro_f1"]})
     return {"metrics": result, "curve": curve, "classifier": clf, "tokenizer": tok}
 
 

@@ -265,8 +265,6 @@ def rescale_embeddings(module, rms: float) -> float:
     factor, so that the word embeddings' root mean square becomes ``rms``; returns the factor. Their sum goes
     into a LayerNorm, blind to a common scale, so the function is unchanged; what changes is how fast Adam's
     steps turn the vectors."""
-    import torch
-
     emb = next((m for m in module.modules() if hasattr(m, "word_embeddings") and hasattr(m, "LayerNorm")), None)
     if emb is None:
         raise ValueError("embedding_rms: needs a BERT-style body (embeddings summed into a LayerNorm)")
@@ -283,8 +281,6 @@ def reinit_top_layers(module, n: int, seed: int = 0) -> None:
     """Draw the top ``n`` transformer layers of a BERT-style body anew: normal(0, ``initializer_range``)
     weights, zero biases, unit LayerNorms, from a generator seeded by ``seed`` (the run's seed), as Zhang et al.
     2021 (benchmarks/transfer.md). Written out: transformers 5's ``_init_weights`` skips loaded weights."""
-    import torch
-
     body = getattr(module, "body", module)
     layers = getattr(getattr(body, "encoder", None), "layer", None)
     if layers is None:

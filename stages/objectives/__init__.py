@@ -36,6 +36,13 @@ def wrap(inner, forward):
     return View()
 
 
+def tensors(**arrays) -> dict:
+    """A builder's batch: each numpy array as a CPU tensor (sharing its memory), in the order given."""
+    import torch
+
+    return {name: torch.from_numpy(a) for name, a in arrays.items()}
+
+
 class Builder:
     """A batch builder over ``layout``'s blocks; ``batched``: one call builds a whole micro-batch."""
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from stages.objectives import Builder, Objective
+from stages.objectives import Builder, Objective, tensors
 from stages.objectives.span_corruption import corrupt
 
 # Decoder width of the prefix LM and of the mixture: the continuation is 15-63 tokens + </s>.
@@ -45,15 +45,12 @@ class _Denoiser(Builder):
         raise NotImplementedError
 
     def __call__(self, rows: np.ndarray, rng: np.random.Generator) -> dict:
-        import torch
-
         lay = self.layout
         pairs = [self.pair(np.asarray(r, dtype=np.int64), rng) for r in rows]
         inputs = np.stack([_pad(p[0], lay.seq_len, lay.pad_id) for p in pairs])
         labels = np.stack([_pad(p[1], self.targets_len, -100) for p in pairs])
         mask = np.stack([_pad(np.ones(len(p[0]), dtype=np.int64), lay.seq_len, 0) for p in pairs])
-        return {"input_ids": torch.from_numpy(inputs), "attention_mask": torch.from_numpy(mask),
-                "labels": torch.from_numpy(labels)}
+        return tensors(input_ids=inputs, attention_mask=mask, labels=labels)
 
 
 class PrefixLM(_Denoiser):

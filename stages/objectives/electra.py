@@ -14,7 +14,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from stages.objectives import Objective, wrap
+from stages.objectives import Objective, tensors, wrap
 from stages.objectives.masked_lm import MaskedLM, body_name, masked_positions, mlm_result, share, sparse_mlm
 from stages.training.models import attach_side_head, flops_per_token
 
@@ -31,21 +31,15 @@ class ReplacedTokenDetection(MaskedLM):
         self.rtd_weight = rtd_weight
 
     def __call__(self, rows: np.ndarray, rng) -> dict:
-        import torch
-
-        batch = super().__call__(rows, rng)
         ids = np.asarray(rows, dtype=np.int64)
-        batch["original_ids"] = torch.from_numpy(ids)
-        batch["sample_u"] = torch.from_numpy(rng.random(ids.shape).astype(np.float32))
-        return batch
+        return {**super().__call__(rows, rng),
+                **tensors(original_ids=ids, sample_u=rng.random(ids.shape).astype(np.float32))}
 
 
 def attach_rtd_head(model, *, seed: int, init=None) -> None:
     """Give a masked-LM model ELECTRA's discriminator head (dense, GELU, one logit per token) as the
     submodule ``rtd_head``; with ``init`` its trained weights from ``rtd_head.safetensors``."""
-    import torch
-
-    attach_side_head(model, "rtd_head", torch.nn.GELU(), 1, file=RTD_HEAD_FILE, seed=seed, init=init)
+    attach_side_head(model, "rtd_head", "GELU", 1, file=RTD_HEAD_FILE, seed=seed, init=init)
 
 
 def electra_flops_per_token(model, layout, *, select: float) -> float:

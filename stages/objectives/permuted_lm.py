@@ -15,7 +15,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from stages.objectives import Builder, Objective, wrap
+from stages.objectives import Builder, Objective, tensors, wrap
 
 # XLNet's partial-prediction constant: 1/K of the tokens of each block are predicted.
 K = 6
@@ -54,8 +54,6 @@ class PermutedLM(Builder):
         return rank, order[:, length - self.targets:]
 
     def __call__(self, rows: np.ndarray, rng) -> dict:
-        import torch
-
         ids = np.asarray(rows, dtype=np.int64)
         n, length = ids.shape
         c = self.targets
@@ -65,8 +63,7 @@ class PermutedLM(Builder):
         positions = np.concatenate([np.broadcast_to(np.arange(length), (n, length)), targets], axis=1)
         masks = np.stack([permuted_masks(rank[r], targets[r]) for r in range(n)])[:, None]
         labels = np.take_along_axis(ids, targets, axis=1)
-        return {"input_ids": torch.from_numpy(inputs), "position_ids": torch.from_numpy(positions),
-                "attention_mask": torch.from_numpy(masks), "labels": torch.from_numpy(labels)}
+        return tensors(input_ids=inputs, position_ids=positions, attention_mask=masks, labels=labels)
 
 
 def permuted_flops_per_token(model, layout, targets: int) -> float:

@@ -14,7 +14,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from stages.objectives import Objective, wrap
+from stages.objectives import Objective, tensors, wrap
 from stages.objectives.masked_lm import MaskedLM, body_name, masked_positions, mlm_at, share
 from stages.training.models import attach_side_head, flops_per_token
 
@@ -77,8 +77,6 @@ class SentencePairs(MaskedLM):
         return out
 
     def __call__(self, rows: np.ndarray, rng, corpus: np.ndarray | None = None) -> dict:
-        import torch
-
         rows = np.asarray(rows)
         if self.name == "nsp" and (corpus is None or len(corpus) < 2):
             raise ValueError("nsp: needs the corpus of at least 2 blocks its rows come from (random segments)")
@@ -96,17 +94,13 @@ class SentencePairs(MaskedLM):
             usable = len(self.content(row)) >= 2
             pairs.append(rebuilt)
             labels.append(int(negative[r]) if usable else 0)
-        batch = super().__call__(np.stack(pairs), rng)
-        batch["pair_labels"] = torch.tensor(labels, dtype=torch.int64)
-        return batch
+        return {**super().__call__(np.stack(pairs), rng), **tensors(pair_labels=np.asarray(labels, dtype=np.int64))}
 
 
 def attach_pair_head(model, *, seed: int, init=None) -> None:
     """Give a masked-LM model BERT's sentence-pair head (its pooler, dense + tanh on ``[CLS]``, then two
     logits) as the submodule ``pair_head``; with ``init`` its trained weights from ``pair_head.safetensors``."""
-    import torch
-
-    attach_side_head(model, "pair_head", torch.nn.Tanh(), 2, file=PAIR_HEAD_FILE, seed=seed, init=init)
+    attach_side_head(model, "pair_head", "Tanh", 2, file=PAIR_HEAD_FILE, seed=seed, init=init)
 
 
 def setup(model, layout, builder, train, init) -> float:

@@ -3,6 +3,7 @@ every file and of itself, checked before a resume loads anything, so a changed b
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -30,8 +31,6 @@ def save(folder: Path, model, optimizer, state: dict) -> None:
 
 def state_digest(state: dict) -> str:
     """SHA-256 of ``state`` without its own digest, as canonical JSON (what ``state.json`` holds, re-read)."""
-    import hashlib
-
     body = {k: v for k, v in state.items() if k != "state_sha256"}
     text = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()

@@ -141,14 +141,15 @@ def flops_per_token(model, layout: "BlockLayout", *, predicted_fraction: float =
     return 6 * enc + 6 * rest * ratio + attention
 
 
-def attach_side_head(model, name: str, activation, outputs: int, *, file: str, seed: int, init=None) -> None:
-    """Attach ``dense(d, d) -> activation -> dense(d, outputs)`` as the submodule ``name`` (N(0, initializer_range)
-    weights from ``seed``), saved by :func:`save_model` to ``file``; with ``init`` (a folder holding it) trained."""
+def attach_side_head(model, name: str, activation: str, outputs: int, *, file: str, seed: int, init=None) -> None:
+    """Attach ``dense(d, d) -> torch.nn.<activation>() -> dense(d, outputs)`` as the submodule ``name``
+    (N(0, initializer_range) weights from ``seed``), saved by :func:`save_model` to ``file``; with ``init`` (a
+    folder holding it) trained."""
     import torch
 
     d = model.config.hidden_size
     generator = torch.Generator().manual_seed(seed)
-    head = torch.nn.Sequential(torch.nn.Linear(d, d), activation, torch.nn.Linear(d, outputs))
+    head = torch.nn.Sequential(torch.nn.Linear(d, d), getattr(torch.nn, activation)(), torch.nn.Linear(d, outputs))
     with torch.no_grad():
         for layer in (head[0], head[2]):
             layer.weight.normal_(0.0, model.config.initializer_range, generator=generator)

@@ -261,10 +261,8 @@ def make_classifier(paradigm: str, model_dir: Path, labels: list[str], tokenizer
 
 
 def rescale_embeddings(module, rms: float) -> float:
-    """Scale a BERT-style body's embedding tables (word, and position / token type where it has them) by one
-    factor, so that the word embeddings' root mean square becomes ``rms``; returns the factor. Their sum goes
-    into a LayerNorm, blind to a common scale, so the function is unchanged; what changes is how fast Adam's
-    steps turn the vectors."""
+    """Scale a BERT-style body's embedding tables by one factor (returned) so the word embeddings' RMS becomes
+    ``rms``: the LayerNorm over their sum keeps the function; Adam's steps then turn the vectors at another pace."""
     emb = next((m for m in module.modules() if hasattr(m, "word_embeddings") and hasattr(m, "LayerNorm")), None)
     if emb is None:
         raise ValueError("embedding_rms: needs a BERT-style body (embeddings summed into a LayerNorm)")
@@ -278,9 +276,8 @@ def rescale_embeddings(module, rms: float) -> float:
 
 
 def reinit_top_layers(module, n: int, seed: int = 0) -> None:
-    """Draw the top ``n`` transformer layers of a BERT-style body anew: normal(0, ``initializer_range``)
-    weights, zero biases, unit LayerNorms, from a generator seeded by ``seed`` (the run's seed), as Zhang et al.
-    2021 (benchmarks/transfer.md). Written out: transformers 5's ``_init_weights`` skips loaded weights."""
+    """Draw the top ``n`` transformer layers of a BERT-style body anew from ``seed``, as Zhang et al. 2021
+    (benchmarks/transfer.md); written out, as transformers 5's ``_init_weights`` skips loaded weights."""
     body = getattr(module, "body", module)
     layers = getattr(getattr(body, "encoder", None), "layer", None)
     if layers is None:

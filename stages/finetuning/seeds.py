@@ -42,9 +42,8 @@ def _seed_run(state: dict, job: dict) -> dict:
 
 def finetune_seeds(cfg: FinetuneConfig, *, paradigm: str, init: str, model_dir: Path, df, log=print,
                    progress: bool = False, live_dir: Path | None = None) -> dict:
-    """The stage's runs: the learning rate chosen on validation from ``lr_grid`` with the first seed, then
-    every seed at that rate, ``workers`` at a time. Returns the best-on-validation run with metrics that are
-    the mean over seeds, their std and the per-seed results."""
+    """The learning rate chosen on validation with the first seed, then every seed at that rate; the best run on
+    validation, its metrics the mean and std over seeds with the per-seed results."""
     from transformers import AutoTokenizer
 
     from stages.finetuning.heads import make_classifier

@@ -51,9 +51,6 @@ class Builder:
     def __init__(self, layout) -> None:
         self.layout = layout
 
-    def input_tokens(self, rows: int) -> int:
-        return rows * self.layout.seq_len
-
 
 @dataclass(frozen=True)
 class Objective:

@@ -77,9 +77,8 @@ def setup(model, layout, builder, train, init) -> float:
 
 
 def electra_view(model, builder):
-    """ELECTRA's training module: the generator's masked-LM loss plus ``rtd_weight`` x the discriminator's
-    binary cross-entropy over every real token, replacements sampled without gradient. In eval mode: the
-    generator's masked-LM loss alone, comparable with masked-LM runs."""
+    """ELECTRA's training module (replacements sampled without gradient); in eval mode the generator's masked-LM
+    loss alone, comparable with masked-LM runs."""
     import torch
 
     body, rtd_weight = body_name(model), builder.rtd_weight

@@ -76,9 +76,8 @@ def mlm_result(logits, target, positions):
 
 
 def sparse_view(model, builder):
-    """BERT's training module: the output layer (transform + vocabulary projection) at the selected positions
-    only, the same loss as the stock forward for about half the work; the model stays a stock ``*ForMaskedLM``.
-    A model without ``cls`` trains as it is."""
+    """BERT's training module: the output layer at the selected positions only, the stock forward's loss for about
+    half the work (a model without ``cls`` trains as it is)."""
     body = body_name(model)
     if body is None or not hasattr(model, "cls"):
         return model, (lambda batch: batch)

@@ -75,11 +75,6 @@ def noise_masks(rows: int, length: int, noise_density: float, mean_span: float, 
     return np.cumsum(marks, axis=1)[:, :length].astype(bool)
 
 
-def noise_mask(length: int, noise_density: float, mean_span: float, rng) -> np.ndarray:
-    """One mask of :func:`noise_masks`."""
-    return noise_masks(1, length, noise_density, mean_span, rng)[0]
-
-
 def corrupt_batch(blocks: np.ndarray, *, sentinel_top: int, eos_id: int, noise_density: float = 0.15,
                   mean_span: float = 3.0, rng) -> tuple[np.ndarray, np.ndarray]:
     """(encoder inputs, targets) for raw blocks of equal length, one row per block. Sentinels count down

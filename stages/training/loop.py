@@ -83,9 +83,8 @@ def make_optimizer(model, cfg, device: str):
 
 
 def set_lr(optimizer, lr: float) -> None:
-    """Set this step's learning rate. A group made with ``scale_lr_by_rms`` takes ``lr`` times its tensor's
-    root mean square (at least 1e-3), read at every step as nanoT5's AdamWScale (Nawrot 2023) does
-    (benchmarks/transfer.md, "T5: an objective that transfers")."""
+    """Set this step's learning rate; a ``scale_lr_by_rms`` group takes ``lr`` x its tensor's RMS (at least 1e-3),
+    as nanoT5's AdamWScale (Nawrot 2023; benchmarks/transfer.md)."""
     import torch
 
     scaled = [g for g in optimizer.param_groups if g.get("rms_scaled")]

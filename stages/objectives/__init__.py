@@ -10,6 +10,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 # The modules that declare objectives (each an ``OBJECTIVES`` tuple), in listing order.
 MODULES = ("masked_lm", "electra", "sentence_pairs", "causal_lm", "permuted_lm", "span_corruption", "denoisers")
 # Each paradigm's own objective: the one ``train.objective: ""`` means.
@@ -34,6 +36,13 @@ def wrap(inner, forward):
             return forward(self.inner, *args, **kwargs)
 
     return View()
+
+
+def pad(ids, width: int, fill: int) -> np.ndarray:
+    """``ids`` (int64) followed by ``fill`` up to ``width``."""
+    out = np.full(width, fill, dtype=np.int64)
+    out[: len(ids)] = ids
+    return out
 
 
 def tensors(**arrays) -> dict:

@@ -9,17 +9,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from stages.objectives import Builder, Objective, tensors
+from stages.objectives import Builder, Objective, pad, tensors
 from stages.objectives.span_corruption import corrupt
 
 # Decoder width of the prefix LM and of the mixture: the continuation is 15-63 tokens + </s>.
 PREFIX_TARGETS = 64
-
-
-def _pad(ids: np.ndarray, width: int, fill: int) -> np.ndarray:
-    out = np.full(width, fill, dtype=np.int64)
-    out[: len(ids)] = ids
-    return out
 
 
 def prefix_split(block: np.ndarray, *, seq_len: int, targets: int, eos_id: int, rng: np.random.Generator):
@@ -47,9 +41,9 @@ class _Denoiser(Builder):
     def __call__(self, rows: np.ndarray, rng: np.random.Generator) -> dict:
         lay = self.layout
         pairs = [self.pair(np.asarray(r, dtype=np.int64), rng) for r in rows]
-        inputs = np.stack([_pad(p[0], lay.seq_len, lay.pad_id) for p in pairs])
-        labels = np.stack([_pad(p[1], self.targets_len, -100) for p in pairs])
-        mask = np.stack([_pad(np.ones(len(p[0]), dtype=np.int64), lay.seq_len, 0) for p in pairs])
+        inputs = np.stack([pad(p[0], lay.seq_len, lay.pad_id) for p in pairs])
+        labels = np.stack([pad(p[1], self.targets_len, -100) for p in pairs])
+        mask = np.stack([pad(np.ones(len(p[0]), dtype=np.int64), lay.seq_len, 0) for p in pairs])
         return tensors(input_ids=inputs, attention_mask=mask, labels=labels)
 
 

@@ -14,7 +14,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from stages.objectives import Objective, tensors, wrap
+from stages.objectives import Objective, pad, tensors, wrap
 from stages.objectives.masked_lm import MaskedLM, body_name, masked_positions, mlm_at, share
 from stages.training.models import attach_side_head, flops_per_token
 
@@ -70,11 +70,8 @@ class SentencePairs(MaskedLM):
             first, second = a, self.content(other)[: len(b)]
         else:
             first, second = a, b
-        out = np.full(lay.seq_len, lay.pad_id, dtype=np.int64)
         parts = [[lay.cls_id], first, [lay.sep_id], second, [lay.sep_id]]
-        joined = np.concatenate([np.asarray(p, dtype=np.int64) for p in parts])
-        out[: len(joined)] = joined
-        return out
+        return pad(np.concatenate([np.asarray(p, dtype=np.int64) for p in parts]), lay.seq_len, lay.pad_id)
 
     def __call__(self, rows: np.ndarray, rng, corpus: np.ndarray | None = None) -> dict:
         rows = np.asarray(rows)
@@ -90,10 +87,8 @@ class SentencePairs(MaskedLM):
                 if np.array_equal(corpus[j], row):  # drew the block itself: the next one
                     j = (j + 1) % len(corpus)
                 other = np.asarray(corpus[j], dtype=np.int64)
-            rebuilt = self.pair(row, bool(negative[r]), float(u[r, 1]), other)
-            usable = len(self.content(row)) >= 2
-            pairs.append(rebuilt)
-            labels.append(int(negative[r]) if usable else 0)
+            pairs.append(self.pair(row, bool(negative[r]), float(u[r, 1]), other))
+            labels.append(int(negative[r]) if len(self.content(row)) >= 2 else 0)  # an uncut block: a positive
         return {**super().__call__(np.stack(pairs), rng), **tensors(pair_labels=np.asarray(labels, dtype=np.int64))}
 
 

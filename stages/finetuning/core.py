@@ -251,11 +251,10 @@ def finetune(cfg: FinetuneConfig, *, paradigm: str, init: str, model_dir: Path, 
         return scores(gold, predict(clf, tok, split["text"].tolist(), cfg, paradigm), len(cfg.labels))
 
     stream = epochs_of_batches()
+    # Throughput for the live log: 6N FLOPs per real token (Kaplan et al. 2020; attention left out)
     flops_per_token = 6 * sum(p.numel() for p in clf.model.parameters())
     with LiveLog(live_dir) as live:
         with progress_bar(total, progress, desc=f"{paradigm}-{init}") as bar:
-            # Throughput for the live log: 6N FLOPs per real (unpadded) token, N the classifier's parameters (Kaplan
-            # et al. 2020's training estimate; attention left out), timed between evaluations (not counted).
             loop_cfg = LoopConfig(total=total, log_every=cfg.eval_every, clip=1.0,
                                   bf16=bf16_enabled(cfg.precision, device), eval_every=cfg.eval_every,
                                   flops_per_token=flops_per_token, peak=peak_flops(device))

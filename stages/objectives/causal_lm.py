@@ -14,8 +14,7 @@ class CausalLM(Builder):
 
     def __call__(self, rows: np.ndarray, rng: np.random.Generator) -> dict:
         ids = np.asarray(rows, dtype=np.int64)
-        # Packed blocks have no padding: every position attends (said explicitly, since GPT-2's pad id is
-        # its end-of-text id and transformers would otherwise warn about possible padding).
+        # Packed blocks have no padding; said explicitly, as GPT-2's pad id is its end-of-text id (a warning otherwise)
         return tensors(input_ids=ids, attention_mask=np.ones_like(ids), labels=ids.copy())
 
 

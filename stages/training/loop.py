@@ -62,9 +62,7 @@ def peak_flops(device: str, peak_tflops: float = 0.0) -> float | None:
         import torch
 
         name = torch.cuda.get_device_name(device)
-        for key, tflops in PEAK_TFLOPS.items():
-            if key in name:
-                return tflops * 1e12
+        return next((tflops * 1e12 for key, tflops in PEAK_TFLOPS.items() if key in name), None)
     return None
 
 

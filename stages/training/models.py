@@ -20,8 +20,7 @@ def model_config(layout: "BlockLayout", m: "ModelConfig"):
         if m.arch == "deberta_v2":
             from transformers import DebertaV2Config
 
-            # DeBERTa-v2 as in He et al. 2021: relative positions (c2p + p2c, log buckets), no absolute position
-            # input, shared attention keys, the first layer's convolution over ``conv_kernel`` neighbours.
+            # DeBERTa-v2 as in He et al. 2021: relative positions only, shared attention keys, a first-layer convolution
             return DebertaV2Config(**common, type_vocab_size=0, relative_attention=True, position_buckets=64,
                                    max_relative_positions=-1, pos_att_type=["p2c", "c2p"], position_biased_input=False,
                                    share_att_key=True, norm_rel_ebd="layer_norm", conv_kernel_size=m.conv_kernel)

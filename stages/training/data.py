@@ -105,9 +105,7 @@ class BlockStreams:
         return np.minimum((self.random(size) * high).astype(np.int64), high - 1)
 
 
-def generators(seed: int, kind: int, epochs, ids) -> BlockStreams:
-    """One random stream per block, keyed by (seed, train/eval, epoch, block)."""
-    return BlockStreams(seed, kind, epochs, ids)
+generators = BlockStreams  # one random stream per block: generators(seed, TRAIN_KEY or EVAL_KEY, epochs, ids)
 
 
 def make_batch(objective, blocks: np.ndarray, ids, streams: BlockStreams) -> dict:

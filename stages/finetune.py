@@ -5,10 +5,7 @@
         --output data/models/finetune/bert-pretrained --metrics reports/metrics/finetune-bert-pretrained.json \
         --plot reports/plots/finetune-bert-pretrained.tsv --report reports/quality/finetune-bert-pretrained.json
 
-``--init``: ``pretrained``, ``dapt`` (with ``--model data/models/dapt/<paradigm>``) or ``random`` (the same
-architecture, fresh weights). A gate checks the task data first; training stops early on validation
-macro-F1, the best model is kept and only then scored on the test split. The output folder carries its model
-card (``stages.provenance.stagecard``).
+A gate checks the task data first; the best model on validation is kept and only then scored on the test split.
 """
 
 from __future__ import annotations

@@ -6,10 +6,8 @@
         --metrics reports/metrics/pretrain-gpt.json --plot reports/plots/pretrain-gpt.tsv
 
 ``--section dapt --corpus domain --init models/pretrain/gpt`` continues a general model on the domain corpus
-(Gururangan et al. 2020) on its own budget. Runs data-parallel under ``torchrun`` / ``accelerate launch``, or
-relaunches itself so when ``LMPIPE_TRAIN_PROCESSES`` > 1 (``stages.training.launch``). The output folder
-holds the model and its tokenizer (stock ``AutoModelFor...`` / ``pipeline`` load it), ``training.json`` and
-its model card (``stages.provenance.stagecard``). A killed run resumes from ``--checkpoints``.
+(Gururangan et al. 2020). Data-parallel under ``torchrun`` / ``accelerate launch`` (``stages.training.launch``);
+a killed run resumes from ``--checkpoints``.
 """
 
 from __future__ import annotations

@@ -1,7 +1,6 @@
-"""The fine-tuning core: the recipe's configuration, batching, prediction and one training run
-(:func:`finetune`), with early stopping on validation and the best checkpoint restored. The stage
-(:mod:`stages.finetune`) runs it over seeds and learning rates and publishes the result; the evaluate stage's
-data-efficiency curve and TF-IDF baseline and the service's classifier use it directly."""
+"""The fine-tuning core: the recipe's configuration, batching, prediction and one training run (:func:`finetune`,
+early stopping on validation, the best checkpoint restored), used by the finetune stage, the evaluate stage and
+the service's classifier."""
 
 from __future__ import annotations
 
@@ -91,6 +90,9 @@ class FinetuneConfig:
     """``auto``: bf16 autocast where the device multiplies bf16 natively, else fp32; ``fp32`` or ``bf16`` force it."""
     gate: TaskGateConfig = field(default_factory=TaskGateConfig)
     """The labeled task's check."""
+    # The rest of the optimizer recipe (not params): the cosine decays to 0; AdamW's betas are pre-training's default.
+    min_lr_ratio = 0.0
+    betas = (0.9, 0.98)
 
     def __post_init__(self) -> None:
         check(len(self.labels) >= 2 and len(set(self.labels)) == len(self.labels), "labels: need 2+ distinct labels")
@@ -178,27 +180,17 @@ def length_batches(order: np.ndarray, lengths: np.ndarray, batch: int, pool: int
     return [out[i] for i in rng.permutation(len(out))]
 
 
-def autocast(cfg: FinetuneConfig, device: str):
-    """The context the forward passes run in: bf16 autocast when ``cfg.precision`` asks for it on ``device``."""
-    import torch
-
-    from stages.training.loop import bf16_enabled
-
-    return torch.autocast(device_type=device.split(":")[0], dtype=torch.bfloat16,
-                          enabled=bf16_enabled(cfg.precision, device))
-
-
 def predict(clf, tok, texts: list[str], cfg: FinetuneConfig, paradigm: str) -> np.ndarray:
     """The predicted label ids of ``texts``, scored in batches of similar lengths (the same predictions as
     in order: each text's score depends on its own tokens only), returned in the order of ``texts``."""
     import torch
 
-    from stages.training.loop import to_device
+    from stages.training.loop import bf16_autocast, bf16_enabled, to_device
 
     clf.model.eval()
     order = np.argsort(token_lengths(tok, texts, cfg, paradigm), kind="stable") if texts else np.empty(0, int)
     pred = np.empty(len(texts), dtype=np.int64)
-    with torch.no_grad(), autocast(cfg, clf.device):
+    with torch.no_grad(), bf16_autocast(clf.device, bf16_enabled(cfg.precision, clf.device)):
         for lo in range(0, len(texts), cfg.micro_batch * 2):
             idx = order[lo: lo + cfg.micro_batch * 2]
             batch = to_device(encode(tok, [texts[i] for i in idx], cfg, paradigm), clf.device)
@@ -211,28 +203,17 @@ def finetune(cfg: FinetuneConfig, *, paradigm: str, init: str, model_dir: Path, 
              log=print, progress: bool = False, live_dir: Path | None = None) -> dict:
     """Train a classifier; returns scores, the curve and the model (best validation state restored).
     ``live_dir``: the run's live log (its curve as it trains, and its wall time; :mod:`stages.common.live`)."""
-    from stages.common.live import LiveLog
-
-    with LiveLog(live_dir) as live:
-        started = time.perf_counter()
-        out = _finetune(cfg, paradigm, init, model_dir, df, train_examples, log, progress, live)
-        m = out["metrics"]
-        live.summary({"seconds": round(time.perf_counter() - started, 1), "steps": m["steps"],
-                      "best_val_macro_f1": m["best_val_macro_f1"], "test_macro_f1": m["test_macro_f1"]})
-    return out
-
-
-def _finetune(cfg: FinetuneConfig, paradigm: str, init: str, model_dir: Path, df, train_examples, log, progress, live):
     import torch
     from transformers import AutoTokenizer
 
+    from stages.common.live import LiveLog
     from stages.finetuning.heads import make_classifier, reinit_top_layers, rescale_embeddings
     from stages.finetuning.metrics import majority, scores
-    from stages.training.config import OptimizerConfig
     from stages.training.distributed import Dist
     from stages.training.loop import (EarlyStopping, Hooks, LoopConfig, bf16_enabled, lr_at, make_optimizer, peak_flops,
                                       progress_bar, run_loop)
 
+    started = time.perf_counter()
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     label_id = {lab: i for i, lab in enumerate(cfg.labels)}
@@ -253,9 +234,7 @@ def _finetune(cfg: FinetuneConfig, paradigm: str, init: str, model_dir: Path, df
     steps_per_epoch = -(-len(train) // cfg.micro_batch)
     epochs = max(cfg.epochs, -(-cfg.min_steps // steps_per_epoch))
     total = steps_per_epoch * epochs
-    recipe = OptimizerConfig(lr=cfg.lr, warmup_fraction=cfg.warmup_fraction, weight_decay=cfg.weight_decay,
-                             min_lr_ratio=0.0, scale_lr_by_rms=cfg.scale_lr_by_rms)
-    optimizer = make_optimizer(clf.model, recipe, device)
+    optimizer = make_optimizer(clf.model, cfg, device)
     rng = np.random.default_rng(cfg.seed)
     texts = train["text"].tolist()
     lengths = token_lengths(tok, texts, cfg, paradigm)
@@ -271,42 +250,42 @@ def _finetune(cfg: FinetuneConfig, paradigm: str, init: str, model_dir: Path, df
         gold = split["label"].map(label_id).to_numpy()
         return scores(gold, predict(clf, tok, split["text"].tolist(), cfg, paradigm), len(cfg.labels))
 
-    def validate(step: int) -> dict:
-        val_scores = score(val)
-        return {"val_accuracy": val_scores["accuracy"], "val_macro_f1": val_scores["macro_f1"]}
-
     stream = epochs_of_batches()
-    with progress_bar(total, progress, desc=f"{paradigm}-{init}") as bar:
-        # Throughput for the live log: 6N FLOPs per real (unpadded) token, N the classifier's parameters (Kaplan
-        # et al. 2020's training estimate; attention left out), timed between evaluations (not counted).
-        loop_cfg = LoopConfig(total=total, log_every=cfg.eval_every, clip=1.0, bf16=bf16_enabled(cfg.precision, device),
-                              eval_every=cfg.eval_every, flops_per_token=6 * sum(p.numel() for p in clf.model.parameters()),
-                              peak=peak_flops(device))
-        hooks = Hooks(row=lambda step: {"epoch": (step - 1) // steps_per_epoch + 1}, evaluate=validate,
-                      early=EarlyStopping("val_macro_f1", cfg.patience), live=live, bar=bar, log=log)
-        run = run_loop(clf.model, optimizer, loop_cfg, batches=lambda step: next(stream), loss=clf.loss,
-                       lr=lambda step: lr_at(step, total, recipe), tokens=lambda batch: int(batch["attention_mask"].sum()),
-                       hooks=hooks, dist=Dist(device=device))
-    curve = [{"step": h["step"], "epoch": h["epoch"], "loss": h["loss"], "val_accuracy": e["val_accuracy"],
-              "val_macro_f1": e["val_macro_f1"]} for h, e in zip(run.history, run.evals)]
-    best, step, stopped_early = run.best, run.steps, run.stopped_early
-    sample_best, val_examples = best, len(val)
-    if cfg.val_select == "full" and len(val) < len(val_all):
-        best = score(val_all)["macro_f1"]
-        val_examples = len(val_all)
-    test_scores = score(test)
-    clf.to("cpu")  # returned and saved on the CPU
-    baseline = majority(y_train, test["label"].map(label_id).to_numpy(), len(cfg.labels))
-    result = {"paradigm": paradigm, "init": init, "train_examples": len(train), "steps": step,
-              "stopped_early": stopped_early, "best_val_macro_f1": best, "val_examples": val_examples,
-              **({"sample_val_macro_f1": sample_best} if val_examples != len(val) else {}),
-              "test_accuracy": test_scores["accuracy"], "test_macro_f1": test_scores["macro_f1"],
-              "test_examples": test_scores["examples"],
-              "majority_test_accuracy": baseline["accuracy"], "majority_test_macro_f1": baseline["macro_f1"]}
-    log(f"[finetune] {paradigm}-{init}: {len(train)} examples, {step} steps"
-        f"{' (stopped early)' if stopped_early else ''}; best val macro-F1 {best:.3f}; test accuracy "
-        f"{result['test_accuracy']:.3f}, macro-F1 {result['test_macro_f1']:.3f} (majority "
-        f"{result['majority_test_accuracy']:.3f})")
+    # Throughput for the live log: 6N FLOPs per real token (Kaplan et al. 2020; attention left out)
+    flops_per_token = 6 * sum(p.numel() for p in clf.model.parameters())
+    with LiveLog(live_dir) as live:
+        with progress_bar(total, progress, desc=f"{paradigm}-{init}") as bar:
+            loop_cfg = LoopConfig(total=total, log_every=cfg.eval_every, clip=1.0,
+                                  bf16=bf16_enabled(cfg.precision, device), eval_every=cfg.eval_every,
+                                  flops_per_token=flops_per_token, peak=peak_flops(device))
+            hooks = Hooks(row=lambda step: {"epoch": (step - 1) // steps_per_epoch + 1},
+                          evaluate=lambda step: {f"val_{k}": v for k, v in score(val).items() if k != "examples"},
+                          early=EarlyStopping("val_macro_f1", cfg.patience), live=live, bar=bar, log=log)
+            run = run_loop(clf.model, optimizer, loop_cfg, batches=lambda step: next(stream), loss=clf.loss,
+                           lr=lambda step: lr_at(step, total, cfg), hooks=hooks, dist=Dist(device=device),
+                           tokens=lambda batch: int(batch["attention_mask"].sum()))
+        curve = [{"step": h["step"], "epoch": h["epoch"], "loss": h["loss"], "val_accuracy": e["val_accuracy"],
+                  "val_macro_f1": e["val_macro_f1"]} for h, e in zip(run.history, run.evals)]
+        best, step, stopped_early = run.best, run.steps, run.stopped_early
+        sample_best, val_examples = best, len(val)
+        if cfg.val_select == "full" and len(val) < len(val_all):
+            best = score(val_all)["macro_f1"]
+            val_examples = len(val_all)
+        test_scores = score(test)
+        clf.to("cpu")  # returned and saved on the CPU
+        baseline = majority(y_train, test["label"].map(label_id).to_numpy(), len(cfg.labels))
+        result = {"paradigm": paradigm, "init": init, "train_examples": len(train), "steps": step,
+                  "stopped_early": stopped_early, "best_val_macro_f1": best, "val_examples": val_examples,
+                  **({"sample_val_macro_f1": sample_best} if val_examples != len(val) else {}),
+                  "test_accuracy": test_scores["accuracy"], "test_macro_f1": test_scores["macro_f1"],
+                  "test_examples": test_scores["examples"],
+                  "majority_test_accuracy": baseline["accuracy"], "majority_test_macro_f1": baseline["macro_f1"]}
+        log(f"[finetune] {paradigm}-{init}: {len(train)} examples, {step} steps"
+            f"{' (stopped early)' if stopped_early else ''}; best val macro-F1 {best:.3f}; test accuracy "
+            f"{result['test_accuracy']:.3f}, macro-F1 {result['test_macro_f1']:.3f} (majority "
+            f"{result['majority_test_accuracy']:.3f})")
+        live.summary({"seconds": round(time.perf_counter() - started, 1), "steps": step,
+                      "best_val_macro_f1": best, "test_macro_f1": result["test_macro_f1"]})
     return {"metrics": result, "curve": curve, "classifier": clf, "tokenizer": tok}
 
 

@@ -1,11 +1,5 @@
-"""A classifier per paradigm over a pre-trained (or freshly initialised) model, with one interface:
-``loss(batch)`` for training, ``scores(batch)`` (one score per label) and ``predict(batch)`` (its argmax).
-
-``head: stock``: each model's own ([CLS] for BERT, the last token for GPT with GPT-1's auxiliary LM loss, text
-to text for T5); ``pooled``: one small head on every paradigm (:class:`PooledClassifier`), which reads what
-masked-LM pre-training trained, unlike [CLS]; ``prompt``: BERT as a cloze (:class:`PromptClassifier`).
-``init``: ``pretrained`` / ``dapt`` load the weights of ``model_dir``; ``random`` builds the same
-architecture from its config with fresh weights (the baseline that shows what pre-training buys).
+"""A classifier per paradigm and ``head`` over a pre-trained (``init`` random: freshly initialised) model, with
+one interface: ``loss(batch)`` for training, ``scores(batch)`` (one per label) and ``predict(batch)`` (their argmax).
 """
 
 from __future__ import annotations
@@ -33,11 +27,20 @@ def _load(cls, model_dir: Path, init: str, **kwargs):
 
 
 class _Classifier:
-    """What every head shares: the device it runs on and ``predict`` as the argmax of ``scores``."""
+    """What every head shares: one constructor (the new head, and for random init everything, starts from
+    ``seed``; ``build`` makes the model), the device it runs on, GPT's auxiliary LM loss, and ``predict`` as the
+    argmax of ``scores``."""
 
     model: torch.nn.Module
     device = "cpu"
     tensors: tuple[str, ...] = ()  # the attributes that hold tensors to move with the model
+
+    def __init__(self, paradigm: str, model_dir: Path, labels: list[str], tokenizer=None, *, init: str, seed: int,
+                 aux_lm_weight: float = 0.0, aux_lm_fraction: float = 1.0) -> None:
+        torch.manual_seed(seed)
+        self.aux_lm_weight = aux_lm_weight if paradigm == "gpt" else 0.0
+        self.aux_lm_fraction = aux_lm_fraction
+        self.model = self.build(paradigm, Path(model_dir), labels, tokenizer, init)
 
     def to(self, device: str) -> None:
         self.model.to(device)
@@ -48,32 +51,42 @@ class _Classifier:
     def predict(self, batch: dict) -> torch.Tensor:
         return self.scores(batch).argmax(-1)
 
+    def plus_aux_lm(self, loss, hidden, batch: dict, embedding) -> torch.Tensor:
+        """``loss`` plus ``aux_lm_weight`` x GPT-1's auxiliary LM loss (Radford et al. 2018, 3.2) over ``hidden``
+        (after the final layer norm): position t predicts t + 1, estimated without bias on a random
+        ``aux_lm_fraction`` of the positions, drawn afresh each step."""
+        hidden = hidden[:, :-1]
+        target = batch["input_ids"][:, 1:].masked_fill(batch["attention_mask"][:, 1:] == 0, -100)
+        if self.aux_lm_fraction < 1:
+            keep = torch.rand(target.shape, device=target.device) < self.aux_lm_fraction
+            target = target.masked_fill(~keep, -100)
+        picked = target != -100
+        logits = hidden[picked] @ embedding.T  # the tied LM head, at the picked positions
+        lm = torch.nn.functional.cross_entropy(logits.float(), target[picked], reduction="sum") / max(
+            int(picked.sum()), 1)
+        return loss + self.aux_lm_weight * lm
+
 
 class EncoderClassifier(_Classifier):
     """BERT and GPT: a sequence-classification model; GPT optionally with the auxiliary LM loss."""
 
-    def __init__(self, paradigm: str, model_dir: Path, labels: list[str], *, init: str, seed: int,
-                 aux_lm_weight: float = 0.0, aux_lm_fraction: float = 1.0) -> None:
+    def build(self, paradigm, model_dir, labels, tokenizer, init):
         from transformers import AutoModelForSequenceClassification, GPT2ForSequenceClassification
 
         # BERT paradigm: BertForSequenceClassification or DebertaV2ForSequenceClassification, by the config
         cls = AutoModelForSequenceClassification if paradigm == "bert" else GPT2ForSequenceClassification
-        kwargs = {"num_labels": len(labels), "id2label": dict(enumerate(labels)),
-                  "label2id": {lab: i for i, lab in enumerate(labels)}}
-        torch.manual_seed(seed)  # the new head (and, for random init, everything) starts from this seed
-        self.model = _load(cls, model_dir, init, **kwargs)
+        model = _load(cls, model_dir, init, num_labels=len(labels), id2label=dict(enumerate(labels)),
+                      label2id={lab: i for i, lab in enumerate(labels)})
         if paradigm == "gpt":
-            self.model.config.pad_token_id = self.model.config.eos_token_id
-        self.paradigm, self.aux_lm_weight, self.aux_lm_fraction = paradigm, aux_lm_weight, aux_lm_fraction
+            model.config.pad_token_id = model.config.eos_token_id
+        return model
 
     def loss(self, batch: dict) -> torch.Tensor:
-        aux = self.paradigm == "gpt" and self.aux_lm_weight > 0
+        aux = self.aux_lm_weight > 0
         out = self.model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
                          labels=batch["labels"], output_hidden_states=aux)
-        if not aux:
-            return out.loss
-        lm = _aux_lm(out.hidden_states[-1], batch, self.model.transformer.wte.weight, self.aux_lm_fraction)
-        return out.loss + self.aux_lm_weight * lm
+        return self.plus_aux_lm(out.loss, out.hidden_states[-1], batch, self.model.transformer.wte.weight) if aux \
+            else out.loss
 
     @torch.no_grad()
     def scores(self, batch: dict) -> torch.Tensor:
@@ -86,14 +99,14 @@ class TextToTextClassifier(_Classifier):
 
     tensors = ("candidates",)
 
-    def __init__(self, model_dir: Path, labels: list[str], tokenizer, *, init: str, seed: int) -> None:
+    def build(self, paradigm, model_dir, labels, tokenizer, init):
         from transformers import T5ForConditionalGeneration
 
-        torch.manual_seed(seed)
-        self.model = _load(T5ForConditionalGeneration, model_dir, init)
+        model = _load(T5ForConditionalGeneration, model_dir, init)
         enc = tokenizer(labels, add_special_tokens=True)["input_ids"]  # each label word + </s>
         self.candidates = torch.nn.utils.rnn.pad_sequence([torch.tensor(ids, dtype=torch.long) for ids in enc],
                                                           batch_first=True, padding_value=-100)
+        return model
 
     def loss(self, batch: dict) -> torch.Tensor:
         target = self.candidates[batch["labels"]]
@@ -122,11 +135,10 @@ class PromptClassifier(_Classifier):
 
     tensors = ("words",)
 
-    def __init__(self, model_dir: Path, labels: list[str], tokenizer, *, init: str, seed: int) -> None:
+    def build(self, paradigm, model_dir, labels, tokenizer, init):
         from transformers import AutoModelForMaskedLM
 
-        torch.manual_seed(seed)
-        self.model = _load(AutoModelForMaskedLM, model_dir, init)
+        model = _load(AutoModelForMaskedLM, model_dir, init)
         if tokenizer.mask_token_id is None or tokenizer.sep_token_id is None:
             raise ValueError(f"{model_dir}: head prompt needs a tokenizer with [MASK] and [SEP]")
         first = [tokenizer(lab, add_special_tokens=False)["input_ids"][:1] for lab in labels]
@@ -136,7 +148,8 @@ class PromptClassifier(_Classifier):
             raise ValueError(f"head prompt: labels {', '.join(clash)} share a first word piece (or have none)")
         self.words = torch.tensor(words)
         self.mask_id, self.sep_id = tokenizer.mask_token_id, tokenizer.sep_token_id
-        self.body_name = next(n for n in ("deberta", "bert") if hasattr(self.model, n))
+        self.body_name = next(n for n in ("deberta", "bert") if hasattr(model, n))
+        return model
 
     def logits(self, batch: dict) -> torch.Tensor:
         ids, attn = batch["input_ids"], batch["attention_mask"]
@@ -204,49 +217,30 @@ class PooledClassifier(_Classifier):
     """Any paradigm's body with the pooled head; GPT optionally with the auxiliary LM loss. T5 pools its
     encoder (``T5EncoderModel``)."""
 
-    def __init__(self, paradigm: str, model_dir: Path, labels: list[str], *, init: str, seed: int,
-                 aux_lm_weight: float = 0.0, aux_lm_fraction: float = 1.0) -> None:
+    def build(self, paradigm, model_dir, labels, tokenizer, init):
         from transformers import AutoModel, T5EncoderModel
 
-        torch.manual_seed(seed)  # the head (and, for random init, everything) starts from this seed
         body = _load(AutoModel if paradigm != "t5" else T5EncoderModel, model_dir, init)
         cfg = body.config
         d_model = getattr(cfg, "hidden_size", None) or getattr(cfg, "n_embd", None) or cfg.d_model
-        self.model = _Pooled(body, d_model, len(labels))
-        head = Path(model_dir) / HEAD_FILE
+        model = _Pooled(body, d_model, len(labels))
+        head = model_dir / HEAD_FILE
         if init != "random" and head.is_file():  # a fine-tuned folder: its trained head
             from safetensors.torch import load_file
 
-            missing, unexpected = self.model.load_state_dict(load_file(str(head)), strict=False)
+            missing, unexpected = model.load_state_dict(load_file(str(head)), strict=False)
             if unexpected or any(not k.startswith("body.") for k in missing):
                 raise ValueError(f"{head}: does not match the pooled head ({(unexpected or missing)[0]})")
-        self.paradigm, self.aux_lm_weight, self.aux_lm_fraction = paradigm, aux_lm_weight, aux_lm_fraction
+        return model
 
     def loss(self, batch: dict) -> torch.Tensor:
         pooled, hidden = self.model.pool(batch["input_ids"], batch["attention_mask"])
         loss = torch.nn.functional.cross_entropy(self.model.head(pooled).float(), batch["labels"])
-        if self.paradigm == "gpt" and self.aux_lm_weight > 0:
-            loss = loss + self.aux_lm_weight * _aux_lm(hidden, batch, self.model.body.wte.weight,
-                                                       self.aux_lm_fraction)
-        return loss
+        return self.plus_aux_lm(loss, hidden, batch, self.model.body.wte.weight) if self.aux_lm_weight > 0 else loss
 
     @torch.no_grad()
     def scores(self, batch: dict) -> torch.Tensor:
         return self.model(batch["input_ids"], batch["attention_mask"]).float()
-
-
-def _aux_lm(hidden, batch: dict, embedding, fraction: float) -> torch.Tensor:
-    """GPT-1's auxiliary LM loss (Radford et al. 2018, 3.2) over ``hidden`` (after the final layer norm): position
-    t predicts t + 1, estimated without bias on a random ``fraction`` of the positions, drawn afresh each step."""
-    hidden = hidden[:, :-1]
-    target = batch["input_ids"][:, 1:].masked_fill(batch["attention_mask"][:, 1:] == 0, -100)
-    if fraction < 1:
-        keep = torch.rand(target.shape, device=target.device) < fraction
-        target = target.masked_fill(~keep, -100)
-    picked = target != -100
-    logits = hidden[picked] @ embedding.T  # the tied LM head, at the picked positions
-    return torch.nn.functional.cross_entropy(logits.float(), target[picked], reduction="sum") / max(
-        int(picked.sum()), 1)
 
 
 HEADS = ("stock", "pooled", "prompt")
@@ -258,26 +252,17 @@ def make_classifier(paradigm: str, model_dir: Path, labels: list[str], tokenizer
     BatchNorm, linear) or ``prompt`` (BERT: a cloze)."""
     if head not in HEADS:
         raise ValueError(f"head: {head!r} is not one of {', '.join(HEADS)}")
-    if head == "pooled":
-        return PooledClassifier(paradigm, model_dir, labels, init=init, seed=seed, aux_lm_weight=aux_lm_weight,
-                                aux_lm_fraction=aux_lm_fraction)
-    if head == "prompt":
-        if paradigm != "bert":
-            raise ValueError(f"head: prompt is for the bert paradigm (a masked LM), not {paradigm}")
-        return PromptClassifier(model_dir, labels, tokenizer, init=init, seed=seed)
-    if paradigm == "t5":
-        return TextToTextClassifier(model_dir, labels, tokenizer, init=init, seed=seed)
-    return EncoderClassifier(paradigm, model_dir, labels, init=init, seed=seed, aux_lm_weight=aux_lm_weight,
-                             aux_lm_fraction=aux_lm_fraction)
+    if head == "prompt" and paradigm != "bert":
+        raise ValueError(f"head: prompt is for the bert paradigm (a masked LM), not {paradigm}")
+    stock = TextToTextClassifier if paradigm == "t5" else EncoderClassifier
+    cls = {"pooled": PooledClassifier, "prompt": PromptClassifier}.get(head, stock)
+    return cls(paradigm, model_dir, labels, tokenizer, init=init, seed=seed, aux_lm_weight=aux_lm_weight,
+               aux_lm_fraction=aux_lm_fraction)
 
 
 def rescale_embeddings(module, rms: float) -> float:
-    """Scale a BERT-style body's embedding tables (word, and position / token type where it has them) by one
-    factor, so that the word embeddings' root mean square becomes ``rms``; returns the factor. Their sum goes
-    into a LayerNorm, blind to a common scale, so the function is unchanged; what changes is how fast Adam's
-    steps turn the vectors."""
-    import torch
-
+    """Scale a BERT-style body's embedding tables by one factor (returned) so the word embeddings' RMS becomes
+    ``rms``: the LayerNorm over their sum keeps the function; Adam's steps then turn the vectors at another pace."""
     emb = next((m for m in module.modules() if hasattr(m, "word_embeddings") and hasattr(m, "LayerNorm")), None)
     if emb is None:
         raise ValueError("embedding_rms: needs a BERT-style body (embeddings summed into a LayerNorm)")
@@ -291,11 +276,8 @@ def rescale_embeddings(module, rms: float) -> float:
 
 
 def reinit_top_layers(module, n: int, seed: int = 0) -> None:
-    """Draw the top ``n`` transformer layers of a BERT-style body anew: normal(0, ``initializer_range``)
-    weights, zero biases, unit LayerNorms, from a generator seeded by ``seed`` (the run's seed), as Zhang et al.
-    2021 (benchmarks/transfer.md). Written out: transformers 5's ``_init_weights`` skips loaded weights."""
-    import torch
-
+    """Draw the top ``n`` transformer layers of a BERT-style body anew from ``seed``, as Zhang et al. 2021
+    (benchmarks/transfer.md); written out, as transformers 5's ``_init_weights`` skips loaded weights."""
     body = getattr(module, "body", module)
     layers = getattr(getattr(body, "encoder", None), "layer", None)
     if layers is None:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import shutil
 import sys
@@ -29,11 +30,8 @@ def gate_task(df, cfg: FinetuneConfig, report: Path) -> None:
 def _seed_run(state: dict, job: dict) -> dict:
     """One run of :func:`finetune_seeds` (module level: it may run in a worker process). Returns the metrics,
     the curve and the trained weights (CPU tensors), not the classifier object."""
-    import dataclasses
-
-    cfg = dataclasses.replace(state["cfg"], seed=job["seed"], lr=job["lr"])
-    if state.get("threads"):
-        cfg = dataclasses.replace(cfg, threads=state["threads"])
+    cfg = dataclasses.replace(state["cfg"], seed=job["seed"], lr=job["lr"],
+                              threads=state.get("threads") or state["cfg"].threads)
     live = state.get("live_dir")
     run = finetune(cfg, paradigm=state["paradigm"], init=state["init"], model_dir=Path(state["model_dir"]),
                    df=state["df"], log=state.get("log") or (lambda m: print(m, file=sys.stderr, flush=True)),
@@ -44,11 +42,8 @@ def _seed_run(state: dict, job: dict) -> dict:
 
 def finetune_seeds(cfg: FinetuneConfig, *, paradigm: str, init: str, model_dir: Path, df, log=print,
                    progress: bool = False, live_dir: Path | None = None) -> dict:
-    """The stage's runs: the learning rate chosen on validation from ``lr_grid`` with the first seed, then
-    every seed at that rate, ``workers`` at a time. Returns the best-on-validation run with metrics that are
-    the mean over seeds, their std and the per-seed results."""
-    import dataclasses
-
+    """The learning rate chosen on validation with the first seed, then every seed at that rate; the best run on
+    validation, its metrics the mean and std over seeds with the per-seed results."""
     from transformers import AutoTokenizer
 
     from stages.finetuning.heads import make_classifier

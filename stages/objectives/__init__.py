@@ -1,12 +1,5 @@
-"""Pre-training objectives, one module each, found through one registry.
-
-An objective declares itself as an :class:`Objective`: its paradigm, the settings it reads from the train
-config, its batch builder (``(rows, rng) -> batch``: stored blocks and the loop's per-block random streams to a
-dict of CPU tensors with ``labels``), the training view the loop calls, its extra heads and FLOPs per token
-(``setup``) and the words of its model card. The stage, the loop and the card ask :func:`get` and never branch
-on an objective's name. Adding one: a module with ``OBJECTIVES = (Objective(...),)`` named in ``MODULES``
-(docs/architecture.md), or :func:`register` at run time.
-"""
+"""Pre-training objectives, one module each, found through one registry: the stage, the loop and the card ask
+:func:`get` and never branch on an objective's name (adding one: docs/architecture.md, or :func:`register`)."""
 
 from __future__ import annotations
 
@@ -17,7 +10,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-# The modules that declare objectives (each an ``OBJECTIVES`` tuple), in the order they are listed.
+import numpy as np
+
+# The modules that declare objectives (each an ``OBJECTIVES`` tuple), in listing order.
 MODULES = ("masked_lm", "electra", "sentence_pairs", "causal_lm", "permuted_lm", "span_corruption", "denoisers")
 # Each paradigm's own objective: the one ``train.objective: ""`` means.
 OWN = {"bert": "masked_lm", "gpt": "causal_lm", "t5": "span_corruption"}
@@ -43,6 +38,20 @@ def wrap(inner, forward):
     return View()
 
 
+def pad(ids, width: int, fill: int) -> np.ndarray:
+    """``ids`` (int64) followed by ``fill`` up to ``width``."""
+    out = np.full(width, fill, dtype=np.int64)
+    out[: len(ids)] = ids
+    return out
+
+
+def tensors(**arrays) -> dict:
+    """A builder's batch: each numpy array as a CPU tensor (sharing its memory), in the order given."""
+    import torch
+
+    return {name: torch.from_numpy(a) for name, a in arrays.items()}
+
+
 class Builder:
     """A batch builder over ``layout``'s blocks; ``batched``: one call builds a whole micro-batch."""
 
@@ -50,9 +59,6 @@ class Builder:
 
     def __init__(self, layout) -> None:
         self.layout = layout
-
-    def input_tokens(self, rows: int) -> int:
-        return rows * self.layout.seq_len
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from stages.objectives import Builder, Objective
+from stages.objectives import Builder, Objective, tensors
 
 
 class CausalLM(Builder):
@@ -13,12 +13,9 @@ class CausalLM(Builder):
     shifts_labels = True  # the model predicts token t+1 from position t (scores shift; perplexity reported)
 
     def __call__(self, rows: np.ndarray, rng: np.random.Generator) -> dict:
-        import torch
-
-        ids = torch.from_numpy(np.asarray(rows, dtype=np.int64))
-        # Packed blocks have no padding: every position attends (said explicitly, since GPT-2's pad id is
-        # its end-of-text id and transformers would otherwise warn about possible padding).
-        return {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": ids.clone()}
+        ids = np.asarray(rows, dtype=np.int64)
+        # Packed blocks have no padding; said explicitly, as GPT-2's pad id is its end-of-text id (a warning otherwise)
+        return tensors(input_ids=ids, attention_mask=np.ones_like(ids), labels=ids.copy())
 
 
 OBJECTIVES = (Objective(name="causal_lm", paradigm="gpt", builder=CausalLM,

@@ -1,33 +1,19 @@
-"""Encoder-decoder objectives beside T5's span corruption, for the T5 paradigm (``pretrain.t5.train.objective``).
-
-- ``prefix_lm``: the block is cut at a random point; the encoder reads the prefix, the decoder predicts the
-  rest (Raffel et al. 2020, section 3.3.1; UL2's S-denoiser, Tay et al. 2022).
-- ``ul2``: each block is, at random, span-corrupted as T5 does (UL2's R-denoiser) or cut as a prefix LM,
-  half and half (benchmarks/transfer.md, "T5: an objective that transfers").
-- ``reconstruct``: the T5 paper's "BERT-style" objective (section 3.3.1): 15% of the tokens corrupted (90% to
-  ``<extra_id_0>``, 10% to a random token); the decoder writes out the whole original block.
-- ``bart``: BART's text infilling with sentence permutation (Lewis et al. 2020, sections 2.2 and 5.1), on
-  T5's architecture; the decoder writes out the original block.
-
-Every block gives an encoder input of ``seq_len`` and labels of one fixed width (padding is -100 in the
-labels and 0 in the attention mask), so blocks of different kinds share a batch.
+"""Encoder-decoder objectives beside span corruption for the T5 paradigm (``pretrain.t5.train.objective``):
+``prefix_lm`` (Raffel et al. 2020, 3.3.1; UL2's S-denoiser), ``ul2`` (span corruption or prefix LM, half and
+half; benchmarks/transfer.md), ``reconstruct`` (the T5 paper's "BERT-style" objective) and ``bart`` (BART's text
+infilling and sentence permutation, Lewis et al. 2020). Inputs are ``seq_len`` and labels one fixed width
+(padding: -100 in the labels, 0 in the attention mask), so blocks of different kinds share a batch.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from stages.objectives import Builder, Objective
+from stages.objectives import Builder, Objective, pad, tensors
 from stages.objectives.span_corruption import corrupt
 
 # Decoder width of the prefix LM and of the mixture: the continuation is 15-63 tokens + </s>.
 PREFIX_TARGETS = 64
-
-
-def _pad(ids: np.ndarray, width: int, fill: int) -> np.ndarray:
-    out = np.full(width, fill, dtype=np.int64)
-    out[: len(ids)] = ids
-    return out
 
 
 def prefix_split(block: np.ndarray, *, seq_len: int, targets: int, eos_id: int, rng: np.random.Generator):
@@ -41,7 +27,7 @@ def prefix_split(block: np.ndarray, *, seq_len: int, targets: int, eos_id: int, 
 
 
 class _Denoiser(Builder):
-    """Shared batching: pad each block's (input, target) to the fixed widths and stack."""
+    """Shared batching: each block's ``pair`` (input, target) padded to the fixed widths and stacked."""
 
     batched = False  # ``make_batch`` calls it block by block, each with the block's own generator
 
@@ -53,15 +39,12 @@ class _Denoiser(Builder):
         raise NotImplementedError
 
     def __call__(self, rows: np.ndarray, rng: np.random.Generator) -> dict:
-        import torch
-
         lay = self.layout
         pairs = [self.pair(np.asarray(r, dtype=np.int64), rng) for r in rows]
-        inputs = np.stack([_pad(p[0], lay.seq_len, lay.pad_id) for p in pairs])
-        labels = np.stack([_pad(p[1], self.targets_len, -100) for p in pairs])
-        mask = np.stack([_pad(np.ones(len(p[0]), dtype=np.int64), lay.seq_len, 0) for p in pairs])
-        return {"input_ids": torch.from_numpy(inputs), "attention_mask": torch.from_numpy(mask),
-                "labels": torch.from_numpy(labels)}
+        inputs = np.stack([pad(p[0], lay.seq_len, lay.pad_id) for p in pairs])
+        labels = np.stack([pad(p[1], self.targets_len, -100) for p in pairs])
+        mask = np.stack([pad(np.ones(len(p[0]), dtype=np.int64), lay.seq_len, 0) for p in pairs])
+        return tensors(input_ids=inputs, attention_mask=mask, labels=labels)
 
 
 class PrefixLM(_Denoiser):
@@ -113,9 +96,7 @@ class Reconstruct(_Denoiser):
         return np.concatenate((noisy, [lay.eos_id])), np.concatenate((text, [lay.eos_id]))
 
 
-# Token pieces that end a sentence for BART's sentence permutation ("a document is divided into sentences
-# based on full stops"): a piece is a sentence end when its text, stripped of the tokenizer's word-boundary
-# marks, ends in one of these.
+# A piece ends a sentence (BART: "based on full stops") when, without word-boundary marks, it ends in one of these.
 SENTENCE_END = (".", "!", "?")
 
 
@@ -130,12 +111,9 @@ def sentence_end_ids(tokenizer_json: str) -> tuple[int, ...]:
 
 
 class TextInfilling(_Denoiser):
-    """BART's text infilling and sentence permutation (Lewis et al. 2020). Per block: the first ``seq_len - 1``
-    tokens are cut into sentences after every id in ``sentence_ends`` (the last one may be unfinished) and
-    the sentences shuffled; then ``round(mask_ratio * n)`` tokens are masked in spans whose lengths are drawn
-    from Poisson(``poisson_lambda``) until they cover that many (the last span cut to fit), each span
-    placed at a uniformly chosen gap between the kept tokens (so spans never overlap; two in one gap are two
-    masks) and replaced by one mask token. Target: the original block and ``</s>``."""
+    """BART's text infilling and sentence permutation (Lewis et al. 2020): the sentences (cut after each of
+    ``sentence_ends``) shuffled, then ``mask_ratio`` of the tokens masked in Poisson-length spans, each span at a
+    uniform gap between kept tokens and replaced by one mask token. Target: the original block and ``</s>``."""
 
     name = "bart"
 

@@ -1,17 +1,10 @@
-"""ELECTRA's replaced-token detection (Clark et al. 2020) for the BERT paradigm.
+"""ELECTRA's replaced-token detection (Clark et al. 2020) for the BERT paradigm: the generator's masked-LM loss
+plus ``rtd_weight`` (the paper's lambda) x the discriminator's binary cross-entropy on original vs replaced.
 
-A generator fills masked positions with its own samples and a discriminator learns, at every position,
-whether the token is the original or a replacement; the loss is the generator's masked-LM loss plus
-``rtd_weight`` (the paper's lambda, 50) times the discriminator's binary cross-entropy.
-
-Generator and discriminator are one model, all weights tied (the paper's section 3.2 variant), unless
-``train.generator_size`` asks for a separate one (``stages.training.electra``). The saved model is the stock
-masked-LM class (its transformer the discriminator, its masked-LM head the generator); the discriminator's
-head (dense, GELU, one logit per token) is saved beside it in ``rtd_head.safetensors``.
-
-The builder gives the generator's input (selected positions all [MASK], no 80/10/10), its labels, the original
-ids and one uniform number per position; :func:`electra_view` samples each replacement from the generator's
-distribution by inverse CDF with that number, so the draws come from the per-block streams.
+Generator and discriminator are one tied model (the paper's section 3.2 variant) unless ``train.generator_size``
+asks for a separate one (``stages.training.electra``). The saved model is the stock masked-LM class; the
+discriminator's head goes beside it in ``rtd_head.safetensors``. Replacements are sampled by inverse CDF from one
+uniform number per position that the builder draws, so the draws come from the per-block streams.
 """
 
 from __future__ import annotations
@@ -21,7 +14,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from stages.objectives import Objective, wrap
+from stages.objectives import Objective, tensors, wrap
 from stages.objectives.masked_lm import MaskedLM, body_name, masked_positions, mlm_result, share, sparse_mlm
 from stages.training.models import attach_side_head, flops_per_token
 
@@ -38,21 +31,15 @@ class ReplacedTokenDetection(MaskedLM):
         self.rtd_weight = rtd_weight
 
     def __call__(self, rows: np.ndarray, rng) -> dict:
-        import torch
-
-        batch = super().__call__(rows, rng)
         ids = np.asarray(rows, dtype=np.int64)
-        batch["original_ids"] = torch.from_numpy(ids)
-        batch["sample_u"] = torch.from_numpy(rng.random(ids.shape).astype(np.float32))
-        return batch
+        return {**super().__call__(rows, rng),
+                **tensors(original_ids=ids, sample_u=rng.random(ids.shape).astype(np.float32))}
 
 
 def attach_rtd_head(model, *, seed: int, init=None) -> None:
     """Give a masked-LM model ELECTRA's discriminator head (dense, GELU, one logit per token) as the
     submodule ``rtd_head``; with ``init`` its trained weights from ``rtd_head.safetensors``."""
-    import torch
-
-    attach_side_head(model, "rtd_head", torch.nn.GELU(), 1, file=RTD_HEAD_FILE, seed=seed, init=init)
+    attach_side_head(model, "rtd_head", "GELU", 1, file=RTD_HEAD_FILE, seed=seed, init=init)
 
 
 def electra_flops_per_token(model, layout, *, select: float) -> float:
@@ -90,9 +77,8 @@ def setup(model, layout, builder, train, init) -> float:
 
 
 def electra_view(model, builder):
-    """ELECTRA's training module: the generator's masked-LM loss plus ``rtd_weight`` x the discriminator's
-    binary cross-entropy over every real token, replacements sampled without gradient. In eval mode: the
-    generator's masked-LM loss alone, comparable with masked-LM runs."""
+    """ELECTRA's training module (replacements sampled without gradient); in eval mode the generator's masked-LM
+    loss alone, comparable with masked-LM runs."""
     import torch
 
     body, rtd_weight = body_name(model), builder.rtd_weight

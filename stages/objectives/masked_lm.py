@@ -10,7 +10,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from stages.objectives import Builder, Objective, wrap
+from stages.objectives import Builder, Objective, tensors, wrap
 
 
 class MaskedLM(Builder):
@@ -30,8 +30,6 @@ class MaskedLM(Builder):
         self.replacements = np.setdiff1d(np.arange(layout.vocab_size), specials)  # random tokens: regular ids
 
     def __call__(self, rows: np.ndarray, rng: np.random.Generator) -> dict:
-        import torch
-
         ids = np.asarray(rows, dtype=np.int64)
         maskable = ~np.isin(ids, self.structural)  # [UNK] stands for text: it may be selected
         selected = (rng.random(ids.shape) < self.select) & maskable
@@ -42,9 +40,7 @@ class MaskedLM(Builder):
         inputs = ids.copy()
         inputs[to_mask] = self.layout.mask_id
         inputs[to_random] = self.replacements[rng.integers(len(self.replacements), size=ids.shape)[to_random]]
-        return {"input_ids": torch.from_numpy(inputs), "attention_mask": torch.from_numpy((ids != self.layout.pad_id)
-                                                                                          .astype(np.int64)),
-                "labels": torch.from_numpy(labels)}
+        return tensors(input_ids=inputs, attention_mask=(ids != self.layout.pad_id).astype(np.int64), labels=labels)
 
 
 def body_name(model) -> str | None:
@@ -80,9 +76,8 @@ def mlm_result(logits, target, positions):
 
 
 def sparse_view(model, builder):
-    """BERT's training module: the output layer (transform + vocabulary projection) at the selected positions
-    only, the same loss as the stock forward for about half the work; the model stays a stock ``*ForMaskedLM``.
-    A model without ``cls`` trains as it is."""
+    """BERT's training module: the output layer at the selected positions only, the stock forward's loss for about
+    half the work (a model without ``cls`` trains as it is)."""
     body = body_name(model)
     if body is None or not hasattr(model, "cls"):
         return model, (lambda batch: batch)

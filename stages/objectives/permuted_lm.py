@@ -1,19 +1,11 @@
 """Permuted language modelling (XLNet, Yang et al. 2019) for the GPT paradigm (``train.objective: permuted``).
 
-Each token is predicted from the tokens before it in a random factorisation order ``z`` of the block's
-positions, so every token learns from context on both sides while the model stays autoregressive. Kept from
-XLNet: partial prediction (only the last ``c = ceil(seq_len / K)`` tokens of the order are predicted, ``K = 6``)
-and two-stream attention, run as one sequence as in MPNet: the ``seq_len`` content tokens, then one query token
-per target with the target's position id, under one mask (a content row ``i`` attends to content ``j`` when
-``rank(j) <= rank(i)``; the query row of target ``z_t`` to content ``j`` when ``rank(j) < t``; no row attends to
-a query row).
-
-Simplifications: no Transformer-XL memory or relative positions, uniform random targets (no spans), and the
-query stream's input is the word embedding of one fixed token (``<|endoftext|>``, ``query_id``), so the saved
-model is a stock ``GPT2LMHeadModel``; fine-tuning runs it as a plain causal LM.
-
-The batch holds ``input_ids`` (content, then queries), ``position_ids``, a 4-D boolean ``attention_mask``
-(``True`` = may attend) and ``labels`` (one per query); :func:`permuted_view` trains on it.
+Each token is predicted from the tokens before it in a random factorisation order of the block, so it learns
+from both sides while the model stays autoregressive. Kept from XLNet: partial prediction (the last
+``ceil(seq_len / K)`` tokens of the order) and two-stream attention, run as one sequence as in MPNet (content
+tokens, then one query token per target under one mask: :func:`permuted_masks`). Left out: Transformer-XL memory,
+relative positions and span targets; the query input is the embedding of ``<|endoftext|>``, so the saved model
+is a stock ``GPT2LMHeadModel`` and fine-tunes as a causal LM.
 """
 
 from __future__ import annotations
@@ -23,7 +15,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from stages.objectives import Builder, Objective, wrap
+from stages.objectives import Builder, Objective, tensors, wrap
 
 # XLNet's partial-prediction constant: 1/K of the tokens of each block are predicted.
 K = 6
@@ -52,8 +44,7 @@ class PermutedLM(Builder):
         self.k = k
         self.targets = math.ceil(layout.seq_len / k)
         self.query_id = layout.eos_id
-        # the share of a block's positions the output layer runs at, and the extra rows the body runs over
-        self.select = self.targets / layout.seq_len
+        self.select = self.targets / layout.seq_len  # the share of positions the output layer runs at
 
     def draw(self, rows: int, length: int, rng) -> tuple[np.ndarray, np.ndarray]:
         """(rank of each position in a uniform random order, the last ``c`` positions of that order), one row per
@@ -63,8 +54,6 @@ class PermutedLM(Builder):
         return rank, order[:, length - self.targets:]
 
     def __call__(self, rows: np.ndarray, rng) -> dict:
-        import torch
-
         ids = np.asarray(rows, dtype=np.int64)
         n, length = ids.shape
         c = self.targets
@@ -74,8 +63,7 @@ class PermutedLM(Builder):
         positions = np.concatenate([np.broadcast_to(np.arange(length), (n, length)), targets], axis=1)
         masks = np.stack([permuted_masks(rank[r], targets[r]) for r in range(n)])[:, None]
         labels = np.take_along_axis(ids, targets, axis=1)
-        return {"input_ids": torch.from_numpy(inputs), "position_ids": torch.from_numpy(positions),
-                "attention_mask": torch.from_numpy(masks), "labels": torch.from_numpy(labels)}
+        return tensors(input_ids=inputs, position_ids=positions, attention_mask=masks, labels=labels)
 
 
 def permuted_flops_per_token(model, layout, targets: int) -> float:

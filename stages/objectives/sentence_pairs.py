@@ -1,16 +1,10 @@
 """Sentence-pair objectives beside BERT's masked LM: next-sentence prediction (NSP; Devlin et al. 2019,
 section 3.1) and sentence-order prediction (SOP; Lan et al. 2020, ALBERT, section 4.1).
 
-Each block is cut in two at a sentence end (a ``.``, ``?`` or ``!`` token, or a document boundary, drawn
-uniformly in the middle half of its text; else a uniform point there): segments A and B. The model sees
-``[CLS] A [SEP] B' [SEP]`` and a head on ``[CLS]`` says whether B' is the real continuation (label 0) or not (1):
-
-- NSP: half of the pairs keep B; the other half take B' from a random block of the corpus, as long as B;
-- SOP: half of the pairs keep the order; the other half are ``[CLS] B [SEP] A [SEP]``.
-
-Then masked LM selects and replaces tokens of the pair as usual; its loss and the pair loss are summed.
-Simplification: a packed block can hold two documents, so A and B may come from two. All draws come from the
-block's own random stream, so a block's pair does not depend on which blocks share its micro-batch.
+Each block is cut in two at a sentence end (:meth:`SentencePairs.cut`) and a head on ``[CLS]`` of
+``[CLS] A [SEP] B' [SEP]`` says whether B' is the real continuation (0) or not (1): NSP's negatives take B' from a
+random block, SOP's swap A and B. Masked LM then runs on the pair and the two losses are summed. A packed block
+may hold two documents, so A and B may come from two; all draws come from the block's own stream.
 """
 
 from __future__ import annotations
@@ -20,7 +14,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from stages.objectives import Objective, wrap
+from stages.objectives import Objective, pad, tensors, wrap
 from stages.objectives.masked_lm import MaskedLM, body_name, masked_positions, mlm_at, share
 from stages.training.models import attach_side_head, flops_per_token
 
@@ -76,15 +70,10 @@ class SentencePairs(MaskedLM):
             first, second = a, self.content(other)[: len(b)]
         else:
             first, second = a, b
-        out = np.full(lay.seq_len, lay.pad_id, dtype=np.int64)
         parts = [[lay.cls_id], first, [lay.sep_id], second, [lay.sep_id]]
-        joined = np.concatenate([np.asarray(p, dtype=np.int64) for p in parts])
-        out[: len(joined)] = joined
-        return out
+        return pad(np.concatenate([np.asarray(p, dtype=np.int64) for p in parts]), lay.seq_len, lay.pad_id)
 
     def __call__(self, rows: np.ndarray, rng, corpus: np.ndarray | None = None) -> dict:
-        import torch
-
         rows = np.asarray(rows)
         if self.name == "nsp" and (corpus is None or len(corpus) < 2):
             raise ValueError("nsp: needs the corpus of at least 2 blocks its rows come from (random segments)")
@@ -98,21 +87,15 @@ class SentencePairs(MaskedLM):
                 if np.array_equal(corpus[j], row):  # drew the block itself: the next one
                     j = (j + 1) % len(corpus)
                 other = np.asarray(corpus[j], dtype=np.int64)
-            rebuilt = self.pair(row, bool(negative[r]), float(u[r, 1]), other)
-            usable = len(self.content(row)) >= 2
-            pairs.append(rebuilt)
-            labels.append(int(negative[r]) if usable else 0)
-        batch = super().__call__(np.stack(pairs), rng)
-        batch["pair_labels"] = torch.tensor(labels, dtype=torch.int64)
-        return batch
+            pairs.append(self.pair(row, bool(negative[r]), float(u[r, 1]), other))
+            labels.append(int(negative[r]) if len(self.content(row)) >= 2 else 0)  # an uncut block: a positive
+        return {**super().__call__(np.stack(pairs), rng), **tensors(pair_labels=np.asarray(labels, dtype=np.int64))}
 
 
 def attach_pair_head(model, *, seed: int, init=None) -> None:
     """Give a masked-LM model BERT's sentence-pair head (its pooler, dense + tanh on ``[CLS]``, then two
     logits) as the submodule ``pair_head``; with ``init`` its trained weights from ``pair_head.safetensors``."""
-    import torch
-
-    attach_side_head(model, "pair_head", torch.nn.Tanh(), 2, file=PAIR_HEAD_FILE, seed=seed, init=init)
+    attach_side_head(model, "pair_head", "Tanh", 2, file=PAIR_HEAD_FILE, seed=seed, init=init)
 
 
 def setup(model, layout, builder, train, init) -> float:

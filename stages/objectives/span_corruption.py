@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from stages.objectives import Builder, Objective
+from stages.objectives import Builder, Objective, tensors
 
 
 def _lengths(tokens_length: int, noise_density: float, mean_span: float) -> tuple[int, int]:
@@ -75,11 +75,6 @@ def noise_masks(rows: int, length: int, noise_density: float, mean_span: float, 
     return np.cumsum(marks, axis=1)[:, :length].astype(bool)
 
 
-def noise_mask(length: int, noise_density: float, mean_span: float, rng) -> np.ndarray:
-    """One mask of :func:`noise_masks`."""
-    return noise_masks(1, length, noise_density, mean_span, rng)[0]
-
-
 def corrupt_batch(blocks: np.ndarray, *, sentinel_top: int, eos_id: int, noise_density: float = 0.15,
                   mean_span: float = 3.0, rng) -> tuple[np.ndarray, np.ndarray]:
     """(encoder inputs, targets) for raw blocks of equal length, one row per block. Sentinels count down
@@ -125,14 +120,11 @@ class SpanCorruption(Builder):
     name = "span_corruption"
 
     def __call__(self, rows: np.ndarray, rng: np.random.Generator) -> dict:
-        import torch
-
         lay = self.layout
         inputs, labels = corrupt_batch(np.asarray(rows, dtype=np.int64), sentinel_top=lay.sentinel_top,
                                        eos_id=lay.eos_id, noise_density=lay.noise_density, mean_span=lay.mean_span,
                                        rng=rng)
-        inputs, labels = torch.from_numpy(inputs), torch.from_numpy(labels)
-        return {"input_ids": inputs, "attention_mask": torch.ones_like(inputs), "labels": labels}
+        return tensors(input_ids=inputs, attention_mask=np.ones_like(inputs), labels=labels)
 
 
 OBJECTIVES = (Objective(name="span_corruption", paradigm="t5", builder=SpanCorruption,

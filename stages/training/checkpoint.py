@@ -1,10 +1,9 @@
-"""Checkpoints without pickles: the model with ``save_pretrained``, the optimizer's tensors in safetensors and
-the rest (step, history, the run's fingerprint) in JSON, written atomically. ``state.json`` holds the SHA-256 of
-every other file and of its own content, checked before a resume loads anything: a changed byte is an error
-naming the file, not a silently different run."""
+"""Checkpoints without pickles (safetensors and JSON, written atomically); ``state.json`` records the SHA-256 of
+every file and of itself, checked before a resume loads anything, so a changed byte is an error naming the file."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -32,8 +31,6 @@ def save(folder: Path, model, optimizer, state: dict) -> None:
 
 def state_digest(state: dict) -> str:
     """SHA-256 of ``state`` without its own digest, as canonical JSON (what ``state.json`` holds, re-read)."""
-    import hashlib
-
     body = {k: v for k, v in state.items() if k != "state_sha256"}
     text = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 
@@ -46,19 +46,6 @@ class ModelConfig:
               "heads: d_model must be a multiple of heads")
         check(self.d_ff >= 1, "d_ff: must be >= 1")
         check(0 <= self.dropout < 1, "dropout: must be in [0, 1)")
-
-
-@dataclass(frozen=True, kw_only=True)
-class OptimizerConfig:
-    """AdamW and its schedule (linear warmup, cosine decay to ``lr * min_lr_ratio``), shared by pre-training
-    (:attr:`TrainConfig.optimizer`) and fine-tuning."""
-
-    lr: float
-    warmup_fraction: float
-    min_lr_ratio: float
-    weight_decay: float
-    betas: tuple[float, ...] = (0.9, 0.98)
-    scale_lr_by_rms: bool = False  # each tensor's step is lr x its RMS (nanoT5's AdamWScale)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -114,11 +101,6 @@ class TrainConfig:
     scale_lr_by_rms: bool = False
     """Each tensor's step is lr x its RMS (nanoT5's AdamWScale); for T5, whose initialisation expects it."""
 
-    @property
-    def optimizer(self) -> OptimizerConfig:
-        return OptimizerConfig(lr=self.lr, warmup_fraction=self.warmup_fraction, min_lr_ratio=self.min_lr_ratio,
-                               weight_decay=self.weight_decay, betas=self.betas, scale_lr_by_rms=self.scale_lr_by_rms)
-
     def __post_init__(self) -> None:
         check(0 < self.mlm_select < 1, "mlm_select: must be in (0, 1)")
         check(self.objective in ("", *objectives.names()), f"objective: one of '', {', '.join(objectives.names())}")
@@ -165,7 +147,10 @@ def load_config(params_path: Path, section_name: str, paradigm: str, variant: st
     merged = deep_merge(section(params, f"{section_name}.defaults"), section(params, f"{section_name}.{paradigm}") or {})
     where = f"{section_name}.{paradigm}"
     if variant is not None:
-        entry = compare_entry({variant: section(params, f"compare.objectives.{variant}")}, variant, paradigm)
+        entry = compare_entries({variant: section(params, f"compare.objectives.{variant}")})[0]
+        if entry["paradigm"] != paradigm:
+            raise ConfigError(f"compare.objectives.{variant}.paradigm: {entry['paradigm']!r}, "
+                              f"not --paradigm {paradigm}")
         merged = deep_merge(merged, {"train": {**(entry.get("train") or {}), "objective": entry["objective"]}})
         where = f"{where} with compare.objectives.{variant}"
     cls = PretrainConfig if section_name == "pretrain" else DaptConfig
@@ -207,25 +192,11 @@ def compare_entries(entries) -> list[dict]:
     return out
 
 
-def compare_entry(entries, name: str, paradigm: str) -> dict:
-    """The ``compare.objectives`` entry called ``name`` (a ConfigError when there is none or its paradigm differs)."""
-    listed = compare_entries(entries)
-    entry = next((e for e in listed if e["name"] == name), None)
-    if entry is None:
-        known = ", ".join(e["name"] for e in listed) or "none"
-        raise ConfigError(f"compare.objectives: no entry named {name!r} (entries: {known})")
-    if entry["paradigm"] != paradigm:
-        raise ConfigError(f"compare.objectives.{name}.paradigm: {entry['paradigm']!r}, not --paradigm {paradigm}")
-    return entry
-
-
 def match_flops(cfg, reference: Path):
     """``cfg`` with ``train.budget_flops`` set to the FLOPs of the run saved in ``reference`` (its tokens x its
     FLOPs per token, from its ``training.json``): equal compute with that run, whatever this run's objective."""
-    import dataclasses
-
     record = read_json(check_folder(reference) / "training.json")
     m = record.get("metrics") or {}
     if not m.get("tokens") or not m.get("flops_per_token"):
         raise ValueError(f"{reference / 'training.json'}: no metrics.tokens / metrics.flops_per_token to match")
-    return dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, budget_flops=float(m["tokens"]) * float(m["flops_per_token"])))
+    return replace(cfg, train=replace(cfg.train, budget_flops=float(m["tokens"]) * float(m["flops_per_token"])))

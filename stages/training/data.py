@@ -1,11 +1,6 @@
-"""Which stored blocks each optimizer step trains on, and the generators that draw their masks.
-
-The order is a function of (seed, step) alone: epoch ``e`` visits every block once in the permutation drawn
-from ``(seed, e)``, and step ``s`` takes the next ``global_batch`` blocks. Each rank takes its own slice of
-every micro-batch, so N devices at micro-batch m see the blocks one device sees at N*m, and a resumed run
-continues where the killed one stopped. Masks come from a random stream per block keyed by (seed,
-train/eval, epoch, block): fresh every time a block is seen, yet the same on any device count and after a
-resume (:class:`BlockStreams`, vectorised with SplitMix64).
+"""Which stored blocks each optimizer step trains on, and the random streams that draw their masks: both are
+functions of (seed, step) and (seed, train/eval, epoch, block) alone, so N devices at micro-batch m see what one
+sees at N*m, and a resumed run continues where the killed one stopped with the same masks.
 """
 
 from __future__ import annotations
@@ -110,9 +105,7 @@ class BlockStreams:
         return np.minimum((self.random(size) * high).astype(np.int64), high - 1)
 
 
-def generators(seed: int, kind: int, epochs, ids) -> BlockStreams:
-    """One random stream per block, keyed by (seed, train/eval, epoch, block)."""
-    return BlockStreams(seed, kind, epochs, ids)
+generators = BlockStreams  # one random stream per block: generators(seed, TRAIN_KEY or EVAL_KEY, epochs, ids)
 
 
 def make_batch(objective, blocks: np.ndarray, ids, streams: BlockStreams) -> dict:

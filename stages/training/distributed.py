@@ -19,13 +19,13 @@ class Dist:
         return self.rank == 0
 
 
-def init(prefer_cuda: bool = True) -> Dist:
+def init() -> Dist:
     import torch
 
     world = int(os.environ.get("WORLD_SIZE", "1"))
     rank = int(os.environ.get("RANK", "0"))
     local = int(os.environ.get("LOCAL_RANK", "0"))
-    cuda = prefer_cuda and torch.cuda.is_available()
+    cuda = torch.cuda.is_available()
     device = f"cuda:{local}" if cuda else "cpu"
     if cuda:
         torch.cuda.set_device(local)

@@ -1,12 +1,7 @@
-"""ELECTRA's separate generator (Clark et al. 2020, sections 3.2 and 3.3): a smaller masked-LM transformer
-that shares the discriminator's word embeddings (input and output), used when ``train.generator_size`` > 0.
-
-It has the discriminator's depth and architecture, ``generator_size`` x its hidden size (at least 8; the paper
-finds 1/4 to 1/2 best), one attention head per 64 dimensions, a feed-forward 4x its width, a projection from
-the shared embedding width in, and ELECTRA's output layer out (dense, GELU, LayerNorm, then the shared
-embedding matrix transposed plus a bias). It is saved beside the stock masked-LM model
-(``generator.safetensors``, its size in ``generator.json``), so the folder still loads as the stock class and
-DAPT continues both; such a model's masked-LM scores are the generator's.
+"""ELECTRA's separate generator (Clark et al. 2020, 3.2-3.3), used when ``train.generator_size`` > 0: a masked-LM
+transformer of ``generator_size`` x the discriminator's width (the paper finds 1/4 to 1/2 best) on the shared word
+embeddings. It is saved beside the stock model (``generator.safetensors``, its size in ``generator.json``), so the
+folder still loads as the stock class and DAPT continues both.
 """
 
 from __future__ import annotations

@@ -1,12 +1,6 @@
-"""Start a training stage in N data-parallel processes when the environment asks for it.
-
-When ``LMPIPE_TRAIN_PROCESSES`` is above 1 (the Prefect flow sets it; it can be set by hand), the stage's
-plain ``python -m stages.pretrain ...`` starts itself again under a launcher, with the same arguments::
-
-    LMPIPE_TRAIN_PROCESSES=8                          # processes on this machine (one per GPU)
-    LMPIPE_TRAIN_LAUNCHER=torchrun | accelerate       # default torchrun
-    LMPIPE_TRAIN_LAUNCH_ARGS="--nnodes 2 --node_rank 0 --rdzv_endpoint head:29500"   # several machines
-
+"""Start a training stage in N data-parallel processes when ``LMPIPE_TRAIN_PROCESSES`` > 1 (the Prefect flow
+sets it): the stage's plain ``python -m stages.pretrain ...`` starts itself again under ``LMPIPE_TRAIN_LAUNCHER``
+(torchrun, the default, or accelerate) with ``LMPIPE_TRAIN_LAUNCH_ARGS`` (e.g. several machines' rendezvous).
 The environment's business, not a param: N processes give the outputs of one at N times the micro-batch.
 """
 

@@ -1,12 +1,6 @@
-"""The one training loop (:func:`run_loop`) of pre-training and DAPT (:func:`train`; only the objective differs
-between paradigms) and of the fine-tuning stage's classifiers (early stopping on validation, best weights restored).
-
-AdamW (fused; no weight decay on biases and norms), linear warmup then cosine decay, gradient-norm clipping,
-gradient accumulation, bf16 autocast where native, optional ``torch.compile``, DDP across processes. The loss
-stays on the device between log steps; every ``log_every`` steps it is read and checked (a NaN or inf stops
-the run, keeping the last good checkpoint), every ``eval_every`` steps the held-out blocks are scored, every
-``checkpoint_every`` steps the run is saved, and a restarted run with the same fingerprint resumes there.
-"""
+"""The one training loop (:func:`run_loop`) of pre-training and DAPT (:func:`train`: only the objective differs
+between paradigms) and of the fine-tuning stage's classifiers (early stopping on validation, best weights restored):
+fused AdamW, warmup then cosine decay, clipping, accumulation, bf16 autocast where native, DDP, checkpoints."""
 
 from __future__ import annotations
 
@@ -22,7 +16,7 @@ import numpy as np
 
 from stages.objectives import training_view
 from stages.training import checkpoint as ckpt
-from stages.training.config import OptimizerConfig, TrainConfig
+from stages.training.config import PRECISIONS, TrainConfig
 from stages.training.data import EVAL_KEY, TRAIN_KEY, BlockSampler, generators, make_batch
 from stages.training.distributed import Dist, average
 
@@ -50,8 +44,9 @@ class RunResult:
     best: float | None = None      # the early-stopping metric's best evaluation (its weights restored)
 
 
-def lr_at(step: int, total: int, cfg: OptimizerConfig) -> float:
-    """Linear warmup over ``warmup_fraction`` of the steps, then cosine decay to ``lr * min_lr_ratio``."""
+def lr_at(step: int, total: int, cfg) -> float:
+    """Linear warmup over ``warmup_fraction`` of the steps, then cosine decay to ``lr * min_lr_ratio`` (``cfg``: a
+    TrainConfig or FinetuneConfig, the recipe pre-training and fine-tuning share)."""
     warm = int(total * cfg.warmup_fraction)
     if step < warm:
         return cfg.lr * (step + 1) / warm
@@ -67,13 +62,11 @@ def peak_flops(device: str, peak_tflops: float = 0.0) -> float | None:
         import torch
 
         name = torch.cuda.get_device_name(device)
-        for key, tflops in PEAK_TFLOPS.items():
-            if key in name:
-                return tflops * 1e12
+        return next((tflops * 1e12 for key, tflops in PEAK_TFLOPS.items() if key in name), None)
     return None
 
 
-def make_optimizer(model, cfg: OptimizerConfig, device: str):
+def make_optimizer(model, cfg, device: str):
     """Fused AdamW (one kernel for all parameters, on GPUs and CPUs), weight decay on matrices only."""
     import torch
 
@@ -88,9 +81,8 @@ def make_optimizer(model, cfg: OptimizerConfig, device: str):
 
 
 def set_lr(optimizer, lr: float) -> None:
-    """Set this step's learning rate. A group made with ``scale_lr_by_rms`` takes ``lr`` times its tensor's
-    root mean square (at least 1e-3), read at every step as nanoT5's AdamWScale (Nawrot 2023) does
-    (benchmarks/transfer.md, "T5: an objective that transfers")."""
+    """Set this step's learning rate; a ``scale_lr_by_rms`` group takes ``lr`` x its tensor's RMS (at least 1e-3),
+    as nanoT5's AdamWScale (Nawrot 2023; benchmarks/transfer.md)."""
     import torch
 
     scaled = [g for g in optimizer.param_groups if g.get("rms_scaled")]
@@ -119,11 +111,16 @@ def native_bf16(device: str) -> bool:
 def bf16_enabled(precision: str, device: str) -> bool:
     """``bf16``: always; ``fp32``: never; ``auto``: where the device multiplies bf16 natively (autocast: only the
     matrix products run in bf16; benchmarks/cpu_bf16.py)."""
-    from stages.training.config import PRECISIONS
-
     if precision not in PRECISIONS:
         raise ValueError(f"precision: {precision!r} is not one of auto, fp32, bf16")
     return precision == "bf16" or (precision == "auto" and native_bf16(device))
+
+
+def bf16_autocast(device: str, enabled: bool):
+    """The context the forward passes run in: bf16 autocast on ``device`` when ``enabled``."""
+    import torch
+
+    return torch.autocast(device_type=device.split(":")[0], dtype=torch.bfloat16, enabled=enabled)
 
 
 @contextlib.contextmanager
@@ -159,7 +156,7 @@ def evaluate(model, objective, blocks: np.ndarray, cfg: TrainConfig, device: str
     pairs = 0
     was_training = model.training
     model.eval()
-    with torch.no_grad(), torch.autocast(device_type=device.split(":")[0], dtype=torch.bfloat16, enabled=bf16):
+    with torch.no_grad(), bf16_autocast(device, bf16):
         for lo in range(0, n, cfg.micro_batch):
             ids = np.arange(lo, min(lo + cfg.micro_batch, n))
             batch = to_device(prepare(make_batch(objective, blocks, ids,
@@ -276,7 +273,7 @@ def run_loop(model, optimizer, cfg: LoopConfig, *, batches: Callable[[int], Sequ
             batch = to_device(batch, device)
             sync = dist.world == 1 or a == len(micro) - 1  # DDP all-reduces the gradients on the last one only
             with contextlib.nullcontext() if sync else (net or model).no_sync():
-                with torch.autocast(device_type=device.split(":")[0], dtype=torch.bfloat16, enabled=cfg.bf16):
+                with bf16_autocast(device, cfg.bf16):
                     value = loss(batch) / len(micro)
                 value.backward()
             running += value.detach()
@@ -356,7 +353,7 @@ def train(model, objective, train_blocks: np.ndarray, eval_blocks: np.ndarray | 
         torch.set_num_threads(cfg.threads)
     model.to(dist.device)
     bf16 = bf16_enabled(cfg.precision, dist.device)
-    optimizer = make_optimizer(model, cfg.optimizer, dist.device)
+    optimizer = make_optimizer(model, cfg, dist.device)
     sampler = BlockSampler(rows=len(train_blocks), micro_batch=cfg.micro_batch, grad_accum=cfg.grad_accum,
                            world=dist.world, rank=dist.rank, seed=cfg.seed)
     tokens_per_step = sampler.global_batch * seq_len
@@ -381,7 +378,7 @@ def train(model, objective, train_blocks: np.ndarray, eval_blocks: np.ndarray | 
                       if eval_blocks is not None and len(eval_blocks) else None,
                       checkpoint_dir=checkpoint_dir, fingerprint=fingerprint, live=live, bar=bar, log=log)
         result = run_loop(model, optimizer, loop_cfg, batches=batches, loss=lambda batch: step_fn(**batch).loss,
-                          lr=lambda step: lr_at(step, total, cfg.optimizer), tokens=lambda batch: cfg.micro_batch * seq_len,
+                          lr=lambda step: lr_at(step, total, cfg), tokens=lambda batch: cfg.micro_batch * seq_len,
                           hooks=hooks, dist=dist, net=net)
     result.tokens = total * tokens_per_step
     return result

@@ -1,10 +1,6 @@
-"""Stock transformers models built from a size config, and their training FLOPs per token.
-
-BERT -> ``BertForMaskedLM``, GPT -> ``GPT2LMHeadModel``, T5 -> ``T5ForConditionalGeneration`` (with
-``decoder_start_token_id`` = pad, as T5). SDPA attention where the class supports it. Saved with
-``save_pretrained`` (safetensors) they load with ``AutoModelForMaskedLM`` / ``AutoModelForCausalLM`` /
-``AutoModelForSeq2SeqLM`` and work in ``pipeline("fill-mask")`` and ``generate()``.
-"""
+"""Stock transformers models built from a size config (BERT -> ``BertForMaskedLM``, GPT -> ``GPT2LMHeadModel``,
+T5 -> ``T5ForConditionalGeneration``), saved so the ``AutoModelFor...`` classes load them, and their training
+FLOPs per token."""
 
 from __future__ import annotations
 
@@ -24,8 +20,7 @@ def model_config(layout: "BlockLayout", m: "ModelConfig"):
         if m.arch == "deberta_v2":
             from transformers import DebertaV2Config
 
-            # DeBERTa-v2 as in He et al. 2021: relative positions (c2p + p2c, log buckets), no absolute position
-            # input, shared attention keys, the first layer's convolution over ``conv_kernel`` neighbours.
+            # DeBERTa-v2 as in He et al. 2021: relative positions only, shared attention keys, a first-layer convolution
             return DebertaV2Config(**common, type_vocab_size=0, relative_attention=True, position_buckets=64,
                                    max_relative_positions=-1, pos_att_type=["p2c", "c2p"], position_biased_input=False,
                                    share_att_key=True, norm_rel_ebd="layer_norm", conv_kernel_size=m.conv_kernel)
@@ -72,10 +67,9 @@ def build_model(layout: "BlockLayout", m: "ModelConfig", *, seed: int):
 
 
 def local_position_bias(model, slope: float) -> None:
-    """Start T5's relative position biases as a linear penalty on distance, ALiBi's form (Press et al. 2022):
-    bucket b of head h of n gets ``-slope * 2**(-8h/n) * d(b)``, d(b) the smallest distance in the bucket, so
-    attention starts local rather than uniform (benchmarks/transfer.md, "T5: an objective that transfers").
-    Only initial values change: the model stays a stock ``T5ForConditionalGeneration``."""
+    """Start T5's relative position biases as ALiBi's linear distance penalty (Press et al. 2022), so attention
+    starts local rather than uniform (benchmarks/transfer.md, "T5: an objective that transfers"); initial values
+    only."""
     import torch
 
     cfg = model.config
@@ -94,11 +88,9 @@ def local_position_bias(model, slope: float) -> None:
 
 
 def cross_attention_match(model, scale: float) -> None:
-    """Start the first head of every decoder cross-attention as a token matcher: its query projection is
-    ``scale`` x the identity and its key projection the identity on that head's ``d_kv`` coordinates (zero
-    elsewhere), so the score of decoder position i for encoder position j is ``scale`` x the dot product of
-    their (normalised) states, largest where both hold the same token, as span corruption's decoder needs
-    (benchmarks/transfer.md, "T5: an objective that transfers"). Only initial values change."""
+    """Start the first head of every decoder cross-attention as a token matcher (query ``scale`` x identity, key
+    identity on its ``d_kv`` coordinates), as span corruption's decoder needs (benchmarks/transfer.md); initial
+    values only."""
     import torch
 
     d_kv = model.config.d_kv
@@ -128,14 +120,9 @@ def load_model(path, paradigm: str):
 
 def flops_per_token(model, layout: "BlockLayout", *, predicted_fraction: float = 1.0,
                     targets_len: int | None = None) -> float:
-    """Training FLOPs per input token: 6N + 12 * layers * d_model * seq_len (Kaplan et al. 2020; PaLM
-    appendix B), N counting every parameter (the tied embedding is the output matmul).
-
-    T5's decoder-side terms are scaled by ``targets_len / seq_len`` (the objective's decoder width; default the
-    layout's), and its attention counts the encoder's self-attention and the decoder's self- and cross-attention.
-    BERT's output layer (``stages.objectives.masked_lm.sparse_view``) runs at ``predicted_fraction`` of the
-    positions only, so only that share of it is counted. DeBERTa-v2's disentangled attention (two more score
-    matrices) counts its attention term twice."""
+    """Training FLOPs per input token: 6N + 12 * layers * d_model * seq_len (Kaplan et al. 2020; PaLM appendix B),
+    N every parameter; T5's decoder side scaled by ``targets_len / seq_len``, BERT's output layer counted at the
+    ``predicted_fraction`` of positions it runs at, DeBERTa-v2's disentangled attention twice."""
     n = sum(p.numel() for p in model.parameters())
     cfg = model.config
     if layout.paradigm != "t5":
@@ -153,14 +140,15 @@ def flops_per_token(model, layout: "BlockLayout", *, predicted_fraction: float =
     return 6 * enc + 6 * rest * ratio + attention
 
 
-def attach_side_head(model, name: str, activation, outputs: int, *, file: str, seed: int, init=None) -> None:
-    """Attach ``dense(d, d) -> activation -> dense(d, outputs)`` as the submodule ``name`` (N(0, initializer_range)
-    weights from ``seed``), saved by :func:`save_model` to ``file``; with ``init`` (a folder holding it) trained."""
+def attach_side_head(model, name: str, activation: str, outputs: int, *, file: str, seed: int, init=None) -> None:
+    """Attach ``dense(d, d) -> torch.nn.<activation>() -> dense(d, outputs)`` as the submodule ``name``
+    (N(0, initializer_range) weights from ``seed``), saved by :func:`save_model` to ``file``; with ``init`` (a
+    folder holding it) trained."""
     import torch
 
     d = model.config.hidden_size
     generator = torch.Generator().manual_seed(seed)
-    head = torch.nn.Sequential(torch.nn.Linear(d, d), activation, torch.nn.Linear(d, outputs))
+    head = torch.nn.Sequential(torch.nn.Linear(d, d), getattr(torch.nn, activation)(), torch.nn.Linear(d, outputs))
     with torch.no_grad():
         for layer in (head[0], head[2]):
             layer.weight.normal_(0.0, model.config.initializer_range, generator=generator)

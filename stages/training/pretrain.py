@@ -95,8 +95,9 @@ def run(cfg, *, paradigm: str, stage: str, tokens_dir: Path, corpus: str, tokeni
     corpora = stagecard.corpora(list(sources))
     dist = distributed.init()
     model, objective, fpt = model_and_objective(cfg, layout, paradigm, init, tokenizer_dir)
+    init_sha = _file_sha(init / "model.safetensors") if init else None
     run_id = fingerprint(stage, paradigm, corpus, asdict(cfg), dist.world, manifest["corpora"][corpus],
-                         manifest["tokenizer"]["sha256"], _file_sha(init / "model.safetensors") if init else None)
+                         manifest["tokenizer"]["sha256"], init_sha)
     with LiveLog(live_dir if dist.main else None) as live:  # the loop starts it where the run starts
         result = train(model, objective, train_blocks, eval_blocks, cfg.train, flops_per_token=fpt,
                        seq_len=layout.seq_len, dist=dist, checkpoint_dir=checkpoint_dir, fingerprint=run_id,
@@ -114,9 +115,21 @@ def run(cfg, *, paradigm: str, stage: str, tokens_dir: Path, corpus: str, tokeni
                    "flops_per_token": fpt, "devices": dist.world,
                    "train_loss": result.history[-1]["loss"] if result.history else None,
                    **{k: v for k, v in final_eval.items() if k.startswith("eval_")}}
-        save(out(), model, cfg, result, metrics, stage=stage, paradigm=paradigm, corpus=corpus, run_id=run_id,
-             layout=layout, manifest=manifest, tokens_dir=tokens_dir, tokenizer_dir=tokenizer_dir, init=init,
-             corpora=corpora)
+        tmp = out()  # the model, its tokenizer, ``training.json`` and the model card
+        save_model(model, tmp)
+        for f in sorted(tokenizer_dir.iterdir()):
+            if f.is_file():
+                shutil.copy2(f, tmp / ("tokenizer_provenance.json" if f.name == "provenance.json" else f.name))
+        write_json_atomic(tmp / "training.json", {
+            "stage": stage, "paradigm": paradigm, "corpus": corpus, "fingerprint": run_id,
+            "config": asdict(cfg), "layout": layout.to_json(),
+            "inputs": {"tokens": {"path": str(tokens_dir), "manifest_sha256": _file_sha(tokens_dir / "manifest.json"),
+                                  "corpus": manifest["corpora"][corpus]},
+                       "tokenizer": {"path": str(tokenizer_dir), "sha256": manifest["tokenizer"]["sha256"]},
+                       "init": None if init is None else {"path": str(init), "sha256": init_sha}},
+            "metrics": metrics, "history": result.history, "evals": result.evals})
+        stagecard.write(tmp, stagecard.pretrain_facts(kind=stage, paradigm=paradigm, corpus=corpus,
+                                                      config=asdict(cfg), metrics=metrics, sources=corpora, init=init))
         log(f"[{stage}] {paradigm} on {corpus}: {result.steps} steps, {result.tokens:,} tokens, train loss "
             f"{metrics['train_loss']}, eval " + ", ".join(f"{k} {v}" for k, v in final_eval.items() if k.startswith("eval"))
             + f"; {result.tokens_per_second:,.0f} tokens/s, {result.flops_per_second / 1e12:.3g} model TFLOP/s"
@@ -126,23 +139,3 @@ def run(cfg, *, paradigm: str, stage: str, tokens_dir: Path, corpus: str, tokeni
             shutil.rmtree(checkpoint_dir)  # the run finished: its model is the output, nothing to resume
     distributed.shutdown(dist)
     return outcome
-
-
-def save(tmp: Path, model, cfg, result, metrics: dict, *, stage: str, paradigm: str, corpus: str, run_id: str, layout,
-         manifest: dict, tokens_dir: Path, tokenizer_dir: Path, init: Path | None, corpora) -> None:
-    """The output folder: the model, its tokenizer, ``training.json`` and the model card."""
-    save_model(model, tmp)
-    for f in sorted(tokenizer_dir.iterdir()):
-        if f.is_file():
-            shutil.copy2(f, tmp / ("tokenizer_provenance.json" if f.name == "provenance.json" else f.name))
-    write_json_atomic(tmp / "training.json", {
-        "stage": stage, "paradigm": paradigm, "corpus": corpus, "fingerprint": run_id,
-        "config": asdict(cfg), "layout": layout.to_json(),
-        "inputs": {"tokens": {"path": str(tokens_dir), "manifest_sha256": _file_sha(tokens_dir / "manifest.json"),
-                              "corpus": manifest["corpora"][corpus]},
-                   "tokenizer": {"path": str(tokenizer_dir), "sha256": manifest["tokenizer"]["sha256"]},
-                   "init": None if init is None else {"path": str(init),
-                                                      "sha256": _file_sha(init / "model.safetensors")}},
-        "metrics": metrics, "history": result.history, "evals": result.evals})
-    stagecard.write(tmp, stagecard.pretrain_facts(kind=stage, paradigm=paradigm, corpus=corpus, config=asdict(cfg),
-                                                  metrics=metrics, sources=corpora, init=init))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from stages.objectives.span_corruption import corrupt, input_and_target_lengths, noise_mask
+from stages.objectives.span_corruption import corrupt, input_and_target_lengths, noise_masks
 
 
 def test_lengths_match_t5_reference():
@@ -25,7 +25,7 @@ def test_lengths_reject_bad_arguments():
 def test_noise_mask_has_exact_counts(length):
     rng = np.random.default_rng(1)
     for _ in range(20):
-        mask = noise_mask(length, 0.15, 3.0, rng)
+        mask = noise_masks(1, length, 0.15, 3.0, rng)[0]
         noise = int(round(length * 0.15))
         assert len(mask) == length and mask.sum() == noise
         starts = mask & ~np.concatenate(([False], mask[:-1]))

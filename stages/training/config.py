@@ -12,6 +12,7 @@ from stages.config import ConfigError, build, check, check_seed, deep_merge, loa
 
 # What ``precision`` may say (pre-training and fine-tuning): bf16 autocast where native, fp32, or bf16.
 PRECISIONS = ("auto", "fp32", "bf16")
+MAX_TOKENS = 10**13  # a budget above this can only be a typo: months on the largest clusters
 
 @dataclass(frozen=True, kw_only=True)
 class ModelConfig:
@@ -53,7 +54,7 @@ class TrainConfig:
     """One pre-training or DAPT run: budget, batch, optimizer and schedule, logging, and the objective."""
 
     budget_tokens: int = 1_000_000
-    """Input tokens to train on (steps = budget / tokens per step, rounded up)."""
+    """Input tokens to train on (steps = budget / tokens per step, rounded up); at most 10^13."""
     budget_flops: float = 0.0
     """When > 0, the budget in model FLOPs instead, converted with the model's FLOPs per token."""
     micro_batch: int = 16
@@ -111,6 +112,9 @@ class TrainConfig:
             check(self.objective in takes, f"generator_size: for objective {', '.join(takes)} only")
         check_seed("seed", self.seed)
         check(self.budget_tokens > 0 or self.budget_flops > 0, "budget_tokens: must be > 0 (or set budget_flops)")
+        check(self.budget_tokens <= MAX_TOKENS, f"budget_tokens: at most {MAX_TOKENS:.0e} (no machine runs more)")
+        check(self.budget_flops <= MAX_TOKENS * 6e12, f"budget_flops: at most {MAX_TOKENS * 6e12:.0e} (10^13 tokens "
+                                                      "through a trillion weights; no machine runs more)")
         check(self.micro_batch >= 1, "micro_batch: must be >= 1")
         check(self.grad_accum >= 1, "grad_accum: must be >= 1")
         check(self.lr > 0, "lr: must be > 0")

@@ -144,5 +144,6 @@ class LMPipeline:
 # Invalid or unauthorised requests are refused before any parsing (stages.serving.guard).
 from stages.serving.guard import RequestGuard, api_token, body_limit, install_log_filter  # noqa: E402
 
-LMPipeline.add_asgi_middleware(RequestGuard, max_bytes=body_limit(LIMITS), token=api_token())
+LMPipeline.add_asgi_middleware(RequestGuard, max_bytes=body_limit(LIMITS), token=api_token(),
+                               retry_after_s=max(1, -(-BATCHING["max_latency_ms"] // 1000)))  # the batch latency
 install_log_filter()  # a rejected request is one log line, without its content

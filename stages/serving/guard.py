@@ -1,7 +1,8 @@
 """An ASGI middleware in front of the service's APIs: requests that cannot be valid, or that lack the operator's
 token, are refused before any parsing with a JSON error: 401 (no bearer token; health probes are exempt), 413 (body
-over the limit), 400 (bad Content-Length, multipart without boundary), 415 (not JSON). Client errors are logged in
-one line without content and answered in the declared error shape; ``/docs.json`` is fixed."""
+over the limit, by length or as it streams), 400 (bad Content-Length, multipart without boundary), 415 (not JSON).
+Client errors are logged in one line without content and answered in the declared error shape; an overloaded
+service's 503 gets a Retry-After and a clear body, and one log line; ``/docs.json`` is fixed."""
 
 from __future__ import annotations
 
@@ -125,9 +126,10 @@ def openapi_fixed(raw: bytes) -> bytes:
     return json.dumps(spec).encode("utf-8")
 
 
-def _rewrite_json(send, when, transform):
+def _rewrite_json(send, when, transform, headers: tuple = ()):
     """An ASGI ``send`` that holds a JSON response whose status satisfies ``when`` until its body is whole, and
-    sends ``transform(body)`` instead (with its own Content-Length); every other message passes through."""
+    sends ``transform(body)`` instead (with its own Content-Length, and ``headers`` added); every other message
+    passes through."""
     held: dict | None = None
     chunks: list[bytes] = []
 
@@ -143,13 +145,21 @@ def _rewrite_json(send, when, transform):
             if message.get("more_body"):
                 return
             body = transform(b"".join(chunks))
-            headers = [(k, v) for k, v in held.get("headers", []) if k.lower() != b"content-length"]
-            start, held = {**held, "headers": headers + [(b"content-length", str(len(body)).encode())]}, None
+            kept = [(k, v) for k, v in held.get("headers", []) if k.lower() != b"content-length"]
+            start, held = {**held, "headers": kept + [(b"content-length", str(len(body)).encode()), *headers]}, None
             await send(start)
             return await send({"type": "http.response.body", "body": body})
         await send(message)
 
     return rewriting
+
+
+def overloaded_body(retry_after_s: int):
+    """The 503 body BentoML's overload path gets instead of its generic one (adaptive batching refuses what it
+    cannot serve within ``max_latency_ms``)."""
+    body = json.dumps({"error": "overloaded", "detail": "the service is at capacity: retry after "
+                       f"{retry_after_s} s (the Retry-After header)"}).encode("utf-8")
+    return lambda raw: body
 
 
 def client_error_summary(exc: BaseException) -> str | None:
@@ -175,6 +185,12 @@ class ClientErrorLogFilter(logging.Filter):
         exc = record.exc_info[1] if record.exc_info else None
         if exc is None or not str(record.msg).startswith("Exception on"):
             return True
+        if getattr(getattr(exc, "error_code", None), "value", None) == 503:  # overload: expected, not a fault
+            record.msg, record.args = "Overloaded %s [%s]: refused with 503 and Retry-After (%s)", (
+                *(record.args or ()), exc)
+            record.exc_info, record.exc_text = None, None
+            record.levelno, record.levelname = logging.WARNING, "WARNING"
+            return True
         summary = client_error_summary(exc)
         if summary is not None:
             record.msg, record.args = "Rejected %s [%s]: %s", (*(record.args or ()), summary)
@@ -195,8 +211,8 @@ def install_log_filter() -> None:
 class RequestGuard:
     """ASGI middleware (``Service.add_asgi_middleware(RequestGuard, max_bytes=..., token=...)``)."""
 
-    def __init__(self, app, max_bytes: int, token: str | None = None) -> None:
-        self.app, self.max_bytes = app, max_bytes
+    def __init__(self, app, max_bytes: int, token: str | None = None, retry_after_s: int = 1) -> None:
+        self.app, self.max_bytes, self.retry_after_s = app, max_bytes, retry_after_s
         self.expected = f"Bearer {token}".encode("utf-8") if token else None
 
     async def __call__(self, scope, receive, send):
@@ -243,7 +259,9 @@ class RequestGuard:
                     raise _TooLarge
             return message
 
-        rewriting = _rewrite_json(send, lambda status: 400 <= status < 500, client_error_body)
+        overloaded = _rewrite_json(send, lambda status: status == 503, overloaded_body(self.retry_after_s),
+                                   ((b"retry-after", str(self.retry_after_s).encode()),))
+        rewriting = _rewrite_json(overloaded, lambda status: 400 <= status < 500, client_error_body)
 
         async def tracked_send(message):
             nonlocal started

@@ -215,6 +215,39 @@ def test_a_rejected_request_is_logged_in_one_line_without_its_content(caplog):
     assert server.levelname == "ERROR" and server.exc_info is not None  # a server fault keeps its traceback
 
 
+def test_an_overloaded_service_answers_503_with_retry_after_and_logs_one_line(caplog):
+    """BentoML's adaptive batching refuses what it cannot serve in time with a generic 503 and a traceback per
+    request; clients get a Retry-After and a body that says why, the log one warning line each."""
+    import logging
+
+    from bentoml.exceptions import ServiceUnavailable
+
+    from stages.serving.guard import BENTOML_REQUEST_LOGGER, install_log_filter
+
+    async def busy(scope, receive, send):
+        await receive()
+        body = b'{"error": "An unexpected error has occurred, please check the server log."}'
+        await send({"type": "http.response.start", "status": 503, "headers": [(b"content-type", b"application/json"),
+                                                                             (b"content-length", b"%d" % len(body))]})
+        await send({"type": "http.response.body", "body": body})
+
+    sent = _exchange(RequestGuard(busy, max_bytes=100, retry_after_s=10),
+                     headers=[("content-type", "application/json")], chunks=[b"{}"])
+    start = next(m for m in sent if m["type"] == "http.response.start")
+    body = json.loads(b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body"))
+    assert start["status"] == 503 and (b"retry-after", b"10") in start["headers"]
+    assert body["error"] == "overloaded" and "retry after 10 s" in body["detail"]
+    install_log_filter()
+    with caplog.at_level(logging.INFO, logger=BENTOML_REQUEST_LOGGER):
+        try:
+            raise ServiceUnavailable("process is overloaded")
+        except ServiceUnavailable:
+            logging.getLogger(BENTOML_REQUEST_LOGGER).error("Exception on %s [%s]", "/classify", "POST", exc_info=True)
+    record = caplog.records[-1]
+    assert record.levelname == "WARNING" and record.exc_info is None and "Traceback" not in caplog.text
+    assert record.getMessage().startswith("Overloaded /classify [POST]: refused with 503")
+
+
 def test_the_openapi_spec_marks_bodies_with_required_fields_required():
     from stages.serving.guard import openapi_fixed
 

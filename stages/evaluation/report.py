@@ -39,13 +39,15 @@ def f3(x: float | None) -> str:
     return "-" if x is None else f"{x:.3f}"
 
 
-def pm(mean: float, std: float) -> str:
+def pm(d: dict, key: str | None = None) -> str:
+    """``mean ± std`` of a seed summary ``d``, or of ``d[key]`` and ``d[key + "_std"]``."""
+    mean, std = (d["mean"], d["std"]) if key is None else (d[key], d[f"{key}_std"])
     return f"{mean:.3f} ± {std:.3f}"
 
 
 def pms(d: dict, *keys: str) -> str:
     """Table cells ``mean ± std`` of ``d``'s ``keys`` (each with its ``<key>_std``)."""
-    return " | ".join(pm(d[k], d[f"{k}_std"]) for k in keys)
+    return " | ".join(pm(d, k) for k in keys)
 
 
 def si(x: float | None, prefixes: str = "PTGMk") -> str:
@@ -112,14 +114,14 @@ def paradigm_section(result: dict) -> list[str]:
              "| paradigm | parameters | pre-training tokens | FLOPs / token | pre-training FLOPs | "
              "final loss (general / DAPT) | fine-tuned test macro-F1 |", "|---|---|---|---|---|---|---|"]
     for p, r in rows.items():
-        loss = " / ".join("-" if v is None else f"{v:.3f}" for v in (r["pretrain_eval_loss"], r["dapt_eval_loss"]))
         lines.append(f"| {NAMES[p]} | {si(r['parameters'])} | {si(r['tokens'])} ({si(r['pretrain_tokens'])} + "
-                     f"{si(r['dapt_tokens'])}) | {si(r['flops_per_token'])} | {si(r['flops'])} | {loss} | "
-                     f"{pm(r['test_macro_f1'], r['test_macro_f1_std'])} ({r['best_init']}) |")
+                     f"{si(r['dapt_tokens'])}) | {si(r['flops_per_token'])} | {si(r['flops'])} | "
+                     f"{f3(r['pretrain_eval_loss'])} / {f3(r['dapt_eval_loss'])} | {pm(r, 'test_macro_f1')} "
+                     f"({r['best_init']}) |")
     for name, b in (base or {}).items():
         full = point_at(b["points"], result["full_n"]) or b["points"][-1]  # else its largest sample
         lines.append(f"| baseline: {module(name).TITLE} | {si(full['parameters'])} | 0 | - | 0 | - | "
-                     f"{pm(full['macro_f1']['mean'], full['macro_f1']['std'])} ({full['train_examples']} examples) |")
+                     f"{pm(full['macro_f1'])} ({full['train_examples']} examples) |")
     lines += ["", "Equal compute instead of equal data: by default each paradigm trains on `budget_tokens` tokens "
               "(equal data, unequal FLOPs). Setting `pretrain.<paradigm>.train.budget_flops` (and "
               "`dapt.<paradigm>.train.budget_flops`; `TrainConfig.budget_flops`, 0 = off) to the same value for "
@@ -172,8 +174,7 @@ def baseline_section(result: dict, figures_dir: str) -> list[str]:
     for name, b in base.items():
         for pt in b["points"]:
             bound = " (at the edge of its search for some seed)" if pt["at_bound"] else ""
-            lines.append(f"| {name} | {pt['train_examples']} | {pm(pt['macro_f1']['mean'], pt['macro_f1']['std'])} | "
-                         f"{pm(pt['val_macro_f1']['mean'], pt['val_macro_f1']['std'])} | "
+            lines.append(f"| {name} | {pt['train_examples']} | {pm(pt['macro_f1'])} | {pm(pt['val_macro_f1'])} | "
                          f"{'; '.join(settings_words(name, x) for x in pt['settings'])}{bound} | {pt['fits']} |")
     if not versus.get("best"):
         return lines
@@ -201,7 +202,7 @@ def icl_section(result: dict) -> list[str]:
         return lines + ["Not run in this profile (`evaluate.icl.inits` is empty)."]
     any_icl, n = next(iter(result["icl"].values())), cfg["orderings"]
     drawn = (f"{n} demonstration lists, each drawn and ordered at random and shared by every query (Zhao et al. "
-             "2021's protocol)" if cfg.get("demonstrations", "per_query") == "shared" else  # older records: per query
+             "2021's protocol)" if cfg["demonstrations"] == "shared" else
              f"{n} prompt orderings per query (demonstrations drawn and ordered anew for each query)")
     lines += [f"{any_icl['examples']} test examples; the label is the one whose words are most likely after "
               f"`<text>{cfg['separator']!r}`; each example in a k-shot prompt keeps "

@@ -4,7 +4,6 @@ cost, the data-efficiency gains. A difference is *resolved* when it exceeds twic
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
@@ -88,9 +87,7 @@ def read_record(folder: Path, stage: str) -> dict:
 def read_training(folder: Path) -> dict | None:
     """``metrics`` of a pre-training run's ``training.json`` (see :mod:`stages.pretrain`), or None."""
     path = folder / "training.json"
-    if not path.is_file():
-        return None
-    return json.loads(path.read_text(encoding="utf-8")).get("metrics") or None
+    return (read_json(path).get("metrics") or None) if path.is_file() else None
 
 
 def paradigm_row(pre: dict | None, dapt: dict | None, finetuned: dict) -> dict:

@@ -82,8 +82,7 @@ def baselines(cfg, runs: dict[str, dict], selected: str, df, log) -> dict[str, d
     if full < int((df["split"] == "train").sum()):
         points.append((0, [0]))
     out = {}
-    fitted = run_baselines(df, list(record["labels"]), cfg.baseline, points, workers=cfg.curve.workers)
-    for name, pts in fitted.items():
+    for name, pts in run_baselines(df, list(record["labels"]), cfg.baseline, points, workers=cfg.curve.workers).items():
         series = out.setdefault(name, {"points": []})["points"]
         for pt in pts:
             r = pt["runs"]

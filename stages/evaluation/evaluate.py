@@ -49,11 +49,10 @@ def in_context(cfg: EvaluateConfig, runs: dict[str, dict], df, model_dirs: dict[
     state = {"labels": labels, "cfg": cfg.icl, "context": context} | {
         s: [(t, index[lab]) for t, lab in df.loc[df["split"] == s, ["text", "label"]].itertuples(index=False)]
         for s in ("train", "test")}
-    inits = list(cfg.icl.inits)
-    jobs = [{"init": init, "path": str(source(model_dirs, "gpt", init))} for init in inits]
+    jobs = [{"init": init, "path": str(source(model_dirs, "gpt", init))} for init in cfg.icl.inits]
     log(f"[evaluate] in-context learning: {len(jobs)} GPT models, {min(cfg.curve.workers, len(jobs))} at a time")
     out = {}
-    for init, r in zip(inits, run_ordered(icl_run, state, jobs, workers=cfg.curve.workers)):
+    for init, r in zip(cfg.icl.inits, run_ordered(icl_run, state, jobs, workers=cfg.curve.workers)):
         out[f"gpt-{init}"] = r
         log(f"[evaluate] in-context gpt-{init}: " + ", ".join(
             f"{k}-shot accuracy {r[str(k)]['accuracy']:.3f} (calibrated {r[str(k)]['calibrated']['accuracy']:.3f})"

@@ -154,7 +154,7 @@ def curve_section(result: dict, figures_dir: str) -> list[str]:
                   "std in brackets:", ""]
         for p, g in result["curve_gains"].items():
             lines.append(f"- {NAMES[p]}: " + ", ".join(
-                f"{pt['train_examples']}: {pt['gain']:+.3f} ({pt.get('init', g['init'])}, ± {pt['pooled_std']:.3f})"
+                f"{pt['train_examples']}: {pt['gain']:+.3f} ({pt['init']}, ± {pt['pooled_std']:.3f})"
                 for pt in g["points"]))
     return lines + ["", f"![data efficiency]({figures_dir}/data-efficiency.svg)"] + baseline_section(result, figures_dir)
 
@@ -269,12 +269,9 @@ def markdown(result: dict, *, figures_dir: str) -> str:
               "|---|---|---|---|---|---|"]
     for p, stages in result["intrinsic"].items():
         for stage, corpora in stages.items():
-            cells = []
-            for corpus in ("general", "domain"):
-                r = corpora[corpus]
-                score = (f"perplexity {r['eval_perplexity']:.1f}" if "eval_perplexity" in r
-                         else f"accuracy {r['eval_accuracy']:.3f}")
-                cells += [f"{r['eval_loss']:.3f}", score]
+            cells = [f"{r['eval_loss']:.3f} | " + (f"perplexity {r['eval_perplexity']:.1f}" if "eval_perplexity" in r
+                                                   else f"accuracy {r['eval_accuracy']:.3f}")
+                     for r in (corpora["general"], corpora["domain"])]
             lines.append(f"| {NAMES[p]} | {stage} | " + " | ".join(cells) + " |")
     lines += ["", "## Verdict", "", "Written from the numbers above by `stages.evaluation.verdict`.", ""]
     lines += [f"- {s}" for s in result["verdict"]]

@@ -56,7 +56,7 @@ def pretraining_effect(gains: dict) -> str:
 
 
 def where_pretraining_matters(curve_gains: dict) -> str:
-    points = [(g["gain"], p, g.get("init", v["init"]), g) for p, v in curve_gains.items() for g in v["points"]]
+    points = [(g["gain"], p, g["init"], g) for p, v in curve_gains.items() for g in v["points"]]
     if not points:
         return ("The data-efficiency curve has no random-initialisation series next to a pre-trained one, so it "
                 "cannot say at which label count pre-training matters most.")
@@ -68,9 +68,8 @@ def where_pretraining_matters(curve_gains: dict) -> str:
             f"random by {gain:+.3f} macro-F1, {_noise(gain, g['pooled_std'])}")
     last = curve_gains[p]["points"][-1]
     if last["train_examples"] != g["train_examples"]:
-        last_init = last.get("init", curve_gains[p]["init"])
         text += (f"; with {last['train_examples']} labels the gain is {last['gain']:+.3f}"
-                 + (f" ({last_init})" if last_init != init else ""))
+                 + (f" ({last['init']})" if last["init"] != init else ""))
     return text + "."
 
 

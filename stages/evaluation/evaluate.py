@@ -1,6 +1,5 @@
 """The evaluate stage's core: the fine-tuned runs side by side, the data-efficiency curve and baselines, GPT's
-in-context learning, intrinsic scores (each pre-trained model's own objective on held-out blocks) and the model
-quality gate."""
+in-context learning, intrinsic scores (held-out loss) and the model quality gate."""
 
 from __future__ import annotations
 
@@ -69,9 +68,8 @@ def read_layout(tokens_dir: Path) -> BlockLayout:
 
 
 def intrinsic(cfg: EvaluateConfig, model_dirs: dict[str, Path], tokens: Path, log) -> dict:
-    """Each pre-trained and DAPT model on the held-out blocks of both corpora (masks and spans fixed per block, so
-    both models of a paradigm see the same inputs); on the GPU under bf16 autocast when there is one, else on the
-    CPU in fp32."""
+    """Each pre-trained and DAPT model's own objective on the held-out blocks of both corpora (masks and spans fixed per
+    block: both models of a paradigm see the same inputs); on a GPU under bf16 autocast, else on the CPU in fp32."""
     import torch
 
     from stages.training.loop import evaluate, native_bf16

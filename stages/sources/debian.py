@@ -35,16 +35,10 @@ DEBIAN_LICENCE = ("each package's own licence, see /usr/share/doc/<package>/copy
 
 
 @dataclass(frozen=True, kw_only=True)
-class DebianDocsSource:
-    """Documentation pages from Debian doc packages, read from the .deb files without installing them."""
+class DebianSuite:
+    """The archive suite a Debian source reads (keys shared by both Debian sources)."""
 
-    kind: Literal["debian_docs"]
-    """`debian_docs` selects this source."""
-    packages: tuple[str, ...] = ("linux-doc", "python3-doc")
-    """Debian packages to read; a metapackage (`linux-doc`) is followed to the versioned package it depends on."""
-    include: tuple[str, ...] = ("usr/share/doc/*/html/_sources/*.txt",)
-    """Glob patterns (relative to the package root) of the files read; the default: the reST sources beside Sphinx
-    HTML."""
+    kind: str
     mirror: str | None = None
     """Debian mirror URL (or a dated snapshot of the archive); null = `LMPIPE_DEBIAN_MIRROR`, else the first mirror
     in this machine's apt sources."""
@@ -60,7 +54,20 @@ class DebianDocsSource:
 
 
 @dataclass(frozen=True, kw_only=True)
-class DebianDescriptionsSource:
+class DebianDocsSource(DebianSuite):
+    """Documentation pages from Debian doc packages, read from the .deb files without installing them."""
+
+    kind: Literal["debian_docs"]
+    """`debian_docs` selects this source."""
+    packages: tuple[str, ...] = ("linux-doc", "python3-doc")
+    """Debian packages to read; a metapackage (`linux-doc`) is followed to the versioned package it depends on."""
+    include: tuple[str, ...] = ("usr/share/doc/*/html/_sources/*.txt",)
+    """Glob patterns (relative to the package root) of the files read; the default: the reST sources beside Sphinx
+    HTML."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class DebianDescriptionsSource(DebianSuite):
     """Debian package descriptions (synopsis + long description) labeled by their archive Section."""
 
     kind: Literal["debian_descriptions"]
@@ -71,38 +78,20 @@ class DebianDescriptionsSource:
     """Archive sections left out (e.g. the task's, for an in-domain DAPT corpus); must not overlap `sections`."""
     unwrap: bool = False
     """Join each paragraph's lines into one line (the archive wraps at about 75 columns; C4's rules work per line)."""
-    mirror: str | None = None
-    """Debian mirror URL (or a dated snapshot of the archive); null = `LMPIPE_DEBIAN_MIRROR`, else the first mirror
-    in this machine's apt sources."""
-    suite: str = "bookworm"
-    """Suite (codename) read; a stable release's base suite changes only at point releases."""
-    components: tuple[str, ...] = ("main",)
-    """Archive components read."""
-    architecture: str = "amd64"
-    """Architecture of the Packages index read (the same on every host, so the corpus is too)."""
-    keyring: str | None = "/usr/share/keyrings/debian-archive-keyring.gpg"
-    """OpenPGP keyring the Release signature is checked with (by gpgv) where both exist; the pin's SHA-256 holds
-    either way."""
 
     def __post_init__(self) -> None:
         overlap = sorted(set(self.sections) & set(self.exclude_sections))
         check(not overlap, f"exclude_sections: {overlap[0]!r} is also in sections" if overlap else "")
 
 
-def archive_for(cfg: DebianDocsSource | DebianDescriptionsSource, ctx: SourceContext) -> DebianArchive:
-    """The configured suite at the configured mirror, else at ``LMPIPE_DEBIAN_MIRROR``, else at the first mirror in
-    this machine's apt sources."""
+def open_suite(cfg: DebianSuite, ctx: SourceContext) -> tuple[DebianArchive, Release]:
+    """The suite at the configured mirror, else at ``LMPIPE_DEBIAN_MIRROR``, else at the first mirror in this
+    machine's apt sources, and its Release, checked against the source's pin (when it has one)."""
     mirror = cfg.mirror or os.environ.get(MIRROR_ENV) or host_mirror(cfg.suite)
     if not mirror:
         raise SourceError(f"{cfg.kind}: no Debian mirror is configured: set the source's mirror (or {MIRROR_ENV}) "
                           "to a Debian mirror's URL")
-    return DebianArchive(mirror, cfg.suite, ctx.subdir("debian"), keyring=cfg.keyring)
-
-
-def open_suite(cfg: DebianDocsSource | DebianDescriptionsSource, ctx: SourceContext,
-               prov: Provenance) -> tuple[DebianArchive, Release]:
-    """The archive and its Release, checked against the source's pin (when it has one)."""
-    archive = archive_for(cfg, ctx)
+    archive = DebianArchive(mirror, cfg.suite, ctx.subdir("debian"), keyring=cfg.keyring)
     pinned = (ctx.pin or {}).get("release_sha256")
     release = archive.release(pinned)
     if pinned and release.sha256 != pinned:
@@ -148,7 +137,7 @@ def resolve(packages: dict[str, dict[str, str]], package: str) -> dict[str, str]
 
 
 def read_debian_docs(cfg: DebianDocsSource, ctx: SourceContext, prov: Provenance) -> Iterator[Record]:
-    archive, release = open_suite(cfg, ctx, prov)
+    archive, release = open_suite(cfg, ctx)
     indices = read_indices(archive, release, [f"{c}/binary-{cfg.architecture}/Packages" for c in cfg.components], prov)
     packages: dict[str, dict[str, str]] = {}
     for data in indices.values():
@@ -214,7 +203,7 @@ def unwrap(body: str) -> str:
 
 def read_debian_descriptions(cfg: DebianDescriptionsSource, ctx: SourceContext,
                              prov: Provenance) -> Iterator[Record]:
-    archive, release = open_suite(cfg, ctx, prov)
+    archive, release = open_suite(cfg, ctx)
     names = [n for c in cfg.components for n in (f"{c}/binary-{cfg.architecture}/Packages", f"{c}/i18n/Translation-en")]
     indices = read_indices(archive, release, names, prov)
     prov.description = ("Debian package descriptions (Packages + Translation-en), labeled by Section"

@@ -1,11 +1,5 @@
-"""Corpora from a Debian archive, read over HTTP in Python (:mod:`stages.sources.archive`): nothing is installed and
-no apt, apt-cache or dpkg-deb is needed.
-
-- :func:`read_debian_docs`: documentation pages (reST sources of the Sphinx HTML) from doc packages.
-- :func:`read_debian_descriptions`: package long descriptions labeled by archive Section, joined from the
-  Packages index and ``Translation-en`` on ``Description-md5``.
-
-Every index is checked against the suite's Release (SHA-256); the Release itself against the source's pin.
+"""Corpora from a Debian archive read over HTTP (:mod:`stages.sources.archive`; no apt or dpkg): doc packages' pages
+and package descriptions labeled by Section. Every index is checked against the Release, the Release against the pin.
 """
 
 from __future__ import annotations
@@ -21,7 +15,7 @@ from typing import Literal
 
 from stages.common.documents import Record
 from stages.config import check
-from stages.sources.archive import (MIRROR_ENV, DebianArchive, PinMismatch, Release, deb_files, host_mirror,
+from stages.sources.archive import (MIRROR_ENV, DebianArchive, PinMismatch, deb_files, host_mirror,
                                     parse_stanzas, version_key)
 from stages.sources.base import Provenance, SourceContext, SourceError
 from stages.sources.pins import describe
@@ -84,9 +78,10 @@ class DebianDescriptionsSource(DebianSuite):
         check(not overlap, f"exclude_sections: {overlap[0]!r} is also in sections" if overlap else "")
 
 
-def open_suite(cfg: DebianSuite, ctx: SourceContext) -> tuple[DebianArchive, Release]:
-    """The suite at the configured mirror, else at ``LMPIPE_DEBIAN_MIRROR``, else at the first mirror in this
-    machine's apt sources, and its Release, checked against the source's pin (when it has one)."""
+def open_suite(cfg: DebianSuite, ctx: SourceContext, prov: Provenance,
+               names: list[str]) -> tuple[DebianArchive, dict[str, bytes]]:
+    """The suite at the configured mirror (else ``LMPIPE_DEBIAN_MIRROR``, else the first in this machine's apt sources)
+    and its indices ``names`` (decompressed), its Release checked against the pin and recorded as the new one."""
     mirror = cfg.mirror or os.environ.get(MIRROR_ENV) or host_mirror(cfg.suite)
     if not mirror:
         raise SourceError(f"{cfg.kind}: no Debian mirror is configured: set the source's mirror (or {MIRROR_ENV}) "
@@ -95,20 +90,15 @@ def open_suite(cfg: DebianSuite, ctx: SourceContext) -> tuple[DebianArchive, Rel
     pinned = (ctx.pin or {}).get("release_sha256")
     release = archive.release(pinned)
     if pinned and release.sha256 != pinned:
-        raise PinMismatch(f"{cfg.kind} suite {cfg.suite}", describe(ctx.pin), describe({'kind': cfg.kind, **release.identity()}))
+        raise PinMismatch(f"{cfg.kind} suite {cfg.suite}", describe(ctx.pin),
+                          describe({"kind": cfg.kind, **release.identity()}))
     print(f"[ingest] {cfg.kind} suite {cfg.suite}: Release signature {archive.signature}", file=sys.stderr)
-    return archive, release
-
-
-def read_indices(archive: DebianArchive, release: Release, names: list[str], prov: Provenance) -> dict[str, bytes]:
-    """Each named index (decompressed), recorded with the compressed file's SHA-256 as the pin's identity."""
     out, used = {}, {}
     for name in names:
-        path, data = archive.index(release, name)
+        path, out[name] = archive.index(release, name)
         used[path] = release.indices[path][0]
-        out[name] = data
     prov.extra["pin"] = {"kind": prov.kind, **release.identity(), "indices": used}
-    return out
+    return archive, out
 
 
 def packages_by_name(data: bytes) -> dict[str, dict[str, str]]:
@@ -137,8 +127,7 @@ def resolve(packages: dict[str, dict[str, str]], package: str) -> dict[str, str]
 
 
 def read_debian_docs(cfg: DebianDocsSource, ctx: SourceContext, prov: Provenance) -> Iterator[Record]:
-    archive, release = open_suite(cfg, ctx)
-    indices = read_indices(archive, release, [f"{c}/binary-{cfg.architecture}/Packages" for c in cfg.components], prov)
+    archive, indices = open_suite(cfg, ctx, prov, [f"{c}/binary-{cfg.architecture}/Packages" for c in cfg.components])
     packages: dict[str, dict[str, str]] = {}
     for data in indices.values():
         packages.update(packages_by_name(data))
@@ -203,9 +192,8 @@ def unwrap(body: str) -> str:
 
 def read_debian_descriptions(cfg: DebianDescriptionsSource, ctx: SourceContext,
                              prov: Provenance) -> Iterator[Record]:
-    archive, release = open_suite(cfg, ctx)
     names = [n for c in cfg.components for n in (f"{c}/binary-{cfg.architecture}/Packages", f"{c}/i18n/Translation-en")]
-    indices = read_indices(archive, release, names, prov)
+    _, indices = open_suite(cfg, ctx, prov, names)
     prov.description = ("Debian package descriptions (Packages + Translation-en), labeled by Section"
                         + (f"; sections {', '.join(cfg.sections)}" if cfg.sections else "; every section")
                         + (f" except {', '.join(cfg.exclude_sections)}" if cfg.exclude_sections else ""))

@@ -1,9 +1,6 @@
 """Pin the remote sources: fetch what each corpus's sources serve now and record it in pins.yaml.
 
-    python -m stages.pin [CORPUS ...] [--params params.yaml] [--cache-dir .cache/sources] [--pins pins.yaml]
-
-Ingest refuses a remote source whose upstream no longer serves its pinned bytes; this is the command that accepts
-the new state (then ``dvc repro`` re-runs what depends on it). No corpus named: every corpus under ``ingest:``.
+Ingest refuses a remote source whose upstream no longer serves its pinned bytes; this command accepts the new state.
 """
 
 from __future__ import annotations

@@ -1,7 +1,6 @@
 """The params reference (docs/params.md), generated from the docstrings under the config classes' fields.
 
-``python -m stages.reference`` writes the page; ``--check`` exits 1 when the committed page differs from what
-the code would generate (a unit test runs it), so a field cannot change without its reference changing too.
+``--check`` exits 1 when the committed page differs from what the code would generate (a unit test runs it).
 """
 
 from __future__ import annotations

@@ -77,7 +77,8 @@ class Stage:
     folder: str | None = None
 
     def main(self, argv: Iterable[str] | None = None) -> int:
-        ap = argparse.ArgumentParser(prog=f"python -m {self.prog}", description=self.description)
+        prog = sys.argv[0] if sys.argv[0].startswith("lm-pipeline") else f"python -m {self.prog}"  # as the user ran it
+        ap = argparse.ArgumentParser(prog=prog, description=self.description)
         self.arguments(ap)
         argv = list(argv) if argv is not None else sys.argv[1:]
         args = ap.parse_args(argv)

@@ -59,10 +59,8 @@ class Store:
 
     def get(self, sha256: str) -> bytes | None:
         p = self.path(sha256)
-        if not p.is_file():
-            return None
-        data = p.read_bytes()
-        if hashlib.sha256(data).hexdigest() != sha256:  # a damaged cache entry: drop it, fetch again
+        data = p.read_bytes() if p.is_file() else None
+        if data is not None and hashlib.sha256(data).hexdigest() != sha256:  # a damaged entry: drop it, fetch again
             p.unlink()
             return None
         return data
@@ -147,11 +145,8 @@ class Release:
     def parse(cls, data: bytes) -> Release:
         text = data.decode("utf-8", errors="replace")
         stanza = next(parse_stanzas(text.splitlines()), {})
-        indices = {}
-        for line in stanza.get("SHA256", "").splitlines():
-            parts = line.split()
-            if len(parts) == 3:
-                indices[parts[2]] = (parts[0], int(parts[1]))
+        rows = [line.split() for line in stanza.get("SHA256", "").splitlines()]
+        indices = {row[2]: (row[0], int(row[1])) for row in rows if len(row) == 3}
         return cls({k: v for k, v in stanza.items() if "\n" not in v}, hashlib.sha256(data).hexdigest(), indices)
 
     def identity(self) -> dict[str, str]:
@@ -252,9 +247,8 @@ def deb_files(deb: bytes, what: str) -> Iterator[tuple[str, bytes]]:
 
 def npm_registry() -> str | None:
     """The npm registry this machine names: ``npm_config_registry``, an npmrc's ``registry=``, else npm's own."""
-    for var in ("npm_config_registry", "NPM_CONFIG_REGISTRY"):
-        if os.environ.get(var):
-            return os.environ[var]
+    if env := os.environ.get("npm_config_registry") or os.environ.get("NPM_CONFIG_REGISTRY"):
+        return env
     for rc in (Path.home() / ".npmrc", Path("/etc/npmrc"), Path("/usr/etc/npmrc"), Path("/usr/local/etc/npmrc")):
         if rc.is_file():
             parser = configparser.ConfigParser(interpolation=None)
@@ -320,4 +314,3 @@ class PinMismatch(SourceError):
 
     def __init__(self, what: str, pinned: str, offered: str) -> None:
         super().__init__(f"{what}: pinned {pinned}, the upstream offers {offered}")
-        self.what, self.pinned, self.offered = what, pinned, offered

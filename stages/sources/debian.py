@@ -128,9 +128,7 @@ def resolve(packages: dict[str, dict[str, str]], package: str) -> dict[str, str]
 
 def read_debian_docs(cfg: DebianDocsSource, ctx: SourceContext, prov: Provenance) -> Iterator[Record]:
     archive, indices = open_suite(cfg, ctx, prov, [f"{c}/binary-{cfg.architecture}/Packages" for c in cfg.components])
-    packages: dict[str, dict[str, str]] = {}
-    for data in indices.values():
-        packages.update(packages_by_name(data))
+    packages = {name: st for data in indices.values() for name, st in packages_by_name(data).items()}
     prov.description = f"Debian documentation packages {', '.join(cfg.packages)}"
     prov.licence = DEBIAN_LICENCE
     for requested in cfg.packages:
@@ -167,10 +165,8 @@ def long_description(desc: str) -> tuple[str, str]:
     """Split a Description-en field into (synopsis, body) following Debian Policy 5.6.13: the body's lines
     start with one space, a line of a single ``.`` is a paragraph break."""
     synopsis, _, rest = desc.partition("\n")
-    body = []
-    for line in rest.splitlines():
-        line = line[1:] if line.startswith(" ") else line
-        body.append("" if line.strip() == "." else line.rstrip())
+    lines = [line[1:] if line.startswith(" ") else line for line in rest.splitlines()]
+    body = ["" if line.strip() == "." else line.rstrip() for line in lines]
     return synopsis.strip(), "\n".join(body).strip()
 
 
@@ -182,8 +178,7 @@ def unwrap(body: str) -> str:
     5.6.13: verbatim) or a list item starts a new line."""
     out: list[str] = []
     for line in body.split("\n"):
-        joins = bool(out and out[-1] and line and not line[0].isspace() and not line.startswith(_BULLET))
-        if joins:
+        if out and out[-1] and line and not line[0].isspace() and not line.startswith(_BULLET):
             out[-1] = f"{out[-1]} {line.strip()}"
         else:
             out.append(line.rstrip())
@@ -198,12 +193,10 @@ def read_debian_descriptions(cfg: DebianDescriptionsSource, ctx: SourceContext,
                         + (f"; sections {', '.join(cfg.sections)}" if cfg.sections else "; every section")
                         + (f" except {', '.join(cfg.exclude_sections)}" if cfg.exclude_sections else ""))
     prov.licence = DEBIAN_LICENCE
-    translations: dict[str, str] = {}
-    for name, data in indices.items():
-        if name.endswith("Translation-en"):
-            for st in parse_stanzas(data.decode("utf-8", errors="replace").splitlines()):
-                if "Description-md5" in st and "Description-en" in st:
-                    translations[st["Description-md5"]] = st["Description-en"]
+    stanzas = [st for name, data in indices.items() if name.endswith("Translation-en")
+               for st in parse_stanzas(data.decode("utf-8", errors="replace").splitlines())]
+    translations = {st["Description-md5"]: st["Description-en"] for st in stanzas
+                    if "Description-md5" in st and "Description-en" in st}
     wanted, unwanted = set(cfg.sections), set(cfg.exclude_sections)
     rows = []
     for name, data in indices.items():

@@ -106,8 +106,7 @@ def main(argv: Iterable[str] | None = None) -> int:
         out = {"bento": target.bento, "record": target.record}
         if verdict is not None:
             out["verify"] = verdict.as_dict()
-        json.dump(out, sys.stdout, indent=2, sort_keys=True)
-        sys.stdout.write("\n")
+        print(json.dumps(out, indent=2, sort_keys=True))
     else:
         by = "`python -m stages.lineage --card`"
         if args.card and target.stage and not target.stage.startswith("finetune@"):
@@ -121,8 +120,7 @@ def main(argv: Iterable[str] | None = None) -> int:
                                                                        else ", which it is upstream of") + ":")
             print(render(target.record, target.bento))
         if verdict is not None:
-            print()
-            print(report(verdict, workspace is not None))
+            print("\n" + report(verdict, workspace is not None))
     if verdict is not None and verdict.ok and args.strict and not verdict.pinned and verdict.unverified is not None:
         print("error: --strict: the Bento agrees with itself but nothing outside it binds it; give --pin SHA256 "
               "(package.json manifest_sha256) or --public-key PEM", file=sys.stderr)

@@ -198,27 +198,26 @@ def read_debian_descriptions(cfg: DebianDescriptionsSource, ctx: SourceContext,
     translations = {st["Description-md5"]: st["Description-en"] for st in stanzas
                     if "Description-md5" in st and "Description-en" in st}
     wanted, unwanted = set(cfg.sections), set(cfg.exclude_sections)
+    packages = [st for name, data in indices.items() if name.endswith("Packages")
+                for st in packages_by_name(data).values()]
     rows = []
-    for name, data in indices.items():
-        if not name.endswith("Packages"):
+    for st in packages:
+        section = st.get("Section", "").split("/")[-1]  # contrib/net and non-free/net are still "net"
+        if (wanted and section not in wanted) or section in unwanted or not section:
             continue
-        for st in packages_by_name(data).values():
-            section = st.get("Section", "").split("/")[-1]  # contrib/net and non-free/net are still "net"
-            if (wanted and section not in wanted) or section in unwanted or not section:
-                continue
-            desc = st.get("Description-en") or translations.get(st.get("Description-md5", ""))
-            if desc is None:
-                prov.skip("no_translation")
-                continue
-            synopsis, body = long_description(desc)
-            if not body:
-                prov.skip("no_long_description")
-                continue
-            if cfg.unwrap:
-                body = unwrap(body)
-            source = re.split(r"\s", st.get("Source", st["Package"]).strip())[0]
-            rows.append(Record(text=f"{synopsis}\n{body}", source="debian-descriptions", url=None, label=section,
-                               group=source, meta={"package": st["Package"], "version": st.get("Version"),
-                                                   "source_package": source, "section": section}))
+        desc = st.get("Description-en") or translations.get(st.get("Description-md5", ""))
+        if desc is None:
+            prov.skip("no_translation")
+            continue
+        synopsis, body = long_description(desc)
+        if not body:
+            prov.skip("no_long_description")
+            continue
+        if cfg.unwrap:
+            body = unwrap(body)
+        source = re.split(r"\s", st.get("Source", st["Package"]).strip())[0]
+        rows.append(Record(text=f"{synopsis}\n{body}", source="debian-descriptions", url=None, label=section,
+                           group=source, meta={"package": st["Package"], "version": st.get("Version"),
+                                               "source_package": source, "section": section}))
     prov.extra["translations"] = len(translations)
     yield from sorted(rows, key=lambda r: r.meta["package"])

@@ -29,7 +29,6 @@ SPLITS = ("train", "validation", "test")
 @dataclass(frozen=True, kw_only=True)
 class IngestResult:
     metrics: dict[str, Any]
-    manifest: dict[str, Any]
     gate: Gate  # checked by the stage's entry before the folder is published
 
 
@@ -179,7 +178,7 @@ def ingest(cfg: CorpusConfig, *, corpus: str, cache_dir: Path, out: Path, log=pr
     # No wall-clock figures in metrics: the same input and params give byte-identical files.
     metrics = manifest["counts"] | {"gate_passed": True}
     log(f"[ingest] {corpus}: made in {time.perf_counter() - t0:.1f}s")
-    return IngestResult(metrics=metrics, manifest=manifest, gate=Gate(f"ingest-{corpus}", tables, expectations))
+    return IngestResult(metrics=metrics, gate=Gate(f"ingest-{corpus}", tables, expectations))
 
 
 def pin_sources(cfg: CorpusConfig, *, corpus: str, cache_dir: Path, pin_file: Path = pins.PINS, log=print) -> list:

@@ -70,11 +70,10 @@ def fetch_npm(spec: str, ctx: SourceContext, prov: Provenance) -> Path:
         index[spec] = hit
         write_json_atomic(index_path, index)
     tarball = cache / hit["filename"]
-    prov.packages.append({"registry": "npm", "spec": redact_url(spec), "name": hit["name"], "version": hit["version"],
-                          "integrity": hit.get("integrity")})
+    identity = {"name": hit["name"], "version": hit["version"], "integrity": hit.get("integrity")}
+    prov.packages.append({"registry": "npm", "spec": redact_url(spec), **identity})
     prov.add_file(tarball, role="download", sha256=hit["sha256"])
-    prov.extra["pin"] = {"kind": prov.kind, "name": hit["name"], "version": hit["version"],
-                         "integrity": hit.get("integrity")}
+    prov.extra["pin"] = {"kind": prov.kind, **identity}
     return tarball
 
 

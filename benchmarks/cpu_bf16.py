@@ -33,7 +33,7 @@ sys.path.insert(0, str(ROOT))
 
 def _layout(paradigm: str, tokens: Path):
     """The paradigm's block layout from the workspace's token dataset (``dvc repro tokens@<paradigm>``)."""
-    from stages.evaluation.intrinsic import read_layout
+    from stages.evaluation.evaluate import read_layout
 
     return read_layout(tokens / paradigm)
 

@@ -1,15 +1,7 @@
-"""The objective comparison (``compare-report@objectives``): the pre-training objectives of
-``compare.objectives`` side by side with each paradigm's own objective and random init, at equal FLOPs.
-
-    python -m stages.compare --params params.yaml --task data/ingested/task/documents.parquet \
-        --compare data/models/compare --finetuned data/models/finetune --pretrained data/models/pretrain \
-        --dapt data/models/dapt --report reports/objectives.md --metrics reports/metrics/objectives.json
-
-Each entry (``<name>: {paradigm, objective[, train]}``) is pre-trained and fine-tuned by its own stages in
-``experiments/compare/dvc.yaml`` (``compare-pretrain@``, ``compare-dapt@``, ``compare-finetune@<name>``); this stage
-fine-tunes every domain-adapted model and random init again on ``compare.sizes`` labels and writes one table per
-paradigm and a verdict from the numbers. ``profiles/compare.yaml`` fills the list; ``compare.reports: [objectives]``
-defines this stage (DVC cannot depend on stages that may not exist).
+"""The objective comparison (``compare-report@objectives`` in experiments/compare/dvc.yaml): the objectives of
+``compare.objectives`` (pre-trained and fine-tuned by their own stages there) side by side with each paradigm's own
+objective and random init at equal FLOPs, fine-tuned again on ``compare.sizes`` labels: one table per paradigm and a
+verdict from the numbers. ``profiles/compare.yaml`` fills the list; ``compare.reports: [objectives]`` adds this stage.
 """
 
 from __future__ import annotations

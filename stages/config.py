@@ -1,12 +1,7 @@
-"""Typed, validated configuration loaded from ``params.yaml``.
-
-Each stage declares frozen, keyword-only dataclasses for its params section and builds them with :func:`build`:
-pydantic validates the data strictly as JSON types (a string is not a number, a boolean is not an integer, YAML
-lists fill tuples), rejects unknown and missing keys, and its errors become one line naming the dotted key
-(``ingest.general.sources[0].package: expected a string, got int 5``), so a typo fails before any work starts.
-Unions of dataclasses are told apart by a ``kind: Literal[...]`` field; ``__post_init__`` range checks use
-:func:`check`.
-"""
+"""Typed, validated configuration from ``params.yaml``: frozen dataclasses built by :func:`build`, which pydantic
+validates strictly (no unknown or missing keys, no type coercion), each error one line naming the dotted key
+(``ingest.general.sources[0].package: expected a string, got int 5``). Unions of dataclasses are told apart by a
+``kind: Literal[...]`` field; ``__post_init__`` range checks use :func:`check`."""
 
 from __future__ import annotations
 
@@ -30,8 +25,7 @@ class ConfigError(ValueError):
 
 
 class Params(dict):
-    """A params file's contents: a plain mapping that remembers the file (``source``), so that a missing
-    section is reported with the file it is missing from."""
+    """A params file's contents, remembering the file (``source``) that a missing section is reported with."""
 
     source: Path | None = None
 
@@ -79,8 +73,7 @@ def deep_merge(base: dict[str, Any], override: dict[str, Any] | None) -> dict[st
 
 
 def build(cls: type[T], data: Any, where: str) -> T:
-    """Build dataclass ``cls`` from plain data (a params section), validated by pydantic against the dataclass's
-    annotations: unknown keys, missing keys and wrong types are a ConfigError naming the dotted key."""
+    """Dataclass ``cls`` from a params section; an unknown or missing key or a wrong type is a ConfigError naming it."""
     if isinstance(data, cls):
         return data
     data = {} if data is None else data
@@ -97,8 +90,7 @@ def build(cls: type[T], data: Any, where: str) -> T:
 
 @functools.cache
 def _adapter(cls: type) -> pydantic.TypeAdapter:
-    """Validation of ``cls`` the way params are read: strict JSON types (a string is not a number, a boolean
-    is not an integer, YAML lists fill tuples) and no unknown keys, in ``cls`` and every dataclass inside it."""
+    """Strict validation of ``cls`` (JSON types, YAML lists fill tuples), no unknown keys, nested dataclasses too."""
     config = pydantic.ConfigDict(extra="forbid", strict=True)
 
     def forbid(tp: Any) -> None:
@@ -145,9 +137,8 @@ def _kinds(tp: Any) -> dict[Any, Any]:
 
 
 def _walk(tp: Any, value: Any, loc: tuple) -> tuple[list[Any], Any, Any, str | None]:
-    """Follow pydantic's error location ``loc`` through type ``tp`` and its data ``value``: the data path, the
-    type and value there, and why the error is not the data's own when it is not (``"other"``: it concerns a
-    union member the data's ``kind`` did not pick; ``"kind"``: the data picks no member)."""
+    """Follow pydantic's error ``loc`` through type ``tp`` and data ``value``: the data path, the type and value there,
+    and ``"other"`` (a union member the data's ``kind`` did not pick) or ``"kind"`` (the data picks none) or None."""
     path: list[Any] = []
     parts = list(loc)
     while True:
@@ -181,8 +172,7 @@ _EXPECTED = {"int": "an integer", "float": "a number", "bool": "true/false", "st
 
 
 def _message(cls: type, data: Any, errors: list[dict[str, Any]], where: str) -> str:
-    """One line for the first of pydantic's ``errors`` that concerns what the data says (not a tagged union
-    member the data's ``kind`` did not pick), naming the dotted key."""
+    """One line naming the dotted key for the first error about the data (not a union member its kind did not pick)."""
     for err in errors:
         path, tp, value, why = _walk(cls, data, err["loc"])
         key = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in path)
@@ -213,8 +203,7 @@ def _message(cls: type, data: Any, errors: list[dict[str, Any]], where: str) -> 
 
 
 def check(condition: bool, message: str) -> None:
-    """Raise ValueError(message) unless condition; for ``__post_init__`` range checks. Start the message with the
-    field name (``"max_rows: must be >= min_rows"``): :func:`build` prefixes the rest of the dotted key."""
+    """Raise ValueError(message) unless condition; the message starts with the field (:func:`build` adds the rest)."""
     if not condition:
         raise ValueError(message)
 
@@ -223,7 +212,6 @@ MAX_SEED = 2**32 - 1
 
 
 def check_seed(name: str, value) -> None:
-    """A seed is a whole number in [0, 2**32 - 1] (what numpy, torch and Python's random all take); anything
-    else is a ValueError naming the field."""
+    """A ValueError naming the field unless ``value`` is a whole number in [0, 2**32 - 1] (numpy, torch, random)."""
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_SEED:
         raise ValueError(f"{name}: a seed must be a whole number from 0 to {MAX_SEED}, got {value!r}")

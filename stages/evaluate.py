@@ -1,14 +1,7 @@
-"""Evaluation stage (``evaluate``): the paradigm x initialisation comparison, the data-efficiency curve,
-GPT's in-context learning, intrinsic scores before and after DAPT, and the model quality gate.
-
-    python -m stages.evaluate --params params.yaml --task data/ingested/task/documents.parquet \
-        --finetuned data/models/finetune --pretrained data/models/pretrain --dapt data/models/dapt \
-        --tokens data/tokens --metrics reports/metrics/evaluation.json --plots reports/plots/data-efficiency \
-        --report reports/evaluation.md --figures reports/figures --gate reports/quality/model-gate.json
-
-Outputs: the metrics JSON (``dvc metrics diff``), one TSV per data-efficiency series (``dvc plots diff``; the
-fine-tuned series and the practitioner baselines), ``reports/evaluation.md`` with SVG figures and a verdict written
-from the numbers, and the gate verdict, written whichever way it falls (the package stage obeys it).
+"""Evaluation stage (``evaluate``, options in dvc.yaml): the paradigm x initialisation comparison, the
+data-efficiency curve, GPT's in-context learning, intrinsic scores before and after DAPT, and the model quality gate.
+Writes the metrics JSON, one TSV per data-efficiency series, ``reports/evaluation.md`` with SVG figures and a verdict
+from the numbers, and the gate verdict whichever way it falls (the package stage obeys it).
 """
 
 from __future__ import annotations

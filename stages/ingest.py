@@ -1,11 +1,7 @@
 """Ingest stage: bring one corpus (general, domain or task) into the common Parquet schema.
 
-    python -m stages.ingest --corpus general --params params.yaml --cache-dir .cache/sources \
-        --output data/ingested/general --report reports/quality/ingest-general.json \
-        --metrics reports/metrics/ingest-general.json
-
-The core (:func:`stages.sources.ingest.ingest`) writes ``documents.parquet`` and ``manifest.json`` into a
-temporary sibling of ``--output``; the stage's entry checks the gate, then renames it into place.
+The core (:func:`stages.sources.ingest.ingest`) writes ``documents.parquet`` and ``manifest.json``; the stage's entry
+checks the gate, then publishes the folder.
 """
 
 from __future__ import annotations

@@ -5,12 +5,9 @@
     python -m stages.lineage ~/bentoml/models/lm-pipeline-classifier/<version> --json
     python -m stages.lineage data/models/dapt/bert --card                # any model folder of this workspace
 
-Prints the chain from the raw sources to the Bento from the record inside it (``lineage.json``; a workspace
-model folder gets the record the package stage would build), or with ``--card`` the model card rendered from it.
-``--verify`` recomputes hashes (the record, the packaged files, the workspace's ``dvc.lock`` and files, every
-file of a Bento against its manifest, a folder's own card) and exits 1 on any mismatch, 2 when the target
-cannot be read. Only ``--pin SHA256`` or ``--public-key PEM`` bind a Bento to its origin; without either the
-result proves consistency only (exit 0, or 1 with ``--strict``). docs/auditing.md has the threat model.
+Prints the chain from the raw sources to the Bento from its ``lineage.json`` (or ``--card``: the model card);
+``--verify`` recomputes every hash and exits 1 on a mismatch, 2 when the target cannot be read. Only ``--pin`` or
+``--public-key`` bind a Bento to its origin (docs/auditing.md has the threat model).
 """
 
 from __future__ import annotations
@@ -31,8 +28,7 @@ from stages.provenance.verify import verify
 
 
 def report(verdict, with_workspace: bool) -> str:
-    """The verdict as text: notes, what binds the Bento, every file nothing binds, the result line and each
-    mismatch."""
+    """The verdict as text: notes, what binds the Bento, every file nothing binds, the result and each mismatch."""
     lines = [f"checked: {what}" for what in verdict.verified]
     lines += [f"note: {note}" for note in verdict.notes]
     lines += [f"bound: {how}" for how in verdict.bound_by]
@@ -110,8 +106,7 @@ def main(argv: Iterable[str] | None = None) -> int:
         out = {"bento": target.bento, "record": target.record}
         if verdict is not None:
             out["verify"] = verdict.as_dict()
-        json.dump(out, sys.stdout, indent=2, sort_keys=True)
-        sys.stdout.write("\n")
+        print(json.dumps(out, indent=2, sort_keys=True))
     else:
         by = "`python -m stages.lineage --card`"
         if args.card and target.stage and not target.stage.startswith("finetune@"):
@@ -125,8 +120,7 @@ def main(argv: Iterable[str] | None = None) -> int:
                                                                        else ", which it is upstream of") + ":")
             print(render(target.record, target.bento))
         if verdict is not None:
-            print()
-            print(report(verdict, workspace is not None))
+            print("\n" + report(verdict, workspace is not None))
     if verdict is not None and verdict.ok and args.strict and not verdict.pinned and verdict.unverified is not None:
         print("error: --strict: the Bento agrees with itself but nothing outside it binds it; give --pin SHA256 "
               "(package.json manifest_sha256) or --public-key PEM", file=sys.stderr)

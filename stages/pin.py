@@ -1,9 +1,6 @@
 """Pin the remote sources: fetch what each corpus's sources serve now and record it in pins.yaml.
 
-    python -m stages.pin [CORPUS ...] [--params params.yaml] [--cache-dir .cache/sources] [--pins pins.yaml]
-
-Ingest refuses a remote source whose upstream no longer serves its pinned bytes; this is the command that accepts
-the new state (then ``dvc repro`` re-runs what depends on it). No corpus named: every corpus under ``ingest:``.
+Ingest refuses a remote source whose upstream no longer serves its pinned bytes; this command accepts the new state.
 """
 
 from __future__ import annotations
@@ -12,7 +9,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from stages.common.cli import entry
+from stages.common.cli import Stage, entry
 from stages.config import ConfigError, load_params
 from stages.sources import SourceError
 from stages.sources.config import load_config
@@ -20,22 +17,21 @@ from stages.sources.ingest import pin_sources
 from stages.sources.pins import PINS
 
 
-def main(argv: list[str] | None = None) -> int:
-    prog = sys.argv[0] if sys.argv[0].startswith("lm-pipeline") else "python -m stages.pin"
-    ap = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
+def _arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("corpora", nargs="*", help="sections under ingest: in params (default: all)")
     ap.add_argument("--params", type=Path, default=Path("params.yaml"))
     ap.add_argument("--cache-dir", type=Path, default=Path(".cache/sources"))
     ap.add_argument("--pins", type=Path, default=PINS, help="the pin file rewritten (default: pins.yaml)")
-    args = ap.parse_args(argv)
-    try:
-        corpora = args.corpora or list(load_params(args.params).get("ingest", {}))
-        for corpus in corpora:
-            pin_sources(load_config(args.params, corpus), corpus=corpus, cache_dir=args.cache_dir, pin_file=args.pins)
-    except (ConfigError, SourceError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
+
+
+def _run(args: argparse.Namespace, log) -> int:
+    for corpus in args.corpora or list(load_params(args.params).get("ingest", {})):
+        pin_sources(load_config(args.params, corpus), corpus=corpus, cache_dir=args.cache_dir, pin_file=args.pins)
     return 0
+
+
+STAGE = Stage("stages.pin", __doc__.split("\n\n")[0], _arguments, _run, errors=(ConfigError, SourceError))
+main = STAGE.main
 
 
 if __name__ == "__main__":

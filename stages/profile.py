@@ -1,9 +1,7 @@
-"""Profiles: small, named diffs over params.yaml (presets are diffs, not copies).
+"""Profiles: named diffs over params.yaml (``profiles/<name>.yaml``: dotted keys to values), applied in order.
 
-``profiles/<name>.yaml`` maps dotted params keys to values. ``python -m stages.profile gpu`` validates the
-keys against params.yaml (and the typed configs) and prints ``-S key=value`` arguments for ``dvc exp run``
-(``make run PROFILE=gpu``), ending with both DVC project files as targets when the params name comparison
-runs (:func:`targets`). Profiles compose: ``PROFILE="gpu gpu-quick"`` applies gpu.yaml, then gpu-quick.yaml.
+``python -m stages.profile gpu [gpu-quick]`` validates them against params.yaml and the typed configs and prints the
+``dvc exp run`` arguments (``-S key=value``, then both DVC project files when comparison runs are named).
 """
 
 from __future__ import annotations
@@ -17,7 +15,7 @@ import typing
 from pathlib import Path
 from typing import Any
 
-from stages.config import ConfigError, build, load_params, section
+from stages.config import ConfigError, build, deep_merge, load_params, section
 from stages.sources.config import CorpusConfig
 
 
@@ -35,8 +33,8 @@ def load_profile(name: str, root: Path = Path(".")) -> dict[str, Any]:
 
 
 def load_profiles(spec: str | list[str] | tuple[str, ...], root: Path = Path(".")) -> tuple[dict[str, Any], str]:
-    """The profiles ``spec`` names (``"gpu gpu-quick"``, ``"gpu,gpu-quick"`` or a list) merged in order (later
-    wins) and a label naming their files for messages."""
+    """The profiles ``spec`` names (``"gpu gpu-quick"``, ``"gpu,gpu-quick"`` or a list) merged, later winning, and
+    a label naming their files."""
     names = spec.replace(",", " ").split() if isinstance(spec, str) else [str(n) for n in spec]
     if not names:
         raise ConfigError("no profile named")
@@ -47,8 +45,7 @@ def load_profiles(spec: str | list[str] | tuple[str, ...], root: Path = Path("."
 
 
 def load_checked(spec: str | list[str], root: Path = Path(".")) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The merged profiles of ``spec`` and ``root``'s params.yaml, once every stage config builds from the
-    params they make (:func:`validate`); a ConfigError otherwise."""
+    """The merged profiles of ``spec`` and ``root``'s params.yaml, once every stage config builds from them."""
     profile, label = load_profiles(spec, root)
     params = load_params(root / "params.yaml")
     validate(apply(params, profile, label))
@@ -56,19 +53,14 @@ def load_checked(spec: str | list[str], root: Path = Path(".")) -> tuple[dict[st
 
 
 def set_value(node: dict, key: str, value: Any) -> None:
-    """``node[key] = value``, except that a mapping is merged into a mapping already there (recursively), as
-    ``dvc exp run -S ++key={...}`` merges it: a profile's ``compare.objectives`` adds to params.yaml's."""
-    if isinstance(value, dict) and isinstance(node.get(key), dict):
-        for k, v in value.items():
-            set_value(node[key], k, v)
-    else:
-        node[key] = copy.deepcopy(value)
+    """``node[key] = value``, a mapping merged into one there as ``dvc exp run -S ++key={...}`` merges it."""
+    node[key] = deep_merge(node[key], value) if isinstance(value, dict) and isinstance(node.get(key), dict) else \
+        copy.deepcopy(value)
 
 
 def schema_depth(dotted: str) -> int:
-    """When ``dotted`` names a field of the config class that reads its section (stages.params.sections.SECTIONS),
-    the depth of the section's prefix (``pretrain.<paradigm>``: 2), else 0. A profile may set such a key when
-    params.yaml leaves it to its default, below a prefix params.yaml has."""
+    """The depth of the section prefix (``pretrain.<paradigm>``: 2) when ``dotted`` names a config field below it,
+    else 0: a profile may set such a key that params.yaml leaves to its default."""
     from stages.params.sections import SECTIONS  # here: it imports every stage's config (and pandas)
 
     parts = dotted.split(".")
@@ -92,9 +84,8 @@ def schema_depth(dotted: str) -> int:
 
 def apply(params: dict[str, Any], profile: dict[str, Any], where: str = "profile", *,
           inplace: bool = False) -> dict[str, Any]:
-    """``params`` (a copy unless ``inplace``) with the profile's dotted keys set (a mapping merged into one
-    there, see :func:`set_value`). A key params.yaml leaves out is added when it is a config field
-    (:func:`schema_depth`); any other missing key is a ConfigError."""
+    """``params`` (a copy unless ``inplace``) with the profile's dotted keys set; a key params.yaml lacks is a
+    ConfigError unless it is a config field (:func:`schema_depth`)."""
     out = params if inplace else copy.deepcopy(params)
     for dotted, value in profile.items():
         node = out
@@ -127,12 +118,12 @@ def validate(params: dict[str, Any]) -> None:
 
     for corpus, data in params.get("ingest", {}).items():
         build(CorpusConfig, data, f"ingest.{corpus}")
-    with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as fh:
-        yaml.safe_dump(params, fh)
-    path = Path(fh.name)
-    try:
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "params.yaml"
+        path.write_text(yaml.safe_dump(params))
         for name, loader in (("clean", clean_config), ("tokenizer", load_tokenizer_config),
-                             ("tokens", load_tokens_config), ("pretrain", None), ("dapt", None)):
+                             ("tokens", load_tokens_config), ("pretrain", None), ("dapt", None),
+                             ("finetune", finetune_config)):
             for paradigm in params.get(name, {}):
                 if paradigm != "defaults" or name == "tokenizer":  # tokenizer has no defaults section
                     loader(path, paradigm) if loader else pretrain_config(path, name, paradigm)
@@ -140,19 +131,13 @@ def validate(params: dict[str, Any]) -> None:
             for entry in load_compare_config(path).entries():  # each objective's runs, as its stages build them
                 for name in ("pretrain", "dapt"):
                     pretrain_config(path, name, entry["paradigm"], entry["name"])
-        for paradigm in params.get("finetune", {}):
-            if paradigm != "defaults":
-                finetune_config(path, paradigm)
         for name, loader in (("evaluate", load_evaluate_config), ("package", package_config)):
             if name in params:
                 loader(path)
-    finally:
-        path.unlink()
 
 
 def _override(value: Any) -> str:
-    """A value in the override grammar ``dvc exp run -S`` parses (Hydra's): JSON scalars and lists, and mappings
-    as ``{key:value,...}`` with bare keys (Hydra reads no quoted keys)."""
+    """A value in Hydra's override grammar (``dvc exp run -S``): JSON scalars and lists, ``{key:value}`` mappings."""
     if isinstance(value, dict):
         for k in value:
             if not str(k)[:1].isalpha() or not all(c.isalnum() or c in "-_" for c in str(k)):
@@ -164,8 +149,7 @@ def _override(value: Any) -> str:
 
 
 def set_args(profile: dict[str, Any], params: dict[str, Any] | None = None) -> list[str]:
-    """``dvc exp run`` arguments; values are written as JSON/YAML scalars (true, 0, "text"). A mapping, and a
-    key ``params`` does not have, is set with ``++`` (Hydra's add-or-override: plain ``-S`` only overrides)."""
+    """``dvc exp run -S`` arguments; a mapping, and a key ``params`` lacks, with ``++`` (Hydra's add-or-override)."""
     args = []
     for key, value in profile.items():
         add = "++" if isinstance(value, dict) or (params is not None and not _has(params, str(key))) else ""
@@ -186,15 +170,14 @@ COMPARE_PIPELINE = "experiments/compare/dvc.yaml"  # the objective comparison: s
 
 
 def targets(params: dict[str, Any]) -> list[str]:
-    """The DVC project files ``dvc exp run`` is given for ``params``: none (the root's dvc.yaml, its default)
-    unless params name comparison runs, then both files, so the comparison runs beside the product's stages."""
+    """The DVC project files for ``dvc exp run``: none (dvc.yaml, its default), or both when params name comparison
+    runs."""
     compare = params.get("compare") or {}
     return [PIPELINE, COMPARE_PIPELINE] if compare.get("objectives") or compare.get("reports") else []
 
 
 def run_args(profile: dict[str, Any], params: dict[str, Any]) -> list[str]:
-    """``dvc exp run`` arguments for ``profile`` over ``params`` (params.yaml): its ``-S`` settings, then the
-    targets of the params it makes (:func:`targets`)."""
+    """``dvc exp run`` arguments for ``profile`` over ``params``: its ``-S`` settings, then :func:`targets`."""
     return set_args(profile, params) + targets(apply(params, profile))
 
 

@@ -1,7 +1,6 @@
 """The params reference (docs/params.md), generated from the docstrings under the config classes' fields.
 
-``python -m stages.reference`` writes the page; ``--check`` exits 1 when the committed page differs from what
-the code would generate (a unit test runs it), so a field cannot change without its reference changing too.
+``--check`` exits 1 when the committed page differs from what the code would generate (a unit test runs it).
 """
 
 from __future__ import annotations
@@ -26,10 +25,10 @@ PAGE = Path("docs/params.md")
 
 @functools.cache
 def field_docs(cls: type) -> dict[str, str]:
-    """``{field: docstring}`` from the string literals that follow each annotated field in ``cls``'s body."""
-    tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
-    body = tree.body[0].body  # type: ignore[attr-defined]
-    docs = {}
+    """``{field: docstring}`` from the string literals that follow each annotated field in the bodies of ``cls`` and
+    of the dataclasses it derives from (its own win)."""
+    docs = {k: v for base in cls.__bases__ if dataclasses.is_dataclass(base) for k, v in field_docs(base).items()}
+    body = ast.parse(textwrap.dedent(inspect.getsource(cls))).body[0].body  # type: ignore[attr-defined]
     for node, nxt in zip(body, body[1:]):
         if (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and isinstance(nxt, ast.Expr)
                 and isinstance(nxt.value, ast.Constant) and isinstance(nxt.value.value, str)):

@@ -1,5 +1,4 @@
-"""Atomic outputs: a stage writes into a temporary sibling and renames it into place, so a killed or
-failed stage never leaves a half-written folder (docs/stages.md, "The data contract")."""
+"""Atomic outputs: written into a temporary sibling and renamed into place, never half-written (docs/stages.md)."""
 
 from __future__ import annotations
 
@@ -33,8 +32,7 @@ def _remove(p: Path) -> None:
 
 
 class Staged:
-    """An output folder written in a temporary sibling of ``target`` (made on first use of :attr:`path`)
-    and renamed over ``target`` by :meth:`publish`; :meth:`discard` removes it, ``target`` untouched."""
+    """A temporary sibling of ``target`` (made on first use of :attr:`path`) that :meth:`publish` renames over it."""
 
     def __init__(self, target: str | Path) -> None:
         self.target = Path(target)
@@ -62,8 +60,7 @@ class Staged:
 
 @contextlib.contextmanager
 def atomic_dir(target: str | Path) -> Iterator[Path]:
-    """Yield a fresh temporary folder next to ``target``; on success it replaces ``target``, on an
-    exception it is removed."""
+    """A fresh temporary folder next to ``target`` that replaces it on success and is removed on an exception."""
     staged = Staged(target)
     try:
         yield staged.path
@@ -73,16 +70,14 @@ def atomic_dir(target: str | Path) -> Iterator[Path]:
 
 
 def work_dir(target: str | Path) -> tempfile.TemporaryDirectory:
-    """A scratch folder beside ``target`` (``.<name>.work-XXXX``), removed on exit; one left by a killed run
-    is removed by the next :func:`atomic_dir` of the same target (:func:`sweep_stale`)."""
+    """A scratch folder beside ``target``, removed on exit (or, left by a killed run, by :func:`sweep_stale`)."""
     target = Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)
     return tempfile.TemporaryDirectory(prefix=f".{target.name}.work-{_owner()}-", dir=target.parent)
 
 
 def refuse_overlap(outputs: dict[str, Any], inputs: dict[str, Any]) -> None:
-    """Raise ``ValueError`` when an output path is, contains or lies inside an input path (outputs are
-    replaced whole); the keys are the option names, for the message."""
+    """``ValueError`` when an output is, contains or lies inside an input (outputs are replaced whole), by option."""
     for oname, out in outputs.items():
         for iname, given in inputs.items():
             if out is None or given is None:
@@ -97,8 +92,7 @@ def refuse_overlap(outputs: dict[str, Any], inputs: dict[str, Any]) -> None:
 
 
 def sweep_stale(target: Path) -> None:
-    """Remove temporary, set-aside and scratch siblings of ``target`` left by a killed run (one writer per
-    output is assumed, as DVC runs a stage once at a time)."""
+    """Remove the temporary, set-aside and scratch siblings of ``target`` a killed run left (one writer per output)."""
     for kind in ("tmp", "old", "work"):
         for p in target.parent.glob(f".{target.name}.{kind}-*"):
             _remove(p)
@@ -115,9 +109,8 @@ def _alive(pid: int) -> bool:
 
 
 def sweep_dead(roots: Iterable[str | Path]) -> list[Path]:
-    """Remove, under ``roots``, every temporary, scratch or set-aside path whose writer is gone (a dead
-    process of this host, or an untagged name); another host's or a live process's work is left alone.
-    Returns what was removed. Every stage runs it on start (:func:`stages.common.cli.entry`)."""
+    """Remove and return, under ``roots``, every temporary, scratch or set-aside path whose writer is gone (a dead
+    process of this host, or an untagged name); every stage runs it on start (:func:`stages.common.cli.entry`)."""
     removed = []
     for root in map(Path, roots):
         for p in sorted(root.rglob(".*")) if root.is_dir() else []:  # the pattern tells leftovers from other names
@@ -131,8 +124,7 @@ def sweep_dead(roots: Iterable[str | Path]) -> list[Path]:
 
 
 def exchange(a: Path, b: Path) -> bool:
-    """Swap two existing paths in one atomic step (Linux ``renameat2`` with ``RENAME_EXCHANGE``). False
-    where the system or the filesystem cannot; any other failure raises ``OSError`` naming ``a``."""
+    """Swap two paths atomically (Linux ``renameat2(RENAME_EXCHANGE)``); False where the system cannot."""
     import ctypes
     import errno
     import sys
@@ -150,8 +142,7 @@ def exchange(a: Path, b: Path) -> bool:
 
 
 def replace_dir(src: Path, target: Path) -> None:
-    """Move folder ``src`` to ``target``, replacing any existing ``target``: swapped atomically where the
-    system can, else the old one is renamed aside first (``target`` briefly missing, never partial)."""
+    """Move folder ``src`` over ``target``: swapped atomically where possible, else the old one renamed aside first."""
     if not (target.exists() or target.is_symlink()):
         os.replace(src, target)
     elif exchange(src, target):
@@ -166,8 +157,7 @@ def replace_dir(src: Path, target: Path) -> None:
 
 
 def temp_sibling(path: str | Path, suffix: str = "") -> Path:
-    """A temporary name beside ``path`` that carries its writer (swept by :func:`sweep_dead`), for a file
-    another library writes; ``suffix`` keeps an extension the writer goes by."""
+    """A temporary name beside ``path`` carrying its writer (swept by :func:`sweep_dead`), ending in ``suffix``."""
     path = Path(path)
     return path.parent / f".{path.name}.tmp-{_owner()}{suffix}"
 

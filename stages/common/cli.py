@@ -1,5 +1,4 @@
-"""What the stages' command lines share: argument types, the input/output overlap check, :class:`Stage` (the
-one shape of a stage's ``main``) and the entry point that turns any error into one line."""
+"""What the stages' command lines share: :class:`Stage` (the one shape of a stage's ``main``) and :func:`entry`."""
 
 from __future__ import annotations
 
@@ -23,7 +22,7 @@ def named_path(value: str) -> tuple[str, Path]:
 
 
 def _paths(args: argparse.Namespace, names: Iterable[str]) -> dict[str, Path]:
-    """The paths of options holding a path, a list of paths or ``NAME=PATH``, or None, by option name."""
+    """The paths of options holding a path, a list of paths or ``NAME=PATH``, by option name."""
     out: dict[str, Path] = {}
     for name in names:
         value = getattr(args, name.replace("-", "_"), None)
@@ -46,8 +45,7 @@ def _write(path: Path, content: Any) -> None:
 
 
 def publish(files: Mapping[Path | None, Any]) -> None:
-    """Write each ``path: content`` atomically, in order: a :class:`Folder` as a folder, ``bytes`` as they are,
-    ``str`` as UTF-8 text, anything else as JSON; a ``None`` path is skipped."""
+    """Write each ``path: content`` atomically: a :class:`Folder`, bytes, UTF-8 text or JSON; a ``None`` path not."""
     for path, content in files.items():
         if path is None:
             continue
@@ -64,10 +62,9 @@ Log = Callable[[str], None]
 
 @dataclass(frozen=True)
 class Stage:
-    """A stage's command line: ``main`` parses ``argv``, refuses overlapping ``outputs`` and ``inputs``, and calls
-    the core ``run(args, log)`` (with an output ``folder``, it writes into ``args.staged.path``). The core returns
-    an exit status, or the files to publish and its gates (by report path), published only when it and every
-    gate succeeded. An error of ``errors`` is one ``error: ...`` line (worded by ``message``), exit status 1."""
+    """A stage's command line: ``main`` parses, refuses ``outputs`` overlapping ``inputs`` and calls the core
+    ``run(args, log)``, which writes a ``folder`` into ``args.staged.path`` and returns an exit status, or the files
+    and gates, published only when every gate passed. An error of ``errors`` is one ``error: ...`` line, exit 1."""
 
     prog: str
     description: str
@@ -80,7 +77,8 @@ class Stage:
     folder: str | None = None
 
     def main(self, argv: Iterable[str] | None = None) -> int:
-        ap = argparse.ArgumentParser(prog=f"python -m {self.prog}", description=self.description)
+        prog = sys.argv[0] if sys.argv[0].startswith("lm-pipeline") else f"python -m {self.prog}"  # as the user ran it
+        ap = argparse.ArgumentParser(prog=prog, description=self.description)
         self.arguments(ap)
         argv = list(argv) if argv is not None else sys.argv[1:]
         args = ap.parse_args(argv)
@@ -116,8 +114,7 @@ class Stage:
 
 
 def describe(exc: BaseException) -> str:
-    """One line for an error a user can act on: an OS error as ``<what>: <path>`` (the file it names), any
-    other as its type and message."""
+    """One line for an error: an OS error as ``<what>: <path>``, any other as its type and message."""
     if isinstance(exc, OSError) and exc.filename is not None:
         what = (exc.strerror or type(exc).__name__).lower()
         paths = f"{exc.filename}" + (f" -> {exc.filename2}" if exc.filename2 is not None else "")
@@ -129,8 +126,7 @@ def describe(exc: BaseException) -> str:
 
 
 def entry(main: Callable[[], int]) -> int:
-    """Run a stage's ``main``: an error ends it with ``error: ...`` on stderr and exit status 1 (a traceback
-    with ``--debug`` or ``LMPIPE_DEBUG=1``); Ctrl-C exits with 130."""
+    """Run ``main``: an error is ``error: ...`` and exit 1 (the traceback with ``--debug`` or ``LMPIPE_DEBUG=1``)."""
     debug = os.environ.get("LMPIPE_DEBUG", "") not in ("", "0") or "--debug" in sys.argv[1:]
     if "--debug" in sys.argv[1:]:
         sys.argv.remove("--debug")

@@ -19,8 +19,7 @@ def doc_id(text: str) -> str:
 
 @dataclass(frozen=True, kw_only=True)
 class Record:
-    """One document as a source yields it, before ids are assigned; ``group`` is what labeled splits are
-    made by (e.g. the Debian source package)."""
+    """One document as a source yields it; ``group`` is what labeled splits go by (e.g. the Debian source package)."""
 
     text: str
     source: str
@@ -36,8 +35,7 @@ def meta_json(meta: dict[str, Any]) -> str:
 
 
 def is_json_text(value: Any) -> bool:
-    """True when ``value`` is a string holding valid JSON: the contract for ``meta`` (a dict or null in
-    its place is a breach too)."""
+    """True when ``value`` is a string holding valid JSON (the contract for ``meta``)."""
     if not isinstance(value, str):
         return False
     try:
@@ -56,8 +54,7 @@ def arrow_schema(labeled: bool):
 
 
 def open_parquet(path):
-    """``pyarrow.parquet.ParquetFile(path)``; a file that is not Parquet, or is cut short, raises ValueError
-    naming it (pyarrow's own message does not). A missing or unreadable file raises the usual OSError."""
+    """``pyarrow.parquet.ParquetFile(path)``; a file that is not Parquet, or is cut short, a ValueError naming it."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -70,8 +67,7 @@ def open_parquet(path):
 
 
 def read_parquet_columns(path, columns: list[str]):
-    """The named columns of a Parquet file as a pandas DataFrame; a file that is not Parquet, or lacks one of
-    the columns, raises ValueError naming the file (and the column)."""
+    """The named columns of a Parquet file as a DataFrame; a ValueError names a non-Parquet file or a missing column."""
     pf = open_parquet(path)
     missing = [c for c in columns if c not in pf.schema_arrow.names]
     if missing:

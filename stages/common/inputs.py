@@ -21,8 +21,7 @@ def _first_line(exc: BaseException) -> str:
 
 @contextlib.contextmanager
 def reading(path: str | Path, what: str) -> Iterator[None]:
-    """Turn any error raised while reading ``path`` (but a missing file, which names itself) into an
-    :class:`InputError` naming it: ``<path>: not a valid <what> (<the library's first line>)``."""
+    """Any error reading ``path`` (but a missing file) as ``<path>: not a valid <what> (<the error's first line>)``."""
     try:
         yield
     except (FileNotFoundError, InputError):
@@ -46,8 +45,7 @@ def load_npy(path: str | Path, mmap_mode: str | None = "r"):
 
 
 def check_folder(folder: str | Path) -> Path:
-    """Check the files a saved model or tokenizer folder is loaded from before a library reads them: every
-    ``*.json`` parses, every ``*.safetensors`` header is whole and covers the file. Returns the folder."""
+    """``folder`` once every ``*.json`` in it parses and every ``*.safetensors`` header is whole."""
     from safetensors import safe_open
 
     folder = Path(folder)
@@ -62,8 +60,7 @@ def check_folder(folder: str | Path) -> Path:
 
 
 def check_folders(*parents: str | Path) -> None:
-    """:func:`check_folder` on every saved folder directly under each of ``parents`` (those that exist;
-    hidden ones, such as a killed run's temporary folder, are skipped)."""
+    """:func:`check_folder` on every folder directly under each of ``parents`` but hidden ones (a killed run's)."""
     for parent in map(Path, parents):
         for folder in sorted(parent.iterdir()) if parent.is_dir() else []:
             if folder.is_dir() and not folder.name.startswith("."):

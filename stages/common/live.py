@@ -1,5 +1,4 @@
-"""Live metrics and timings (DVCLive, readable mid-run), kept out of the files DVC hashes and git tracks: tracked
-outputs carry only what the inputs determine; ``reports/live`` is git-ignored and no stage's output."""
+"""Live metrics and timings (DVCLive, readable mid-run) in ``reports/live``, kept out of the tracked outputs."""
 
 from __future__ import annotations
 
@@ -87,8 +86,7 @@ def read_summary(folder: Path) -> dict:
 
 
 class RowLog:
-    """An in-memory live log (the benchmarks read the logged rows back): ``rows`` of ``{"step": ..., **values}``,
-    training rows only (those with ``train/loss``) in ``train_rows``."""
+    """An in-memory live log (the benchmarks read its ``rows`` back; ``train_rows``: those with ``train/loss``)."""
 
     def __init__(self) -> None:
         self.rows: list[dict] = []

@@ -1,6 +1,5 @@
-"""Independent, pure jobs on a few processes, results in the order of the jobs: ``workers = 1`` runs them here;
-else each worker is spawned (forking after torch loads can deadlock), gets ``state`` once and runs one job at a
-time on one torch thread."""
+"""Independent, pure jobs on a few spawned processes (forking after torch loads can deadlock), one torch thread
+each, results in the order of the jobs."""
 
 from __future__ import annotations
 
@@ -36,8 +35,7 @@ def _call(job: Any) -> Any:
 
 
 class WorkerPool:
-    """``workers`` spawned processes that receive ``state`` once and run several batches of jobs
-    (:meth:`run`; e.g. a learning-rate grid, then seeds). ``workers <= 1``: jobs run in this process."""
+    """``workers`` spawned processes that get ``state`` once and run batches of jobs (<= 1: in this process)."""
 
     def __init__(self, fn: Callable[[Any, Any], Any], state: Any, *, workers: int) -> None:
         self.fn, self.state, self.workers, self._pool = fn, state, workers, None
@@ -66,8 +64,7 @@ class WorkerPool:
 
 
 def run_ordered(fn: Callable[[Any, Any], Any], state: Any, jobs: Sequence[Any], *, workers: int) -> list:
-    """``[fn(state, job) for job in jobs]``, on ``workers`` processes when > 1. ``fn`` must be a module-level
-    function and ``state``, the jobs and the results picklable; ``state`` is sent once to each worker."""
+    """``[fn(state, job) for job in jobs]`` on ``workers`` processes (``fn`` module-level, the rest picklable)."""
     jobs = list(jobs)
     with WorkerPool(fn, state, workers=min(workers, len(jobs))) as pool:
         return pool.run(jobs)

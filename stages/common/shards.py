@@ -1,9 +1,6 @@
-"""Where shard functions run: in this process, in a pool of local processes, or on a Dask cluster.
-
-:func:`open_shards` gives a :class:`Shards` whose ``map`` runs a module-level function over argument tuples and
-passes each result to ``consume`` in input order, at most ``window`` in flight; the engine does not change the
-output. Dask is chosen by the environment, not params (DVC must not rerun a stage for it), through a plain
-``distributed.Client`` (an import-linter contract keeps Prefect out of ``stages``)::
+"""Where shard functions run (this process, local processes or a Dask cluster; the output is the same): a
+:class:`Shards` ``map`` passes each result to ``consume`` in input order. Dask is chosen by the environment, not
+params (DVC must not rerun a stage for it)::
 
     LMPIPE_DASK=tcp://scheduler:8786   # an existing Dask cluster
     LMPIPE_DASK=local                  # a LocalCluster with one single-threaded worker process per core
@@ -17,10 +14,11 @@ import os
 import sys
 from collections import deque
 from collections.abc import Callable, Iterable
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack
 from functools import partial
 from types import SimpleNamespace
 from typing import Any
+from unittest import mock
 
 from tqdm import tqdm
 
@@ -87,16 +85,9 @@ class ProcessShards(Shards):
         return self._pool.submit(fn, *args)
 
 
-@contextmanager
 def environ_kept():
-    """This process's environment restored after the block: Dask's nanny leaves ``OMP_NUM_THREADS=1`` in it,
-    which would change a later training run's threads and weights."""
-    saved = dict(os.environ)
-    try:
-        yield
-    finally:
-        os.environ.clear()
-        os.environ.update(saved)
+    """This process's environment restored after the block (Dask's nanny leaves ``OMP_NUM_THREADS=1`` in it)."""
+    return mock.patch.dict(os.environ)
 
 
 class DaskShards(Shards):
@@ -142,8 +133,7 @@ class DaskShards(Shards):
 
 
 def open_shards(workers: int, *, name: str) -> Shards:
-    """The engine for a stage named ``name``: Dask when ``LMPIPE_DASK`` is set, else ``workers`` local
-    processes (0 = one per core; 1 = this process)."""
+    """Dask when ``LMPIPE_DASK`` is set, else ``workers`` local processes (0 = one per core; 1 = this process)."""
     spec = os.environ.get(ENV, "").strip()
     if spec:
         return DaskShards(spec, name)

@@ -10,7 +10,7 @@ from stages.common.inputs import check_folder, read_json
 from stages.config import ConfigError
 from stages.evaluation.config import CompareConfig
 from stages.evaluation.curve import small_runs, summarised
-from stages.evaluation.report import f3, si
+from stages.evaluation.report import f3, pm, si
 from stages.evaluation.summary import judge, paradigm_row, read_record, read_training, run_row, table_point
 
 
@@ -118,11 +118,8 @@ def markdown(result: dict) -> str:
         for name, r in rows.items():
             if r["paradigm"] != p:
                 continue
-            cells = []
-            for n in sizes:
-                pt = r["points"].get(str(n))
-                cells.append("-" if pt is None else f"{pt['macro_f1']['mean']:.3f} ± {pt['macro_f1']['std']:.3f} "
-                             f"({pt['val_macro_f1']['mean']:.3f})")
+            cells = ["-" if (pt := r["points"].get(str(n))) is None else
+                     f"{pm(pt['macro_f1'])} ({pt['val_macro_f1']['mean']:.3f})" for n in sizes]
             label = r["objective"] + (" (the paradigm's own)" if r["own"] else "")
             lines.append(f"| {name} | {label if r['init'] != 'random' else 'random init'} | "
                          f"{si(r['tokens'], 'TGMk')} | {si(r['flops_per_token'], 'TGMk')} | {si(r['flops'], 'TGMk')} | "
@@ -133,8 +130,7 @@ def markdown(result: dict) -> str:
               "macro-F1), its test macro-F1, and its difference to the paradigm's own objective and to random "
               "init; a difference is resolved when it exceeds twice the pooled seed std.", ""]
     for v in result["verdict"]:
-        text = (f"- {v['paradigm'].upper()}, {v['train_examples']} labels: **{v['best']}** "
-                f"({v['test_macro_f1']:.3f} ± {v['test_macro_f1_std']:.3f})")
+        text = f"- {v['paradigm'].upper()}, {v['train_examples']} labels: **{v['best']}** ({pm(v, 'test_macro_f1')})"
         parts = []
         for key, what in (("vs_own", "the paradigm's own objective"), ("vs_random", "random init")):
             d = v.get(key)

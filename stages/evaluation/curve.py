@@ -10,13 +10,14 @@ from pathlib import Path
 
 from stages.common.pool import run_ordered
 from stages.config import build
+from stages.evaluation.baselines import run_baselines, settings_words
+from stages.evaluation.summary import seed_runs, summarise
+from stages.finetuning.core import FinetuneConfig, finetune
 
 
 def small_run(state: dict, job: dict) -> dict:
     """One fine-tuning run of the curve: ``stages.finetuning.core.finetune`` on ``job['train_examples']`` examples
     with ``job['seed']`` (sample, head initialisation, order) and at least ``min_steps`` updates."""
-    from stages.finetuning.core import FinetuneConfig, finetune
-
     ft = build(FinetuneConfig, job["config"], f"{job['paradigm']}-{job['init']} finetune.json")
     # The curve's points are scored on test; its validation scores choose nothing, so the sample suffices.
     ft = dataclasses.replace(ft, seed=job["seed"], min_steps=job["min_steps"], val_select="sample")
@@ -36,8 +37,6 @@ def source(model_dirs: dict[str, Path], paradigm: str, init: str) -> Path:
 
 def summarised(n: int, runs: list[dict]) -> dict:
     """One curve point: ``n`` training examples, test macro-F1, accuracy and validation macro-F1 over ``runs``."""
-    from stages.evaluation.summary import summarise
-
     return {"train_examples": n, "macro_f1": summarise([r["test_macro_f1"] for r in runs]),
             "accuracy": summarise([r["test_accuracy"] for r in runs]),
             "val_macro_f1": summarise([r["best_val_macro_f1"] for r in runs])}
@@ -63,8 +62,6 @@ def small_runs(cfg, series: dict[str, tuple[str, str, dict, Path]], df, log, int
 
 def data_efficiency(cfg, runs: dict[str, dict], df, model_dirs: dict[str, Path], log) -> dict:
     """series name -> curve points (:func:`summarised`), smallest first; the finetune stage's seeds are the last."""
-    from stages.evaluation.summary import seed_runs
-
     series = {f"{p}-{init}": (p, init, runs[f"{p}-{init}"], source(model_dirs, p, init))
               for p in cfg.curve.paradigms for init in cfg.curve.inits}
     done = small_runs(cfg.curve, series, df, log,
@@ -78,9 +75,6 @@ def data_efficiency(cfg, runs: dict[str, dict], df, model_dirs: dict[str, Path],
 def baselines(cfg, runs: dict[str, dict], selected: str, df, log) -> dict[str, dict]:
     """Each baseline of ``cfg.baseline`` at the curve's sizes (its seeds), at the selected model's training
     sample (the finetune stage's seeds) and on the whole training split: series name -> ``{"points": [...]}``."""
-    from stages.evaluation.baselines import run_baselines, settings_words
-    from stages.evaluation.summary import seed_runs
-
     record = runs[selected]
     full = record["metrics"]["train_examples"]
     points = [(n, list(cfg.curve.seeds)) for n in sorted(set(cfg.curve.sizes)) if n < full]
@@ -88,8 +82,7 @@ def baselines(cfg, runs: dict[str, dict], selected: str, df, log) -> dict[str, d
     if full < int((df["split"] == "train").sum()):
         points.append((0, [0]))
     out = {}
-    fitted = run_baselines(df, list(record["labels"]), cfg.baseline, points, workers=cfg.curve.workers)
-    for name, pts in fitted.items():
+    for name, pts in run_baselines(df, list(record["labels"]), cfg.baseline, points, workers=cfg.curve.workers).items():
         series = out.setdefault(name, {"points": []})["points"]
         for pt in pts:
             r = pt["runs"]

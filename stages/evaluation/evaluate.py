@@ -1,5 +1,5 @@
 """The evaluate stage's core: the fine-tuned runs side by side, the data-efficiency curve and baselines, GPT's
-in-context learning, intrinsic scores and the model quality gate."""
+in-context learning, intrinsic scores (held-out loss) and the model quality gate."""
 
 from __future__ import annotations
 
@@ -7,17 +7,20 @@ import dataclasses
 import time
 from pathlib import Path
 
+from stages.common.inputs import load_npy, read_json
 from stages.common.pool import run_ordered
 from stages.evaluation.config import EvaluateConfig
 from stages.evaluation.curve import baselines, data_efficiency, source
 from stages.evaluation.gate import decide
 from stages.evaluation.icl import icl_accuracy
-from stages.evaluation.intrinsic import read_layout, score
 from stages.evaluation.summary import (curve_gains, gains, paradigm_row, read_record, read_training, run_row,
                                       versus_baselines)
 from stages.evaluation.verdict import verdict
 from stages.finetuning.core import INITS
+from stages.objectives import for_paradigm
+from stages.tokenization.layout import BlockLayout
 from stages.tokenization.trainers import PARADIGMS
+from stages.training.config import TrainConfig
 from stages.training.models import load_model
 
 
@@ -45,11 +48,10 @@ def in_context(cfg: EvaluateConfig, runs: dict[str, dict], df, model_dirs: dict[
     state = {"labels": labels, "cfg": cfg.icl, "context": context} | {
         s: [(t, index[lab]) for t, lab in df.loc[df["split"] == s, ["text", "label"]].itertuples(index=False)]
         for s in ("train", "test")}
-    inits = list(cfg.icl.inits)
-    jobs = [{"init": init, "path": str(source(model_dirs, "gpt", init))} for init in inits]
+    jobs = [{"init": init, "path": str(source(model_dirs, "gpt", init))} for init in cfg.icl.inits]
     log(f"[evaluate] in-context learning: {len(jobs)} GPT models, {min(cfg.curve.workers, len(jobs))} at a time")
     out = {}
-    for init, r in zip(inits, run_ordered(icl_run, state, jobs, workers=cfg.curve.workers)):
+    for init, r in zip(cfg.icl.inits, run_ordered(icl_run, state, jobs, workers=cfg.curve.workers)):
         out[f"gpt-{init}"] = r
         log(f"[evaluate] in-context gpt-{init}: " + ", ".join(
             f"{k}-shot accuracy {r[str(k)]['accuracy']:.3f} (calibrated {r[str(k)]['calibrated']['accuracy']:.3f})"
@@ -57,16 +59,37 @@ def in_context(cfg: EvaluateConfig, runs: dict[str, dict], df, model_dirs: dict[
     return out
 
 
+def read_layout(tokens_dir: Path) -> BlockLayout:
+    """The block layout of a token dataset (its ``manifest.json``)."""
+    manifest = tokens_dir / "manifest.json"
+    if not manifest.is_file():
+        raise FileNotFoundError(f"{manifest}: no token dataset (run the tokens stage first)")
+    return BlockLayout(**read_json(manifest)["layout"])
+
+
 def intrinsic(cfg: EvaluateConfig, model_dirs: dict[str, Path], tokens: Path, log) -> dict:
+    """Each pre-trained and DAPT model's own objective on the held-out blocks of both corpora (masks and spans fixed per
+    block: both models of a paradigm see the same inputs); on a GPU under bf16 autocast, else on the CPU in fp32."""
+    import torch
+
+    from stages.training.loop import evaluate, native_bf16
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    bf16, n = device == "cuda" and native_bf16(device), cfg.intrinsic.eval_blocks
+    train_cfg = TrainConfig(eval_blocks=n, micro_batch=cfg.intrinsic.micro_batch, seed=0)
     out = {}
     for p in PARADIGMS:
         layout = read_layout(tokens / p)
         for stage in ("pretrain", "dapt"):
             model = load_model(model_dirs[f"{stage}-{p}"], p)
+            model.to(device)
             for corpus in ("general", "domain"):
-                r = score(model, layout, tokens / p, corpus, eval_blocks=cfg.intrinsic.eval_blocks,
-                          micro_batch=cfg.intrinsic.micro_batch)
-                out.setdefault(p, {}).setdefault(stage, {})[corpus] = r
+                path = tokens / p / corpus / "heldout.npy"
+                if not path.is_file():
+                    raise FileNotFoundError(f"{path}: no held-out blocks for corpus {corpus!r}")
+                blocks = load_npy(path)
+                r = evaluate(model, for_paradigm(layout), blocks, train_cfg, device, bf16)
+                out.setdefault(p, {}).setdefault(stage, {})[corpus] = r | {"blocks": int(min(n, len(blocks)))}
         log(f"[evaluate] intrinsic {p}: " + "; ".join(
             f"{s} {c} loss {out[p][s][c]['eval_loss']:.3f}" for s in ("pretrain", "dapt") for c in ("general", "domain")))
     return out

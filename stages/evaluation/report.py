@@ -1,14 +1,85 @@
-"""``reports/evaluation.md`` and its SVG figures, from the evaluate stage's result."""
+"""``reports/evaluation.md`` and its SVG figures (no plotting dependency), from the evaluate stage's result."""
 
 from __future__ import annotations
 
+import math
+from html import escape
+
 from stages.evaluation.baselines import module, settings_words
 from stages.evaluation.summary import point_at
-from stages.evaluation.svg import line_chart
 from stages.finetuning.core import INITS
 from stages.tokenization.trainers import PARADIGMS
 
 NAMES = {"bert": "BERT (masked LM)", "gpt": "GPT (causal LM)", "t5": "T5 (span corruption)"}
+COLOURS = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#17becf",
+           "#bcbd22", "#000000"]
+
+
+def _ticks(lo: float, hi: float, n: int = 5) -> list[float]:
+    if hi <= lo:
+        return [lo]
+    raw = (hi - lo) / n
+    mag = 10 ** math.floor(math.log10(raw))
+    step = min((m * mag for m in (1, 2, 2.5, 5, 10) if m * mag >= raw), default=10 * mag)
+    first = math.ceil(lo / step) * step
+    return [round(first + i * step, 10) for i in range(int((hi - first) / step + 1e-9) + 1)]
+
+
+def line_chart(series: dict[str, list[tuple[float, float]]], *, title: str, xlabel: str, ylabel: str,
+               logx: bool = False, bands: dict[str, list[tuple[float, float, float]]] | None = None,
+               width: int = 640, height: int = 360) -> str:
+    """A line chart as SVG text for the report (``dvc plots`` stay the interactive view): ``series``: name ->
+    [(x, y)]; ``bands``: name -> [(x, low, high)] drawn as error bars."""
+    bands = bands or {}
+    pts = [p for s in series.values() for p in s] + [(x, v) for b in bands.values() for x, lo, hi in b for v in (lo, hi)]
+    if not pts:
+        raise ValueError(f"{title}: nothing to plot")
+    fx = (lambda x: math.log10(x)) if logx else (lambda x: x)
+    xs, ys = [fx(x) for x, _ in pts], [y for _, y in pts]
+    x0, x1 = min(xs), max(xs)
+    y0, y1 = min(0.0, min(ys)), max(ys) * 1.05 or 1.0
+    if x1 == x0:
+        x0, x1 = x0 - 1, x1 + 1
+    left, right, top, bottom = 60, 150, 30, 45
+    pw, ph = width - left - right, height - top - bottom
+
+    def px(x: float) -> float:
+        return left + (fx(x) - x0) / (x1 - x0) * pw
+
+    def py(y: float) -> float:
+        return top + ph - (y - y0) / (y1 - y0) * ph
+
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-family="sans-serif" '
+           f'font-size="11"><rect width="100%" height="100%" fill="white"/>',
+           f'<text x="{left}" y="18" font-size="13">{escape(title)}</text>',
+           f'<line x1="{left}" y1="{top + ph}" x2="{left + pw}" y2="{top + ph}" stroke="black"/>',
+           f'<line x1="{left}" y1="{top}" x2="{left}" y2="{top + ph}" stroke="black"/>']
+    for t in _ticks(y0, y1):
+        out.append(f'<line x1="{left - 4}" y1="{py(t):.1f}" x2="{left + pw}" y2="{py(t):.1f}" stroke="#ddd"/>'
+                   f'<text x="{left - 6}" y="{py(t) + 4:.1f}" text-anchor="end">{t:g}</text>')
+    xticks = sorted({x for x, _ in pts}) if logx else _ticks(x0, x1)
+    if not logx and len(xticks) > 8:
+        xticks = xticks[:: math.ceil(len(xticks) / 8)]
+    for t in xticks:
+        out.append(f'<text x="{px(t):.1f}" y="{top + ph + 15}" text-anchor="middle">{t:g}</text>')
+    out.append(f'<text x="{left + pw / 2}" y="{height - 8}" text-anchor="middle">{escape(xlabel)}</text>')
+    out.append(f'<text x="14" y="{top + ph / 2}" text-anchor="middle" '
+               f'transform="rotate(-90 14 {top + ph / 2})">{escape(ylabel)}</text>')
+    for i, (name, points) in enumerate(series.items()):
+        colour = COLOURS[i % len(COLOURS)]
+        points = sorted(points)
+        if points:
+            path = " ".join(f"{px(x):.1f},{py(y):.1f}" for x, y in points)
+            out.append(f'<polyline fill="none" stroke="{colour}" stroke-width="2" points="{path}"/>')
+            out += [f'<circle cx="{px(x):.1f}" cy="{py(y):.1f}" r="3" fill="{colour}"/>' for x, y in points]
+        for x, lo, hi in bands.get(name, []):
+            out.append(f'<line x1="{px(x):.1f}" y1="{py(lo):.1f}" x2="{px(x):.1f}" y2="{py(hi):.1f}" '
+                       f'stroke="{colour}" stroke-width="1.5"/>')
+        ly = top + 12 + 16 * i
+        out.append(f'<line x1="{left + pw + 12}" y1="{ly - 4}" x2="{left + pw + 30}" y2="{ly - 4}" stroke="{colour}" '
+                   f'stroke-width="2"/><text x="{left + pw + 34}" y="{ly}">{escape(name)}</text>')
+    out.append("</svg>")
+    return "\n".join(out) + "\n"
 
 
 def figures(result: dict) -> dict[str, str]:
@@ -39,13 +110,15 @@ def f3(x: float | None) -> str:
     return "-" if x is None else f"{x:.3f}"
 
 
-def pm(mean: float, std: float) -> str:
+def pm(d: dict, key: str | None = None) -> str:
+    """``mean ± std`` of a seed summary ``d``, or of ``d[key]`` and ``d[key + "_std"]``."""
+    mean, std = (d["mean"], d["std"]) if key is None else (d[key], d[f"{key}_std"])
     return f"{mean:.3f} ± {std:.3f}"
 
 
 def pms(d: dict, *keys: str) -> str:
     """Table cells ``mean ± std`` of ``d``'s ``keys`` (each with its ``<key>_std``)."""
-    return " | ".join(pm(d[k], d[f"{k}_std"]) for k in keys)
+    return " | ".join(pm(d, k) for k in keys)
 
 
 def si(x: float | None, prefixes: str = "PTGMk") -> str:
@@ -112,14 +185,14 @@ def paradigm_section(result: dict) -> list[str]:
              "| paradigm | parameters | pre-training tokens | FLOPs / token | pre-training FLOPs | "
              "final loss (general / DAPT) | fine-tuned test macro-F1 |", "|---|---|---|---|---|---|---|"]
     for p, r in rows.items():
-        loss = " / ".join("-" if v is None else f"{v:.3f}" for v in (r["pretrain_eval_loss"], r["dapt_eval_loss"]))
         lines.append(f"| {NAMES[p]} | {si(r['parameters'])} | {si(r['tokens'])} ({si(r['pretrain_tokens'])} + "
-                     f"{si(r['dapt_tokens'])}) | {si(r['flops_per_token'])} | {si(r['flops'])} | {loss} | "
-                     f"{pm(r['test_macro_f1'], r['test_macro_f1_std'])} ({r['best_init']}) |")
+                     f"{si(r['dapt_tokens'])}) | {si(r['flops_per_token'])} | {si(r['flops'])} | "
+                     f"{f3(r['pretrain_eval_loss'])} / {f3(r['dapt_eval_loss'])} | {pm(r, 'test_macro_f1')} "
+                     f"({r['best_init']}) |")
     for name, b in (base or {}).items():
         full = point_at(b["points"], result["full_n"]) or b["points"][-1]  # else its largest sample
         lines.append(f"| baseline: {module(name).TITLE} | {si(full['parameters'])} | 0 | - | 0 | - | "
-                     f"{pm(full['macro_f1']['mean'], full['macro_f1']['std'])} ({full['train_examples']} examples) |")
+                     f"{pm(full['macro_f1'])} ({full['train_examples']} examples) |")
     lines += ["", "Equal compute instead of equal data: by default each paradigm trains on `budget_tokens` tokens "
               "(equal data, unequal FLOPs). Setting `pretrain.<paradigm>.train.budget_flops` (and "
               "`dapt.<paradigm>.train.budget_flops`; `TrainConfig.budget_flops`, 0 = off) to the same value for "
@@ -152,7 +225,7 @@ def curve_section(result: dict, figures_dir: str) -> list[str]:
                   "std in brackets:", ""]
         for p, g in result["curve_gains"].items():
             lines.append(f"- {NAMES[p]}: " + ", ".join(
-                f"{pt['train_examples']}: {pt['gain']:+.3f} ({pt.get('init', g['init'])}, ± {pt['pooled_std']:.3f})"
+                f"{pt['train_examples']}: {pt['gain']:+.3f} ({pt['init']}, ± {pt['pooled_std']:.3f})"
                 for pt in g["points"]))
     return lines + ["", f"![data efficiency]({figures_dir}/data-efficiency.svg)"] + baseline_section(result, figures_dir)
 
@@ -172,8 +245,7 @@ def baseline_section(result: dict, figures_dir: str) -> list[str]:
     for name, b in base.items():
         for pt in b["points"]:
             bound = " (at the edge of its search for some seed)" if pt["at_bound"] else ""
-            lines.append(f"| {name} | {pt['train_examples']} | {pm(pt['macro_f1']['mean'], pt['macro_f1']['std'])} | "
-                         f"{pm(pt['val_macro_f1']['mean'], pt['val_macro_f1']['std'])} | "
+            lines.append(f"| {name} | {pt['train_examples']} | {pm(pt['macro_f1'])} | {pm(pt['val_macro_f1'])} | "
                          f"{'; '.join(settings_words(name, x) for x in pt['settings'])}{bound} | {pt['fits']} |")
     if not versus.get("best"):
         return lines
@@ -201,7 +273,7 @@ def icl_section(result: dict) -> list[str]:
         return lines + ["Not run in this profile (`evaluate.icl.inits` is empty)."]
     any_icl, n = next(iter(result["icl"].values())), cfg["orderings"]
     drawn = (f"{n} demonstration lists, each drawn and ordered at random and shared by every query (Zhao et al. "
-             "2021's protocol)" if cfg.get("demonstrations", "per_query") == "shared" else  # older records: per query
+             "2021's protocol)" if cfg["demonstrations"] == "shared" else
              f"{n} prompt orderings per query (demonstrations drawn and ordered anew for each query)")
     lines += [f"{any_icl['examples']} test examples; the label is the one whose words are most likely after "
               f"`<text>{cfg['separator']!r}`; each example in a k-shot prompt keeps "
@@ -268,12 +340,9 @@ def markdown(result: dict, *, figures_dir: str) -> str:
               "|---|---|---|---|---|---|"]
     for p, stages in result["intrinsic"].items():
         for stage, corpora in stages.items():
-            cells = []
-            for corpus in ("general", "domain"):
-                r = corpora[corpus]
-                score = (f"perplexity {r['eval_perplexity']:.1f}" if "eval_perplexity" in r
-                         else f"accuracy {r['eval_accuracy']:.3f}")
-                cells += [f"{r['eval_loss']:.3f}", score]
+            cells = [f"{r['eval_loss']:.3f} | " + (f"perplexity {r['eval_perplexity']:.1f}" if "eval_perplexity" in r
+                                                   else f"accuracy {r['eval_accuracy']:.3f}")
+                     for r in (corpora["general"], corpora["domain"])]
             lines.append(f"| {NAMES[p]} | {stage} | " + " | ".join(cells) + " |")
     lines += ["", "## Verdict", "", "Written from the numbers above by `stages.evaluation.verdict`.", ""]
     lines += [f"- {s}" for s in result["verdict"]]

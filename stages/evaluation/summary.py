@@ -4,7 +4,6 @@ cost, the data-efficiency gains. A difference is *resolved* when it exceeds twic
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
@@ -88,9 +87,7 @@ def read_record(folder: Path, stage: str) -> dict:
 def read_training(folder: Path) -> dict | None:
     """``metrics`` of a pre-training run's ``training.json`` (see :mod:`stages.pretrain`), or None."""
     path = folder / "training.json"
-    if not path.is_file():
-        return None
-    return json.loads(path.read_text(encoding="utf-8")).get("metrics") or None
+    return (read_json(path).get("metrics") or None) if path.is_file() else None
 
 
 def paradigm_row(pre: dict | None, dapt: dict | None, finetuned: dict) -> dict:
@@ -117,14 +114,11 @@ def curve_gains(de: dict, best_init: dict[str, str]) -> dict:
         rand = {pt["train_examples"]: pt["macro_f1"] for pt in de[f"{p}-random"]}
         by_init = {i: {pt["train_examples"]: pt for pt in de[f"{p}-{i}"]} for i in inits}
         rows = []
-        for n in sorted({n for pts in by_init.values() for n in pts}):
-            r = rand.get(n)
+        for n in sorted({n for pts in by_init.values() for n in pts} & rand.keys()):
             have = [i for i in inits if n in by_init[i]]
-            if r is None or not have:
-                continue
             init = max(have, key=lambda i: (by_init[i][n].get("val_macro_f1", {}).get("mean", -1.0),
                                             i == best_init.get(p), i))
-            f = by_init[init][n]["macro_f1"]
+            f, r = by_init[init][n]["macro_f1"], rand[n]
             rows.append({"train_examples": n, "init": init, "gain": round(f["mean"] - r["mean"], 5),
                          "pooled_std": pooled(f["std"], r["std"])})
         if rows:
@@ -161,9 +155,7 @@ def versus_baselines(de: dict, table: dict, baselines: list[str]) -> dict:
     sizes = sorted({pt["train_examples"] for b in baselines for pt in de.get(b, [])})
     out: dict = {"best": {}, "series": {}}
     for n in sizes:
-        best = best_at({b: de[b] for b in baselines if b in de}, n)
-        if best is None:
-            continue
+        best = best_at({b: de[b] for b in baselines if b in de}, n)  # n is a size of one of them
         b = point_at(de[best], n)
         out["best"][str(n)] = {"series": best, "test_macro_f1": b["macro_f1"]["mean"],
                                "test_macro_f1_std": b["macro_f1"]["std"], "val_macro_f1": b["val_macro_f1"]["mean"]}

@@ -4,9 +4,8 @@ matters most and how the neural models compare with the best baseline, judged by
 from __future__ import annotations
 
 from stages.evaluation.baselines import module, settings_words
+from stages.evaluation.report import pm
 from stages.evaluation.summary import MIN_GAIN, neural_points, point_at, pooled
-
-NAMES = {"bert": "BERT", "gpt": "GPT", "t5": "T5"}
 
 
 def _noise(diff: float, std: float) -> str:
@@ -20,15 +19,15 @@ def best_paradigm(gains: dict) -> str:
     ranked = sorted(gains, key=lambda p: (-gains[p]["test_macro_f1"], p))
     best = ranked[0]
     g = gains[best]
-    text = (f"**{NAMES.get(best, best)} fine-tunes best**: test macro-F1 {g['test_macro_f1']:.3f} ± "
-            f"{g['test_macro_f1_std']:.3f} with its {g['best_init']} initialisation")
+    text = (f"**{best.upper()} fine-tunes best**: test macro-F1 {pm(g, 'test_macro_f1')} with its {g['best_init']} "
+            "initialisation")
     if len(ranked) > 1:
         runner = gains[ranked[1]]
         diff = g["test_macro_f1"] - runner["test_macro_f1"]
         std = pooled(g["test_macro_f1_std"], runner["test_macro_f1_std"])
         if diff == 0:
             text = text.replace(" fine-tunes best**", " fine-tunes best** (tied)")
-        text += (f", {diff:+.3f} over {NAMES.get(ranked[1], ranked[1])} ({runner['test_macro_f1']:.3f}), "
+        text += (f", {diff:+.3f} over {ranked[1].upper()} ({runner['test_macro_f1']:.3f}), "
                  f"{_noise(diff, std)}")
         if std and abs(diff) <= 2 * std:
             text += ": these seeds do not separate the two"
@@ -39,7 +38,7 @@ def dapt_effect(paradigm: str, g: dict) -> str:
     d = g["dapt"]
     diff = d["difference"]
     verb = "helped" if diff > 0 else "hurt" if diff < 0 else "did not change"
-    text = f"DAPT {verb} {NAMES.get(paradigm, paradigm)}: {diff:+.3f} test macro-F1 (dapt minus pretrained), "
+    text = f"DAPT {verb} {paradigm.upper()}: {diff:+.3f} test macro-F1 (dapt minus pretrained), "
     text += _noise(diff, d["pooled_std"])
     if diff and d["pooled_std"] and not d["resolved"]:
         text += ", so no measurable effect"
@@ -51,27 +50,26 @@ def pretraining_effect(gains: dict) -> str:
     for p, g in gains.items():
         d = g["pretraining"]
         ok = "counts" if d["counts"] else "does not count"
-        parts.append(f"{NAMES.get(p, p)} {d['difference']:+.3f} ({g['best_init']} vs random; {ok})")
+        parts.append(f"{p.upper()} {d['difference']:+.3f} ({g['best_init']} vs random; {ok})")
     return (f"Pre-training gain with the full training sample: {'; '.join(parts)} (a gain counts when it is "
             f">= {MIN_GAIN} and beyond twice the pooled seed std, over at least two seeds).")
 
 
 def where_pretraining_matters(curve_gains: dict) -> str:
-    points = [(g["gain"], p, g.get("init", v["init"]), g) for p, v in curve_gains.items() for g in v["points"]]
+    points = [(g["gain"], p, g["init"], g) for p, v in curve_gains.items() for g in v["points"]]
     if not points:
         return ("The data-efficiency curve has no random-initialisation series next to a pre-trained one, so it "
                 "cannot say at which label count pre-training matters most.")
     gain, p, init, g = max(points, key=lambda t: (t[0], -t[3]["train_examples"]))
     if gain <= 0:
         return (f"Pre-training does not help at any label count on the curve: the largest gain of a pre-trained "
-                f"initialisation over random is {gain:+.3f} ({NAMES.get(p, p)} {init}, {g['train_examples']} labels).")
-    text = (f"Pre-training matters most at **{g['train_examples']} labels**: {NAMES.get(p, p)} {init} beats "
+                f"initialisation over random is {gain:+.3f} ({p.upper()} {init}, {g['train_examples']} labels).")
+    text = (f"Pre-training matters most at **{g['train_examples']} labels**: {p.upper()} {init} beats "
             f"random by {gain:+.3f} macro-F1, {_noise(gain, g['pooled_std'])}")
     last = curve_gains[p]["points"][-1]
     if last["train_examples"] != g["train_examples"]:
-        last_init = last.get("init", curve_gains[p]["init"])
         text += (f"; with {last['train_examples']} labels the gain is {last['gain']:+.3f}"
-                 + (f" ({last_init})" if last_init != init else ""))
+                 + (f" ({last['init']})" if last["init"] != init else ""))
     return text + "."
 
 
@@ -112,8 +110,7 @@ def against_baselines(result: dict) -> list[str]:
         (wins if d_top and d_top["resolved"] and d_top["difference"] > 0 else losses).append(n)
         out.append(f"{label} the best baseline on validation is {module(b['series']).TITLE} "
                    f"({settings_words(b['series'], chosen[0])}{' ...' if len(chosen) > 1 else ''}; "
-                   f"test {b['test_macro_f1']:.3f} ± {b['test_macro_f1_std']:.3f}); "
-                   f"the best neural model on validation ({name}, test {a['mean']:.3f} ± {a['std']:.3f}) is "
+                   f"test {pm(b, 'test_macro_f1')}); the best neural model on validation ({name}, test {pm(a)}) is "
                    f"{abs(d['difference']):.3f} {rel} it, {_noise(d['difference'], d['pooled_std'])}. "
                    f"Pre-trained models above it beyond noise: {len(above)} of {len(pre)}"
                    f"{' (' + ', '.join(above) + ')' if above else ''}; below it: {len(below)}.")

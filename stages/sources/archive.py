@@ -1,9 +1,6 @@
-"""Package archives over plain HTTP, in Python: a Debian suite (Release, its indices by SHA-256, .deb members) and
-npm tarballs (by the registry's integrity hash). No apt, dpkg or npm binary is needed.
-
-Every download lands in a content-addressed cache (``<cache>/by-hash/<sha256>``) after its hash is checked, so a
-run whose pins are cached needs no network at all.
-"""
+"""Package archives over plain HTTP, in Python (no apt, dpkg or npm binary): a Debian suite (Release, its indices by
+SHA-256, .deb members) and npm tarballs (by the registry's integrity hash). Downloads land in a content-addressed
+cache after their hash is checked, so a run whose pins are cached needs no network."""
 
 from __future__ import annotations
 
@@ -28,6 +25,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from stages.common.atomic import write_bytes_atomic
 from stages.common.redact import redact_url
 from stages.sources.base import SourceError, offline
 
@@ -55,28 +53,20 @@ class Store:
 
     def __init__(self, root: Path) -> None:
         self.root = root / "by-hash"
-        self.root.mkdir(parents=True, exist_ok=True)
 
     def path(self, sha256: str) -> Path:
         return self.root / sha256
 
     def get(self, sha256: str) -> bytes | None:
         p = self.path(sha256)
-        if not p.is_file():
-            return None
-        data = p.read_bytes()
-        if hashlib.sha256(data).hexdigest() != sha256:  # a damaged cache entry: drop it, fetch again
+        data = p.read_bytes() if p.is_file() else None
+        if data is not None and hashlib.sha256(data).hexdigest() != sha256:  # a damaged entry: drop it, fetch again
             p.unlink()
             return None
         return data
 
-    def put(self, data: bytes) -> str:
-        digest = hashlib.sha256(data).hexdigest()
-        fd, tmp = tempfile.mkstemp(dir=self.root, prefix=".tmp-")
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, self.path(digest))
-        return digest
+    def put(self, data: bytes) -> None:
+        write_bytes_atomic(self.path(hashlib.sha256(data).hexdigest()), data)
 
 
 def fetch_verified(store: Store, url: str, sha256: str, what: str) -> bytes:
@@ -125,10 +115,7 @@ def host_mirror(suite: str, sources_dir: Path = Path("/etc/apt")) -> str | None:
             words = re.sub(r"\[[^]]*\]", " ", line.split("#", 1)[0]).split()
             if len(words) >= 3 and words[0] == "deb":
                 found.append((words[1], [words[2]]))
-    for uri, suites in found:
-        if suite in suites:
-            return uri
-    return found[0][0] if found else None
+    return next((uri for uri, suites in found if suite in suites), found[0][0] if found else None)
 
 
 def version_key(version: str) -> tuple:
@@ -138,10 +125,7 @@ def version_key(version: str) -> tuple:
 
     def part(s: str) -> tuple:  # alternating non-digit runs (dpkg's char weights) and numbers, then an end mark
         out: list = []
-        while s:
-            alpha = re.match(r"[^0-9]*", s).group()  # type: ignore[union-attr]
-            digits = re.match(r"[0-9]*", s[len(alpha):]).group()  # type: ignore[union-attr]
-            s = s[len(alpha) + len(digits):]
+        for alpha, digits in re.findall(r"([^0-9]*)([0-9]*)", s)[:-1]:  # the last match is the empty one at the end
             out += [tuple(-1 if c == "~" else ord(c) if c.isalpha() else ord(c) + 256 for c in alpha) + (0,),
                     int(digits or 0)]
         return (*out, (0,))  # "~" sorts before the end, the end before anything else
@@ -161,11 +145,8 @@ class Release:
     def parse(cls, data: bytes) -> Release:
         text = data.decode("utf-8", errors="replace")
         stanza = next(parse_stanzas(text.splitlines()), {})
-        indices = {}
-        for line in stanza.get("SHA256", "").splitlines():
-            parts = line.split()
-            if len(parts) == 3:
-                indices[parts[2]] = (parts[0], int(parts[1]))
+        rows = [line.split() for line in stanza.get("SHA256", "").splitlines()]
+        indices = {row[2]: (row[0], int(row[1])) for row in rows if len(row) == 3}
         return cls({k: v for k, v in stanza.items() if "\n" not in v}, hashlib.sha256(data).hexdigest(), indices)
 
     def identity(self) -> dict[str, str]:
@@ -187,8 +168,7 @@ class DebianArchive:
         return urllib.parse.urljoin(self.mirror, path)
 
     def release(self, pinned: str | None = None) -> Release:
-        """The suite's Release: the pinned one from the cache when there, else fetched (and its signature checked
-        where gpgv and the keyring are on this machine)."""
+        """The suite's Release: the pinned one from the cache, else fetched and its signature checked (by gpgv)."""
         data = self.store.get(pinned) if pinned else None
         if data is not None:
             self.signature = "checked when it was fetched (the pinned Release is read from the cache)"
@@ -218,8 +198,7 @@ class DebianArchive:
         self.signature = f"verified with {Path(keyring).name}"
 
     def index(self, release: Release, name: str) -> tuple[str, bytes]:
-        """(path, decompressed bytes) of the index ``name`` (e.g. ``main/binary-amd64/Packages``) in the first
-        compression Release lists, fetched by hash when the archive serves by hash."""
+        """(path, decompressed bytes) of index ``name`` in the first compression Release lists, by hash if served so."""
         for ext, decompress in _COMPRESSIONS:
             path = name + ext
             if path in release.indices:
@@ -267,11 +246,9 @@ def deb_files(deb: bytes, what: str) -> Iterator[tuple[str, bytes]]:
 # --- npm ----------------------------------------------------------------------------------------------------
 
 def npm_registry() -> str | None:
-    """The npm registry configured on this machine: ``npm_config_registry``, then ``registry=`` in the user's and
-    the global npmrc, then the npm command's own setting when npm is installed; None when nothing names one."""
-    for var in ("npm_config_registry", "NPM_CONFIG_REGISTRY"):
-        if os.environ.get(var):
-            return os.environ[var]
+    """The npm registry this machine names: ``npm_config_registry``, an npmrc's ``registry=``, else npm's own."""
+    if env := os.environ.get("npm_config_registry") or os.environ.get("NPM_CONFIG_REGISTRY"):
+        return env
     for rc in (Path.home() / ".npmrc", Path("/etc/npmrc"), Path("/usr/etc/npmrc"), Path("/usr/local/etc/npmrc")):
         if rc.is_file():
             parser = configparser.ConfigParser(interpolation=None)
@@ -306,8 +283,7 @@ def integrity_ok(data: bytes, integrity: str) -> bool:
 
 
 def npm_tarball(registry: str, spec: str, pinned: str | None) -> tuple[dict[str, str], bytes]:
-    """(identity, tarball bytes) of an exact ``name@version``: the registry's metadata names the tarball and its
-    integrity; the tarball is refused unless it matches (and matches the pin when one is given)."""
+    """(identity, tarball bytes) of an exact ``name@version``, refused unless it matches its integrity and the pin."""
     if spec.startswith(("http://", "https://")):  # a tarball URL (a private registry's): its own hash is the pin
         data = http_get(spec, f"npm package {redact_url(spec)}")
         integrity = "sha512-" + base64.b64encode(hashlib.sha512(data).digest()).decode()
@@ -338,4 +314,3 @@ class PinMismatch(SourceError):
 
     def __init__(self, what: str, pinned: str, offered: str) -> None:
         super().__init__(f"{what}: pinned {pinned}, the upstream offers {offered}")
-        self.what, self.pinned, self.offered = what, pinned, offered

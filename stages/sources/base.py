@@ -8,6 +8,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from stages.common.documents import Record
 from stages.common.hashing import sha256_file  # noqa: F401 (re-exported: the sources' checksum)
 
 
@@ -21,6 +22,30 @@ OFFLINE_ENV = "LMPIPE_OFFLINE"
 def offline() -> bool:
     """True when the user asked for no network use at all (``LMPIPE_OFFLINE=1``): cache misses fail fast."""
     return os.environ.get(OFFLINE_ENV, "").strip().lower() in {"1", "true", "yes"}
+
+
+@dataclass(frozen=True, kw_only=True)
+class FieldsSource:
+    """The fields (columns) of a file's or a dataset's rows that a record's parts are read from."""
+
+    kind: str
+    text_field: str = "text"
+    """Field (column) holding the text."""
+    url_field: str | None = "url"
+    """Field holding the URL; null = none."""
+    label_field: str | None = None
+    """Field holding the label (labeled corpora; a ClassLabel's ints are written as its names); null = none."""
+    group_field: str | None = None
+    """Field holding the split group; null = none (each text is its own group). Other fields go into `meta`."""
+
+    def record(self, row: dict[str, Any], text: str, label: Any, name: str) -> Record:
+        """``row`` as a Record: URL, label and group from their fields, the other fields as ``meta``."""
+        url = row.get(self.url_field) if self.url_field else None
+        group = row.get(self.group_field) if self.group_field else None
+        used = {self.text_field, self.url_field, self.label_field, self.group_field}
+        return Record(text=text, source=str(row.get("source") or name), url=None if url in (None, "") else str(url),
+                      meta={k: v for k, v in row.items() if k not in used}, label=None if label is None else str(label),
+                      group=None if group is None else str(group))
 
 
 @dataclass

@@ -1,11 +1,5 @@
-"""Corpora from a Debian archive, read over HTTP in Python (:mod:`stages.sources.archive`): nothing is installed and
-no apt, apt-cache or dpkg-deb is needed.
-
-- :func:`read_debian_docs`: documentation pages (reST sources of the Sphinx HTML) from doc packages.
-- :func:`read_debian_descriptions`: package long descriptions labeled by archive Section, joined from the
-  Packages index and ``Translation-en`` on ``Description-md5``.
-
-Every index is checked against the suite's Release (SHA-256); the Release itself against the source's pin.
+"""Corpora from a Debian archive read over HTTP (:mod:`stages.sources.archive`; no apt or dpkg): doc packages' pages
+and package descriptions labeled by Section. Every index is checked against the Release, the Release against the pin.
 """
 
 from __future__ import annotations
@@ -21,7 +15,7 @@ from typing import Literal
 
 from stages.common.documents import Record
 from stages.config import check
-from stages.sources.archive import (MIRROR_ENV, DebianArchive, PinMismatch, Release, deb_files, host_mirror,
+from stages.sources.archive import (MIRROR_ENV, DebianArchive, PinMismatch, deb_files, host_mirror,
                                     parse_stanzas, version_key)
 from stages.sources.base import Provenance, SourceContext, SourceError
 from stages.sources.pins import describe
@@ -35,16 +29,10 @@ DEBIAN_LICENCE = ("each package's own licence, see /usr/share/doc/<package>/copy
 
 
 @dataclass(frozen=True, kw_only=True)
-class DebianDocsSource:
-    """Documentation pages from Debian doc packages, read from the .deb files without installing them."""
+class DebianSuite:
+    """The archive suite a Debian source reads (keys shared by both Debian sources)."""
 
-    kind: Literal["debian_docs"]
-    """`debian_docs` selects this source."""
-    packages: tuple[str, ...] = ("linux-doc", "python3-doc")
-    """Debian packages to read; a metapackage (`linux-doc`) is followed to the versioned package it depends on."""
-    include: tuple[str, ...] = ("usr/share/doc/*/html/_sources/*.txt",)
-    """Glob patterns (relative to the package root) of the files read; the default: the reST sources beside Sphinx
-    HTML."""
+    kind: str
     mirror: str | None = None
     """Debian mirror URL (or a dated snapshot of the archive); null = `LMPIPE_DEBIAN_MIRROR`, else the first mirror
     in this machine's apt sources."""
@@ -60,7 +48,20 @@ class DebianDocsSource:
 
 
 @dataclass(frozen=True, kw_only=True)
-class DebianDescriptionsSource:
+class DebianDocsSource(DebianSuite):
+    """Documentation pages from Debian doc packages, read from the .deb files without installing them."""
+
+    kind: Literal["debian_docs"]
+    """`debian_docs` selects this source."""
+    packages: tuple[str, ...] = ("linux-doc", "python3-doc")
+    """Debian packages to read; a metapackage (`linux-doc`) is followed to the versioned package it depends on."""
+    include: tuple[str, ...] = ("usr/share/doc/*/html/_sources/*.txt",)
+    """Glob patterns (relative to the package root) of the files read; the default: the reST sources beside Sphinx
+    HTML."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class DebianDescriptionsSource(DebianSuite):
     """Debian package descriptions (synopsis + long description) labeled by their archive Section."""
 
     kind: Literal["debian_descriptions"]
@@ -71,55 +72,33 @@ class DebianDescriptionsSource:
     """Archive sections left out (e.g. the task's, for an in-domain DAPT corpus); must not overlap `sections`."""
     unwrap: bool = False
     """Join each paragraph's lines into one line (the archive wraps at about 75 columns; C4's rules work per line)."""
-    mirror: str | None = None
-    """Debian mirror URL (or a dated snapshot of the archive); null = `LMPIPE_DEBIAN_MIRROR`, else the first mirror
-    in this machine's apt sources."""
-    suite: str = "bookworm"
-    """Suite (codename) read; a stable release's base suite changes only at point releases."""
-    components: tuple[str, ...] = ("main",)
-    """Archive components read."""
-    architecture: str = "amd64"
-    """Architecture of the Packages index read (the same on every host, so the corpus is too)."""
-    keyring: str | None = "/usr/share/keyrings/debian-archive-keyring.gpg"
-    """OpenPGP keyring the Release signature is checked with (by gpgv) where both exist; the pin's SHA-256 holds
-    either way."""
 
     def __post_init__(self) -> None:
         overlap = sorted(set(self.sections) & set(self.exclude_sections))
         check(not overlap, f"exclude_sections: {overlap[0]!r} is also in sections" if overlap else "")
 
 
-def archive_for(cfg: DebianDocsSource | DebianDescriptionsSource, ctx: SourceContext) -> DebianArchive:
-    """The configured suite at the configured mirror, else at ``LMPIPE_DEBIAN_MIRROR``, else at the first mirror in
-    this machine's apt sources."""
+def open_suite(cfg: DebianSuite, ctx: SourceContext, prov: Provenance,
+               names: list[str]) -> tuple[DebianArchive, dict[str, bytes]]:
+    """The suite at the configured mirror (else ``LMPIPE_DEBIAN_MIRROR``, else the first in this machine's apt sources)
+    and its indices ``names`` (decompressed), its Release checked against the pin and recorded as the new one."""
     mirror = cfg.mirror or os.environ.get(MIRROR_ENV) or host_mirror(cfg.suite)
     if not mirror:
         raise SourceError(f"{cfg.kind}: no Debian mirror is configured: set the source's mirror (or {MIRROR_ENV}) "
                           "to a Debian mirror's URL")
-    return DebianArchive(mirror, cfg.suite, ctx.subdir("debian"), keyring=cfg.keyring)
-
-
-def open_suite(cfg: DebianDocsSource | DebianDescriptionsSource, ctx: SourceContext,
-               prov: Provenance) -> tuple[DebianArchive, Release]:
-    """The archive and its Release, checked against the source's pin (when it has one)."""
-    archive = archive_for(cfg, ctx)
+    archive = DebianArchive(mirror, cfg.suite, ctx.subdir("debian"), keyring=cfg.keyring)
     pinned = (ctx.pin or {}).get("release_sha256")
     release = archive.release(pinned)
     if pinned and release.sha256 != pinned:
-        raise PinMismatch(f"{cfg.kind} suite {cfg.suite}", describe(ctx.pin), describe({'kind': cfg.kind, **release.identity()}))
+        raise PinMismatch(f"{cfg.kind} suite {cfg.suite}", describe(ctx.pin),
+                          describe({"kind": cfg.kind, **release.identity()}))
     print(f"[ingest] {cfg.kind} suite {cfg.suite}: Release signature {archive.signature}", file=sys.stderr)
-    return archive, release
-
-
-def read_indices(archive: DebianArchive, release: Release, names: list[str], prov: Provenance) -> dict[str, bytes]:
-    """Each named index (decompressed), recorded with the compressed file's SHA-256 as the pin's identity."""
     out, used = {}, {}
     for name in names:
-        path, data = archive.index(release, name)
+        path, out[name] = archive.index(release, name)
         used[path] = release.indices[path][0]
-        out[name] = data
     prov.extra["pin"] = {"kind": prov.kind, **release.identity(), "indices": used}
-    return out
+    return archive, out
 
 
 def packages_by_name(data: bytes) -> dict[str, dict[str, str]]:
@@ -148,11 +127,8 @@ def resolve(packages: dict[str, dict[str, str]], package: str) -> dict[str, str]
 
 
 def read_debian_docs(cfg: DebianDocsSource, ctx: SourceContext, prov: Provenance) -> Iterator[Record]:
-    archive, release = open_suite(cfg, ctx, prov)
-    indices = read_indices(archive, release, [f"{c}/binary-{cfg.architecture}/Packages" for c in cfg.components], prov)
-    packages: dict[str, dict[str, str]] = {}
-    for data in indices.values():
-        packages.update(packages_by_name(data))
+    archive, indices = open_suite(cfg, ctx, prov, [f"{c}/binary-{cfg.architecture}/Packages" for c in cfg.components])
+    packages = {name: st for data in indices.values() for name, st in packages_by_name(data).items()}
     prov.description = f"Debian documentation packages {', '.join(cfg.packages)}"
     prov.licence = DEBIAN_LICENCE
     for requested in cfg.packages:
@@ -189,10 +165,8 @@ def long_description(desc: str) -> tuple[str, str]:
     """Split a Description-en field into (synopsis, body) following Debian Policy 5.6.13: the body's lines
     start with one space, a line of a single ``.`` is a paragraph break."""
     synopsis, _, rest = desc.partition("\n")
-    body = []
-    for line in rest.splitlines():
-        line = line[1:] if line.startswith(" ") else line
-        body.append("" if line.strip() == "." else line.rstrip())
+    lines = [line[1:] if line.startswith(" ") else line for line in rest.splitlines()]
+    body = ["" if line.strip() == "." else line.rstrip() for line in lines]
     return synopsis.strip(), "\n".join(body).strip()
 
 
@@ -204,8 +178,7 @@ def unwrap(body: str) -> str:
     5.6.13: verbatim) or a list item starts a new line."""
     out: list[str] = []
     for line in body.split("\n"):
-        joins = bool(out and out[-1] and line and not line[0].isspace() and not line.startswith(_BULLET))
-        if joins:
+        if out and out[-1] and line and not line[0].isspace() and not line.startswith(_BULLET):
             out[-1] = f"{out[-1]} {line.strip()}"
         else:
             out.append(line.rstrip())
@@ -214,41 +187,37 @@ def unwrap(body: str) -> str:
 
 def read_debian_descriptions(cfg: DebianDescriptionsSource, ctx: SourceContext,
                              prov: Provenance) -> Iterator[Record]:
-    archive, release = open_suite(cfg, ctx, prov)
     names = [n for c in cfg.components for n in (f"{c}/binary-{cfg.architecture}/Packages", f"{c}/i18n/Translation-en")]
-    indices = read_indices(archive, release, names, prov)
+    _, indices = open_suite(cfg, ctx, prov, names)
     prov.description = ("Debian package descriptions (Packages + Translation-en), labeled by Section"
                         + (f"; sections {', '.join(cfg.sections)}" if cfg.sections else "; every section")
                         + (f" except {', '.join(cfg.exclude_sections)}" if cfg.exclude_sections else ""))
     prov.licence = DEBIAN_LICENCE
-    translations: dict[str, str] = {}
-    for name, data in indices.items():
-        if name.endswith("Translation-en"):
-            for st in parse_stanzas(data.decode("utf-8", errors="replace").splitlines()):
-                if "Description-md5" in st and "Description-en" in st:
-                    translations[st["Description-md5"]] = st["Description-en"]
+    stanzas = [st for name, data in indices.items() if name.endswith("Translation-en")
+               for st in parse_stanzas(data.decode("utf-8", errors="replace").splitlines())]
+    translations = {st["Description-md5"]: st["Description-en"] for st in stanzas
+                    if "Description-md5" in st and "Description-en" in st}
     wanted, unwanted = set(cfg.sections), set(cfg.exclude_sections)
+    packages = [st for name, data in indices.items() if name.endswith("Packages")
+                for st in packages_by_name(data).values()]
     rows = []
-    for name, data in indices.items():
-        if not name.endswith("Packages"):
+    for st in packages:
+        section = st.get("Section", "").split("/")[-1]  # contrib/net and non-free/net are still "net"
+        if (wanted and section not in wanted) or section in unwanted or not section:
             continue
-        for st in packages_by_name(data).values():
-            section = st.get("Section", "").split("/")[-1]  # contrib/net and non-free/net are still "net"
-            if (wanted and section not in wanted) or section in unwanted or not section:
-                continue
-            desc = st.get("Description-en") or translations.get(st.get("Description-md5", ""))
-            if desc is None:
-                prov.skip("no_translation")
-                continue
-            synopsis, body = long_description(desc)
-            if not body:
-                prov.skip("no_long_description")
-                continue
-            if cfg.unwrap:
-                body = unwrap(body)
-            source = re.split(r"\s", st.get("Source", st["Package"]).strip())[0]
-            rows.append(Record(text=f"{synopsis}\n{body}", source="debian-descriptions", url=None, label=section,
-                               group=source, meta={"package": st["Package"], "version": st.get("Version"),
-                                                   "source_package": source, "section": section}))
+        desc = st.get("Description-en") or translations.get(st.get("Description-md5", ""))
+        if desc is None:
+            prov.skip("no_translation")
+            continue
+        synopsis, body = long_description(desc)
+        if not body:
+            prov.skip("no_long_description")
+            continue
+        if cfg.unwrap:
+            body = unwrap(body)
+        source = re.split(r"\s", st.get("Source", st["Package"]).strip())[0]
+        rows.append(Record(text=f"{synopsis}\n{body}", source="debian-descriptions", url=None, label=section,
+                           group=source, meta={"package": st["Package"], "version": st.get("Version"),
+                                               "source_package": source, "section": section}))
     prov.extra["translations"] = len(translations)
     yield from sorted(rows, key=lambda r: r.meta["package"])

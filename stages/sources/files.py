@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from stages.common.documents import Record
-from stages.sources.base import Provenance, SourceError
+from stages.sources.base import FieldsSource, Provenance, SourceError
 
 FORMATS = ("jsonl", "parquet", "txt", "wet")
 _SUFFIXES = {
@@ -25,7 +25,7 @@ _SUFFIXES = {
 
 
 @dataclass(frozen=True, kw_only=True)
-class FilesSource:
+class FilesSource(FieldsSource):
     """Documents from local files: JSONL (plain, .gz, .zst), Parquet, a folder of .txt, Common Crawl WET."""
 
     kind: Literal["files"]
@@ -36,14 +36,6 @@ class FilesSource:
     """File format; `auto` picks by suffix: .jsonl (also .gz, .zst), .parquet, .txt, .warc.wet (also .gz)."""
     name: str | None = None
     """The `source` value written for these documents; null = the path's file or folder name."""
-    text_field: str = "text"
-    """Field holding the text in JSONL and Parquet records."""
-    url_field: str | None = "url"
-    """Field holding the URL in JSONL and Parquet records; null = none."""
-    label_field: str | None = None
-    """Field holding the label in JSONL and Parquet records (labeled corpora); null = none."""
-    group_field: str | None = None
-    """Field holding the split group; null = none (each text is its own group). Other fields go into `meta`."""
     on_error: Literal["fail", "skip"] = "fail"
     """`fail`: stop at the first bad record, naming file and line; `skip`: drop it, counted by reason in the
     manifest."""
@@ -126,20 +118,10 @@ def _record(cfg: FilesSource, prov: Provenance, obj: dict[str, Any], where: str,
     except UnicodeEncodeError as exc:  # e.g. a JSON "\ud800" escape: not representable in UTF-8
         return _bad(cfg, prov, f"{where}: field {cfg.text_field!r} has an unpaired surrogate at character "
                     f"{exc.start}", "bad_field")
-    url = obj.get(cfg.url_field) if cfg.url_field else None
     label = obj.get(cfg.label_field) if cfg.label_field else None
     if cfg.label_field and (label is None or label == ""):
         return _bad(cfg, prov, f"{where}: missing label field {cfg.label_field!r}", "bad_field")
-    group = obj.get(cfg.group_field) if cfg.group_field else None
-    used = {cfg.text_field, cfg.url_field, cfg.label_field, cfg.group_field}
-    return Record(
-        text=text,
-        source=str(obj.get("source") or name),
-        url=None if url in (None, "") else str(url),
-        meta={k: v for k, v in obj.items() if k not in used},
-        label=None if label is None else str(label),
-        group=None if group is None else str(group),
-    )
+    return cfg.record(obj, text, label, name)
 
 
 def _json_object(cfg: FilesSource, prov: Provenance, raw: bytes, where: str) -> dict[str, Any] | None:

@@ -10,11 +10,11 @@ from typing import Literal
 
 from stages.config import check
 from stages.common.documents import Record
-from stages.sources.base import Provenance, SourceError, offline
+from stages.sources.base import FieldsSource, Provenance, SourceError, offline
 
 
 @dataclass(frozen=True, kw_only=True)
-class HFSource:
+class HFSource(FieldsSource):
     """A Hugging Face dataset: a hub dataset by `name` or a `save_to_disk` folder by `path`; exactly one."""
 
     kind: Literal["hf"]
@@ -33,14 +33,6 @@ class HFSource:
     """Read a hub dataset lazily (for corpora larger than the disk); `max_rows` caps it."""
     max_rows: int | None = None
     """Read at most this many rows; null = all."""
-    text_field: str = "text"
-    """Column holding the text."""
-    url_field: str | None = "url"
-    """Column holding the URL; null = none."""
-    label_field: str | None = None
-    """Column holding the label (ClassLabel ints are written as their names); null = none."""
-    group_field: str | None = None
-    """Column holding the split group; null = none (each text is its own group). Other columns go to `meta`."""
     licence: str = "see the dataset card"
     """Free-text licence note copied into the manifest."""
 
@@ -85,7 +77,6 @@ def read_hf(cfg: HFSource, prov: Provenance) -> Iterator[Record]:
     columns = ds.column_names or []
     if columns and cfg.text_field not in columns:
         raise SourceError(f"{cfg.path or cfg.name}: no column {cfg.text_field!r} (columns: {', '.join(columns)})")
-    used = {cfg.text_field, cfg.url_field, cfg.label_field, cfg.group_field}
     features = getattr(ds, "features", None) if cfg.label_field else None  # ClassLabel ints are written as names
     label_names = getattr(features.get(cfg.label_field), "names", None) if features is not None else None
     for i, row in enumerate(itertools.islice(ds, cfg.max_rows)):
@@ -96,8 +87,4 @@ def read_hf(cfg: HFSource, prov: Provenance) -> Iterator[Record]:
         if label_names is not None and isinstance(label, int):
             # ClassLabel's -1 means "no label" (e.g. GLUE test splits), not the last class.
             label = label_names[label] if 0 <= label < len(label_names) else None
-        group = row.get(cfg.group_field) if cfg.group_field else None
-        yield Record(text=text, source=str(row.get("source") or source_name),
-                     url=(row.get(cfg.url_field) or None) if cfg.url_field else None,
-                     meta={k: v for k, v in row.items() if k not in used},
-                     label=None if label is None else str(label), group=None if group is None else str(group))
+        yield cfg.record(row, text, label, source_name)

@@ -8,7 +8,7 @@ import glob
 import hashlib
 import platform
 import time
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,7 +29,6 @@ SPLITS = ("train", "validation", "test")
 @dataclass(frozen=True, kw_only=True)
 class IngestResult:
     metrics: dict[str, Any]
-    manifest: dict[str, Any]
     gate: Gate  # checked by the stage's entry before the folder is published
 
 
@@ -41,8 +40,7 @@ def assign_split(group: str, cfg: SplitConfig) -> str:
 
 def read_all(cfg: CorpusConfig, ctx: SourceContext, provs: list[Provenance], dropped: Counter,
              log=print) -> Iterator[Record]:
-    """Every record of every source, in order, with one Provenance per source appended to ``provs``;
-    each source stops once ``max_docs`` records have been read in all."""
+    """Every record of every source up to ``max_docs`` in all, each source's Provenance appended to ``provs``."""
     total = 0
     for i, src in enumerate(cfg.sources):
         prov = Provenance(kind=src.kind)
@@ -68,8 +66,7 @@ def read_all(cfg: CorpusConfig, ctx: SourceContext, provs: list[Provenance], dro
 
 def collect_labeled(cfg: CorpusConfig, ctx: SourceContext,
                     log=print) -> tuple[list[dict[str, Any]], list[Provenance], Counter]:
-    """Labeled corpora, in memory: rows in the output schema with their split, per-source provenance and
-    drop counters. Texts whose copies disagree on the label are dropped."""
+    """Labeled corpora, in memory: rows with their split, provenance and drop counters (label conflicts dropped)."""
     provs: list[Provenance] = []
     rows: dict[str, dict[str, Any]] = {}
     labels_of: dict[str, set[str]] = {}
@@ -101,8 +98,8 @@ def gate_labels(cfg: CorpusConfig) -> tuple[str, ...]:
 
 
 def stream_documents(cfg: CorpusConfig, ctx: SourceContext, path: Path, log=print):
-    """Unlabeled corpora: read every source straight into Parquet, batch by batch, so memory holds the
-    ids and a few numbers per document, never the corpus. Returns what the gate and manifest need."""
+    """Unlabeled corpora, streamed into Parquet (memory holds ids and a few numbers per document); returns what the
+    gate and manifest need."""
     import pandas as pd
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -137,20 +134,16 @@ def stream_documents(cfg: CorpusConfig, ctx: SourceContext, path: Path, log=prin
 
 def _counts(documents: int, characters: int, sources: list[str], splits=None, labels=None) -> dict[str, Any]:
     """The manifest's counts; labeled corpora add ``by_split`` and ``by_label``."""
-    def tally(values) -> dict[str, int]:
-        return dict(sorted(Counter(values).items()))
-
-    counts = {"documents": documents, "characters": characters, "by_source": tally(sources)}
+    counts = {"documents": documents, "characters": characters, "by_source": sources}
     if labels is not None:
-        counts |= {"by_split": tally(splits), "by_label": tally(labels)}
-    return counts
+        counts |= {"by_split": splits, "by_label": labels}
+    return {k: v if isinstance(v, int) else dict(sorted(Counter(v).items())) for k, v in counts.items()}
 
 
 def ingest(cfg: CorpusConfig, *, corpus: str, cache_dir: Path, out: Path, log=print,
            pin_file: Path | None = pins.PINS) -> IngestResult:
-    """Read and normalise one corpus into the folder ``out``; returns its metrics, manifest and gate (checked by
-    the stage's entry before it publishes the folder). Raises SourceError. Unlabeled corpora stream to disk;
-    labeled ones, which need a global view for label conflicts and class balance, are built in memory."""
+    """Read and normalise one corpus into the folder ``out``; returns its metrics, manifest and gate. Labeled
+    corpora, which need a global view for label conflicts and class balance, are built in memory."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -185,14 +178,13 @@ def ingest(cfg: CorpusConfig, *, corpus: str, cache_dir: Path, out: Path, log=pr
     # No wall-clock figures in metrics: the same input and params give byte-identical files.
     metrics = manifest["counts"] | {"gate_passed": True}
     log(f"[ingest] {corpus}: made in {time.perf_counter() - t0:.1f}s")
-    return IngestResult(metrics=metrics, manifest=manifest, gate=Gate(f"ingest-{corpus}", tables, expectations))
+    return IngestResult(metrics=metrics, gate=Gate(f"ingest-{corpus}", tables, expectations))
 
 
 def pin_sources(cfg: CorpusConfig, *, corpus: str, cache_dir: Path, pin_file: Path = pins.PINS, log=print) -> list:
     """Fetch every source of ``corpus`` as the upstream serves it now and record what each got in ``pin_file``."""
     provs: list[Provenance] = []
-    for _ in read_all(cfg, SourceContext(cache_dir=cache_dir, corpus=corpus), provs, Counter(), log):
-        pass
+    deque(read_all(cfg, SourceContext(cache_dir=cache_dir, corpus=corpus), provs, Counter(), log), maxlen=0)
     entries = [p.extra.get("pin") for p in provs]
     pins.write(corpus, entries, pin_file)
     log(f"[ingest] {corpus}: pinned {sum(e is not None for e in entries)} remote source(s) in {pin_file}")

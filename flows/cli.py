@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from stages.common.cli import entry
-from stages.config import ConfigError
+from stages.config import ConfigError, load_params
 from stages.profile import load_checked, run_args
 
 MODULES = {  # subcommand -> module whose main(argv) it runs
@@ -50,9 +50,10 @@ def run(argv: list[str]) -> int:
         print("error: not a DVC project: run from the repository root", file=sys.stderr)
         return 1
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
-    if not args.profile:
-        return subprocess.call([_tool("dvc"), "repro"], env=env)
     try:
+        if not args.profile:
+            load_params("params.yaml")  # before DVC reads it: one line for what would make DVC choke
+            return subprocess.call([_tool("dvc"), "repro"], env=env)
         profile, params = load_checked(args.profile)
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)

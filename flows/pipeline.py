@@ -29,6 +29,7 @@ from flows.ui import stop
 from stages.common.atomic import write_bytes_atomic
 from stages.common.hashing import sha256_file
 from stages.common.shards import ENV as DASK
+from stages.config import load_params
 from stages.profile import apply, load_checked
 from stages.training import launch
 
@@ -256,6 +257,7 @@ def pipeline(target: str | None = None, profile: str | None = None, root: str = 
     base = Path(root).resolve()
     logger = get_run_logger()
     stage_timeout_s("any", stage_timeout_hours)  # a bad value fails before anything runs
+    load_params(base / "params.yaml")  # and a params file DVC would choke on (an alias bomb, a NaN)
     with workspace_lock(base):
         if restored := restore_params(base):
             logger.warning(restored)

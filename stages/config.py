@@ -10,6 +10,7 @@ import dataclasses
 import datetime
 import functools
 import json
+import math
 import types
 import typing
 from pathlib import Path
@@ -30,6 +31,53 @@ class Params(dict):
     source: Path | None = None
 
 
+MAX_YAML_VALUES = 100_000  # params.yaml holds a few hundred; more, once aliases are expanded, is an alias bomb
+MAX_YAML_BYTES = 10 << 20
+
+
+def load_yaml(p: Path) -> Any:
+    """A params or profile file's YAML, refused with one line naming it when it is not UTF-8, not YAML, larger
+    than 10 MiB, or expands (through aliases) to more than 100,000 values, or holds a non-finite number."""
+    import yaml
+
+    if p.stat().st_size > MAX_YAML_BYTES:
+        raise ConfigError(f"{p}: {p.stat().st_size:,} bytes; a params file is at most {MAX_YAML_BYTES:,}")
+    try:
+        text = p.read_text(encoding="utf-8")
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        sizes: dict[int, int] = {}
+
+        def size(n) -> int:  # values after alias expansion, each shared node counted once per use
+            if id(n) not in sizes:
+                sizes[id(n)] = 0  # a node reached again while counted: YAML aliases cannot recurse, but be safe
+                kids = [k for pair in n.value for k in pair] if isinstance(n, yaml.MappingNode) else (
+                    n.value if isinstance(n, yaml.SequenceNode) else [])
+                sizes[id(n)] = 1 + sum(size(k) for k in kids)
+            return sizes[id(n)]
+
+        if node is not None and size(node) > MAX_YAML_VALUES:
+            raise ConfigError(f"{p}: its YAML aliases expand to {size(node):,} values (at most {MAX_YAML_VALUES:,}); "
+                              "an alias that nests others multiplies them")
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{p}: invalid YAML: {exc}".replace("\n", " ")) from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{p}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    except RecursionError:
+        raise ConfigError(f"{p}: nested too deeply") from None
+    _finite(data, p, "")
+    return data
+
+
+def _finite(value: Any, p: Path, key: str) -> None:
+    """ConfigError naming the dotted key of the first NaN or infinity (no knob takes one)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ConfigError(f"{p}: {key or 'the document'}: {value} is not a finite number")
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for k, v in items:
+        _finite(v, p, f"{key}[{k}]" if isinstance(k, int) else f"{key}.{k}" if key else str(k))
+
+
 def load_params(path: str | Path = "params.yaml") -> dict[str, Any]:
     """Read a params file (YAML) into a dict; a missing or malformed file is a ConfigError naming it."""
     import yaml
@@ -37,18 +85,26 @@ def load_params(path: str | Path = "params.yaml") -> dict[str, Any]:
     p = Path(path)
     if not p.is_file():
         raise ConfigError(f"{p}: params file not found")
-    try:
-        data = yaml.safe_load(p.read_text(encoding="utf-8"))
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{p}: invalid YAML: {exc}".replace("\n", " ")) from None
-    except UnicodeDecodeError as exc:
-        raise ConfigError(f"{p}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    data = load_yaml(p)
     if not isinstance(data, dict):
         raise ConfigError(f"{p}: expected a mapping at the top level")
     yaml.SafeDumper.add_representer(Params, yaml.representer.SafeRepresenter.represent_dict)  # dumped as a mapping
     params = Params(data)
     params.source = p
     return params
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m stages.config [FILE]``: check that a params file loads (run before DVC reads it)."""
+    import sys
+
+    args = sys.argv[1:] if argv is None else argv
+    try:
+        load_params(args[0] if args else "params.yaml")
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    return 0
 
 
 def section(params: dict[str, Any], dotted: str) -> Any:
@@ -215,3 +271,7 @@ def check_seed(name: str, value) -> None:
     """A ValueError naming the field unless ``value`` is a whole number in [0, 2**32 - 1] (numpy, torch, random)."""
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_SEED:
         raise ValueError(f"{name}: a seed must be a whole number from 0 to {MAX_SEED}, got {value!r}")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -9,24 +9,28 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
+import re
 import shlex
 import sys
 import typing
 from pathlib import Path
 from typing import Any
 
-from stages.config import ConfigError, build, deep_merge, load_params, section
+from stages.config import ConfigError, build, deep_merge, load_params, load_yaml, section
 from stages.sources.config import CorpusConfig
 
 
 def load_profile(name: str, root: Path = Path(".")) -> dict[str, Any]:
-    path = root / "profiles" / f"{name}.yaml"
+    """``profiles/<name>.yaml`` under ``root``; a name that is a path (or leads out of profiles/) is refused."""
+    folder = root / "profiles"
+    path = folder / f"{name}.yaml"
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", name) or path.resolve().parent != folder.resolve():
+        raise ConfigError(f"profile {name!r}: a profile is a name under {folder}/ (e.g. gpu), not a path; put your "
+                          "own profile there as <name>.yaml")
     if not path.is_file():
-        known = sorted(p.stem for p in (root / "profiles").glob("*.yaml"))
+        known = sorted(p.stem for p in folder.glob("*.yaml"))
         raise ConfigError(f"{path}: no such profile (known: {', '.join(known) or 'none'})")
-    import yaml
-
-    data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    data = load_yaml(path) or {}
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a mapping of dotted params keys to values")
     return data

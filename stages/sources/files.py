@@ -52,14 +52,18 @@ def list_files(cfg: FilesSource) -> list[tuple[Path, str]]:
     """Resolve ``cfg.path`` to (file, format) pairs in a deterministic order."""
     raw = cfg.path
     if any(ch in raw for ch in "*?["):
-        paths = [Path(p) for p in sorted(glob.glob(raw, recursive=True)) if Path(p).is_file()]
+        paths = [Path(p) for p in sorted(glob.glob(raw, recursive=True)) if not Path(p).is_dir()]
         if not paths:
             raise SourceError(f"{raw}: glob matched no files")
     else:
         root = Path(raw)
         if not root.exists():
             raise SourceError(f"{root}: no such file or folder")
-        paths = sorted(p for p in root.rglob("*") if p.is_file()) if root.is_dir() else [root]
+        paths = sorted(p for p in root.rglob("*") if not p.is_dir()) if root.is_dir() else [root]
+    special = [str(p) for p in paths if not p.is_file()]  # a FIFO or device (or a link to one) would block or never end
+    if special:
+        raise SourceError(f"{', '.join(special[:5])}: not a regular file (a FIFO, device, socket or broken link); "
+                          "a files source reads regular files only")
     out = []
     for p in paths:
         fmt = cfg.format if cfg.format != "auto" else detect_format(p)

@@ -80,3 +80,22 @@ def test_lm_pipeline_run_refuses_a_bad_params_file_before_dvc(tmp_path, monkeypa
     monkeypatch.setattr("subprocess.call", lambda *a, **k: pytest.fail("DVC must not start"))
     assert run([]) == 1 and "its YAML aliases expand" in capsys.readouterr().err
     assert run(["--profile", "../params"]) == 1 and "a profile is a name under" in capsys.readouterr().err
+
+
+@pytest.mark.timeout(60)  # reading a FIFO or /dev/zero would never end
+@pytest.mark.parametrize("layout", ["file", "folder", "glob"])
+def test_special_files_in_a_files_source_are_named_not_read(tmp_path, layout):
+    import os
+
+    from stages.sources.base import Provenance, SourceError
+    from stages.sources.files import FilesSource, read_files
+
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "a.txt").write_text("A page of text.\n")
+    os.mkfifo(data / "pipe.jsonl")
+    (data / "zero.jsonl.gz").symlink_to("/dev/zero")
+    path = {"file": str(data / "zero.jsonl.gz"), "folder": str(data), "glob": str(data / "*")}[layout]
+    cfg = build(FilesSource, {"kind": "files", "path": path}, "ingest.general.sources[0]")
+    with pytest.raises(SourceError, match="not a regular file"):
+        list(read_files(cfg, Provenance(kind="files")))

@@ -31,6 +31,10 @@ def _remove(p: Path) -> None:
         p.unlink(missing_ok=True)
 
 
+class BusyOutput(ValueError):
+    """Another live process is writing the same output."""
+
+
 class Staged:
     """A temporary sibling of ``target`` (made on first use of :attr:`path`) that :meth:`publish` renames over it."""
 
@@ -44,6 +48,10 @@ class Staged:
             self.target.parent.mkdir(parents=True, exist_ok=True)
             sweep_stale(self.target)
             self._tmp = Path(tempfile.mkdtemp(prefix=f".{self.target.name}.tmp-{_owner()}-", dir=self.target.parent))
+            if (other := _earlier_writer(self.target, self._tmp)) is not None:
+                self.discard()
+                raise BusyOutput(f"{self.target}: another run (pid {other}) is writing it now; wait for it to "
+                                 "finish or stop it")
         return self._tmp
 
     def publish(self) -> None:
@@ -91,11 +99,38 @@ def refuse_overlap(outputs: dict[str, Any], inputs: dict[str, Any]) -> None:
                                  f"--{oname}.")
 
 
+def _live_owner(name: str) -> int | None:
+    """The pid of the live process of this host a temporary name belongs to; None when it is gone or untagged
+    (a name of another host counts as live: its process cannot be checked from here)."""
+    m = _OWNED.match(name)
+    if m is None or not m.group(1):
+        return None
+    pid = int(m.group(1))
+    return pid if m.group(2) != _HOST or _alive(pid) else None
+
+
 def sweep_stale(target: Path) -> None:
-    """Remove the temporary, set-aside and scratch siblings of ``target`` a killed run left (one writer per output)."""
+    """Remove the temporary, set-aside and scratch siblings of ``target`` whose writer is gone (a killed run's)."""
     for kind in ("tmp", "old", "work"):
         for p in target.parent.glob(f".{target.name}.{kind}-*"):
-            _remove(p)
+            if _live_owner(p.name) in (None, os.getpid()):
+                _remove(p)
+
+
+def _earlier_writer(target: Path, mine: Path) -> int | None:
+    """The pid of another live writer of ``target`` that started before ``mine`` (its temporary sibling)."""
+    def key(p: Path) -> tuple[int, str]:
+        return p.stat().st_ctime_ns, p.name
+
+    try:
+        me = key(mine)
+        for p in target.parent.glob(f".{target.name}.tmp-*"):
+            pid = _live_owner(p.name)
+            if p != mine and pid not in (None, os.getpid()) and key(p) < me and not _started_after(pid, key(p)[0]):
+                return pid
+    except FileNotFoundError:  # a sibling that went away while looked at finished or was swept
+        pass
+    return None
 
 
 def _alive(pid: int) -> bool:
@@ -106,6 +141,17 @@ def _alive(pid: int) -> bool:
     except PermissionError:  # someone else's live process
         pass
     return True
+
+
+def _started_after(pid: int, ctime_ns: int) -> bool:
+    """True when process ``pid`` started after ``ctime_ns`` (so it reuses the pid of a dead writer); Linux only."""
+    try:
+        ticks = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
+        boot = next(float(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines()
+                    if line.startswith("btime "))
+    except (OSError, ValueError, IndexError, StopIteration):
+        return False
+    return boot + ticks / os.sysconf("SC_CLK_TCK") > ctime_ns / 1e9 + 1
 
 
 def sweep_dead(roots: Iterable[str | Path]) -> list[Path]:
@@ -174,6 +220,11 @@ def write_bytes_atomic(path: str | Path, data: bytes) -> None:
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
+    except OSError as exc:
+        Path(tmp).unlink(missing_ok=True)
+        if exc.filename is None:  # "[Errno 28] No space left on device" alone does not say where
+            raise OSError(exc.errno, exc.strerror or str(exc), str(path)) from exc
+        raise
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise

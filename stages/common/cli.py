@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from stages.common.atomic import Staged, atomic_dir, refuse_overlap, sweep_dead, write_bytes_atomic, write_json_atomic
+from stages.common.atomic import Staged, refuse_overlap, sweep_dead, temp_sibling, write_bytes_atomic, write_json_atomic
 
 
 def named_path(value: str) -> tuple[str, Path]:
@@ -44,17 +44,51 @@ def _write(path: Path, content: Any) -> None:
         write_json_atomic(path, content)
 
 
-def publish(files: Mapping[Path | None, Any]) -> None:
-    """Write each ``path: content`` atomically: a :class:`Folder`, bytes, UTF-8 text or JSON; a ``None`` path not."""
-    for path, content in files.items():
-        if path is None:
-            continue
-        if isinstance(content, Folder):
-            with atomic_dir(path) as tmp:
+def prepare(files: Mapping[Path | None, Any]) -> list[Staged | tuple[Path, Path]]:
+    """Write each ``path: content`` (a :class:`Folder`, bytes, UTF-8 text or JSON; a ``None`` path not) beside its
+    place, for :func:`commit` to move in; nothing is left behind when one fails (a full disk: the file named)."""
+    ready: list[Staged | tuple[Path, Path]] = []
+    try:
+        for path, content in files.items():
+            if path is None:
+                continue
+            if isinstance(content, Folder):
+                ready.append(Staged(path))
                 for name, item in content.items():
-                    _write(tmp / name, item)
+                    _write(ready[-1].path / name, item)
+            else:
+                tmp = temp_sibling(path, ".part")
+                ready.append((tmp, Path(path)))
+                try:
+                    _write(tmp, content)
+                except OSError as exc:  # name the file the user gave, not its temporary sibling
+                    raise OSError(exc.errno, exc.strerror or str(exc), str(path)) from exc
+    except BaseException:
+        discard(ready)
+        raise
+    return ready
+
+
+def commit(ready: list[Staged | tuple[Path, Path]]) -> None:
+    """Move what :func:`prepare` wrote into place (renames within each folder)."""
+    for item in ready:
+        if isinstance(item, Staged):
+            item.publish()
         else:
-            _write(Path(path), content)
+            os.replace(*item)
+
+
+def discard(ready: list[Staged | tuple[Path, Path]]) -> None:
+    for item in ready:
+        if isinstance(item, Staged):
+            item.discard()
+        else:
+            item[0].unlink(missing_ok=True)
+
+
+def publish(files: Mapping[Path | None, Any]) -> None:
+    """Write each ``path: content`` atomically (see :func:`prepare`)."""
+    commit(prepare(files))
 
 
 Log = Callable[[str], None]
@@ -91,6 +125,7 @@ class Stage:
             return 1
         target = getattr(args, self.folder) if self.folder else None
         args.staged = Staged(target) if target is not None else None
+        ready: list = []
         try:
             out = self.run(args, lambda m: print(m, file=sys.stderr))
             if isinstance(out, int):
@@ -101,15 +136,22 @@ class Stage:
                     item.check(path)  # nothing is published then
                 else:
                     files[path] = item
+            ready = prepare(files)  # metrics, reports, plots: all written before anything is replaced
             if args.staged is not None:
                 args.staged.publish()
+            commit(ready)
+            ready = []
         except self.errors as exc:
             print(f"error: {self.message(exc)}", file=sys.stderr)
             return 1
+        except OSError as exc:
+            if exc.filename is None and exc.errno is not None and target is not None:  # where, on a full disk
+                raise OSError(exc.errno, exc.strerror or str(exc), f"{target} (being written)") from exc
+            raise
         finally:
+            discard(ready)
             if args.staged is not None:
                 args.staged.discard()  # unless published
-        publish(files)
         return 0
 
 

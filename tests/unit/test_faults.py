@@ -99,3 +99,105 @@ def test_special_files_in_a_files_source_are_named_not_read(tmp_path, layout):
     cfg = build(FilesSource, {"kind": "files", "path": path}, "ingest.general.sources[0]")
     with pytest.raises(SourceError, match="not a regular file"):
         list(read_files(cfg, Provenance(kind="files")))
+
+
+def _toy_stage(payload: bytes = b"new"):
+    """A stage with a folder output (``--output``) and a metrics file (``--metrics``), as every stage has."""
+    import argparse
+    from pathlib import Path
+
+    from stages.common.cli import Stage
+
+    def arguments(ap: argparse.ArgumentParser) -> None:
+        ap.add_argument("--output", type=Path, required=True)
+        ap.add_argument("--metrics", type=Path, required=True)
+
+    def run(args, log):
+        (args.staged.path / "weights.bin").write_bytes(payload)
+        return {args.metrics: {"bytes": len(payload)}}
+
+    return Stage("stages.toy", "a toy stage", arguments, run, outputs=("metrics",), folder="output")
+
+
+def _previous_output(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "weights.bin").write_bytes(b"old")
+    return out
+
+
+def test_a_metrics_file_that_cannot_be_written_leaves_the_previous_output_in_place(tmp_path, capsys):
+    from stages.common.cli import entry
+
+    out = _previous_output(tmp_path)
+    (tmp_path / "reports").write_text("a file where a folder should be")
+    assert entry(lambda: _toy_stage().main(["--output", str(out), "--metrics", str(tmp_path / "reports/m.json")])) == 1
+    assert (out / "weights.bin").read_bytes() == b"old" and "reports" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "reports"]  # no temporaries left
+    assert _toy_stage().main(["--output", str(out), "--metrics", str(tmp_path / "m.json")]) == 0
+    assert (out / "weights.bin").read_bytes() == b"new"
+
+
+@pytest.fixture
+def full_disk(tmp_path):
+    """A 64 KiB tmpfs, filled (needs root and mount rights; skipped without)."""
+    import os
+    import subprocess
+
+    mount = tmp_path / "small"
+    mount.mkdir()
+    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mount)],
+                                           capture_output=True).returncode != 0:
+        pytest.skip("mounting a small tmpfs needs root and mount rights")
+    try:
+        (mount / "filler").write_bytes(b"x" * 60_000)
+        try:
+            (mount / "filler2").write_bytes(b"x" * 60_000)
+        except OSError:
+            pass
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def test_a_full_disk_under_each_output_names_it_and_keeps_the_previous_one(tmp_path, full_disk):
+    from stages.common.cli import entry
+
+    import contextlib
+    import io
+
+    out = _previous_output(tmp_path)
+    err = []
+    for argv in (["--output", str(out), "--metrics", str(full_disk / "m.json")],  # metrics on the full disk
+                 ["--output", str(full_disk / "out"), "--metrics", str(tmp_path / "m.json")]):  # the output there
+        buf = io.StringIO()
+        with contextlib.redirect_stderr(buf):
+            assert entry(lambda: _toy_stage(b"y" * 200_000).main(argv)) == 1
+        err.append(buf.getvalue())
+    assert "no space left on device" in err[0] and str(full_disk / "m.json") in err[0], err[0]
+    assert "no space left on device" in err[1] and str(full_disk / "out") in err[1], err[1]
+    assert (out / "weights.bin").read_bytes() == b"old" and not (tmp_path / "m.json").exists()
+
+
+@pytest.mark.timeout(120)
+def test_two_runs_on_one_output_the_second_is_refused_and_the_first_keeps_its_work(tmp_path):
+    import subprocess
+    import sys
+
+    from stages.common.atomic import BusyOutput, Staged
+
+    target = tmp_path / "out"
+    child = subprocess.Popen([sys.executable, "-c", (
+        "import sys, time; from stages.common.atomic import Staged\n"
+        f"p = Staged({str(target)!r}).path; print(p, flush=True); time.sleep(60)")],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        working = child.stdout.readline().strip()
+        with pytest.raises(BusyOutput, match=f"another run \\(pid {child.pid}\\) is writing it now"):
+            Staged(target).path
+        assert (tmp_path / working.rsplit("/", 1)[1]).is_dir()  # the first run's work is not swept away
+    finally:
+        child.kill()
+        child.wait()
+    assert Staged(target).path.is_dir()  # its writer gone, the leftover is swept and the output is free
+    assert [p.name.startswith(".out.tmp-") for p in tmp_path.iterdir()] == [True]

@@ -257,7 +257,8 @@ def pipeline(target: str | None = None, profile: str | None = None, root: str = 
     base = Path(root).resolve()
     logger = get_run_logger()
     stage_timeout_s("any", stage_timeout_hours)  # a bad value fails before anything runs
-    load_params(base / "params.yaml")  # and a params file DVC would choke on (an alias bomb, a NaN)
+    if (base / "params.yaml").is_file():
+        load_params(base / "params.yaml")  # and a params file DVC would choke on (an alias bomb, a NaN)
     with workspace_lock(base):
         if restored := restore_params(base):
             logger.warning(restored)

@@ -47,8 +47,12 @@ class Staged:
         if self._tmp is None:
             self.target.parent.mkdir(parents=True, exist_ok=True)
             sweep_stale(self.target)
-            self._tmp = Path(tempfile.mkdtemp(prefix=f".{self.target.name}.tmp-{_owner()}-", dir=self.target.parent))
-            if (other := _earlier_writer(self.target, self._tmp)) is not None:
+            other = _earlier_writer(self.target)  # a live writer already at work
+            if other is None:
+                self._tmp = Path(tempfile.mkdtemp(prefix=f".{self.target.name}.tmp-{_owner()}-",
+                                                  dir=self.target.parent))
+                other = _earlier_writer(self.target, self._tmp)  # one that started in the same instant
+            if other is not None:
                 self.discard()
                 raise BusyOutput(f"{self.target}: another run (pid {other}) is writing it now; wait for it to "
                                  "finish or stop it")
@@ -117,13 +121,13 @@ def sweep_stale(target: Path) -> None:
                 _remove(p)
 
 
-def _earlier_writer(target: Path, mine: Path) -> int | None:
-    """The pid of another live writer of ``target`` that started before ``mine`` (its temporary sibling)."""
+def _earlier_writer(target: Path, mine: Path | None = None) -> int | None:
+    """The pid of another live writer of ``target`` (one that started before ``mine``, its temporary sibling)."""
     def key(p: Path) -> tuple[int, str]:
         return p.stat().st_ctime_ns, p.name
 
     try:
-        me = key(mine)
+        me = key(mine) if mine is not None else (1 << 80, "~")
         for p in target.parent.glob(f".{target.name}.tmp-*"):
             pid = _live_owner(p.name)
             if p != mine and pid not in (None, os.getpid()) and key(p) < me and not _started_after(pid, key(p)[0]):

@@ -138,13 +138,17 @@ def _earlier_writer(target: Path, mine: Path | None = None) -> int | None:
 
 
 def _alive(pid: int) -> bool:
+    """Whether process ``pid`` runs (a zombie, killed but not yet reaped, does not)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:  # someone else's live process
         pass
-    return True
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except (OSError, IndexError):
+        return True  # no /proc (not Linux): the signal check above is all there is
 
 
 def _started_after(pid: int, ctime_ns: int) -> bool:

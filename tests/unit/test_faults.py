@@ -183,6 +183,8 @@ def test_a_full_disk_under_each_output_names_it_and_keeps_the_previous_one(tmp_p
 def test_two_runs_on_one_output_the_second_is_refused_and_the_first_keeps_its_work(tmp_path):
     import subprocess
     import sys
+    import time
+    from pathlib import Path
 
     from stages.common.atomic import BusyOutput, Staged
 
@@ -198,6 +200,10 @@ def test_two_runs_on_one_output_the_second_is_refused_and_the_first_keeps_its_wo
         assert (tmp_path / working.rsplit("/", 1)[1]).is_dir()  # the first run's work is not swept away
     finally:
         child.kill()
-        child.wait()
+    for _ in range(100):  # killed, not yet reaped: a zombie is no writer
+        if Path(f"/proc/{child.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
+            break
+        time.sleep(0.05)
     assert Staged(target).path.is_dir()  # its writer gone, the leftover is swept and the output is free
     assert [p.name.startswith(".out.tmp-") for p in tmp_path.iterdir()] == [True]
+    child.wait()

@@ -92,6 +92,20 @@ async def load(url: str, texts: list[str], clients: int, per_request: int, secon
     return out
 
 
+def wait_ready(url: str, tag: str) -> None:
+    """Return once the server at ``url`` answers ``/readyz`` with 200; RuntimeError after 150 s."""
+    import httpx
+
+    for _ in range(300):
+        try:
+            if httpx.get(f"{url}/readyz", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.5)
+    raise RuntimeError(f"bentoml serve {tag} did not become ready in 150 s")
+
+
 def served(bentoml_cli: str, tag: str, env: dict, texts: list[str], args, batching: bool) -> dict:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -101,17 +115,7 @@ def served(bentoml_cli: str, tag: str, env: dict, texts: list[str], args, batchi
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
     try:
-        import httpx
-
-        for _ in range(300):
-            try:
-                if httpx.get(f"{url}/readyz", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.5)
-        else:
-            raise RuntimeError(f"bentoml serve {tag} did not become ready in 150 s")
+        wait_ready(url, tag)
         asyncio.run(load(url, texts, args.clients, args.texts_per_request, 3))  # warm-up
         return asyncio.run(load(url, texts, args.clients, args.texts_per_request, args.seconds))
     finally:

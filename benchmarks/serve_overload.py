@@ -18,11 +18,11 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
 from collections import Counter
 from pathlib import Path
 
 import httpx
+from serve_bento import wait_ready  # benchmarks/ is the script's folder, first on sys.path
 
 
 def main() -> int:
@@ -46,18 +46,13 @@ def main() -> int:
     config_path.chmod(0o644)
     config_path.write_text(json.dumps(config))
     log_path = home / "server.log"
+    tag = f"{folder.parent.name}:{folder.name}"
     with open(log_path, "w") as log:
-        server = subprocess.Popen([str(bin_dir / "bentoml"), "serve", f"{folder.parent.name}:{folder.name}", "--port",
-                                   str(args.port)], env=env, stdout=log, stderr=subprocess.STDOUT)
+        server = subprocess.Popen([str(bin_dir / "bentoml"), "serve", tag, "--port", str(args.port)], env=env,
+                                  stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{args.port}"
     try:
-        for _ in range(240):
-            try:
-                if httpx.get(f"{url}/readyz", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            time.sleep(1)
+        wait_ready(url, tag)
         texts = ["An IRC client for the terminal with scripting and plugins. " * 30] * 64
 
         def one(_):

@@ -24,6 +24,15 @@ def packaged(root: Path, name: str = "m1") -> list[dict]:
              "files": folder_manifest(root / "data/models/finetune" / name)}]
 
 
+def packaged_copy(root: Path, model: Path) -> Path:
+    """Model m1's folder copied out of the workspace with its lineage record, as packaging leaves it."""
+    model.mkdir()
+    for f in (root / "data/models/finetune/m1").iterdir():
+        (model / f.name).write_bytes(f.read_bytes())
+    (model / "lineage.json").write_text(json.dumps(record_of(root)))
+    return model
+
+
 def test_upstream_follows_outputs_to_their_producers(tmp_path):
     lock = Lock.read(make_workspace(tmp_path) / "dvc.lock")
     assert lock.upstream(["finetune@m1"]) == ["ingest@task", "finetune@m1"]
@@ -142,13 +151,7 @@ def test_links_and_special_files_in_a_model_folder_are_named_not_followed(tmp_pa
     from stages.lineage import main
 
     root = make_workspace(tmp_path / "ws")
-    model = tmp_path / "packaged"
-    model.mkdir()
-    for f in (root / "data/models/finetune/m1").iterdir():
-        (model / f.name).write_bytes(f.read_bytes())
-    (model / "lineage.json").write_text(json.dumps(record_of(root)))
-    outside = tmp_path / "outside.bin"
-    outside.write_bytes(b"secret")
+    model = packaged_copy(root, tmp_path / "packaged")
     (model / "config.json").unlink()
     (model / "config.json").symlink_to(root / "data/models/finetune/m1/config.json")  # same bytes, but a link
     os.mkfifo(model / "pipe.jsonl")
@@ -177,11 +180,7 @@ def test_lineage_command_on_a_model_folder(tmp_path, capsys):
     from stages.lineage import main
 
     root = make_workspace(tmp_path / "ws")
-    model = tmp_path / "packaged"
-    model.mkdir()
-    for f in (root / "data/models/finetune/m1").iterdir():
-        (model / f.name).write_bytes(f.read_bytes())
-    (model / "lineage.json").write_text(json.dumps(record_of(root)))
+    model = packaged_copy(root, tmp_path / "packaged")
     assert main([str(model), "--verify", "--workspace", str(root)]) == 0
     out = capsys.readouterr().out
     assert "verify: OK" in out and "Model m1: bert, random initialisation, 2 labels" in out

@@ -21,10 +21,11 @@ from pathlib import Path
 from stages.provenance import stagecard
 from stages.provenance.card import classifier_card, generative_card
 from stages.provenance.chain import render
-from stages.provenance.manifest import load_key
+from stages.provenance.manifest import is_ed25519, load_key
 from stages.provenance.record import LineageError, find_workspace
-from stages.provenance.targets import open_target
-from stages.provenance.verify import verify
+from stages.provenance.signing import PUBLIC_KEY_SUFFIX, sidecar
+from stages.provenance.targets import model_dirs, open_target
+from stages.provenance.verify import Standard, verify
 
 
 def report(verdict, with_workspace: bool) -> str:
@@ -62,11 +63,13 @@ def main(argv: Iterable[str] | None = None) -> int:
                     "(package.json manifest_sha256) or of the exported archive, from where its publisher cannot "
                     "rewrite it; binds every file")
     ap.add_argument("--public-key", metavar="PEM", type=Path,
-                    help="with --verify and a Bento: the ed25519 public key whose private key signed the manifest "
-                         "at packaging (LMPIPE_SIGNING_KEY); binds every file")
+                    help="with --verify and a Bento: the public half of the key that signed it at packaging (the "
+                         "<bento>.pub.pem exported beside it, taken from a place its publisher cannot rewrite): checks "
+                         "each model's OpenSSF signature and the signed SLSA provenance, and binds every file (an "
+                         "ed25519 key checks the manifest signature of Bentos packaged before those)")
     ap.add_argument("--strict", action="store_true",
-                    help="with --verify: exit 1 unless every file of a Bento is bound by --pin or --public-key (an "
-                         "audit that must prove origin, not only consistency)")
+                    help="with --verify: exit 1 unless every file of a Bento is bound by --pin or --public-key and "
+                         "the Bento carries signed standard provenance (an audit that must prove origin)")
     ap.add_argument("--json", action="store_true", help="print the record (and the verdict) as JSON")
     ap.add_argument("--card", action="store_true", help="print the model card rendered from the record (for a "
                     "pre-trained or DAPT folder of a workspace, that model's)")
@@ -80,7 +83,19 @@ def main(argv: Iterable[str] | None = None) -> int:
             raise LineageError(f"{' and '.join(binding)} check a Bento (an exported .bento, a Bento folder or a Bento "
                                f"tag) with --verify; {args.target} is "
                                f"{'not one' if args.verify else 'given without --verify'}")
-        public_key = load_key(args.public_key, private=False) if args.public_key is not None else None
+        public_key = load_key(args.public_key) if args.public_key is not None else None
+        standard = None
+        if target.files is not None:
+            key_path, explicit = args.public_key, True
+            if key_path is None and target.bento.get("file"):  # the key exported beside the archive: not binding
+                beside = Path(sidecar(target.bento["file"], PUBLIC_KEY_SUFFIX))
+                key_path, explicit = (beside, False) if beside.is_file() else (None, False)
+            ec_key = None
+            if key_path is not None and not (public_key is not None and is_ed25519(public_key)):
+                ec_key = public_key if explicit else load_key(key_path)
+                ec_key = None if is_ed25519(ec_key) else ec_key
+            standard = Standard(provenance=target.provenance, model_dirs=lambda: model_dirs(target),
+                                key_path=key_path if ec_key is not None else None, key=ec_key, explicit=explicit)
         workspace = (args.workspace or target.workspace or find_workspace(Path.cwd())) if args.verify else None
         if args.verify and args.workspace is not None and not (workspace / "dvc.lock").is_file():
             raise LineageError(f"{workspace}: no dvc.lock in this workspace")
@@ -90,8 +105,9 @@ def main(argv: Iterable[str] | None = None) -> int:
     if args.verify:
         verdict = verify(target.record, packaged=target.packaged, workspace=workspace, src=target.src,
                          all_files=target.all_files, bento=target.bento, pin=args.pin, files=target.files,
-                         manifest=target.manifest, signature=target.signature, public_key=public_key,
-                         irregular=target.irregular)
+                         manifest=target.manifest, signature=target.signature,
+                         public_key=public_key if public_key is not None and is_ed25519(public_key) else None,
+                         irregular=target.irregular, standard=standard, strict=args.strict)
         verdict.notes.insert(0, f"workspace: {workspace.resolve()}" if workspace else
                              "workspace: none (no dvc.lock here or above; only the Bento's own files and the record's "
                              "own consistency were checked, not the data and code upstream)")

@@ -2,7 +2,24 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _signing_keys_stay_in_the_temporary_folder(tmp_path_factory):
+    """The package stage makes its signing key on first use under $XDG_CONFIG_HOME (else ~/.config): the tests'
+    runs (and the stage runs they start) keep theirs in a temporary folder, never in the user's home."""
+    saved = {k: os.environ.get(k) for k in ("XDG_CONFIG_HOME", "LMPIPE_SIGNING_KEY")}
+    os.environ["XDG_CONFIG_HOME"] = str(tmp_path_factory.mktemp("config"))
+    os.environ.pop("LMPIPE_SIGNING_KEY", None)
+    yield
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -235,6 +235,15 @@ def bento_card(record: dict, served: dict) -> str:
             f"`{CARD_FILE}`."]))
     sections.append(("Lineage", ["The chain from raw sources to this Bento (`python -m stages.lineage` prints it "
                                  "and `--verify` checks it):", "", "```", render_chain(record), "```"]))
+    if "signing" in served:
+        key = served["signing"]
+        sections.append(("Signatures", [
+            f"Each model folder carries an OpenSSF Model Signing signature (`model.sig`) and the Bento an in-toto "
+            f"SLSA Provenance v1 statement (`provenance/provenance.intoto.json`, DSSE), both signed with the "
+            f"{key['algorithm']} key whose public half (SHA-256 of its DER: `{key['public_key_sha256']}`) is "
+            "exported beside the Bento as `<bento>.pub.pem`." if key else
+            "**Unsigned** (packaged with `package.signing: none`): the models carry no `model.sig` and the "
+            "provenance statement (`provenance/provenance.intoto.json`) no signature."]))
     intro = [*_provenance_lines(record, "the served classifier's"), "",
              "Endpoints and Runtime are what the package stage declared when it built this Bento; every other "
              "section comes from the record."]

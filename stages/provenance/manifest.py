@@ -1,6 +1,7 @@
 """The Bento's manifest (``provenance/manifest.json``, canonical JSON): the SHA-256 of every file of a built Bento,
-models included, as the exported archive lays them out; signed (ed25519, base64) with ``LMPIPE_SIGNING_KEY``.
-``python -m stages.lineage --verify`` checks every file against it, bound by ``--pin`` or ``--public-key``."""
+models included, as the exported archive lays them out. ``python -m stages.lineage --verify`` checks every file
+against it, bound by ``--pin`` or by the signed provenance that lists its digest (``stages.provenance.signing``).
+Bentos packaged before that carry an ed25519 signature of the manifest (``manifest.json.sig``), still verified."""
 
 from __future__ import annotations
 
@@ -11,12 +12,13 @@ from pathlib import Path
 
 from stages.provenance.hashing import CHUNK
 from stages.provenance.record import LineageError
+from stages.provenance.signing import PROVENANCE_FILE
 
 MANIFEST_FILE = "provenance/manifest.json"
 SIGNATURE_FILE = "provenance/manifest.json.sig"
-SEAL_FILES = frozenset({MANIFEST_FILE, SIGNATURE_FILE})  # what the manifest cannot list: itself, its signature
+# what the manifest cannot list: itself, the (legacy) signature of it, the provenance that names its digest
+SEAL_FILES = frozenset({MANIFEST_FILE, SIGNATURE_FILE, PROVENANCE_FILE})
 SCHEMA = 1
-SIGNING_KEY_ENV = "LMPIPE_SIGNING_KEY"
 
 
 class ManifestError(LineageError):
@@ -94,40 +96,38 @@ def parse_manifest(data: bytes, where: str) -> dict:
     return body
 
 
-# --- ed25519 signing (the ``cryptography`` package) ---------------------------------------------------------
+# --- ed25519 signatures of the manifest (Bentos packaged before the standard formats) -------------------------
 
 def _crypto():
-    try:
-        from cryptography.exceptions import InvalidSignature
-        from cryptography.hazmat.primitives import serialization
-        from cryptography.hazmat.primitives.asymmetric import ed25519
-    except ImportError as exc:  # pragma: no cover - a dependency of the project's environment
-        raise ManifestError(f"signing needs the 'cryptography' package ({exc})") from None
-    return serialization, ed25519, InvalidSignature
+    from cryptography.exceptions import InvalidSignature
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec, ed25519
+
+    return serialization, ed25519, InvalidSignature, ec
 
 
-def load_key(path: str | Path, private: bool):
-    """An ed25519 key from a PEM file: a private one (PKCS#8, unencrypted, as ``openssl genpkey -algorithm ed25519``
-    writes it) or a public one (``openssl pkey -in key.pem -pubout``)."""
-    serialization, ed25519, _ = _crypto()
-    where, kind = ((SIGNING_KEY_ENV, "an unencrypted PEM private key") if private
-                   else ("--public-key", "a PEM public key"))
+def load_key(path: str | Path):
+    """``--public-key``: an ed25519 public key (for a Bento whose manifest carries ``manifest.json.sig``) or an
+    elliptic-curve one (for model signatures and signed provenance), from a PEM file."""
+    serialization, ed25519, _, ec = _crypto()
     try:
-        data = Path(path).read_bytes()
-        key = (serialization.load_pem_private_key(data, password=None) if private
-               else serialization.load_pem_public_key(data))
+        key = serialization.load_pem_public_key(Path(path).read_bytes())
     except OSError as exc:
-        raise ManifestError(f"{where}: cannot read {path} ({exc.strerror})") from None
+        raise ManifestError(f"--public-key: cannot read {path} ({exc.strerror})") from None
     except (ValueError, TypeError) as exc:
-        raise ManifestError(f"{where}: {path} is not {kind} ({exc})") from None
-    if not isinstance(key, ed25519.Ed25519PrivateKey if private else ed25519.Ed25519PublicKey):
-        raise ManifestError(f"{where}: {path} is not an ed25519 {'key' if private else 'public key'}")
+        raise ManifestError(f"--public-key: {path} is not a PEM public key ({exc})") from None
+    if not isinstance(key, (ed25519.Ed25519PublicKey, ec.EllipticCurvePublicKey)):
+        raise ManifestError(f"--public-key: {path} is neither an elliptic-curve nor an ed25519 public key")
     return key
+
+
+def is_ed25519(key) -> bool:
+    return isinstance(key, _crypto()[1].Ed25519PublicKey)
 
 
 def key_fingerprint(public_key) -> str:
     """SHA-256 of the raw 32-byte public key: names the key in package.json and in the audit's output."""
-    serialization, _, _ = _crypto()
+    serialization = _crypto()[0]
     raw = public_key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
     return sha256_bytes(raw)
 
@@ -137,7 +137,7 @@ def sign(manifest: bytes, private_key) -> bytes:
 
 
 def signature_valid(manifest: bytes, signature: bytes, public_key) -> bool:
-    _, _, invalid = _crypto()
+    invalid = _crypto()[2]
     try:
         public_key.verify(base64.b64decode(signature.strip(), validate=True), manifest)
     except (invalid, ValueError):
@@ -145,21 +145,16 @@ def signature_valid(manifest: bytes, signature: bytes, public_key) -> bool:
     return True
 
 
-def write_manifest(bento_dir: Path, tag: str, models: dict[str, Path], private_key=None) -> dict:
+def write_manifest(bento_dir: Path, tag: str, models: dict[str, Path]) -> tuple[dict, dict[str, str]]:
     """Hash every file of the built Bento (``bento_dir``, its models from ``models``: tag -> folder), write
-    the manifest (and its signature with ``private_key``) into it; returns what package.json records."""
+    the manifest into it; returns what package.json records and the files' SHA-256 (``{relpath: sha256}``)."""
     files, irregular = bento_layout(bento_dir, models)
     if irregular:
         raise ManifestError(f"{bento_dir}: not regular files, which no manifest can vouch for: "
                             + ", ".join(irregular))
-    manifest = render_manifest(tag, {rel: sha256_path(path) for rel, path in files.items()})
+    hashes = {rel: sha256_path(path) for rel, path in files.items() if rel not in SEAL_FILES}
+    manifest = render_manifest(tag, hashes)
     (bento_dir / MANIFEST_FILE).parent.mkdir(parents=True, exist_ok=True)
     (bento_dir / MANIFEST_FILE).write_bytes(manifest)
     (bento_dir / SIGNATURE_FILE).unlink(missing_ok=True)
-    out = {"manifest_sha256": sha256_bytes(manifest), "manifest_files": len(json.loads(manifest)["files"]),
-           "signature": None}
-    if private_key is not None:
-        (bento_dir / SIGNATURE_FILE).write_bytes(sign(manifest, private_key))
-        out["signature"] = {"algorithm": "ed25519", "file": SIGNATURE_FILE,
-                            "public_key_sha256": key_fingerprint(private_key.public_key())}
-    return out
+    return {"manifest_sha256": sha256_bytes(manifest), "manifest_files": len(hashes)}, hashes

@@ -5,15 +5,19 @@ exported ``.bento`` (read in place), a tag in the BentoML store, a Bento folder,
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
+import shutil
 import tarfile
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from stages.provenance.hashing import CHUNK, IGNORED_DIRS, folder_manifest, md5_file
 from stages.provenance.manifest import MANIFEST_FILE, SIGNATURE_FILE, bento_layout, folder_files, model_tags, sha256_path
 from stages.provenance.record import SCHEMA, LineageError, Lock, collect, find_workspace, stored
+from stages.provenance.signing import PROVENANCE_FILE
 
 
 @dataclass
@@ -27,6 +31,8 @@ class Target:
     irregular: list[str] = field(default_factory=list)  # members that are not regular files (links, devices)
     manifest: bytes | None = None  # provenance/manifest.json, as the Bento holds it
     signature: bytes | None = None  # provenance/manifest.json.sig
+    provenance: bytes | None = None  # provenance/provenance.intoto.json
+    model_paths: dict[str, Path] | None = None  # a Bento folder's models: tag -> folder (None: in an archive)
     folder: str | None = None  # a workspace model folder: its path as dvc.lock names it
     stage: str | None = None  # ... and the stage that wrote it
     workspace: Path | None = None  # ... and the workspace it belongs to
@@ -71,7 +77,7 @@ def from_bento_file(path: Path) -> Target:
                 parts = name.split("/")
                 data = tar.extractfile(member)
                 md5, sha = hashlib.md5(), hashlib.sha256()
-                small = name in (MANIFEST_FILE, SIGNATURE_FILE, "bento.yaml") or (
+                small = name in (MANIFEST_FILE, SIGNATURE_FILE, PROVENANCE_FILE, "bento.yaml") or (
                     parts[0] == "models" and parts[-1] in ("model.yaml", "lineage.json"))
                 kept = []
                 while chunk := data.read(CHUNK):
@@ -82,7 +88,7 @@ def from_bento_file(path: Path) -> Target:
                 if name in files:
                     irregular.append(f"{name} (a second member of the same name)")
                 files[name] = sha.hexdigest()
-                if name in (MANIFEST_FILE, SIGNATURE_FILE):
+                if name in (MANIFEST_FILE, SIGNATURE_FILE, PROVENANCE_FILE):
                     seal[name] = b"".join(kept)
                 elif small:
                     texts[name] = b"".join(kept).decode("utf-8")
@@ -105,7 +111,34 @@ def from_bento_file(path: Path) -> Target:
     bento = {"tag": f"{bento_yaml.get('name')}:{bento_yaml.get('version')}", "file": str(path),
              "sha256": sha256_path(path), "model_tag": model_tag}
     return Target(record=record, bento=bento, packaged=packaged, src=src, all_files=sorted(files), files=files,
-                  irregular=sorted(irregular), manifest=seal.get(MANIFEST_FILE), signature=seal.get(SIGNATURE_FILE))
+                  irregular=sorted(irregular), manifest=seal.get(MANIFEST_FILE), signature=seal.get(SIGNATURE_FILE),
+                  provenance=seal.get(PROVENANCE_FILE))
+
+
+@contextlib.contextmanager
+def model_dirs(target: Target):
+    """The Bento's model folders on disk (``{tag: folder}``): a Bento folder's own, or an archive's regular
+    ``models/<name>/<version>/`` members extracted to a temporary folder, removed afterwards."""
+    if target.model_paths is not None or not target.bento.get("file"):
+        yield dict(target.model_paths or {})
+        return
+    tmp = Path(tempfile.mkdtemp(prefix="lm-lineage-models-"))
+    try:
+        dirs: dict[str, Path] = {}
+        with tarfile.open(target.bento["file"], "r:*") as tar:
+            for member in tar:
+                parts = _member_name(member.name).split("/")
+                if (not member.isfile() or len(parts) < 4 or parts[0] != "models"
+                        or any(p in ("", ".", "..") for p in parts)):
+                    continue  # links and special files are named by the manifest check, never written
+                folder = dirs.setdefault(f"{parts[1]}:{parts[2]}", tmp / parts[1] / parts[2])
+                out = folder.joinpath(*parts[3:])
+                out.parent.mkdir(parents=True, exist_ok=True)
+                with tar.extractfile(member) as src, open(out, "wb") as dst:
+                    shutil.copyfileobj(src, dst, CHUNK)
+        yield dirs
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _model_folder_item(tag: str, folder: Path) -> dict:
@@ -224,12 +257,13 @@ def from_bento_folder(folder: Path, tag: str | None = None) -> Target:
     src = None  # byte-code caches too (folder_manifest skips them): a server would run them
     if (folder / "src").is_dir():
         src = {rel: md5_file(p) for rel, p in folder_files(folder / "src")[0].items()}
-    seal = {name: (folder / name).read_bytes() for name in (MANIFEST_FILE, SIGNATURE_FILE)
+    seal = {name: (folder / name).read_bytes() for name in (MANIFEST_FILE, SIGNATURE_FILE, PROVENANCE_FILE)
             if (folder / name).is_file()}
     return Target(record=record, bento={"tag": tag or f"{info.get('name')}:{info.get('version')}",
                                         "folder": str(folder), "model_tag": model_tag}, packaged=packaged,
                   src=src, all_files=sorted(files), files=files, irregular=irregular,
-                  manifest=seal.get(MANIFEST_FILE), signature=seal.get(SIGNATURE_FILE))
+                  manifest=seal.get(MANIFEST_FILE), signature=seal.get(SIGNATURE_FILE),
+                  provenance=seal.get(PROVENANCE_FILE), model_paths=paths)
 
 
 REQUIRED = {"model": ("name", "stage", "path", "files", "md5"), "stages": (), "files": (), "git": (), "metrics": (),

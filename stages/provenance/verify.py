@@ -13,9 +13,13 @@ from stages.provenance.hashing import IrregularFile, dir_md5, path_hashes
 from stages.provenance.manifest import (MANIFEST_FILE, SEAL_FILES, SIGNATURE_FILE, ManifestError, key_fingerprint,
                                         parse_manifest, sha256_bytes, signature_valid)
 from stages.provenance.record import LineageError, Lock, dvc_cache, git_state, sources
+from stages.provenance.signing import (MODEL_SIGNATURE, PROVENANCE_FILE, SLSA_PREDICATE, SigningError,
+                                       envelope_verified, folder_digest, read_envelope, verify_model_folder)
+from stages.provenance.signing import key_fingerprint as ec_fingerprint
 
-# Files BentoML or packaging add to the model folder (README.md is checked against the rendered card).
-PACKAGING_FILES = frozenset({"lineage.json", "model.yaml", CARD_FILE})
+# Files BentoML or packaging add to the model folder (README.md is checked against the rendered card; model.sig
+# by model_signing's verifier).
+PACKAGING_FILES = frozenset({"lineage.json", "model.yaml", CARD_FILE, MODEL_SIGNATURE})
 
 
 @dataclass
@@ -211,6 +215,107 @@ def verify_seal(files: dict[str, str], *, manifest: bytes | None, signature: byt
                              "for a signed Bento")
 
 
+@dataclass
+class Standard:
+    """What the standard checks need: the Bento's provenance envelope, a factory of its model folders on disk
+    (a context manager yielding ``{tag: folder}``) and the EC public key (its PEM file, and whether the auditor
+    gave it, or it was found beside the archive)."""
+    provenance: bytes | None
+    model_dirs: object
+    key_path: Path | None = None
+    key: object = None
+    explicit: bool = False
+
+
+def _subjects_match(statement: dict, files: dict[str, str], verdict: Verdict) -> list[str]:
+    """Each subject's digest against the Bento's files (a model folder by its model_signing root digest);
+    returns the model folders it names."""
+    folders, named = [], set()
+    for subject in statement.get("subject") or []:
+        name, digest = subject.get("name", ""), (subject.get("digest") or {}).get("sha256")
+        verdict.checked += 1
+        prefix = name + "/"
+        inner = {rel[len(prefix):]: d for rel, d in files.items() if rel.startswith(prefix)}
+        if name.startswith("models/") and inner:
+            folders.append(name)
+            named |= {prefix + rel for rel in inner}
+            actual = folder_digest(inner)
+        else:
+            named.add(name)
+            actual = files.get(name)
+        if actual is None:
+            verdict.mismatches.append(f"provenance: subject {name} is not in the Bento")
+        elif actual != digest:
+            verdict.mismatches.append(f"provenance: subject {name} has sha256 {actual}, the provenance lists {digest}")
+    for rel in sorted(set(files) - named - SEAL_FILES):
+        parts = rel.split("/")
+        if not (len(parts) == 3 and parts[0] == "models" and parts[2] == "latest"):  # BentoML's export pointers
+            verdict.mismatches.append(f"provenance: Bento {rel} is not among its subjects")
+    return folders
+
+
+def verify_standard(files: dict[str, str], manifest: bytes | None, standard: Standard, strict: bool,
+                    verdict: Verdict) -> None:
+    """The standard formats: the in-toto SLSA provenance (its subjects against the Bento's files, its DSSE
+    signature with securesystemslib) and every model folder against its ``model.sig`` with model_signing's own
+    verifier. An unsigned Bento, or one without them, is a note (a mismatch under ``strict``)."""
+    report = verdict.mismatches if strict else verdict.notes
+    if standard.provenance is None:
+        report.append(f"no {PROVENANCE_FILE} in this Bento (packaged before the standard formats): no OpenSSF "
+                      "model signatures or SLSA provenance to check")
+        return
+    try:
+        envelope, statement = read_envelope(standard.provenance, PROVENANCE_FILE)
+    except SigningError as exc:
+        verdict.mismatches.append(str(exc))
+        return
+    if statement.get("predicateType") != SLSA_PREDICATE:
+        verdict.mismatches.append(f"{PROVENANCE_FILE}: predicate {statement.get('predicateType')!r}, not SLSA "
+                                  "Provenance v1")
+    folders = _subjects_match(statement, files, verdict)
+    verdict.verified.append(f"the SLSA provenance's {len(statement.get('subject') or [])} subjects against the "
+                            f"Bento's files ({len(folders)} model folders by their model_signing digest)")
+    if not envelope.get("signatures"):
+        report.append(f"unsigned: {PROVENANCE_FILE} carries no signature and the models no {MODEL_SIGNATURE} "
+                      "(packaged with package.signing: none)")
+        return
+    if standard.key is None:
+        verdict.notes.append(f"signed ({PROVENANCE_FILE}, each model's {MODEL_SIGNATURE}): give --public-key PEM "
+                             "(the .pub.pem exported beside the Bento) to check the signatures")
+        return
+    fingerprint = ec_fingerprint(standard.key)
+    whose = f"the key sha256 {fingerprint}" + ("" if standard.explicit else
+                                               f" (found beside the archive: {standard.key_path})")
+    verdict.checked += 1
+    provenance_ok = envelope_verified(standard.provenance, standard.key)
+    if provenance_ok:
+        verdict.verified.append(f"standard: in-toto SLSA Provenance v1, its DSSE signature by {whose} "
+                                "(securesystemslib's verifier)")
+    else:
+        verdict.mismatches.append(f"{PROVENANCE_FILE}: no valid DSSE signature by {whose}")
+    with standard.model_dirs() as dirs:
+        for tag, folder in sorted(dirs.items()):
+            name, _, version = tag.partition(":")
+            verdict.checked += 1
+            if not (folder / MODEL_SIGNATURE).is_file():
+                verdict.mismatches.append(f"models/{name}/{version}: no {MODEL_SIGNATURE} (not signed)")
+                continue
+            error = verify_model_folder(folder, standard.key_path)
+            if error:
+                verdict.mismatches.append(f"models/{name}/{version}: model_signing rejects it: {error}")
+            else:
+                verdict.verified.append(f"standard: OpenSSF model signature of models/{name}/{version} "
+                                        f"({MODEL_SIGNATURE}) by {whose} (model_signing's verifier)")
+    manifest_listed = any(s.get("name") == MANIFEST_FILE for s in statement.get("subject") or [])
+    if (standard.explicit and provenance_ok and manifest is not None and manifest_listed
+            and not any(m.startswith("provenance:") for m in verdict.mismatches)):
+        verdict.bound_by.append(f"signature: the SLSA provenance signed by the key sha256 {fingerprint} lists "
+                                f"{MANIFEST_FILE} (SHA-256 {sha256_bytes(manifest)}) and every other file")
+    elif not standard.explicit and provenance_ok:
+        verdict.notes.append("the signatures check out against the key beside the archive, which travels with it: "
+                             "give --public-key from a place the publisher cannot rewrite to bind the Bento")
+
+
 def verify_pin(bento: dict, pin: str, verdict: Verdict) -> None:
     """The exported archive is byte for byte the one whose SHA-256 the auditor pinned."""
     verdict.checked += 1
@@ -338,7 +443,8 @@ def verify_sources(record: dict, workspace: Path, lock: Lock, verdict: Verdict) 
 def verify(record: dict, *, packaged: list[dict] | None = None, workspace: Path | None = None,
            src: dict[str, str] | None = None, all_files: list[str] | None = None, bento: dict | None = None,
            pin: str | None = None, files: dict[str, str] | None = None, manifest: bytes | None = None,
-           signature: bytes | None = None, public_key=None, irregular: list[str] | None = None) -> Verdict:
+           signature: bytes | None = None, public_key=None, irregular: list[str] | None = None,
+           standard: Standard | None = None, strict: bool = False) -> Verdict:
     """Check the record, the packaged models, the Bento's code, every file of the Bento against its manifest
     (bound by ``pin`` or ``signature``), and the workspace when given. Files nothing vouches for are
     ``verdict.unverified``."""
@@ -355,6 +461,8 @@ def verify(record: dict, *, packaged: list[dict] | None = None, workspace: Path 
         verify_seal(files, manifest=manifest, signature=signature, bento=bento or {}, pin=pin,
                     public_key=public_key, irregular=irregular or [], skip=executable_extras(all_files),
                     verdict=verdict)
+        if standard is not None:
+            verify_standard(files, manifest, standard, strict, verdict)
     elif pin is not None:
         verify_pin(bento or {}, pin, verdict)
     if files is None:  # a model folder on its own: it holds regular files only

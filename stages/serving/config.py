@@ -88,6 +88,10 @@ class PackageConfig:
     export_format: str = "bento"
     """`bento` (BentoML's xz tarball), `gz` (`.tar.gz`: much faster to write, about as small) or `tar`; `bentoml
     import` reads all three."""
+    signing: str = "key"
+    """`key`: sign each model folder (OpenSSF Model Signing) and the Bento's SLSA provenance with the elliptic-curve
+    key in `$LMPIPE_SIGNING_KEY`, else `~/.config/lm-pipeline/signing-key.pem` (made on first use); `none`: package
+    unsigned (the Bento says so)."""
     limits: LimitsConfig = field(default_factory=LimitsConfig)
     """The service's request limits."""
     batching: BatchingConfig = field(default_factory=BatchingConfig)
@@ -101,6 +105,7 @@ class PackageConfig:
         bad = [p for p in self.generative if p not in PARADIGMS]
         check(not bad, f"generative: unknown paradigm(s) {bad}; choose from {list(PARADIGMS)}")
         check(self.generative_from in ("pretrained", "dapt"), "generative_from: must be 'pretrained' or 'dapt'")
+        check(self.signing in ("key", "none"), f"signing: {self.signing!r} is not 'key' or 'none'")
         check(self.export_format in EXPORT_SUFFIX,
               f"export_format: {self.export_format!r} is not one of {list(EXPORT_SUFFIX)}")
 

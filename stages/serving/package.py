@@ -1,22 +1,26 @@
 """The package stage's core: the model the gate chose (with the pre-trained ones beside it) saved to the BentoML
-store with its lineage record, built into a Bento with the service and the code that serves, sealed with a
-manifest (signed when a key is set) and exported to the registry."""
+store with its lineage record, each model folder signed (OpenSSF Model Signing), built into a Bento with the
+service and the code that serves, sealed with a manifest and a signed SLSA provenance statement, and exported to
+the registry with the public key beside it."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
 import sys
 from dataclasses import asdict
+from datetime import datetime, timezone
 from pathlib import Path
 
-from stages.common.atomic import temp_sibling, work_dir, write_json_atomic
+from stages.common.atomic import temp_sibling, work_dir, write_bytes_atomic, write_json_atomic
 from stages.common.inputs import check_folder, read_json
 from stages.common.redact import redact_url
 from stages.provenance.card import CARD_FILE, bento_card, classifier_card, generative_card
 from stages.provenance.hashing import folder_manifest, md5_file
-from stages.provenance.manifest import SIGNING_KEY_ENV, load_key, model_tags, sha256_path, sha256_stream, write_manifest
+from stages.provenance import signing
+from stages.provenance.manifest import MANIFEST_FILE, folder_files, model_tags, sha256_path, sha256_stream, write_manifest
 from stages.provenance.record import LineageError, Lock, collect
 from stages.provenance.record import stored as as_stored
 from stages.serving.config import EXPORT_SUFFIX, PackageConfig
@@ -70,10 +74,10 @@ def _plain(value):
 
 
 def save_models(record: dict, cfg: PackageConfig, *, root: Path, model_dir: Path, generative_dirs: dict[str, Path],
-                made: list[str]) -> dict:
+                made: list[str], key: signing.SigningKey | None = None) -> dict:
     """Copy the classifier and the chosen pre-trained models into the model store, each with its model card
-    (``README.md``, rendered from ``record``); returns their tags and appends ``"model <tag>"`` to ``made`` for
-    each."""
+    (``README.md``, rendered from ``record``) and, with ``key``, signed whole (``model.sig``, once BentoML has
+    written its ``model.yaml``); returns their tags and appends ``"model <tag>"`` to ``made`` for each."""
     import bentoml
 
     stored = as_stored(record)  # the cards are rendered from the record as lineage.json stores it, as verify reads it
@@ -83,6 +87,8 @@ def save_models(record: dict, cfg: PackageConfig, *, root: Path, model_dir: Path
         write_json_atomic(Path(m.path) / "lineage.json", record)
         (Path(m.path) / CARD_FILE).write_bytes(classifier_card(stored).encode("utf-8"))
     made.append(f"model {m.tag}")
+    if key is not None:
+        signing.sign_model_folder(Path(bentoml.models.get(m.tag).path), key)  # in the store now
     tags = {"classifier": str(m.tag), "generative": {}}
     for paradigm, folder in generative_dirs.items():
         rel = folder.as_posix()
@@ -96,6 +102,8 @@ def save_models(record: dict, cfg: PackageConfig, *, root: Path, model_dir: Path
             _copy_files(root / folder, Path(g.path), skip=CARD_FILE)
             (Path(g.path) / CARD_FILE).write_bytes(generative_card(stored, rel).encode("utf-8"))
         made.append(f"model {g.tag}")
+        if key is not None:
+            signing.sign_model_folder(Path(bentoml.models.get(g.tag).path), key)
         tags["generative"][paradigm] = str(g.tag)
     return tags
 
@@ -162,7 +170,7 @@ def served_code(stages_dir: Path, service: Path) -> dict[str, str]:
 
 
 def build_bento(cfg: PackageConfig, tags: dict, *, service: Path, stages_dir: Path, record: dict, scratch: Path,
-                sources: dict[str, str] | None = None):
+                sources: dict[str, str] | None = None, key: signing.SigningKey | None = None):
     """Build the Bento in a temporary build context: the service, its config and the ``stages`` package; its
     README is the Bento's card (``stages.provenance.card.bento_card``). ``sources``: each generative model's
     folder as the record names it."""
@@ -172,7 +180,8 @@ def build_bento(cfg: PackageConfig, tags: dict, *, service: Path, stages_dir: Pa
     config = {"name": cfg.name, "classifier": tags["classifier"], "generative": tags["generative"],
               "limits": asdict(cfg.limits), "batching": asdict(cfg.batching), "resources": cfg.resources.as_service()}
     served = {**config, "image": {**image["docker"], "python_packages": image["python"]["packages"]},  # for the card
-              "generative": {p: {"tag": t, "source": (sources or {}).get(p)} for p, t in tags["generative"].items()}}
+              "generative": {p: {"tag": t, "source": (sources or {}).get(p)} for p, t in tags["generative"].items()},
+              "signing": key and {"algorithm": key.algorithm, "public_key_sha256": key.fingerprint}}
     # scratch in the workspace, not /tmp: one a killed run leaves is swept (stages.common.atomic.sweep_dead)
     with work_dir(scratch / "bento-ctx") as tmp:
         ctx = Path(tmp)
@@ -183,7 +192,7 @@ def build_bento(cfg: PackageConfig, tags: dict, *, service: Path, stages_dir: Pa
         return bentoml.bentos.build(
             "service:LMPipeline", name=cfg.name, build_ctx=str(ctx),
             include=["service.py", "bento_config.json", "stages/**/*.py"],
-            labels={"pipeline": "lm-pipeline", "selected": record["model"]["name"],
+            labels={"pipeline": "lm-pipeline", "selected": record["model"]["name"], "signed": str(key is not None).lower(),
                     "git_commit": str(git.get("commit")), "git_dirty": str(git.get("dirty"))},
             description=bento_card(record, served), docker=image["docker"], python=image["python"],
         )
@@ -201,21 +210,79 @@ def archive_digest(target: str) -> tuple[int, str]:
     return int(fs.size(path)), digest
 
 
-def signing_key(env=os.environ):
-    """The ``LMPIPE_SIGNING_KEY`` private key, or None; read first, so a bad key packages nothing."""
-    path = env.get(SIGNING_KEY_ENV)
-    return load_key(path, private=True) if path else None
-
-
-def seal(bento, private_key=None) -> dict:
-    """Write the Bento's manifest (and its signature) into the built Bento; what the metrics record of it."""
+def seal(bento) -> tuple[dict, dict[str, str], dict[str, Path]]:
+    """Write the Bento's manifest into the built Bento; what the metrics record of it, the SHA-256 of every file
+    it lists and each model's folder (tag -> path)."""
     import bentoml
     import yaml
 
     folder = Path(bento.path)
     info = yaml.safe_load((folder / "bento.yaml").read_text(encoding="utf-8")) or {}
     models = {tag: Path(bentoml.models.get(tag).path) for tag in model_tags(info)}
-    return write_manifest(folder, str(bento.tag), models, private_key)
+    made, hashes = write_manifest(folder, str(bento.tag), models)
+    return made, hashes, models
+
+
+def folder_sha256(folder: Path) -> dict[str, str]:
+    return {rel: sha256_path(p) for rel, p in sorted(folder_files(folder)[0].items())}
+
+
+def _builder() -> dict[str, str]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {"python": python_version()}
+    for name in ("lm-pipeline", "dvc", "bentoml", "model-signing", "securesystemslib", "torch", "transformers"):
+        try:
+            out[name] = version(name)
+        except PackageNotFoundError:
+            pass
+    return out
+
+
+def attest(bento, record: dict, *, root: Path, hashes: dict[str, str], models: dict[str, Path], sealed: dict,
+           cfg: PackageConfig, key: signing.SigningKey | None) -> bytes:
+    """The SLSA provenance of the Bento (its model folders and every other file, the manifest included), signed
+    with ``key`` into ``provenance/provenance.intoto.json``; returns the envelope's bytes."""
+    subjects = []
+    for tag in sorted(models):
+        name, version = tag.split(":")
+        prefix = f"models/{name}/{version}/"
+        inner = {rel[len(prefix):]: d for rel, d in hashes.items() if rel.startswith(prefix)}
+        subjects.append({"name": prefix.rstrip("/"), "digest": {"sha256": signing.folder_digest(inner)},
+                         "annotations": {"tag": tag, "files": len(inner)}})
+    subjects += [{"name": rel, "digest": {"sha256": d}} for rel, d in sorted(hashes.items())
+                 if not rel.startswith("models/")]
+    subjects.append({"name": MANIFEST_FILE, "digest": {"sha256": sealed["manifest_sha256"]}})
+    lock = Lock(stages=record["stages"])
+    upstream = {path: signing.folder_digest(folder_sha256(root / path)) for path in sorted(record["files"])
+                if (lock.writer(path) or "").split("@", 1)[0] in ("pretrain", "dapt", "finetune")
+                and (root / path / "config.json").is_file()}
+    reports = {path: sha256_path(root / path) for path in sorted({*record.get("gates", {}), record["model_gate_path"]})
+               if (root / path).is_file()}
+    statement = signing.build_statement(
+        record, subjects=subjects, models=upstream, reports=reports, bento=str(bento.tag),
+        finished=datetime.now(timezone.utc).isoformat(timespec="seconds"), builder=_builder(),
+        internal={"package": {"name": cfg.name, "generative": list(cfg.generative),
+                              "generative_from": cfg.generative_from, "signing": cfg.signing}})
+    envelope = signing.sign_statement(statement, key)
+    target = Path(bento.path) / signing.PROVENANCE_FILE
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_bytes(envelope)
+    return envelope
+
+
+def write_beside(target: str, suffix: str, data: bytes) -> str:
+    """Write ``data`` beside the exported archive (a local file atomically, or through fsspec)."""
+    path = signing.sidecar(target, suffix)
+    if "://" in path:
+        import fsspec
+
+        fs, inner = fsspec.url_to_fs(path)
+        with fs.open(inner, "wb") as f:
+            f.write(data)
+    else:
+        write_bytes_atomic(path, data)
+    return path
 
 
 def export(bento, registry: str, fmt: str = "bento") -> str:
@@ -267,23 +334,31 @@ def package(cfg: PackageConfig, *, root: Path, gate_path: Path, finetuned: Path,
                                "with its lineage")
     for folder in [model_dir, *generative_dirs.values()]:  # what ships, checked file by file before it is read
         check_folder(root / folder)
-    private_key = signing_key()
+    key = signing.load_signing_key(root) if cfg.signing == "key" else None  # first: a bad key packages nothing
+    if key is not None and key.created:
+        log(f"[package] created the signing key {key.path} (its public half is exported beside each Bento)")
     registry = cfg.registry if "://" in cfg.registry else str(root / cfg.registry)  # an absolute path stays
     made: list[str] = []  # what this run put in the store, removed again if a later step fails
     try:
-        tags = save_models(record, cfg, root=root, model_dir=model_dir, generative_dirs=generative_dirs, made=made)
+        tags = save_models(record, cfg, root=root, model_dir=model_dir, generative_dirs=generative_dirs, made=made,
+                           key=key)
         log(f"[package] models: {tags['classifier']}" + "".join(f", {t}" for t in tags["generative"].values()))
         bento = build_bento(cfg, tags, service=service, stages_dir=Path(__file__).parents[1], record=record,
                             scratch=root / "dist",
-                            sources={p: folder.as_posix() for p, folder in generative_dirs.items()})
+                            sources={p: folder.as_posix() for p, folder in generative_dirs.items()}, key=key)
         made.append(f"bento {bento.tag}")
         log(f"[package] bento: {bento.tag}")
-        sealed = seal(bento, private_key)
-        log(f"[package] manifest: {sealed['manifest_files']} files, sha256 {sealed['manifest_sha256']}"
-            + (f", signed by the key sha256 {sealed['signature']['public_key_sha256']}" if sealed["signature"] else
-               " (unsigned: no LMPIPE_SIGNING_KEY)"))
+        sealed, hashes, models = seal(bento)
+        log(f"[package] manifest: {sealed['manifest_files']} files, sha256 {sealed['manifest_sha256']}")
+        envelope = attest(bento, record, root=root, hashes=hashes, models=models, sealed=sealed, cfg=cfg, key=key)
+        log(f"[package] provenance: {signing.PROVENANCE_FILE} (in-toto SLSA v1, "
+            + (f"signed by the key sha256 {key.fingerprint})" if key else "unsigned: package.signing is none)"))
         target = export(bento, registry, cfg.export_format)
         size, digest = archive_digest(target)
+        beside = {"provenance": redact_url(write_beside(target, signing.PROVENANCE_SUFFIX, envelope))}
+        if key is not None:
+            pem = signing.public_pem(key.public)
+            beside["public_key"] = redact_url(write_beside(target, signing.PUBLIC_KEY_SUFFIX, pem))
     except BaseException:
         _remove(made)
         raise
@@ -292,7 +367,13 @@ def package(cfg: PackageConfig, *, root: Path, gate_path: Path, finetuned: Path,
     return {"bento": str(bento.tag), "models": tags, "exported": shown, "selected": selected,
             "model_gate_passed": True, "git_commit": record["git"]["commit"], "git_dirty": record["git"]["dirty"],
             "model_md5": record["model"]["md5"], "lineage_md5": lineage_md5(tags["classifier"]),
-            "bytes": size, "sha256": digest, **sealed}
+            "bytes": size, "sha256": digest, **sealed,
+            "signing": None if key is None else {
+                "method": "key", "algorithm": key.algorithm, "public_key_sha256": key.fingerprint,
+                "models": sorted(models), "model_signature": signing.MODEL_SIGNATURE, "format": "OpenSSF model signing"},
+            "provenance": {"file": signing.PROVENANCE_FILE, "sha256": hashlib.sha256(envelope).hexdigest(),
+                           "signed": key is not None, "predicate": signing.SLSA_PREDICATE},
+            "beside": beside}
 
 
 def lineage_md5(model_tag: str) -> str:

@@ -97,7 +97,6 @@ def test_a_package_run_writes_model_cards_and_declares_the_image_and_resources(t
     """The stage on the tiny workspace (fake weights; the classifier and a pre-trained BERT) into an empty store,
     in a child process (BentoML reads BENTOML_HOME once): the Bento's bento.yaml and READMEs, and the lineage
     check of the export, which compares each model's card with the one its record renders."""
-    import os
     import subprocess
     import sys
 
@@ -105,36 +104,12 @@ def test_a_package_run_writes_model_cards_and_declares_the_image_and_resources(t
 
     from stages.serving.package import python_version
     from stages.provenance.card import classifier_card, generative_card
-    from tests.unit.provenance.workspace import entry, write
+    from tests.unit.provenance.workspace import package_run, write_ec_key
 
-    repo = Path(__file__).resolve().parents[2]
-    root = make_workspace(tmp_path / "ws")
-    write(root / "data/models/pretrain/bert/config.json", "{}")
-    write(root / "reports/metrics/pretrain-bert.json", json.dumps({"parameters": 4321, "tokens": 98765}))
-    lock = yaml.safe_load((root / "dvc.lock").read_text())
-    lock["stages"]["pretrain@bert"] = {"cmd": "python -m stages.pretrain", "deps": entry(root, ["stages/ingest.py"]),
-                                       "outs": entry(root, ["data/models/pretrain/bert",
-                                                            "reports/metrics/pretrain-bert.json"])}
-    lock["stages"]["evaluate"]["deps"] += entry(root, ["data/models/pretrain"])
-    (root / "dvc.lock").write_text(yaml.safe_dump(lock, sort_keys=False))
-    (root / "params.yaml").write_text(yaml.safe_dump({"package": {
-        "generative": ["bert"], "registry": str(tmp_path / "dist"), "resources": {"cpu": 1.5, "memory": "3Gi"}}}))
-    from cryptography.hazmat.primitives import serialization
-    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-
-    key = Ed25519PrivateKey.generate()
-    (tmp_path / "signing.pem").write_bytes(key.private_bytes(serialization.Encoding.PEM,
-                                                             serialization.PrivateFormat.PKCS8,
-                                                             serialization.NoEncryption()))
-    (tmp_path / "signing.pub.pem").write_bytes(key.public_key().public_bytes(
-        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
-    env = {**os.environ, "BENTOML_HOME": str(tmp_path / "store"), "BENTOML_DO_NOT_TRACK": "True",
-           "PYTHONPATH": str(repo), "LMPIPE_SIGNING_KEY": str(tmp_path / "signing.pem")}
-    proc = subprocess.run([sys.executable, "-m", "stages.package", "--service", str(repo / "infra/service.py"),
-                           "--metrics", str(tmp_path / "package.json")], cwd=root, env=env, capture_output=True,
-                          text=True, timeout=300)
+    key = write_ec_key(tmp_path / "signing.pem", "SECP384R1")
+    proc, env, made = package_run(tmp_path, env={"LMPIPE_SIGNING_KEY": str(tmp_path / "signing.pem")})
     assert proc.returncode == 0, proc.stderr[-3000:]
-    made = json.loads((tmp_path / "package.json").read_text())
+    root = tmp_path / "ws"
     name, version = made["bento"].split(":")
     bento = tmp_path / "store/bentos" / name / version
     info = yaml.safe_load((bento / "bento.yaml").read_text())
@@ -162,12 +137,17 @@ def test_a_package_run_writes_model_cards_and_declares_the_image_and_resources(t
     # the manifest (every file of the Bento, models included), its digest in the metrics, signed with the key
     import hashlib
 
-    from stages.provenance.manifest import MANIFEST_FILE, key_fingerprint
+    from stages.provenance.manifest import MANIFEST_FILE
+    from stages.provenance.signing import key_fingerprint
 
     manifest = (bento / MANIFEST_FILE).read_bytes()
     listed = json.loads(manifest)["files"]
     assert made["manifest_sha256"] == hashlib.sha256(manifest).hexdigest() and made["manifest_files"] == len(listed)
-    assert made["signature"]["public_key_sha256"] == key_fingerprint(key.public_key())
+    assert made["signing"]["public_key_sha256"] == key_fingerprint(key.public_key())
+    assert made["signing"]["algorithm"] == "ecdsa-secp384r1" and made["provenance"]["signed"]
+    assert f"models/{model_name}/{model_version}/model.sig" in listed
+    assert Path(made["beside"]["public_key"]).read_bytes() == (tmp_path / "signing.pub.pem").read_bytes()
+    assert info["labels"]["signed"] == "true" and "OpenSSF Model Signing signature" in readme
     assert {"bento.yaml", "src/bento_config.json", "env/python/requirements.txt", "env/docker/entrypoint.sh",
             "src/stages/serving/guard.py", f"models/{model_name}/{model_version}/model.yaml",
             f"models/{model_name}/{model_version}/model.safetensors",
@@ -211,8 +191,9 @@ def _fake_stage(monkeypatch, exported: str, fail: BaseException | None = None):
     monkeypatch.setattr(pkg, "save_models", lambda record, cfg, **kw: {"classifier": "lm-classifier:v1",
                                                                        "generative": {}})
     monkeypatch.setattr(pkg, "build_bento", lambda *a, **kw: types.SimpleNamespace(tag="lm-pipeline:v1", path="."))
-    monkeypatch.setattr(pkg, "seal", lambda bento, key=None: {"manifest_sha256": "c" * 64, "manifest_files": 3,
-                                                              "signature": None})
+    monkeypatch.setattr(pkg, "seal", lambda bento: ({"manifest_sha256": "c" * 64, "manifest_files": 3}, {}, {}))
+    monkeypatch.setattr(pkg, "attest", lambda *a, **kw: b"{}")
+    monkeypatch.setattr(pkg, "write_beside", lambda target, suffix, data: pkg.signing.sidecar(target, suffix))
 
     def export(bento, registry, fmt="bento"):
         if fail is not None:

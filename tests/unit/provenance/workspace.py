@@ -78,3 +78,47 @@ def make_workspace(root: Path, *, gate_passed: bool = True) -> Path:
             "outs": entry(root, [f"data/models/finetune/{name}", f"reports/metrics/finetune-{name}.json"])}
     write(root / "dvc.lock", yaml.safe_dump({"schema": "2.0", "stages": stages}, sort_keys=False))
     return root
+
+
+def write_ec_key(path: Path, curve: str = "SECP256R1"):
+    """An unencrypted EC private key (PKCS#8 PEM) at ``path`` and its public half at ``<stem>.pub.pem``."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    key = ec.generate_private_key(getattr(ec, curve)())
+    path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                       serialization.NoEncryption()))
+    path.with_suffix(".pub.pem").write_bytes(key.public_key().public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
+    return key
+
+
+def package_run(tmp_path: Path, *, env: dict | None = None, package: dict | None = None):
+    """The package stage, in a child process (BentoML reads BENTOML_HOME once), on ``make_workspace`` plus a
+    pre-trained BERT (config and tokenizer) shipped beside the classifier, into an empty store under ``tmp_path``
+    and the registry ``tmp_path/dist``. Returns (the process, its environment, package.json or None)."""
+    import os
+    import subprocess
+    import sys
+
+    repo = Path(__file__).resolve().parents[3]
+    root = make_workspace(tmp_path / "ws")
+    write(root / "data/models/pretrain/bert/config.json", "{}")
+    write(root / "data/models/pretrain/bert/tokenizer.json", '{"model": {"vocab": {"[PAD]": 0}}}')
+    write(root / "reports/metrics/pretrain-bert.json", json.dumps({"parameters": 4321, "tokens": 98765}))
+    lock = yaml.safe_load((root / "dvc.lock").read_text())
+    lock["stages"]["pretrain@bert"] = {"cmd": "python -m stages.pretrain", "deps": entry(root, ["stages/ingest.py"]),
+                                       "outs": entry(root, ["data/models/pretrain/bert",
+                                                            "reports/metrics/pretrain-bert.json"])}
+    lock["stages"]["evaluate"]["deps"] += entry(root, ["data/models/pretrain"])
+    (root / "dvc.lock").write_text(yaml.safe_dump(lock, sort_keys=False))
+    (root / "params.yaml").write_text(yaml.safe_dump({"package": {
+        "generative": ["bert"], "registry": str(tmp_path / "dist"), "resources": {"cpu": 1.5, "memory": "3Gi"},
+        **(package or {})}}))
+    env = {**os.environ, "BENTOML_HOME": str(tmp_path / "store"), "BENTOML_DO_NOT_TRACK": "True",
+           "PYTHONPATH": str(repo), **(env or {})}
+    proc = subprocess.run([sys.executable, "-m", "stages.package", "--service", str(repo / "infra/service.py"),
+                           "--metrics", str(tmp_path / "package.json")], cwd=root, env=env, capture_output=True,
+                          text=True, timeout=300)
+    made = json.loads((tmp_path / "package.json").read_text()) if proc.returncode == 0 else None
+    return proc, env, made

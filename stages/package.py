@@ -4,10 +4,11 @@
         --finetuned data/models/finetune --pretrained data/models/pretrain --dapt data/models/dapt \
         --service infra/service.py --metrics reports/metrics/package.json
 
-Refuses unless the model gate passed; the core is ``stages.serving.package`` (models in ``$BENTOML_HOME``, a Bento
-sealed with ``LMPIPE_SIGNING_KEY``, exported to ``package.registry``). The metrics record the manifest's and the
-archive's SHA-256 for ``python -m stages.lineage BENTO --verify --pin``; a registry URL's user-info is never written
-or logged.
+Refuses unless the model gate passed; the core is ``stages.serving.package`` (models in ``$BENTOML_HOME``, each
+signed with OpenSSF Model Signing, a Bento sealed with a manifest and a signed SLSA provenance, exported to
+``package.registry`` with the key's public half beside it; the key: ``stages.provenance.signing``). The metrics
+record the manifest's and the archive's SHA-256 for ``python -m stages.lineage BENTO --verify --pin``; a registry
+URL's user-info is never written or logged.
 """
 
 from __future__ import annotations

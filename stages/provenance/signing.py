@@ -26,7 +26,7 @@ SLSA_PREDICATE = "https://slsa.dev/provenance/v1"
 BUILD_TYPE = "urn:lm-pipeline:dvc-pipeline:v1"  # docs/auditing.md, "The provenance": what its fields mean
 BUILDER_ID = "urn:lm-pipeline:package-stage"
 CURVES = ("secp256r1", "secp384r1", "secp521r1")  # what model_signing's key signer takes
-NEW_KEY_HINT = ("openssl ecparam -name prime256v1 -genkey -noout | openssl pkcs8 -topk8 -nocrypt -out KEY.pem, or "
+NEW_KEY_HINT = ("`openssl ecparam -name prime256v1 -genkey -noout | openssl pkcs8 -topk8 -nocrypt -out KEY.pem`, or "
                 "unset it to use the default key")
 
 
@@ -143,9 +143,10 @@ def load_signing_key(workspace: Path | None = None, env=os.environ) -> SigningKe
     except ValueError as exc:
         raise SigningError(f"{where}: {path} is not a PEM private key ({exc})") from None
     if not isinstance(key, ec.EllipticCurvePrivateKey) or key.curve.name not in CURVES:
-        kind = getattr(getattr(key, "curve", None), "name", None) or type(key).__name__.removeprefix("_")
-        raise SigningError(f"{where}: {path} is a {kind} key; model signing takes an elliptic-curve key on P-256, "
-                           f"P-384 or P-521: {NEW_KEY_HINT}")
+        kind = (getattr(getattr(key, "curve", None), "name", None)
+                or type(key).__name__.removeprefix("_").removesuffix("PrivateKey"))
+        raise SigningError(f"{where}: {path} is not an elliptic-curve key on P-256, P-384 or P-521 ({kind}); make "
+                           f"one with {NEW_KEY_HINT}")
     return SigningKey(path=path, private=key, created=created)
 
 

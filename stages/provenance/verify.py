@@ -196,8 +196,8 @@ def verify_seal(files: dict[str, str], *, manifest: bytes | None, signature: byt
         verdict.mismatches.append(f"{MANIFEST_FILE}: made for the Bento {body.get('bento')}, not {bento['tag']}")
     verdict.checked += len(listed)
     verdict.verified.append(f"all {len(files)} files of the Bento against its manifest (SHA-256 {digest}; "
-                            f"{len(listed)} listed: all but the manifest, its signature and BentoML's "
-                            "models/<name>/latest pointers)")
+                            f"{len(listed)} listed: all but the manifest, the provenance that lists it, a "
+                            "legacy signature of it and BentoML's models/<name>/latest pointers)")
     for rel in sorted(set(listed) | set(files)):
         if rel in SEAL_FILES or rel in skip:
             continue
@@ -458,11 +458,11 @@ def verify(record: dict, *, packaged: list[dict] | None = None, workspace: Path 
         all_files = sorted(files)
     uncovered = verify_coverage(record, packaged or [], all_files, verdict) if all_files is not None else None
     if files is not None:
+        if standard is not None:  # first: a signed provenance that lists the manifest binds it
+            verify_standard(files, manifest, standard, strict, verdict)
         verify_seal(files, manifest=manifest, signature=signature, bento=bento or {}, pin=pin,
                     public_key=public_key, irregular=irregular or [], skip=executable_extras(all_files),
                     verdict=verdict)
-        if standard is not None:
-            verify_standard(files, manifest, standard, strict, verdict)
     elif pin is not None:
         verify_pin(bento or {}, pin, verdict)
     if files is None:  # a model folder on its own: it holds regular files only

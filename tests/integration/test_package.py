@@ -357,3 +357,21 @@ def test_lineage_travels_inside_the_imported_bento(project, served):
     pin = json.loads((project / "reports/metrics/package.json").read_text())["manifest_sha256"]
     proc = _run([PY, "-m", "stages.lineage", "lm-pipeline:latest", "--verify", "--pin", pin], elsewhere, store)
     assert proc.returncode == 0 and "UNPINNED" not in proc.stdout, proc.stdout[-2000:] + proc.stderr[-2000:]
+
+
+def test_the_imported_models_pass_the_stock_signature_verifier_and_the_key_binds_the_bento(project, served):
+    """The deployer's copy (exported, imported into an empty store): `model_signing verify key` accepts every
+    model folder with the public key exported beside the archive, and the audit with that key is bound."""
+    _, elsewhere, store = served
+    made = json.loads((project / "reports/metrics/package.json").read_text())
+    pub = Path(made["beside"]["public_key"])
+    tags = [made["models"]["classifier"], *made["models"]["generative"].values()]
+    for tag in tags:
+        folder = store / "models" / tag.split(":")[0] / tag.split(":")[1]
+        proc = _run([str(Path(PY).parent / "model_signing"), "verify", "key", str(folder), "--signature",
+                     str(folder / "model.sig"), "--public_key", str(pub)], elsewhere, store)
+        assert proc.returncode == 0 and "Verification succeeded" in proc.stdout + proc.stderr, proc.stderr[-2000:]
+    proc = _run([PY, "-m", "stages.lineage", "lm-pipeline:latest", "--verify", "--public-key", str(pub), "--strict"],
+                elsewhere, store)
+    assert proc.returncode == 0 and "every file of the Bento bound" in proc.stdout, proc.stdout[-3000:]
+    assert proc.stdout.count("checked: standard: OpenSSF model signature") == len(tags)

@@ -93,10 +93,10 @@ def write_ec_key(path: Path, curve: str = "SECP256R1"):
     return key
 
 
-def package_run(tmp_path: Path, *, env: dict | None = None, package: dict | None = None):
+def package_run(tmp_path: Path, *, env: dict | None = None, package: dict | None = None, before=None):
     """The package stage, in a child process (BentoML reads BENTOML_HOME once), on ``make_workspace`` plus a
     pre-trained BERT (config and tokenizer) shipped beside the classifier, into an empty store under ``tmp_path``
-    and the registry ``tmp_path/dist``. Returns (the process, its environment, package.json or None)."""
+    and the registry ``tmp_path/dist``; ``before(root)`` runs on the finished workspace first. Returns (the process, its environment, package.json or None)."""
     import os
     import subprocess
     import sys
@@ -115,6 +115,8 @@ def package_run(tmp_path: Path, *, env: dict | None = None, package: dict | None
     (root / "params.yaml").write_text(yaml.safe_dump({"package": {
         "generative": ["bert"], "registry": str(tmp_path / "dist"), "resources": {"cpu": 1.5, "memory": "3Gi"},
         **(package or {})}}))
+    if before is not None:
+        before(root)
     env = {**os.environ, "BENTOML_HOME": str(tmp_path / "store"), "BENTOML_DO_NOT_TRACK": "True",
            "PYTHONPATH": str(repo), **(env or {})}
     proc = subprocess.run([sys.executable, "-m", "stages.package", "--service", str(repo / "infra/service.py"),

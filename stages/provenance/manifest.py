@@ -132,10 +132,6 @@ def key_fingerprint(public_key) -> str:
     return sha256_bytes(raw)
 
 
-def sign(manifest: bytes, private_key) -> bytes:
-    return base64.b64encode(private_key.sign(manifest)) + b"\n"
-
-
 def signature_valid(manifest: bytes, signature: bytes, public_key) -> bool:
     invalid = _crypto()[2]
     try:

@@ -20,7 +20,8 @@ from stages.common.redact import redact_url
 from stages.provenance.card import CARD_FILE, bento_card, classifier_card, generative_card
 from stages.provenance.hashing import folder_manifest, md5_file
 from stages.provenance import signing
-from stages.provenance.manifest import MANIFEST_FILE, folder_files, model_tags, sha256_path, sha256_stream, write_manifest
+from stages.provenance.manifest import (MANIFEST_FILE, folder_files, model_tags, sha256_path, sha256_stream,
+                                        write_manifest)
 from stages.provenance.record import LineageError, Lock, collect
 from stages.provenance.record import stored as as_stored
 from stages.serving.config import EXPORT_SUFFIX, PackageConfig
@@ -192,8 +193,9 @@ def build_bento(cfg: PackageConfig, tags: dict, *, service: Path, stages_dir: Pa
         return bentoml.bentos.build(
             "service:LMPipeline", name=cfg.name, build_ctx=str(ctx),
             include=["service.py", "bento_config.json", "stages/**/*.py"],
-            labels={"pipeline": "lm-pipeline", "selected": record["model"]["name"], "signed": str(key is not None).lower(),
-                    "git_commit": str(git.get("commit")), "git_dirty": str(git.get("dirty"))},
+            labels={"pipeline": "lm-pipeline", "selected": record["model"]["name"],
+                    "git_commit": str(git.get("commit")), "git_dirty": str(git.get("dirty")),
+                    "signed": str(key is not None).lower()},
             description=bento_card(record, served), docker=image["docker"], python=image["python"],
         )
 
@@ -257,8 +259,8 @@ def attest(bento, record: dict, *, root: Path, hashes: dict[str, str], models: d
     upstream = {path: signing.folder_digest(folder_sha256(root / path)) for path in sorted(record["files"])
                 if (lock.writer(path) or "").split("@", 1)[0] in ("pretrain", "dapt", "finetune")
                 and (root / path / "config.json").is_file()}
-    reports = {path: sha256_path(root / path) for path in sorted({*record.get("gates", {}), record["model_gate_path"]})
-               if (root / path).is_file()}
+    gates = sorted({*record.get("gates", {}), record["model_gate_path"]})
+    reports = {path: sha256_path(root / path) for path in gates if (root / path).is_file()}
     statement = signing.build_statement(
         record, subjects=subjects, models=upstream, reports=reports, bento=str(bento.tag),
         finished=datetime.now(timezone.utc).isoformat(timespec="seconds"), builder=_builder(),
@@ -370,7 +372,8 @@ def package(cfg: PackageConfig, *, root: Path, gate_path: Path, finetuned: Path,
             "bytes": size, "sha256": digest, **sealed,
             "signing": None if key is None else {
                 "method": "key", "algorithm": key.algorithm, "public_key_sha256": key.fingerprint,
-                "models": sorted(models), "model_signature": signing.MODEL_SIGNATURE, "format": "OpenSSF model signing"},
+                "format": "OpenSSF model signing", "models": sorted(models),
+                "model_signature": signing.MODEL_SIGNATURE},
             "provenance": {"file": signing.PROVENANCE_FILE, "sha256": hashlib.sha256(envelope).hexdigest(),
                            "signed": key is not None, "predicate": signing.SLSA_PREDICATE},
             "beside": beside}

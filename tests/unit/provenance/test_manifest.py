@@ -13,7 +13,7 @@ import pytest
 
 from stages.lineage import main
 from stages.provenance.hashing import dir_md5
-from stages.provenance.manifest import MANIFEST_FILE, SIGNATURE_FILE, render_manifest, sign, write_manifest
+from stages.provenance.manifest import MANIFEST_FILE, SIGNATURE_FILE, render_manifest, write_manifest
 from tests.unit.provenance.test_record_and_verify import record_of
 from tests.unit.provenance.workspace import make_workspace
 
@@ -233,6 +233,13 @@ def test_write_manifest_lists_every_file_of_the_built_bento(ws, tmp_path):
     assert (bento_dir / MANIFEST_FILE).read_bytes() == manifest_of(files)
     assert made == {"manifest_sha256": hashlib.sha256(manifest_of(files)).hexdigest(), "manifest_files": len(files)}
     assert hashes == json.loads(manifest_of(files))["files"]
+
+
+def sign(manifest: bytes, private_key) -> bytes:
+    """The ed25519 signature of a manifest as Bentos packaged before the standard formats carry it."""
+    import base64
+
+    return base64.b64encode(private_key.sign(manifest)) + b"\n"
 
 
 def keys(tmp_path: Path):

@@ -296,7 +296,8 @@ def test_key_errors_are_one_line_naming_the_file(tmp_path):
         load_signing_key(env={"LMPIPE_SIGNING_KEY": str(tmp_path / "locked.pem")})
     (tmp_path / "k1.pem").write_bytes(ec.generate_private_key(ec.SECP256K1()).private_bytes(
         serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
-    with pytest.raises(SigningError, match=r"k1.pem is not an elliptic-curve key on P-256, P-384 or P-521 \(secp256k1\)"):
+    with pytest.raises(SigningError, match=r"k1.pem is not an elliptic-curve key on P-256, P-384 or P-521 "
+                                           r"\(secp256k1\)"):
         load_signing_key(env={"LMPIPE_SIGNING_KEY": str(tmp_path / "k1.pem")})
     ws = tmp_path / "ws"
     ws.mkdir()

@@ -12,14 +12,14 @@ from __future__ import annotations
 
 import argparse
 import sys
-from dataclasses import asdict
 from pathlib import Path
 
 from stages.common.atomic import write_json_atomic
 from stages.common.cli import Stage, entry
 from stages.common.inputs import check_folder
 from stages.config import ConfigError
-from stages.finetuning.core import INITS, load_config, read_task
+from stages.finetuning.adapt import read_adaptation
+from stages.finetuning.core import INITS, config_record, load_config, read_task
 from stages.finetuning.seeds import curve_tsv, finetune_seeds, gate_task
 from stages.provenance import stagecard
 from stages.quality.gate import GateFailed
@@ -55,12 +55,15 @@ def _run(args: argparse.Namespace, log) -> dict:
     tmp = args.staged.path
     out["classifier"].model.save_pretrained(str(tmp))
     out["tokenizer"].save_pretrained(str(tmp))
-    write_json_atomic(tmp / "finetune.json", {"config": asdict(out["config"]), "metrics": metrics, "curve": out["curve"],
+    record = config_record(out["config"])
+    write_json_atomic(tmp / "finetune.json", {"config": record, "metrics": metrics, "curve": out["curve"],
                                               "init": args.init, "model": str(args.model), "labels": list(cfg.labels)})
+    adaptation = read_adaptation(tmp)  # frozen or lora: the folder holds the head (and adapter), not the body
     stagecard.write(tmp, stagecard.finetune_facts(
-        paradigm=args.paradigm, init=args.init, labels=list(cfg.labels), config=asdict(out["config"]),
+        paradigm=args.paradigm, init=args.init, labels=list(cfg.labels), config=record,
         metrics=metrics, sources=task_sources, model_dir=args.model,
-        parameters=stagecard.count_parameters(tmp)))
+        parameters=adaptation["total_parameters"] if adaptation else stagecard.count_parameters(tmp),
+        adaptation=adaptation))
     return {args.metrics: metrics, args.plot: curve_tsv(out["curve"])}
 
 

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import numpy as np
 
-from stages.config import build, check, check_seed, deep_merge, load_params, section
+from stages.config import ConfigError, build, check, check_seed, deep_merge, load_params, section
+from stages.finetuning.adapt import LORA_TARGETS, METHODS, effective_method
 from stages.training.config import PRECISIONS
 
 INITS = ("pretrained", "dapt", "random")
@@ -24,6 +25,28 @@ class TaskGateConfig:
     """Smallest share of the training examples a label may have (the gate fails below it)."""
     max_class_share: float = 0.3
     """Largest share of the training examples a label may have."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class LoraConfig:
+    """LoRA's low-rank adapters on the body (``method: lora``)."""
+
+    r: int = 8
+    """Rank of each adapter's update."""
+    alpha: int = 16
+    """The update's scale is ``alpha / r``."""
+    dropout: float = 0.1
+    """Dropout on each adapter's input while training."""
+    targets: tuple[str, ...] = ()
+    """The modules that get an adapter, by the last part of their names ([] = the paradigm's attention and
+    feed-forward projections: BERT ``query, key, value, dense`` (DeBERTa-v2 ``query_proj, key_proj, value_proj,
+    dense``), GPT ``c_attn, c_proj, c_fc``, T5 ``q, k, v, o, wi, wo``)."""
+
+    def __post_init__(self) -> None:
+        check(self.r >= 1, "r: must be >= 1")
+        check(self.alpha > 0, "alpha: must be > 0")
+        check(0 <= self.dropout < 1, "dropout: must be in [0, 1)")
+        check(len(set(self.targets)) == len(self.targets), "targets: each module name once")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -90,6 +113,13 @@ class FinetuneConfig:
     """``auto``: bf16 autocast where the device multiplies bf16 natively, else fp32; ``fp32`` or ``bf16`` force it."""
     gate: TaskGateConfig = field(default_factory=TaskGateConfig)
     """The labeled task's check."""
+    method: str = "full"
+    """How a pre-trained body (init ``pretrained``, ``dapt``) is adapted: ``full``: every weight trains;
+    ``frozen``: the body fixed (and without dropout), the pooled head trains; ``lora``: low-rank adapters on the
+    body's projections and the head train. ``frozen`` and ``lora`` need head ``pooled``; their folder holds the head
+    (and adapter) only and names the base folder it needs. Init ``random`` has no base to adapt: it trains in full."""
+    lora: LoraConfig = field(default_factory=LoraConfig)
+    """The adapters of method ``lora``."""
     # The rest of the optimizer recipe (not params): the cosine decays to 0; AdamW's betas are pre-training's default.
     min_lr_ratio = 0.0
     betas = (0.9, 0.98)
@@ -119,6 +149,12 @@ class FinetuneConfig:
         check(self.reinit_layers >= 0, "reinit_layers: must be >= 0 (0 = off)")
         check(not self.reinit_layers or self.head != "prompt",
               "reinit_layers: not with head prompt (it reads the top layer through the masked-LM head)")
+        check(self.method in METHODS, f"method: one of {', '.join(METHODS)}")
+        check(self.method == "full" or self.head == "pooled", f"method: {self.method} needs head pooled")
+        check(self.method == "full" or not self.embedding_rms,
+              f"embedding_rms: not with method {self.method} (the base is kept as saved; set 0)")
+        check(self.method == "full" or not self.reinit_layers,
+              f"reinit_layers: not with method {self.method} (the base is kept as saved; set 0)")
 
 
 def head_options(cfg: FinetuneConfig) -> dict:
@@ -126,10 +162,35 @@ def head_options(cfg: FinetuneConfig) -> dict:
     return {"aux_lm_weight": cfg.aux_lm_weight, "aux_lm_fraction": cfg.aux_lm_fraction, "head": cfg.head}
 
 
+def adapt_options(cfg: FinetuneConfig, init: str) -> dict:
+    """``make_classifier``'s ``adapt`` keyword for ``init`` ({} when the run trains in full)."""
+    method = effective_method(cfg.method, init)
+    if method == "full":
+        return {}
+    return {"adapt": {"method": method, "r": cfg.lora.r, "alpha": cfg.lora.alpha, "dropout": cfg.lora.dropout,
+                      "targets": list(cfg.lora.targets)}}
+
+
+def config_record(cfg: FinetuneConfig) -> dict:
+    """The config as finetune.json records it; method ``full`` leaves ``method`` and ``lora`` out, so a full
+    run's record reads as before methods existed."""
+    from dataclasses import asdict
+
+    out = asdict(cfg)
+    if cfg.method == "full":
+        del out["method"], out["lora"]
+    return out
+
+
 def load_config(params_path: Path, paradigm: str) -> FinetuneConfig:
     params = load_params(params_path)
     merged = deep_merge(section(params, "finetune.defaults"), section(params, f"finetune.{paradigm}") or {})
-    return build(FinetuneConfig, merged, f"finetune.{paradigm}")
+    cfg = build(FinetuneConfig, merged, f"finetune.{paradigm}")
+    bad = [t for t in cfg.lora.targets if t not in LORA_TARGETS.get(paradigm, ())]
+    if bad:
+        raise ConfigError(f"finetune.{paradigm}.lora.targets: {', '.join(map(repr, bad))} is not a module of the "
+                          f"{paradigm} model (one of {', '.join(LORA_TARGETS.get(paradigm, ()))})")
+    return cfg
 
 
 def read_task(path: Path):
@@ -218,7 +279,8 @@ def finetune(cfg: FinetuneConfig, *, paradigm: str, init: str, model_dir: Path, 
         torch.set_num_threads(cfg.threads)
     label_id = {lab: i for i, lab in enumerate(cfg.labels)}
     tok = AutoTokenizer.from_pretrained(str(model_dir))
-    clf = make_classifier(paradigm, model_dir, list(cfg.labels), tok, init=init, seed=cfg.seed, **head_options(cfg))
+    clf = make_classifier(paradigm, model_dir, list(cfg.labels), tok, init=init, seed=cfg.seed, **head_options(cfg),
+                          **adapt_options(cfg, init))
     if cfg.embedding_rms:
         rescale_embeddings(clf.model, cfg.embedding_rms)
     if cfg.reinit_layers:

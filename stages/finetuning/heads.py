@@ -36,10 +36,11 @@ class _Classifier:
     tensors: tuple[str, ...] = ()  # the attributes that hold tensors to move with the model
 
     def __init__(self, paradigm: str, model_dir: Path, labels: list[str], tokenizer=None, *, init: str, seed: int,
-                 aux_lm_weight: float = 0.0, aux_lm_fraction: float = 1.0) -> None:
+                 aux_lm_weight: float = 0.0, aux_lm_fraction: float = 1.0, adapt: dict | None = None) -> None:
         torch.manual_seed(seed)
         self.aux_lm_weight = aux_lm_weight if paradigm == "gpt" else 0.0
         self.aux_lm_fraction = aux_lm_fraction
+        self.adapt = adapt  # frozen or lora (stages.finetuning.adapt); None: every weight trains
         self.model = self.build(paradigm, Path(model_dir), labels, tokenizer, init)
 
     def to(self, device: str) -> None:
@@ -177,11 +178,20 @@ class _Pooled(torch.nn.Module):
     pre-trained body's pooled states share, which a LayerNorm would keep (benchmarks/transfer.md, "Fine-tuning
     a pre-trained body")."""
 
+    frozen = False  # method frozen: the body stays in eval mode (no dropout) while the head trains
+    adaptation: dict | None = None  # method frozen or lora: what adaptation.json records (the base folder)
+
     def __init__(self, body, d_model: int, n_labels: int) -> None:
         super().__init__()
         self.body = body
         self.norm = torch.nn.BatchNorm1d(d_model)
         self.out = torch.nn.Linear(d_model, n_labels)
+
+    def train(self, mode: bool = True):
+        super().train(mode)
+        if self.frozen:
+            self.body.eval()
+        return self
 
     def hidden(self, input_ids, attention_mask):
         """The states the loss may reuse (GPT's auxiliary LM): the body's last hidden states."""
@@ -205,12 +215,23 @@ class _Pooled(torch.nn.Module):
         return self.head(self.pool(input_ids, attention_mask)[0])
 
     def save_pretrained(self, path: str) -> None:
-        """The body as a stock model (``AutoModel`` loads it), the head beside it in safetensors."""
+        """The body as a stock model (``AutoModel`` loads it), the head beside it in safetensors. Adapted (frozen,
+        lora): the head (and the LoRA adapter) only, with ``adaptation.json`` naming the base and its digest."""
         from safetensors.torch import save_file
 
-        self.body.save_pretrained(path)
+        if self.adaptation is None or self.adaptation["method"] == "lora":
+            self.body.save_pretrained(path)  # a PeftModel writes its adapter only
         save_file({k: v.contiguous() for k, v in self.state_dict().items() if not k.startswith("body.")},
                   str(Path(path) / HEAD_FILE))
+        if self.adaptation is not None:
+            import json
+
+            from stages.finetuning.adapt import ADAPTATION_FILE, base_digest, parameter_counts
+
+            record = {**self.adaptation, **parameter_counts(self)}
+            record.setdefault("base_digest", base_digest(Path(record["base"])))
+            (Path(path) / ADAPTATION_FILE).write_text(json.dumps(record, indent=2, sort_keys=True) + "\n",
+                                                      encoding="utf-8")
 
 
 class PooledClassifier(_Classifier):
@@ -220,10 +241,27 @@ class PooledClassifier(_Classifier):
     def build(self, paradigm, model_dir, labels, tokenizer, init):
         from transformers import AutoModel, T5EncoderModel
 
-        body = _load(AutoModel if paradigm != "t5" else T5EncoderModel, model_dir, init)
+        from stages.finetuning import adapt
+
+        # a frozen or lora folder holds the head (and adapter) only: the body comes from the base it names
+        saved = adapt.read_adaptation(model_dir) if init != "random" else None
+        options = saved or (self.adapt if self.adapt and adapt.effective_method(self.adapt["method"], init) != "full"
+                            else None)
+        body_dir = adapt.resolve_base(model_dir, saved) if saved else model_dir
+        body = _load(AutoModel if paradigm != "t5" else T5EncoderModel, body_dir, init)
         cfg = body.config
         d_model = getattr(cfg, "hidden_size", None) or getattr(cfg, "n_embd", None) or cfg.d_model
+        if options is not None:
+            body = (adapt.load_adapter(body, model_dir) if saved and options["method"] == "lora"
+                    else adapt.adapt_body(body, paradigm, options))
         model = _Pooled(body, d_model, len(labels))
+        if options is not None:
+            model.frozen = options["method"] == "frozen"
+            model.adaptation = saved or {"method": options["method"], "base": str(model_dir),
+                                         **({"lora": {k: options[k] for k in ("r", "alpha", "dropout", "targets")}}
+                                            if options["method"] == "lora" else {})}
+            if model.frozen:
+                self.aux_lm_weight = 0.0  # nothing the auxiliary LM loss could train
         head = model_dir / HEAD_FILE
         if init != "random" and head.is_file():  # a fine-tuned folder: its trained head
             from safetensors.torch import load_file
@@ -247,17 +285,21 @@ HEADS = ("stock", "pooled", "prompt")
 
 
 def make_classifier(paradigm: str, model_dir: Path, labels: list[str], tokenizer, *, init: str, seed: int,
-                    aux_lm_weight: float = 0.0, aux_lm_fraction: float = 1.0, head: str = "stock"):
+                    aux_lm_weight: float = 0.0, aux_lm_fraction: float = 1.0, head: str = "stock",
+                    adapt: dict | None = None):
     """``head``: ``stock`` ([CLS] for BERT, last token for GPT, text to text for T5), ``pooled`` (masked mean,
-    BatchNorm, linear) or ``prompt`` (BERT: a cloze)."""
+    BatchNorm, linear) or ``prompt`` (BERT: a cloze). ``adapt``: method frozen or lora for the pooled head
+    (:func:`stages.finetuning.core.adapt_options`); a folder with ``adaptation.json`` loads its base and adapter."""
     if head not in HEADS:
         raise ValueError(f"head: {head!r} is not one of {', '.join(HEADS)}")
+    if adapt is not None and head != "pooled":
+        raise ValueError(f"method: {adapt['method']} needs head pooled, not {head}")
     if head == "prompt" and paradigm != "bert":
         raise ValueError(f"head: prompt is for the bert paradigm (a masked LM), not {paradigm}")
     stock = TextToTextClassifier if paradigm == "t5" else EncoderClassifier
     cls = {"pooled": PooledClassifier, "prompt": PromptClassifier}.get(head, stock)
     return cls(paradigm, model_dir, labels, tokenizer, init=init, seed=seed, aux_lm_weight=aux_lm_weight,
-               aux_lm_fraction=aux_lm_fraction)
+               aux_lm_fraction=aux_lm_fraction, adapt=adapt)
 
 
 def rescale_embeddings(module, rms: float) -> float:

@@ -167,9 +167,10 @@ def pretrain_facts(*, kind: str, paradigm: str, corpus: str, config: dict, metri
 
 
 def finetune_facts(*, paradigm: str, init: str, labels: list[str], config: dict, metrics: dict, sources: dict,
-                   model_dir: Path, parameters: int) -> dict:
+                   model_dir: Path, parameters: int, adaptation: dict | None = None) -> dict:
     """The record of a ``finetune`` folder: ``model_dir`` the folder it started from (its ``card.json``: the
-    pre-training behind it; for random init its architecture only), ``sources`` the task's corpus."""
+    pre-training behind it; for random init its architecture only), ``sources`` the task's corpus; ``adaptation``
+    (method frozen or lora: the folder's ``adaptation.json``) the method, its trainable weights and the base it needs."""
     upstream = read_facts(model_dir) or {}
     keys = ("train_examples", "steps", "lr", "test_macro_f1", "test_macro_f1_std", "test_accuracy",
             "test_accuracy_std", "best_val_macro_f1", "best_val_macro_f1_std", "val_examples", "test_examples",
@@ -186,6 +187,8 @@ def finetune_facts(*, paradigm: str, init: str, labels: list[str], config: dict,
         "scores": {**{k: metrics.get(k) for k in keys},
                    "seeds": len(seeds) if isinstance(seeds, list) else None,
                    "saved": {k: saved.get(k) for k in ("seed", "test_macro_f1", "test_accuracy")} if saved else None},
+        **({"adaptation": {k: adaptation.get(k) for k in ("method", "trainable_parameters", "base", "base_digest")}}
+           if adaptation else {}),  # a full run's record has no such key
     }
 
 
@@ -263,6 +266,12 @@ def data_lines(f: dict, classifier: bool) -> list[str]:
             "", *corpora_lines(f.get("corpora"))]
 
 
+def adaptation_text(a: dict) -> str:
+    """Method frozen or lora: what trained and the base folder the saved head (and adapter) needs."""
+    return (f"method `{a.get('method')}`: {count(a.get('trainable_parameters'))} weights trained; needs the base "
+            f"`{a.get('base')}` (SHA-256 folder digest {a.get('base_digest')})")
+
+
 def classifier_sections(f: dict) -> list[tuple[str, list[str]]]:
     """A fine-tuned classifier's card sections from its facts: a folder's ``card.json``, or those
     ``stages.provenance.card`` takes from a lineage record (its ``lineage``: what only the record knows)."""
@@ -281,6 +290,7 @@ def classifier_sections(f: dict) -> list[tuple[str, list[str]]]:
          if labels and f.get("head") else f"classification into the {len(labels)} labels" if labels else UNKNOWN),
         ("pre-training tokens", "none (random initialisation: no pre-trained weights)" if random else count(total)),
         ("fine-tuning examples", count(s.get("train_examples"))),
+        *([("adaptation", adaptation_text(f["adaptation"]))] if f.get("adaptation") else []),
         *([("files", lineage["files"])] if lineage else []),
     ]
     if random:

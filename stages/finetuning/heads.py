@@ -221,6 +221,8 @@ class _Pooled(torch.nn.Module):
 
         if self.adaptation is None or self.adaptation["method"] == "lora":
             self.body.save_pretrained(path)  # a PeftModel writes its adapter only
+        else:
+            Path(path).mkdir(parents=True, exist_ok=True)  # frozen: no body to write
         save_file({k: v.contiguous() for k, v in self.state_dict().items() if not k.startswith("body.")},
                   str(Path(path) / HEAD_FILE))
         if self.adaptation is not None:

@@ -1,0 +1,150 @@
+"""Fine-tuning methods: frozen (the pooled head only) and lora (adapters + head), their folders (head, adapter,
+adaptation.json) and their reload against a checked base."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+import torch
+
+from stages.config import ConfigError
+from stages.finetuning.core import finetune, load_config, predict, read_task
+from tests.unit.finetuning.conftest import LABELS, write_params
+
+
+def _train(models, tmp_path, paradigm, method, init="pretrained", **extra):
+    cfg = load_config(write_params(tmp_path / "p.yaml", epochs=1, head="pooled", method=method, **extra), paradigm)
+    out = finetune(cfg, paradigm=paradigm, init=init, model_dir=models.models[paradigm], df=read_task(models.task),
+                   log=lambda m: None)
+    return cfg, out
+
+
+def _body(models, paradigm):
+    from transformers import AutoModel, T5EncoderModel
+
+    body = (T5EncoderModel if paradigm == "t5" else AutoModel).from_pretrained(str(models.models[paradigm]))
+    # BERT's pooler is not in the pre-trained folder: drawn anew at each load, and unused by the pooled head
+    return {k: v for k, v in body.state_dict().items() if not k.startswith("pooler.")}
+
+
+def _reload_predictions(models, tmp_path, cfg, out, paradigm):
+    """The in-memory classifier's predictions on the test texts and those of its saved folder, reloaded."""
+    from stages.finetuning.heads import make_classifier
+
+    clf, tok = out["classifier"], out["tokenizer"]
+    texts = read_task(models.task).query("split == 'test'")["text"].tolist()
+    before = predict(clf, tok, texts, cfg, paradigm)
+    saved = tmp_path / "saved"
+    clf.model.save_pretrained(str(saved))
+    tok.save_pretrained(str(saved))
+    again = make_classifier(paradigm, saved, LABELS, tok, init="pretrained", seed=5, head="pooled")
+    return before, predict(again, tok, texts, cfg, paradigm), saved
+
+
+@pytest.mark.parametrize("paradigm", ["bert", "gpt"])
+def test_frozen_trains_the_head_only_and_reloads_the_same_predictions(models, tmp_path, paradigm):
+    cfg, out = _train(models, tmp_path, paradigm, "frozen")
+    model = out["classifier"].model
+    assert not model.body.training or not model.training  # the body stays in eval mode while the head trains
+    model.train()
+    assert model.norm.training and not model.body.training
+    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    head = sum(p.numel() for n, p in model.named_parameters() if not n.startswith("body."))
+    assert trainable == head > 0
+    base = _body(models, paradigm)
+    for k, v in base.items():  # the body's weights are the base's, unchanged
+        assert torch.equal(v, model.body.state_dict()[k]), k
+    before, after, saved = _reload_predictions(models, tmp_path, cfg, out, paradigm)
+    np.testing.assert_array_equal(before, after)
+    assert not (saved / "model.safetensors").exists()  # the head only
+    rec = json.loads((saved / "adaptation.json").read_text())
+    assert rec["method"] == "frozen" and rec["base"] == str(models.models[paradigm])
+    assert rec["trainable_parameters"] == head and rec["total_parameters"] > head
+    from stages.finetuning.adapt import base_digest
+
+    assert rec["base_digest"] == base_digest(models.models[paradigm])
+
+
+@pytest.mark.parametrize("paradigm", ["bert", "gpt", "t5"])
+def test_lora_trains_adapters_and_head_and_reloads_the_same_predictions(models, tmp_path, paradigm):
+    cfg, out = _train(models, tmp_path, paradigm, "lora", lora={"r": 4, "alpha": 8, "dropout": 0.0})
+    model = out["classifier"].model
+    names = [n for n, p in model.named_parameters() if p.requires_grad]
+    assert names and all("lora_" in n or not n.startswith("body.") for n in names)
+    assert any("lora_B" in n for n in names)
+    lora_b = [p for n, p in model.named_parameters() if "lora_B" in n]
+    assert any(p.abs().sum() > 0 for p in lora_b)  # the adapters trained (B starts at zero)
+    base = _body(models, paradigm)
+    for n, p in model.body.get_base_model().named_parameters():  # the base weights unchanged
+        if "lora_" not in n and not n.startswith("pooler."):
+            assert torch.equal(p, base[n.replace(".base_layer", "")]), n
+    before, after, saved = _reload_predictions(models, tmp_path, cfg, out, paradigm)
+    np.testing.assert_array_equal(before, after)
+    assert (saved / "adapter_model.safetensors").is_file() and (saved / "adapter_config.json").is_file()
+    assert not (saved / "model.safetensors").exists()
+    rec = json.loads((saved / "adaptation.json").read_text())
+    assert rec["method"] == "lora" and rec["lora"]["r"] == 4
+    assert rec["trainable_parameters"] == sum(p.numel() for n, p in model.named_parameters() if p.requires_grad)
+
+
+def test_a_changed_base_is_refused_naming_the_folder(models, tmp_path):
+    from stages.finetuning.heads import make_classifier
+
+    base = tmp_path / "base"
+    shutil.copytree(models.models["bert"], base)
+    cfg = load_config(write_params(tmp_path / "p.yaml", epochs=1, head="pooled", method="frozen"), "bert")
+    out = finetune(cfg, paradigm="bert", init="pretrained", model_dir=base, df=read_task(models.task),
+                   log=lambda m: None)
+    saved = tmp_path / "saved"
+    out["classifier"].model.save_pretrained(str(saved))
+    (base / "extra.txt").write_text("changed")
+    with pytest.raises(ValueError, match=rf"{saved}: its base model {base} has digest .* not "):
+        make_classifier("bert", saved, LABELS, out["tokenizer"], init="pretrained", seed=0, head="pooled")
+
+
+def test_random_init_with_lora_trains_in_full(models, tmp_path):
+    _, out = _train(models, tmp_path, "bert", "lora", init="random")
+    model = out["classifier"].model
+    assert model.adaptation is None and all(p.requires_grad for p in model.parameters())
+    model.save_pretrained(str(tmp_path / "saved"))
+    assert (tmp_path / "saved" / "model.safetensors").is_file()
+    assert not (tmp_path / "saved" / "adaptation.json").exists()
+
+
+@pytest.mark.parametrize(("paradigm", "overrides", "key"), [
+    ("gpt", {"method": "lora", "head": "pooled", "lora": {"targets": ["query"]}}, "finetune.gpt.lora.targets"),
+    ("t5", {"method": "lora", "head": "pooled", "lora": {"targets": ["c_attn"]}}, "finetune.t5.lora.targets"),
+    ("bert", {"method": "frozen", "head": "stock"}, "finetune.bert.method"),
+    ("bert", {"method": "adapters"}, "finetune.bert.method"),
+    ("bert", {"method": "lora", "head": "pooled", "lora": {"r": 0}}, "finetune.bert.lora.r"),
+    ("bert", {"method": "lora", "head": "pooled", "reinit_layers": 1}, "finetune.bert.reinit_layers"),
+])
+def test_bad_method_config_is_refused_naming_the_key(tmp_path, paradigm, overrides, key):
+    with pytest.raises(ConfigError, match=rf"^{key}: "):
+        load_config(write_params(tmp_path / "p.yaml", **overrides), paradigm)
+
+
+def test_stage_writes_the_head_and_a_card_naming_the_method_and_base(models, tmp_path):
+    from stages.finetune import main
+    from stages.provenance import stagecard
+
+    params = write_params(tmp_path / "p.yaml", epochs=1, head="pooled", method="lora")
+    out = tmp_path / "bert-pretrained"
+    assert main(["--paradigm", "bert", "--init", "pretrained", "--params", str(params), "--task", str(models.task),
+                 "--model", str(models.models["bert"]), "--output", str(out), "--metrics", str(tmp_path / "m.json"),
+                 "--report", str(tmp_path / "gate.json"), "--no-progress"]) == 0
+    facts = stagecard.read_facts(out)
+    rec = json.loads((out / "adaptation.json").read_text())
+    assert facts["adaptation"] == {k: rec[k] for k in ("method", "trainable_parameters", "base", "base_digest")}
+    assert facts["parameters"] == rec["total_parameters"]
+    card = (out / "README.md").read_text()
+    assert "method `lora`" in card and rec["base_digest"] in card
+    saved = json.loads((out / "finetune.json").read_text())
+    assert saved["config"]["method"] == "lora"
+    # the service loads the folder as it loads any fine-tuned folder
+    from stages.serving.inference import TextClassifier
+
+    assert TextClassifier(out).scores(["The farmer visited the castle."]).shape == (1, 3)

@@ -17,6 +17,7 @@ from pathlib import Path
 from stages.common.atomic import temp_sibling, work_dir, write_bytes_atomic, write_json_atomic
 from stages.common.inputs import check_folder, read_json
 from stages.common.redact import redact_url
+from stages.finetuning.adapt import ADAPTATION_FILE, read_adaptation
 from stages.provenance.card import CARD_FILE, bento_card, classifier_card, generative_card
 from stages.provenance.hashing import folder_manifest, md5_file
 from stages.provenance import signing
@@ -323,6 +324,11 @@ def package(cfg: PackageConfig, *, root: Path, gate_path: Path, finetuned: Path,
     gate = read_gate(root / rel(gate_path))
     selected = gate["selected"]
     model_dir = rel(finetuned) / selected
+    adapted = read_adaptation(root / model_dir)
+    if adapted is not None:  # its folder holds a head (and adapter) only; the Bento would need the base as well
+        raise PackageRefused(f"{model_dir}: fine-tuned with method {adapted.get('method')} (its {ADAPTATION_FILE} "
+                             f"names the base {adapted.get('base')}); the package stage ships models trained with "
+                             "method full only: select one of those, or fine-tune with finetune.method: full")
     service = root / rel(service)
     record = collect(root, model_name=selected, model_dir=model_dir, gate_report=rel(gate_path))
     record["served_code"] = served_code(Path(__file__).parents[1], service)

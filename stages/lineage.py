@@ -85,17 +85,15 @@ def main(argv: Iterable[str] | None = None) -> int:
                                f"{'not one' if args.verify else 'given without --verify'}")
         public_key = load_key(args.public_key) if args.public_key is not None else None
         standard = None
-        if target.files is not None:
-            key_path, explicit = args.public_key, True
-            if key_path is None and target.bento.get("file"):  # the key exported beside the archive: not binding
+        if target.files is not None:  # the standard checks take an EC key: the auditor's, else the one beside
+            key_path, ec_key = args.public_key, public_key  # an archive (which checks, but binds nothing)
+            if key_path is None and target.bento.get("file"):
                 beside = Path(sidecar(target.bento["file"], PUBLIC_KEY_SUFFIX))
-                key_path, explicit = (beside, False) if beside.is_file() else (None, False)
-            ec_key = None
-            if key_path is not None and not (public_key is not None and is_ed25519(public_key)):
-                ec_key = public_key if explicit else load_key(key_path)
-                ec_key = None if is_ed25519(ec_key) else ec_key
+                key_path, ec_key = (beside, load_key(beside)) if beside.is_file() else (None, None)
+            if ec_key is not None and is_ed25519(ec_key):
+                key_path, ec_key = None, None
             standard = Standard(provenance=target.provenance, model_dirs=lambda: model_dirs(target),
-                                key_path=key_path if ec_key is not None else None, key=ec_key, explicit=explicit)
+                                key_path=key_path, key=ec_key, explicit=args.public_key is not None)
         workspace = (args.workspace or target.workspace or find_workspace(Path.cwd())) if args.verify else None
         if args.verify and args.workspace is not None and not (workspace / "dvc.lock").is_file():
             raise LineageError(f"{workspace}: no dvc.lock in this workspace")

@@ -5,7 +5,6 @@ projections (PEFT) and the head. A ``frozen`` or ``lora`` folder holds the head 
 
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
 
@@ -26,18 +25,10 @@ def effective_method(method: str, init: str) -> str:
 
 def base_digest(folder: Path) -> str:
     """The base folder's digest: SHA-256 over the SHA-256 of each file in sorted relative-path order (as model
-    signing's subject, :func:`stages.provenance.signing.folder_digest`)."""
-    from stages.provenance.hashing import walk_files
-    from stages.provenance.signing import folder_digest
+    signing's subject, :func:`stages.provenance.signing.folder_files_digest`)."""
+    from stages.provenance.signing import folder_files_digest
 
-    files = {}
-    for rel in walk_files(folder):
-        h = hashlib.sha256()
-        with open(Path(folder) / rel, "rb") as f:
-            for chunk in iter(lambda: f.read(1 << 20), b""):
-                h.update(chunk)
-        files[rel] = h.hexdigest()
-    return folder_digest(files)
+    return folder_files_digest(folder)
 
 
 def read_adaptation(folder: Path) -> dict | None:

@@ -68,11 +68,6 @@ def key_fingerprint(public_key) -> str:
     return hashlib.sha256(der).hexdigest()
 
 
-def is_ec_public(key) -> bool:
-    _, ec = _ec()
-    return isinstance(key, ec.EllipticCurvePublicKey)
-
-
 @dataclass(frozen=True)
 class SigningKey:
     path: Path
@@ -150,20 +145,6 @@ def load_signing_key(workspace: Path | None = None, env=os.environ) -> SigningKe
     return SigningKey(path=path, private=key, created=created)
 
 
-def load_public_key(path: Path):
-    """An EC public key from a PEM file (``--public-key``), for the standard checks."""
-    serialization, ec = _ec()
-    try:
-        key = serialization.load_pem_public_key(Path(path).read_bytes())
-    except OSError as exc:
-        raise SigningError(f"--public-key: cannot read {path} ({exc.strerror})") from None
-    except ValueError as exc:
-        raise SigningError(f"--public-key: {path} is not a PEM public key ({exc})") from None
-    if not isinstance(key, ec.EllipticCurvePublicKey):
-        raise SigningError(f"--public-key: {path} is not an elliptic-curve public key")
-    return key
-
-
 # --- OpenSSF Model Signing ------------------------------------------------------------------------------------
 
 def _hashing():
@@ -172,9 +153,8 @@ def _hashing():
     return hashing.Config().set_ignored_paths(paths=[MODEL_SIGNATURE])
 
 
-def sign_model_folder(folder: Path, key: SigningKey) -> str:
-    """Sign every file of ``folder`` into ``folder/model.sig``, as ``model_signing sign key`` does; returns the
-    signed root digest (the statement's subject)."""
+def sign_model_folder(folder: Path, key: SigningKey) -> None:
+    """Sign every file of ``folder`` into ``folder/model.sig``, as ``model_signing sign key`` does."""
     import model_signing
 
     signer = model_signing.signing.Config().use_elliptic_key_signer(private_key=key.path)
@@ -183,16 +163,6 @@ def sign_model_folder(folder: Path, key: SigningKey) -> str:
         signer.sign(folder, folder / MODEL_SIGNATURE)
     except (OSError, ValueError) as exc:
         raise SigningError(f"{folder}: model signing failed ({exc})") from exc
-    return signed_digest((folder / MODEL_SIGNATURE).read_bytes())
-
-
-def signed_digest(bundle: bytes) -> str | None:
-    """The root digest a ``model.sig`` bundle's statement names as its subject (read, not verified)."""
-    try:
-        payload = json.loads(base64.b64decode(json.loads(bundle)["dsseEnvelope"]["payload"]))
-        return payload["subject"][0]["digest"]["sha256"]
-    except (ValueError, KeyError, IndexError, TypeError):
-        return None
 
 
 def verify_model_folder(folder: Path, public_key_pem: Path) -> str | None:
@@ -215,6 +185,14 @@ def folder_digest(files: dict[str, str]) -> str:
         if rel != MODEL_SIGNATURE:
             h.update(bytes.fromhex(files[rel]))
     return h.hexdigest()
+
+
+def folder_files_digest(folder: Path) -> str:
+    """:func:`folder_digest` of the files under ``folder`` on disk (as DVC lists them, ``__pycache__`` skipped)."""
+    from stages.common.hashing import sha256_file
+    from stages.provenance.hashing import walk_files
+
+    return folder_digest({rel: sha256_file(Path(folder) / rel) for rel in walk_files(folder)})
 
 
 # --- SLSA provenance in a DSSE envelope -----------------------------------------------------------------------

@@ -21,7 +21,7 @@ from stages.finetuning.adapt import ADAPTATION_FILE, read_adaptation
 from stages.provenance.card import CARD_FILE, bento_card, classifier_card, generative_card
 from stages.provenance.hashing import folder_manifest, md5_file
 from stages.provenance import signing
-from stages.provenance.manifest import (MANIFEST_FILE, folder_files, model_tags, sha256_path, sha256_stream,
+from stages.provenance.manifest import (MANIFEST_FILE, model_tags, sha256_path, sha256_stream,
                                         write_manifest)
 from stages.provenance.record import LineageError, Lock, collect
 from stages.provenance.record import stored as as_stored
@@ -226,10 +226,6 @@ def seal(bento) -> tuple[dict, dict[str, str], dict[str, Path]]:
     return made, hashes, models
 
 
-def folder_sha256(folder: Path) -> dict[str, str]:
-    return {rel: sha256_path(p) for rel, p in sorted(folder_files(folder)[0].items())}
-
-
 def _builder() -> dict[str, str]:
     from importlib.metadata import PackageNotFoundError, version
 
@@ -257,7 +253,7 @@ def attest(bento, record: dict, *, root: Path, hashes: dict[str, str], models: d
                  if not rel.startswith("models/")]
     subjects.append({"name": MANIFEST_FILE, "digest": {"sha256": sealed["manifest_sha256"]}})
     lock = Lock(stages=record["stages"])
-    upstream = {path: signing.folder_digest(folder_sha256(root / path)) for path in sorted(record["files"])
+    upstream = {path: signing.folder_files_digest(root / path) for path in sorted(record["files"])
                 if (lock.writer(path) or "").split("@", 1)[0] in ("pretrain", "dapt", "finetune")
                 and (root / path / "config.json").is_file()}
     gates = sorted({*record.get("gates", {}), record["model_gate_path"]})

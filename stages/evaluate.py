@@ -19,12 +19,14 @@ from stages.evaluation.config import load_evaluate_config
 from stages.evaluation.evaluate import curve_tsv, evaluate_all, metrics_json
 from stages.evaluation.report import figures, markdown
 from stages.finetuning.core import read_task
+from stages.finetuning.runs import load_adapt_config
 
 
 def _arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--params", type=Path, default=Path("params.yaml"))
     ap.add_argument("--task", type=Path, required=True)
-    ap.add_argument("--finetuned", type=Path, required=True, help="folder of the <paradigm>-<init> fine-tuned models")
+    ap.add_argument("--finetuned", type=Path, required=True,
+                    help="folder of the <paradigm>-<init> fine-tuned models and the adapt.runs ones")
     ap.add_argument("--pretrained", type=Path, required=True, help="folder of the general pre-trained models")
     ap.add_argument("--dapt", type=Path, required=True, help="folder of the domain-adapted models")
     ap.add_argument("--tokens", type=Path, required=True, help="folder of the token datasets")
@@ -40,9 +42,10 @@ def _arguments(ap: argparse.ArgumentParser) -> None:
 
 def _run(args: argparse.Namespace, log) -> dict:
     cfg = load_evaluate_config(args.params)
+    adapt_runs = tuple(load_adapt_config(args.params).runs)
     check_folders(args.finetuned, args.pretrained, args.dapt)  # every saved model read below, checked first
     result = evaluate_all(cfg, df=read_task(args.task), finetuned=args.finetuned, pretrained=args.pretrained,
-                          dapt=args.dapt, tokens=args.tokens, log=log)
+                          dapt=args.dapt, tokens=args.tokens, adapt_runs=adapt_runs, log=log)
     rel = Path(os.path.relpath(args.figures, args.report.parent or ".")).as_posix()
     timings_md = None
     if args.timings:

@@ -5,6 +5,14 @@
         --output data/models/finetune/bert-pretrained --metrics reports/metrics/finetune-bert-pretrained.json \
         --plot reports/plots/finetune-bert-pretrained.tsv --report reports/quality/finetune-bert-pretrained.json
 
+An adaptation run (params ``adapt.runs``, stage ``adapt@<name>``) takes ``--variant NAME`` and the paradigm's full
+fine-tuning folders instead of ``--init``/``--model``; it starts from the base of the one its entry chooses:
+
+    python -m stages.finetune --paradigm bert --variant bert-lora --params params.yaml \
+        --task data/ingested/task/documents.parquet \
+        --choose-from data/models/finetune/bert-pretrained data/models/finetune/bert-dapt \
+        --output data/models/finetune/bert-lora --metrics reports/metrics/finetune-bert-lora.json
+
 A gate checks the task data first; the best model on validation is kept and only then scored on the test split.
 """
 
@@ -16,10 +24,11 @@ from pathlib import Path
 
 from stages.common.atomic import write_json_atomic
 from stages.common.cli import Stage, entry
-from stages.common.inputs import check_folder
+from stages.common.inputs import check_folder, read_json
 from stages.config import ConfigError
 from stages.finetuning.adapt import read_adaptation
 from stages.finetuning.core import INITS, config_record, load_config, read_task
+from stages.finetuning.runs import choose_init, run_config
 from stages.finetuning.seeds import curve_tsv, finetune_seeds, gate_task
 from stages.provenance import stagecard
 from stages.quality.gate import GateFailed
@@ -28,10 +37,15 @@ from stages.tokenization.trainers import PARADIGMS
 
 def _arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--paradigm", choices=PARADIGMS, required=True)
-    ap.add_argument("--init", choices=INITS, required=True)
+    ap.add_argument("--init", choices=INITS, help="the initialisation (not with --variant)")
     ap.add_argument("--params", type=Path, default=Path("params.yaml"))
     ap.add_argument("--task", type=Path, required=True, help="labeled documents Parquet (label, split)")
-    ap.add_argument("--model", type=Path, required=True, help="pre-trained model folder (its config for random)")
+    ap.add_argument("--model", type=Path, help="pre-trained model folder (its config for random; not with --variant)")
+    ap.add_argument("--variant", help="an adaptation run of params adapt.runs: its method and settings over "
+                                      "finetune.<paradigm>")
+    ap.add_argument("--choose-from", type=Path, nargs="+",
+                    help="with --variant: the paradigm's full fine-tuning folders (pretrained, dapt); the run starts "
+                         "from the base model of the one its entry's init names (best: best on validation)")
     ap.add_argument("--output", type=Path, required=True)
     ap.add_argument("--metrics", type=Path)
     ap.add_argument("--plot", type=Path)
@@ -41,8 +55,31 @@ def _arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--no-progress", action="store_true")
 
 
+def _start(args: argparse.Namespace) -> tuple:
+    """The config, init and model folder of the run: ``--init``/``--model``, or a ``--variant``'s choice."""
+    if args.variant is None:
+        if args.init is None or args.model is None or args.choose_from:
+            raise ValueError("--init and --model are required (or --variant with --choose-from)")
+        return load_config(args.params, args.paradigm), args.init, args.model
+    if args.init is not None or args.model is not None or not args.choose_from:
+        raise ValueError("--variant takes --choose-from (the full fine-tuning folders), not --init or --model")
+    run, cfg = run_config(args.params, args.variant)
+    if run.paradigm != args.paradigm:
+        raise ValueError(f"--variant {args.variant}: adapt.runs.{args.variant}.paradigm is {run.paradigm}, "
+                         f"not --paradigm {args.paradigm}")
+    records = {}
+    for folder in args.choose_from:
+        record = read_json(folder / "finetune.json") if (folder / "finetune.json").is_file() else None
+        if record is None:
+            raise FileNotFoundError(f"{folder / 'finetune.json'}: missing (run the finetune stage first)")
+        records[record["init"]] = record
+    init = choose_init(run, records)
+    return cfg, init, Path(records[init]["model"])
+
+
 def _run(args: argparse.Namespace, log) -> dict:
-    cfg = load_config(args.params, args.paradigm)
+    cfg, init, model = _start(args)
+    args.init, args.model = init, model
     df = read_task(args.task)
     task_sources = stagecard.corpora([args.task.parent / "manifest.json"])
     gate_task(df, cfg, args.report or args.output.parent / f"{args.output.name}.gate.json")
@@ -57,7 +94,8 @@ def _run(args: argparse.Namespace, log) -> dict:
     out["tokenizer"].save_pretrained(str(tmp))
     record = config_record(out["config"])
     write_json_atomic(tmp / "finetune.json", {"config": record, "metrics": metrics, "curve": out["curve"],
-                                              "init": args.init, "model": str(args.model), "labels": list(cfg.labels)})
+                                              "init": args.init, "model": str(args.model), "labels": list(cfg.labels),
+                                              **({"variant": args.variant} if args.variant else {})})
     adaptation = read_adaptation(tmp)  # frozen or lora: the folder holds the head (and adapter), not the body
     stagecard.write(tmp, stagecard.finetune_facts(
         paradigm=args.paradigm, init=args.init, labels=list(cfg.labels), config=record,
@@ -68,7 +106,7 @@ def _run(args: argparse.Namespace, log) -> dict:
 
 
 STAGE = Stage("stages.finetune", "Fine-tune one paradigm on the task.", _arguments, _run,
-              inputs=("params", "task", "model"), folder="output", outputs=("metrics", "plot", "report", "live"),
+              inputs=("params", "task", "model", "choose-from"), folder="output", outputs=("metrics", "plot", "report", "live"),
               errors=(ConfigError, GateFailed, FileNotFoundError, ValueError))
 main = STAGE.main
 

@@ -115,6 +115,7 @@ def validate(params: dict[str, Any]) -> None:
     from stages.cleaning.config import load_config as clean_config
     from stages.evaluation.config import load_compare_config, load_evaluate_config
     from stages.finetuning.core import load_config as finetune_config
+    from stages.finetuning.runs import load_adapt_config, run_config
     from stages.serving.config import load_config as package_config
     from stages.tokenization.config import load_tokens_config
     from stages.tokenization.tokenizer import load_tokenizer_config
@@ -135,6 +136,8 @@ def validate(params: dict[str, Any]) -> None:
             for entry in load_compare_config(path).entries():  # each objective's runs, as its stages build them
                 for name in ("pretrain", "dapt"):
                     pretrain_config(path, name, entry["paradigm"], entry["name"])
+        for name in load_adapt_config(path).runs:  # each adaptation run, as its stage builds it
+            run_config(path, name)
         for name, loader in (("evaluate", load_evaluate_config), ("package", package_config)):
             if name in params:
                 loader(path)

@@ -60,10 +60,16 @@ def small_runs(cfg, series: dict[str, tuple[str, str, dict, Path]], df, log, int
     return out
 
 
-def data_efficiency(cfg, runs: dict[str, dict], df, model_dirs: dict[str, Path], log) -> dict:
-    """series name -> curve points (:func:`summarised`), smallest first; the finetune stage's seeds are the last."""
+def data_efficiency(cfg, runs: dict[str, dict], df, model_dirs: dict[str, Path], log,
+                    adapted: dict[str, dict] | None = None) -> dict:
+    """series name -> curve points (:func:`summarised`), smallest first; the finetune stage's seeds are the last.
+    ``adapted``: adaptation runs (name -> record) of the curve's paradigms, each a series of its method."""
     series = {f"{p}-{init}": (p, init, runs[f"{p}-{init}"], source(model_dirs, p, init))
               for p in cfg.curve.paradigms for init in cfg.curve.inits}
+    for name, record in (adapted or {}).items():
+        p, init = record["metrics"]["paradigm"], record["init"]
+        if p in cfg.curve.paradigms:
+            series[name] = (p, init, record, source(model_dirs, p, init))
     done = small_runs(cfg.curve, series, df, log,
                       "[evaluate] data-efficiency curve: {jobs} fine-tuning runs, {workers} at a time")
     out = {name: [summarised(n, rs) for n, rs in by_n.items()] for name, by_n in done.items()}

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from stages.common.inputs import load_npy, read_json
 from stages.common.pool import run_ordered
+from stages.evaluation import adaptation
 from stages.evaluation.config import EvaluateConfig
 from stages.evaluation.curve import baselines, data_efficiency, source
 from stages.evaluation.gate import decide
@@ -104,8 +105,12 @@ def curve_tsv(points: list[dict]) -> str:
 
 
 def evaluate_all(cfg: EvaluateConfig, *, df, finetuned: Path, pretrained: Path, dapt: Path, tokens: Path,
-                 log=print) -> dict:
+                 adapt_runs: tuple[str, ...] = (), log=print) -> dict:
+    """``adapt_runs``: the names of params ``adapt.runs`` (their folders under ``finetuned`` beside the
+    ``<paradigm>-<init>`` ones)."""
     runs = {f"{p}-{i}": read_record(finetuned / f"{p}-{i}", f"finetune@{p}-{i}") for p in PARADIGMS for i in INITS}
+    adapted = {name: read_record(finetuned / name, f"adapt@{name}") for name in adapt_runs}
+    every = runs | adapted  # the model gate's candidates
     model_dirs = {f"{stage}-{p}": root / p for stage, root in (("pretrain", pretrained), ("dapt", dapt))
                   for p in PARADIGMS}
     for key, path in model_dirs.items():
@@ -124,21 +129,22 @@ def evaluate_all(cfg: EvaluateConfig, *, df, finetuned: Path, pretrained: Path, 
         log(f"[evaluate] {name}: {sections[name]:.0f} s")
         return out
 
-    gate = decide({n: r["metrics"] for n, r in runs.items()}, cfg.gate)
+    gate = decide({n: r["metrics"] for n, r in every.items()}, cfg.gate)
     gain = gains(table, PARADIGMS)
-    base = (timed("baselines", lambda: baselines(cfg, runs, gate["selected"], df, log))
+    base = (timed("baselines", lambda: baselines(cfg, every, gate["selected"], df, log))
             if cfg.baseline.series() else {})
-    de = timed("data-efficiency curve", lambda: data_efficiency(cfg, runs, df, model_dirs, log))
+    de = timed("data-efficiency curve", lambda: data_efficiency(cfg, runs, df, model_dirs, log, adapted=adapted))
     for name, b in base.items():
         de[name] = [{k: pt[k] for k in ("train_examples", "macro_f1", "accuracy", "val_macro_f1")}
                     for pt in b["points"]]
     neural_de = {name: pts for name, pts in de.items() if name not in base}
     result = {
         "finetune": table,
+        "adapted": {name: adaptation.adapted_row(r, finetuned / name) for name, r in adapted.items()},
         "majority": majority,
         "gains": gain,
         "gate": gate,
-        "full_n": runs[gate["selected"]]["metrics"]["train_examples"],
+        "full_n": every[gate["selected"]]["metrics"]["train_examples"],
         "paradigms": {p: paradigm_row(read_training(model_dirs[f"pretrain-{p}"]),
                                       read_training(model_dirs[f"dapt-{p}"]), gain[p]) for p in PARADIGMS},
         "baselines": base,
@@ -148,12 +154,14 @@ def evaluate_all(cfg: EvaluateConfig, *, df, finetuned: Path, pretrained: Path, 
                                                                read_layout(tokens / "gpt").seq_len, log)
                      if cfg.icl.inits else {}),
         "data_efficiency": de,
-        "curve_gains": curve_gains(neural_de, {p: g["best_init"] for p, g in gain.items()}),
-        "curves": {name: r["curve"] for name, r in runs.items()},
+        "curve_gains": curve_gains({n: pts for n, pts in neural_de.items() if n not in adapted},
+                                   {p: g["best_init"] for p, g in gain.items()}),
+        "curves": {name: r["curve"] for name, r in every.items()},
         "labels": list(next(iter(runs.values()))["labels"]),
         "config": dataclasses.asdict(cfg),
     }
 
+    result["adaptation"] = adaptation.tables(result, finetuned)
     result["verdict"] = verdict(result)
     # wall times: beside the result, never in the tracked report or metrics (stages.evaluation.timings)
     result["timings"] = {"sections": sections, "baseline_seconds": {
@@ -166,6 +174,9 @@ def metrics_json(result: dict) -> dict:
     """The numbers ``dvc metrics diff`` compares (no curves, no config, no per-run lists)."""
     return {k: result[k] for k in ("finetune", "majority", "gains", "paradigms", "intrinsic", "icl",
                                    "data_efficiency", "curve_gains", "versus_baselines")} | {
+        **({"adapted": result["adapted"], "adaptation": {p: {"init": t["init"], "use": {
+            str(v["train_examples"]): v["use"] for v in t["verdict"]}} for p, t in result["adaptation"].items()}}
+           if result["adapted"] else {}),
         "baselines": {name: {str(pt["train_examples"]): {
             "test_macro_f1": pt["macro_f1"]["mean"], "test_macro_f1_std": pt["macro_f1"]["std"],
             "test_accuracy": pt["accuracy"]["mean"], "test_accuracy_std": pt["accuracy"]["std"],

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from html import escape
 
+from stages.evaluation import adaptation
 from stages.evaluation.baselines import module, settings_words
 from stages.evaluation.summary import point_at
 from stages.finetuning.core import INITS
@@ -296,7 +297,7 @@ def icl_section(result: dict) -> list[str]:
 def shipped_vs_baseline(result: dict) -> list[str]:
     """How the model the gate ships compares with the best baseline on the same training sample."""
     versus, won = result.get("versus_baselines") or {}, result["gate"]["selected"]
-    row = result["finetune"][won]
+    row = (result["finetune"] | result.get("adapted", {}))[won]
     key = str(row["train_examples"])
     best, d = versus.get("best", {}).get(key), versus.get("series", {}).get(won, {}).get(key)
     if best is None or d is None:
@@ -322,8 +323,10 @@ def markdown(result: dict, *, figures_dir: str) -> str:
               f"![validation macro-F1]({figures_dir}/finetune-val-f1.svg)", ""]
     lines += paradigm_section(result)
     won = gate["selected"]
+    how = (f"method `{result['adapted'][won]['method']}` on initialisation `{result['adapted'][won]['init']}`"
+           if won in result.get("adapted", {}) else f"initialisation `{won.split('-', 1)[1]}`")
     lines += ["", "## Model quality gate", "",
-              f"Selected for packaging: **{won}** (initialisation `{won.split('-', 1)[1]}`), chosen on the "
+              f"Selected for packaging: **{won}** ({how}), chosen on the "
               f"validation split ({gate['selected_by']} among {', '.join(gate['candidates'])}); the test split "
               f"only measures it. Verdict: **{'passed' if gate['passed'] else 'FAILED'}**"
               f"{'' if gate['passed'] else ': the package stage will not ship it'}.", "",
@@ -333,6 +336,7 @@ def markdown(result: dict, *, figures_dir: str) -> str:
     lines += shipped_vs_baseline(result)
     lines += curve_section(result, figures_dir)
     lines += icl_section(result)
+    lines += adaptation.section(result, figures_dir)
     lines += ["", "## Intrinsic: held-out general and domain text, before and after DAPT", "",
               "BERT: masked-token accuracy; GPT: perplexity; T5: span (target-token) loss and accuracy. The same "
               "held-out blocks, masks and spans for both models.", "",

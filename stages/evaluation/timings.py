@@ -15,10 +15,15 @@ def collect(live_root: Path, sections: dict[str, float], baseline_seconds: dict[
                 for stage in ("pretrain", "dapt") for p in PARADIGMS}
     finetune = {}
     for folder in sorted(live_root.glob("finetune-*")):
-        runs = [read_summary(run).get("seconds") for run in sorted(folder.iterdir()) if run.is_dir()]
-        runs = [r for r in runs if r is not None]
+        summaries = [read_summary(run) for run in sorted(folder.iterdir()) if run.is_dir()]
+        runs = [r["seconds"] for r in summaries if r.get("seconds") is not None]
+        peaks = [r["peak_rss_mib"] for r in summaries if r.get("peak_rss_mib") is not None]
+        added = [r["peak_rss_mib"] - r["loaded_rss_mib"] for r in summaries
+                 if r.get("peak_rss_mib") is not None and r.get("loaded_rss_mib") is not None]
         if runs:
-            finetune[folder.name] = {"runs": len(runs), "seconds": round(sum(runs), 1)}
+            finetune[folder.name] = {"runs": len(runs), "seconds": round(sum(runs), 1),
+                                     "peak_rss_mib": max(peaks) if peaks else None,
+                                     "training_mib": round(max(added), 1) if added else None}
     return {"training": {k: v for k, v in training.items() if v}, "finetune": finetune,
             "evaluate": {k: round(v, 1) for k, v in sections.items()}, "baseline_seconds": baseline_seconds}
 
@@ -29,6 +34,10 @@ def _duration(seconds: float | None) -> str:
     if seconds >= 3600:
         return f"{seconds / 3600:.1f} h"
     return f"{seconds / 60:.1f} min" if seconds >= 60 else f"{seconds:.0f} s"
+
+
+def _mib(value: float | None) -> str:
+    return "-" if value is None else f"{value:,.0f} MiB"
 
 
 def markdown(t: dict) -> str:
@@ -44,8 +53,15 @@ def markdown(t: dict) -> str:
         mfu = s.get("mfu")
         lines.append(f"| {name} | {_duration(s.get('train_seconds'))} | {s.get('tokens_per_second', 0):,.0f} | "
                      f"{s.get('flops_per_second', 0) / 1e12:.3g} T | {'-' if mfu is None else f'{mfu:.1%}'} |")
-    lines += ["", "## Fine-tuning", "", "| stage | runs | time (sum over runs) |", "|---|---|---|"]
-    lines += [f"| {name} | {f['runs']} | {_duration(f['seconds'])} |" for name, f in t["finetune"].items()]
+    lines += ["", "## Fine-tuning", "",
+              "Peak memory: the largest resident set of a run's process (model loading to test scores, the data "
+              "and libraries included), and what training added to it: that peak minus the resident set once the "
+              "model and data were loaded (gradients, optimizer state, activations); the largest over the runs.", "",
+              "| stage | runs | time (sum over runs) | time per run (mean) | peak memory | added by training |",
+              "|---|---|---|---|---|---|"]
+    lines += [f"| {name} | {f['runs']} | {_duration(f['seconds'])} | {_duration(f['seconds'] / f['runs'])} | "
+              f"{_mib(f.get('peak_rss_mib'))} | {_mib(f.get('training_mib'))} |"
+              for name, f in t["finetune"].items()]
     lines += ["", "## Evaluation", "", "| part | time |", "|---|---|"]
     lines += [f"| {name} | {_duration(s)} |" for name, s in t["evaluate"].items()]
     for name, seconds in (t.get("baseline_seconds") or {}).items():

@@ -274,6 +274,9 @@ def finetune(cfg: FinetuneConfig, *, paradigm: str, init: str, model_dir: Path, 
     from stages.training.loop import (EarlyStopping, Hooks, LoopConfig, bf16_enabled, lr_at, make_optimizer, peak_flops,
                                       progress_bar, run_loop)
 
+    from stages.common.memory import current_mib, peak_mib, reset_peak
+
+    reset_peak()  # the run's own peak memory, for the live log (a worker process runs several)
     started = time.perf_counter()
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
@@ -313,6 +316,7 @@ def finetune(cfg: FinetuneConfig, *, paradigm: str, init: str, model_dir: Path, 
         return scores(gold, predict(clf, tok, split["text"].tolist(), cfg, paradigm), len(cfg.labels))
 
     stream = epochs_of_batches()
+    loaded_mib = current_mib()  # model, data and libraries in memory: what training adds is the peak minus this
     # Throughput for the live log: 6N FLOPs per real token (Kaplan et al. 2020; attention left out)
     flops_per_token = 6 * sum(p.numel() for p in clf.model.parameters())
     with LiveLog(live_dir) as live:
@@ -347,7 +351,8 @@ def finetune(cfg: FinetuneConfig, *, paradigm: str, init: str, model_dir: Path, 
             f"{result['test_accuracy']:.3f}, macro-F1 {result['test_macro_f1']:.3f} (majority "
             f"{result['majority_test_accuracy']:.3f})")
         live.summary({"seconds": round(time.perf_counter() - started, 1), "steps": step,
-                      "best_val_macro_f1": best, "test_macro_f1": result["test_macro_f1"]})
+                      "best_val_macro_f1": best, "test_macro_f1": result["test_macro_f1"],
+                      "loaded_rss_mib": loaded_mib, **{f"peak_{k}": v for k, v in peak_mib().items()}})
     return {"metrics": result, "curve": curve, "classifier": clf, "tokenizer": tok}
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from stages.cleaning.config import CleanConfig, CleanerConfig
 from stages.evaluation.config import CompareConfig, EvaluateConfig
 from stages.finetuning.core import FinetuneConfig
+from stages.finetuning.runs import AdaptConfig
 from stages.serving.config import PackageConfig
 from stages.sources.config import CorpusConfig
 from stages.tokenization.config import TokensConfig
@@ -23,6 +24,8 @@ SECTIONS: tuple[tuple[str, str, str, tuple[type, ...]], ...] = (
     ("pretrain", "pretrain.<paradigm>", "pretrain.defaults, with each paradigm's section merged over it", (PretrainConfig,)),
     ("dapt", "dapt.<paradigm>", "dapt.defaults, with each paradigm's section merged over it", (DaptConfig,)),
     ("finetune", "finetune.<paradigm>", "finetune.defaults, with each paradigm's section merged over it", (FinetuneConfig,)),
+    ("adapt", "adapt", "adaptation runs beside the finetune stage's (frozen, LoRA), each a stage of its own",
+     (AdaptConfig,)),
     ("evaluate", "evaluate", "one section", (EvaluateConfig,)),
     ("compare", "compare", "the objective comparison; profiles/compare.yaml fills it", (CompareConfig,)),
     ("package", "package", "one section", (PackageConfig,)),

@@ -220,6 +220,7 @@ def test_every_stage_declares_the_params_sections_its_config_reads(monkeypatch, 
     import sys
 
     import stages.config
+    from stages.finetuning.runs import load_adapt_config, run_config
 
     read: list[str] = []
     real = stages.config.section
@@ -244,10 +245,14 @@ def test_every_stage_declares_the_params_sections_its_config_reads(monkeypatch, 
             load(params, arg["corpus"])
         elif module.__name__ == "stages.pretrain":
             load(params, arg["section"], arg["paradigm"], arg.get("variant"))
+        elif module.__name__ == "stages.finetune" and "variant" in arg:  # an adaptation run (adapt.runs)
+            run_config(params, arg["variant"])
         elif module.__name__ in ("stages.tokenizer", "stages.tokens", "stages.finetune"):
             load(params, arg["paradigm"])
         else:
             load(params)
+        if module.__name__ == "stages.evaluate":
+            load_adapt_config(params)  # the names of the adaptation runs it reads
         assert read, f"{name}: its config loader read no params section (the recording missed it)"
         undeclared = sorted({r for r in read if not any(r == d or r.startswith(d + ".") for d in declared)})
         unread = sorted({d for d in declared if not any(r == d or r.startswith(d + ".") for r in read)})

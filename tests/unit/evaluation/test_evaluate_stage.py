@@ -168,3 +168,61 @@ def test_wall_times_go_to_the_untracked_timings_file_only(models, workspace):
     report = (root / "out" / "evaluation.md").read_text()
     assert "training time" not in report and "reports/timings.md" in report
     assert "second" not in (root / "out" / "evaluation.json").read_text()
+
+
+def test_adaptation_runs_join_the_curve_the_gate_and_the_report(models, workspace, tmp_path):
+    import shutil
+
+    root, params = workspace
+    finetuned = tmp_path / "finetune"
+    shutil.copytree(root / "finetune", finetuned)
+    data = yaml.safe_load(params.read_text())
+    data["adapt"] = {"runs": {
+        "bert-lora": {"paradigm": "bert", "method": "lora", "finetune": {"head": "pooled", "lora": {"r": 2}}},
+        "bert-frozen": {"paradigm": "bert", "method": "frozen", "finetune": {"head": "pooled", "lr_grid": [0.03]}}}}
+    data["evaluate"] = {**EVALUATE, "icl": {**EVALUATE["icl"], "inits": []}}
+    adapted = tmp_path / "params.yaml"
+    adapted.write_text(yaml.safe_dump(data))
+    for name in data["adapt"]["runs"]:
+        assert finetune_main(["--paradigm", "bert", "--variant", name, "--params", str(adapted), "--task",
+                              str(models.task), "--choose-from", str(finetuned / "bert-pretrained"),
+                              str(finetuned / "bert-dapt"), "--output", str(finetuned / name),
+                              "--report", str(tmp_path / "gate.json"), "--no-progress"]) == 0
+    assert evaluate_main(args(models, tmp_path, adapted, finetuned=finetuned)) == 0
+    out = tmp_path / "out"
+    metrics = json.loads((out / "evaluation.json").read_text())
+
+    # each run's row: its method and init, fewer weights trained and fewer bytes stored than full fine-tuning
+    rows = metrics["adapted"]
+    assert set(rows) == {"bert-lora", "bert-frozen"}
+    init = metrics["gains"]["bert"]["best_init"]
+    assert {r["method"] for r in rows.values()} == {"lora", "frozen"} and {r["init"] for r in rows.values()} == {init}
+    full_folder = finetuned / f"bert-{init}"
+    full_bytes = sum(f.stat().st_size for f in full_folder.rglob("*") if f.is_file())
+    assert rows["bert-frozen"]["trainable_parameters"] < rows["bert-lora"]["trainable_parameters"]
+    assert all(r["stored_bytes"] < full_bytes for r in rows.values())
+
+    # a curve series per method, the same label counts as full fine-tuning's
+    full_n = metrics["finetune"]["bert-pretrained"]["train_examples"]
+    for name in rows:
+        tsv = [line.split("\t") for line in (out / "plots" / f"{name}.tsv").read_text().splitlines()]
+        assert [int(r[0]) for r in tsv[1:]] == [10, 30, full_n]
+        assert float(tsv[-1][1]) == pytest.approx(rows[name]["test_macro_f1"], abs=1e-5)
+
+    # the gate chooses among every run on validation
+    gate = json.loads((out / "gate.json").read_text())
+    every = metrics["finetune"] | rows
+    assert {"bert-lora", "bert-frozen"} <= set(gate["candidates"])
+    assert gate["selected"] == max(every, key=lambda n: (every[n]["best_val_macro_f1"], n))
+
+    # the report's table (methods, baselines) and a verdict per label count; metrics name the method to use
+    report = (out / "evaluation.md").read_text()
+    section = report.split("## Adaptation methods", 1)[1].split("\n## ", 1)[0]
+    assert f"### BERT ({init})" in section
+    for cells in (f"| full | bert-{init} |", "| lora | bert-lora |", "| frozen | bert-frozen |", "| baseline | tfidf |",
+                  f"| {full_n} labels |"):
+        assert cells in section
+    for n in (10, 30, full_n):
+        assert f"BERT at {n} labels: use **" in section
+    assert set(metrics["adaptation"]["bert"]["use"]) == {"10", "30", str(full_n)}
+    assert all(v in every for v in metrics["adaptation"]["bert"]["use"].values())

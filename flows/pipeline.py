@@ -60,7 +60,7 @@ DVC_HINTS = ("To track the changes with git, run:", "git add ", "To enable auto 
 
 # Hours a stage may run before it is stopped (``stage_timeout_hours`` overrides): ends a hung stage, not a slow one.
 STAGE_TIMEOUT_H = {"ingest": 2, "clean": 24, "tokenizer": 6, "tokens": 12, "pretrain": 168, "dapt": 168,
-                   "finetune": 48, "evaluate": 48, "package": 2}
+                   "finetune": 48, "adapt": 48, "evaluate": 48, "package": 2}
 
 
 def task_options(stage: str) -> dict:

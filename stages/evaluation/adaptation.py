@@ -10,7 +10,7 @@ from pathlib import Path
 
 from stages.evaluation.summary import judge, neural_points, point_at, run_row
 
-ICL_SHOTS_NOTE = "needs only its k demonstrations: the same score at every label count"
+ICL_SHOTS_NOTE = "need only their k demonstrations: the same score at every label count"
 
 
 def folder_stats(folder: Path) -> dict:

@@ -24,7 +24,7 @@ from stages.provenance.chain import render
 from stages.provenance.manifest import is_ed25519, load_key
 from stages.provenance.record import LineageError, find_workspace
 from stages.provenance.signing import PUBLIC_KEY_SUFFIX, sidecar
-from stages.provenance.targets import model_dirs, open_target
+from stages.provenance.targets import is_classifier, model_dirs, open_target
 from stages.provenance.verify import Standard, verify
 
 
@@ -123,14 +123,14 @@ def main(argv: Iterable[str] | None = None) -> int:
         print(json.dumps(out, indent=2, sort_keys=True))
     else:
         by = "`python -m stages.lineage --card`"
-        if args.card and target.stage and not target.stage.startswith("finetune@"):
+        if args.card and target.stage and not is_classifier(target.stage):
             print(generative_card(target.record, target.folder, by=by), end="")
         elif args.card:
             print(classifier_card(target.record, by=by), end="")
         else:
             if target.folder:
                 print(f"Workspace model folder {target.folder} (written by {target.stage}); the record of the "
-                      f"classifier {target.record['model']['name']}" + ("" if target.stage.startswith("finetune@")
+                      f"classifier {target.record['model']['name']}" + ("" if is_classifier(target.stage)
                                                                        else ", which it is upstream of") + ":")
             print(render(target.record, target.bento))
         if verdict is not None:

@@ -192,13 +192,23 @@ def sources(root: Path, stage_names: list[str], lock: Lock) -> dict:
     return out
 
 
+CLASSIFIER_STAGES = ("finetune", "adapt")  # the stages that write data/models/finetune/<name>
+
+
+def classifier_stage(lock, name: str) -> str:
+    """The stage that wrote the fine-tuned run ``name``: ``finetune@<name>``, or ``adapt@<name>`` for an
+    adaptation run (params ``adapt.runs``)."""
+    return next((f"{kind}@{name}" for kind in CLASSIFIER_STAGES if f"{kind}@{name}" in lock.stages),
+                f"finetune@{name}")
+
+
 def collect(root: Path, *, model_name: str, model_dir: Path, gate_report: Path,
             evaluate_stage: str = "evaluate") -> dict:
     """The lineage record of the fine-tuned model ``model_name`` (folder ``model_dir``, relative to
     ``root``), selected by the model gate in ``gate_report``."""
     root = Path(root)
     lock = Lock.read(root / "dvc.lock")
-    finetune_stage = f"finetune@{model_name}"
+    finetune_stage = classifier_stage(lock, model_name)
     names = lock.upstream([finetune_stage, evaluate_stage])
     entries = [(name, kind, e) for name in names for kind in ("deps", "outs")
                for e in lock.stages[name].get(kind, [])]

@@ -16,7 +16,8 @@ from pathlib import Path
 
 from stages.provenance.hashing import CHUNK, IGNORED_DIRS, folder_manifest, md5_file
 from stages.provenance.manifest import MANIFEST_FILE, SIGNATURE_FILE, bento_layout, folder_files, model_tags, sha256_path
-from stages.provenance.record import SCHEMA, LineageError, Lock, collect, find_workspace, stored
+from stages.provenance.record import (CLASSIFIER_STAGES, SCHEMA, LineageError, Lock, classifier_stage, collect,
+                                      find_workspace, stored)
 from stages.provenance.signing import PROVENANCE_FILE
 
 
@@ -161,7 +162,12 @@ def from_model_folder(folder: Path, tag: str | None = None) -> Target:
                   packaged=[_packaged_item(tag, files, model_yaml)], irregular=irregular)
 
 
-MODEL_STAGES = ("finetune", "pretrain", "dapt")
+MODEL_STAGES = ("finetune", "adapt", "pretrain", "dapt")
+
+
+def is_classifier(stage: str | None) -> bool:
+    """Whether ``stage`` wrote a fine-tuned classifier (``finetune@...`` or ``adapt@...``)."""
+    return bool(stage) and stage.split("@", 1)[0] in CLASSIFIER_STAGES
 
 
 def from_workspace_model(folder: Path, evaluate_stage: str = "evaluate") -> Target:
@@ -180,7 +186,7 @@ def from_workspace_model(folder: Path, evaluate_stage: str = "evaluate") -> Targ
 
     stage = lock.writer(rel)
     if stage is None or stage.split("@", 1)[0] not in MODEL_STAGES:
-        raise LineageError(f"{rel}: not a model folder a finetune, pretrain or dapt stage wrote "
+        raise LineageError(f"{rel}: not a model folder a finetune, adapt, pretrain or dapt stage wrote "
                            f"(per {root / 'dvc.lock'})")
     if evaluate_stage not in lock.stages:
         raise LineageError(f"{root / 'dvc.lock'}: no {evaluate_stage} stage, so no model gate to record")
@@ -188,15 +194,16 @@ def from_workspace_model(folder: Path, evaluate_stage: str = "evaluate") -> Targ
                  if o["path"].endswith("model-gate.json")), None)
     if gate is None:
         raise LineageError(f"{root / 'dvc.lock'}: the {evaluate_stage} stage writes no model-gate.json")
-    if stage.startswith("finetune@"):
+    if is_classifier(stage):
         name, model_dir = stage.split("@", 1)[1], rel
     else:
         report = json.loads((root / gate).read_text(encoding="utf-8")) if (root / gate).is_file() else {}
         finetunes = [s for s in lock.stages if s.startswith("finetune@") and model_out(s)]
         name = report.get("selected") or (finetunes[0].split("@", 1)[1] if finetunes else None)
-        if not name or f"finetune@{name}" not in lock.stages or not model_out(f"finetune@{name}"):
+        writer = classifier_stage(lock, name) if name else None
+        if not name or writer not in lock.stages or not model_out(writer):
             raise LineageError(f"{rel}: no fine-tuned model in {root / 'dvc.lock'} whose record would hold it")
-        model_dir = model_out(f"finetune@{name}")
+        model_dir = model_out(writer)
     record = collect(root, model_name=name, model_dir=Path(model_dir), gate_report=Path(gate),
                      evaluate_stage=evaluate_stage)
     if rel not in record["files"]:

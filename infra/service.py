@@ -1,7 +1,8 @@
 """The BentoML service of a packaged model, configured by the package stage's ``bento_config.json``: ``classify``
 (adaptive batching unless ``LMPIPE_ADAPTIVE_BATCHING=0``), ``lineage`` (changed paths only with
 ``LMPIPE_LINEAGE_PATHS=1``) and, for each shipped pre-trained model, ``fill_mask`` / ``generate`` / ``text2text``.
-Pre/post-processing lives in ``stages.serving``; requests are guarded before parsing; it binds 127.0.0.1."""
+Pre/post-processing lives in ``stages.serving``; requests are guarded before parsing; it binds 127.0.0.1. A frozen
+or lora classifier's base comes from the Bento's base model (``base``), its digest checked before PEFT loads."""
 
 from __future__ import annotations
 

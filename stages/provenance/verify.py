@@ -62,14 +62,15 @@ def verify_packaged(record: dict, packaged: list[dict], verdict: Verdict) -> Non
     base (the base of a frozen or lora classifier) is stored byte for byte: its own card is checked with the rest."""
     for item in packaged:
         base = item["role"] == "base"
-        files = {rel: md5 for rel, md5 in item["files"].items() if rel not in (STORE_FILES if base else PACKAGING_FILES)}
+        added = STORE_FILES if base else PACKAGING_FILES  # what the store and packaging add to the folder
+        files = {rel: md5 for rel, md5 in item["files"].items() if rel not in added}
         classifier = item["role"] == "classifier"
         expected = record["model"]["files"] if classifier else (
             record["files"].get(item.get("source") or "") or {}).get("files")
         if not classifier and expected is None:
             verdict.mismatches.append(f"{item['name']}: its source {item.get('source')!r} is not in the record")
             continue
-        if not base:  # the folder's own card (written by its stage) stays behind: the card its record renders replaces it
+        if not base:  # the folder's own card (its stage's) stays behind: the card its record renders replaces it
             expected = {rel: md5 for rel, md5 in expected.items() if rel != CARD_FILE}
         verdict.checked += len(expected)
         verdict.mismatches += diff_manifests(f"{item['name']} (packaged)", expected, files)

@@ -1,7 +1,7 @@
-"""The package stage's core: the model the gate chose (with the pre-trained ones beside it) saved to the BentoML
-store with its lineage record, each model folder signed (OpenSSF Model Signing), built into a Bento with the
-service and the code that serves, sealed with a manifest and a signed SLSA provenance statement, and exported to
-the registry with the public key beside it."""
+"""The package stage's core: the model the gate chose (with the pre-trained ones beside it, and for a frozen or
+lora classifier the base it was fine-tuned on) saved to the BentoML store with its lineage record, each model
+folder signed (OpenSSF Model Signing), built into a Bento with the service and the code that serves, sealed with
+a manifest and a signed SLSA provenance statement, and exported to the registry with the public key beside it."""
 
 from __future__ import annotations
 

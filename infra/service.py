@@ -1,7 +1,8 @@
 """The BentoML service of a packaged model, configured by the package stage's ``bento_config.json``: ``classify``
 (adaptive batching unless ``LMPIPE_ADAPTIVE_BATCHING=0``), ``lineage`` (changed paths only with
 ``LMPIPE_LINEAGE_PATHS=1``) and, for each shipped pre-trained model, ``fill_mask`` / ``generate`` / ``text2text``.
-Pre/post-processing lives in ``stages.serving``; requests are guarded before parsing; it binds 127.0.0.1."""
+Pre/post-processing lives in ``stages.serving``; requests are guarded before parsing; it binds 127.0.0.1. A frozen
+or lora classifier's base comes from the Bento's base model (``base``), its digest checked before PEFT loads."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ LIMITS = CONFIG["limits"]
 BATCHING = CONFIG["batching"]
 BATCHABLE = BATCHING["enabled"] and os.environ.get("LMPIPE_ADAPTIVE_BATCHING", "1") != "0"
 GENERATIVE = CONFIG.get("generative", {})
+BASE = CONFIG.get("base")  # a frozen or lora classifier's base model (the classifier holds its head and adapter)
 
 Text = Annotated[str, Field(min_length=1, max_length=LIMITS["max_chars"])]
 MASK = "[MASK]"  # the BERT tokenizer's mask token (stages.tokenization.trainers)
@@ -73,6 +75,8 @@ class MaskFill(BaseModel):
                   resources=CONFIG["resources"])
 class LMPipeline:
     classifier_model = bentoml.models.BentoModel(CONFIG["classifier"])
+    if BASE:
+        base_model = bentoml.models.BentoModel(BASE)
     if "bert" in GENERATIVE:
         bert_model = bentoml.models.BentoModel(GENERATIVE["bert"])
     if "gpt" in GENERATIVE:
@@ -81,18 +85,24 @@ class LMPipeline:
         t5_model = bentoml.models.BentoModel(GENERATIVE["t5"])
 
     def __init__(self) -> None:
-        from stages.serving.inference import FillMask, Generator, Text2Text, TextClassifier
+        from stages.serving.inference import FillMask, Generator, Text2Text, TextClassifier, check_packaged
 
-        self.classifier = TextClassifier(self.classifier_model.path, batch_size=BATCHING["max_batch_size"])
+        lineage = check_packaged(self.classifier_model.path)  # its files (head, adapter) are the recorded ones
+        # frozen or lora: the base from its own model in the Bento, its digest checked against adaptation.json
+        self.classifier = TextClassifier(self.classifier_model.path, batch_size=BATCHING["max_batch_size"],
+                                         base=self.base_model.path if BASE else None)
         self.fill_masker = FillMask(self.bert_model.path) if "bert" in GENERATIVE else None
         self.generator = Generator(self.gpt_model.path) if "gpt" in GENERATIVE else None
         self.text2texter = Text2Text(self.t5_model.path) if "t5" in GENERATIVE else None
-        lineage = json.loads((Path(self.classifier_model.path) / "lineage.json").read_text(encoding="utf-8"))
         self.summary = {"model": str(self.classifier_model.tag), "name": lineage["model"]["name"],
                         "paradigm": lineage["model"]["paradigm"], "init": lineage["model"]["init"],
                         "labels": lineage["model"]["labels"], "git": public_git(lineage["git"]),
                         "model_gate": lineage.get("model_gate"),
                         "generative": {k: str(v) for k, v in GENERATIVE.items()}}
+        if BASE:
+            adaptation = lineage["model"].get("adaptation") or {}
+            self.summary["adaptation"] = {"method": adaptation.get("method"), "base": str(self.base_model.tag),
+                                          "base_digest": adaptation.get("base_digest")}
 
     @bentoml.api(batchable=BATCHABLE, max_batch_size=BATCHING["max_batch_size"],
                  max_latency_ms=BATCHING["max_latency_ms"])

@@ -23,12 +23,13 @@ def effective_method(method: str, init: str) -> str:
     return "full" if init == "random" else method
 
 
-def base_digest(folder: Path) -> str:
+def base_digest(folder: Path, stored: bool = False) -> str:
     """The base folder's digest: SHA-256 over the SHA-256 of each file in sorted relative-path order (as model
-    signing's subject, :func:`stages.provenance.signing.folder_files_digest`)."""
-    from stages.provenance.signing import folder_files_digest
+    signing's subject, :func:`stages.provenance.signing.folder_files_digest`). ``stored``: a copy in the model
+    store (a packaged base), whose ``model.yaml`` and ``model.sig`` the store added and are left out."""
+    from stages.provenance.signing import STORE_FILES, folder_files_digest
 
-    return folder_files_digest(folder)
+    return folder_files_digest(folder, STORE_FILES if stored else frozenset())
 
 
 def read_adaptation(folder: Path) -> dict | None:
@@ -37,16 +38,22 @@ def read_adaptation(folder: Path) -> dict | None:
     return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
 
 
-def resolve_base(folder: Path, record: dict) -> Path:
-    """The base folder ``record`` names, its digest checked (a ValueError naming both folders on a mismatch)."""
-    base = Path(record["base"])
+def resolve_base(folder: Path, record: dict, base: Path | None = None) -> Path:
+    """The base folder ``record`` names (or ``base``: its packaged copy in the model store, which a Bento's
+    service loads instead of the workspace path), its digest checked (a ValueError naming both folders on a
+    mismatch)."""
+    stored = base is not None
+    base = Path(base) if stored else Path(record["base"])
     if not (base / "config.json").is_file():
-        raise FileNotFoundError(f"{folder}: its base model {base} (from {ADAPTATION_FILE}) is not there; "
-                                "run from the workspace that holds it")
-    got = base_digest(base)
+        raise FileNotFoundError(f"{folder}: its base model {base} " + (
+            "(the packaged base) holds no config.json" if stored else
+            f"(from {ADAPTATION_FILE}) is not there; run from the workspace that holds it"))
+    got = base_digest(base, stored)
     if got != record["base_digest"]:
-        raise ValueError(f"{folder}: its base model {base} has digest {got}, not {record['base_digest']} as "
-                         f"recorded in {ADAPTATION_FILE} (the base changed since fine-tuning)")
+        raise ValueError(f"{folder}: its base model {base}" + (f" (packaged from {record['base']})" if stored else "")
+                         + f" has digest {got}, not {record['base_digest']} as recorded in {ADAPTATION_FILE} ("
+                         + ("the packaged base is not the one it was fine-tuned on)" if stored
+                            else "the base changed since fine-tuning)"))
     return base
 
 

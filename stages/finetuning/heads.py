@@ -36,11 +36,13 @@ class _Classifier:
     tensors: tuple[str, ...] = ()  # the attributes that hold tensors to move with the model
 
     def __init__(self, paradigm: str, model_dir: Path, labels: list[str], tokenizer=None, *, init: str, seed: int,
-                 aux_lm_weight: float = 0.0, aux_lm_fraction: float = 1.0, adapt: dict | None = None) -> None:
+                 aux_lm_weight: float = 0.0, aux_lm_fraction: float = 1.0, adapt: dict | None = None,
+                 base: Path | None = None) -> None:
         torch.manual_seed(seed)
         self.aux_lm_weight = aux_lm_weight if paradigm == "gpt" else 0.0
         self.aux_lm_fraction = aux_lm_fraction
         self.adapt = adapt  # frozen or lora (stages.finetuning.adapt); None: every weight trains
+        self.base = base  # a frozen or lora folder's packaged base (the model store's copy); None: the path it names
         self.model = self.build(paradigm, Path(model_dir), labels, tokenizer, init)
 
     def to(self, device: str) -> None:
@@ -249,7 +251,10 @@ class PooledClassifier(_Classifier):
         saved = adapt.read_adaptation(model_dir) if init != "random" else None
         options = saved or (self.adapt if self.adapt and adapt.effective_method(self.adapt["method"], init) != "full"
                             else None)
-        body_dir = adapt.resolve_base(model_dir, saved) if saved else model_dir
+        if self.base is not None and not saved:
+            raise ValueError(f"{model_dir}: a base model ({self.base}) was given, but the folder has no "
+                             f"{adapt.ADAPTATION_FILE} (it was trained in full and holds the whole model)")
+        body_dir = adapt.resolve_base(model_dir, saved, self.base) if saved else model_dir
         body = _load(AutoModel if paradigm != "t5" else T5EncoderModel, body_dir, init)
         cfg = body.config
         d_model = getattr(cfg, "hidden_size", None) or getattr(cfg, "n_embd", None) or cfg.d_model
@@ -288,20 +293,24 @@ HEADS = ("stock", "pooled", "prompt")
 
 def make_classifier(paradigm: str, model_dir: Path, labels: list[str], tokenizer, *, init: str, seed: int,
                     aux_lm_weight: float = 0.0, aux_lm_fraction: float = 1.0, head: str = "stock",
-                    adapt: dict | None = None):
+                    adapt: dict | None = None, base: Path | None = None):
     """``head``: ``stock`` ([CLS] for BERT, last token for GPT, text to text for T5), ``pooled`` (masked mean,
     BatchNorm, linear) or ``prompt`` (BERT: a cloze). ``adapt``: method frozen or lora for the pooled head
-    (:func:`stages.finetuning.core.adapt_options`); a folder with ``adaptation.json`` loads its base and adapter."""
+    (:func:`stages.finetuning.core.adapt_options`); a folder with ``adaptation.json`` loads its base and adapter
+    (``base``: from that folder, a packaged copy checked against the recorded digest, instead of the path named)."""
     if head not in HEADS:
         raise ValueError(f"head: {head!r} is not one of {', '.join(HEADS)}")
     if adapt is not None and head != "pooled":
         raise ValueError(f"method: {adapt['method']} needs head pooled, not {head}")
     if head == "prompt" and paradigm != "bert":
         raise ValueError(f"head: prompt is for the bert paradigm (a masked LM), not {paradigm}")
+    if base is not None and head != "pooled":
+        raise ValueError(f"{model_dir}: a base model ({base}) is for a frozen or lora folder (head pooled), "
+                         f"not head {head}")
     stock = TextToTextClassifier if paradigm == "t5" else EncoderClassifier
     cls = {"pooled": PooledClassifier, "prompt": PromptClassifier}.get(head, stock)
     return cls(paradigm, model_dir, labels, tokenizer, init=init, seed=seed, aux_lm_weight=aux_lm_weight,
-               aux_lm_fraction=aux_lm_fraction, adapt=adapt)
+               aux_lm_fraction=aux_lm_fraction, adapt=adapt, base=base)
 
 
 def rescale_embeddings(module, rms: float) -> float:

@@ -157,7 +157,8 @@ def _classifier_facts(record: dict) -> dict:
     return {**f, "kind": "finetune", "labels": model.get("labels") or [], "task": _task_name(record, stage),
             "paradigm": model.get("paradigm"), "init": init, "scores": scores, "parameters": model.get("parameters"),
             "head": _stage_setting(record, stage, "head") if stage else None,
-            "max_len": (_stage_setting(record, stage, "max_len") if stage else None) or None}
+            "max_len": (_stage_setting(record, stage, "max_len") if stage else None) or None,
+            **({"adaptation": model["adaptation"]} if model.get("adaptation") else {})}  # frozen or lora only
 
 
 def classifier_card(record: dict, by: str = PACKAGE) -> str:
@@ -209,7 +210,9 @@ def bento_card(record: dict, served: dict) -> str:
     generative = served.get("generative") or {}
     image = served.get("image") or {}
     resources = served.get("resources") or {}
-    endpoints = [("classify", f"the classifier `{served.get('classifier') or UNKNOWN}`")]
+    endpoints = [("classify", f"the classifier `{served.get('classifier') or UNKNOWN}`" + (
+        f" (method `{served['base'].get('method')}`, on its base `{served['base'].get('tag')}`)"
+        if served.get("base") else ""))]
     endpoints += [(ENDPOINT.get(p, p), f"the pre-trained {p} `{g.get('tag') or UNKNOWN}`")
                   for p, g in sorted(generative.items())]
     endpoints.append(("lineage", "which model this is, its commit and the model gate's verdict"))
@@ -233,6 +236,14 @@ def bento_card(record: dict, served: dict) -> str:
             f"{count(tokens_table(f['training'])[1])} training tokens, objective {f['objective']}, held-out loss "
             f"{score(f['scores'].get('eval_loss'))}. Not judged by the model gate; its own card is the model's "
             f"`{CARD_FILE}`."]))
+    if served.get("base"):  # a frozen or lora classifier: its base ships as its own model
+        b = served["base"]
+        sections.append((f"Base model ({b.get('tag') or UNKNOWN})", [
+            f"The classifier was fine-tuned with method `{b.get('method') or UNKNOWN}`: its model holds the head "
+            f"(and, for lora, the PEFT adapter) only. The base it was fine-tuned on, `{b.get('base') or UNKNOWN}`, "
+            f"ships byte for byte as `{b.get('tag') or UNKNOWN}` (its own card included); the service loads it "
+            f"from there and refuses it unless its folder digest is `{b.get('base_digest') or UNKNOWN}`, as the "
+            "classifier's `adaptation.json` records (`python -m stages.lineage --verify` checks the same)."]))
     sections.append(("Lineage", ["The chain from raw sources to this Bento (`python -m stages.lineage` prints it "
                                  "and `--verify` checks it):", "", "```", render_chain(record), "```"]))
     if "signing" in served:

@@ -114,4 +114,10 @@ def render(record: dict, bento: dict | None = None) -> str:
     lines.append(f"{step}. Bento" if bento else f"{step}. Packaged model")
     lines.append(f"  {bento.get('tag') if bento else model['name']}: the fine-tuned model {model['name']} "
                  f"(md5 {model['md5']})")
+    if model.get("adaptation"):  # frozen or lora: the head (and adapter) need the base they were fine-tuned on
+        a = model["adaptation"]
+        lora = " and LoRA adapter" if a.get("method") == "lora" else ""
+        lines.append(f"  method {a.get('method')}: its head{lora}"
+                     + f" on the base {a.get('base')} (folder digest {a.get('base_digest')}), "
+                     + ("packaged beside it" if bento else "which it needs"))
     return "\n".join(lines)

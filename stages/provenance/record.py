@@ -17,6 +17,8 @@ from stages.provenance.stagecard import SOURCE_KEYS, count_parameters  # noqa: F
 from stages.provenance.stagecard import _read_json
 
 SCHEMA = 1
+# what a frozen or lora classifier's record keeps of its adaptation.json (as its folder's card does)
+ADAPTATION_KEYS = ("method", "trainable_parameters", "base", "base_digest")
 
 
 class LineageError(RuntimeError):
@@ -218,6 +220,7 @@ def collect(root: Path, *, model_name: str, model_dir: Path, gate_report: Path,
     if model_rel not in files:
         raise LineageError(f"{model_rel}: not an output of {finetune_stage} in dvc.lock")
     info = _read_json(root / model_rel / "finetune.json") or {}
+    adaptation = _read_json(root / model_rel / "adaptation.json")  # frozen or lora: the base the head needs
     params: dict[str, object] = {}
     for name in names:
         for values in (lock.stages[name].get("params") or {}).values():
@@ -237,7 +240,8 @@ def collect(root: Path, *, model_name: str, model_dir: Path, gate_report: Path,
         "model": {"name": model_name, "path": model_rel, "paradigm": info.get("metrics", {}).get("paradigm"),
                   "init": info.get("init"), "labels": info.get("labels"), "stage": finetune_stage,
                   "parameters": count_parameters(root / model_rel),
-                  "files": files[model_rel]["files"], "md5": files[model_rel]["md5"]},
+                  "files": files[model_rel]["files"], "md5": files[model_rel]["md5"],
+                  **({"adaptation": {k: adaptation.get(k) for k in ADAPTATION_KEYS}} if adaptation else {})},
         "git": git_state(root),
         "stages": {name: lock.stages[name] for name in names},
         "files": files,

@@ -187,12 +187,18 @@ def folder_digest(files: dict[str, str]) -> str:
     return h.hexdigest()
 
 
-def folder_files_digest(folder: Path) -> str:
-    """:func:`folder_digest` of the files under ``folder`` on disk (as DVC lists them, ``__pycache__`` skipped)."""
+# What the model store adds to a folder copied into it byte for byte (a packaged base model): BentoML's
+# ``model.yaml`` and, signed, ``model.sig``. The folder's own files are the rest.
+STORE_FILES = frozenset({"model.yaml", MODEL_SIGNATURE})
+
+
+def folder_files_digest(folder: Path, skip: frozenset[str] = frozenset()) -> str:
+    """:func:`folder_digest` of the files under ``folder`` on disk (as DVC lists them, ``__pycache__`` skipped;
+    ``skip``: top-level names left out, as :data:`STORE_FILES` for a folder in the model store)."""
     from stages.common.hashing import sha256_file
     from stages.provenance.hashing import walk_files
 
-    return folder_digest({rel: sha256_file(Path(folder) / rel) for rel in walk_files(folder)})
+    return folder_digest({rel: sha256_file(Path(folder) / rel) for rel in walk_files(folder) if rel not in skip})
 
 
 # --- SLSA provenance in a DSSE envelope -----------------------------------------------------------------------
@@ -246,16 +252,20 @@ def source_dependencies(record: dict) -> list[dict]:
 
 
 def build_statement(record: dict, *, subjects: list[dict], models: dict[str, str], reports: dict[str, str],
-                    bento: str, finished: str, builder: dict[str, str], internal: dict) -> dict:
+                    bento: str, finished: str, builder: dict[str, str], internal: dict,
+                    roles: dict[str, dict] | None = None) -> dict:
     """The in-toto Statement v1 with the SLSA Provenance v1 predicate. ``subjects``: the Bento's model folders
-    and files; ``models``: each upstream model folder's digest; ``reports``: each gate report's SHA-256."""
+    and files; ``models``: each upstream model folder's digest; ``reports``: each gate report's SHA-256;
+    ``roles``: annotations of some of those folders (a frozen or lora classifier: its method and base by digest;
+    its base: ``base_of`` the classifier, ``packaged_as`` the model that ships it)."""
     git = record.get("git") or {}
     deps = source_dependencies(record)
     if git.get("commit"):
         deps.append(_descriptor("code", {"gitCommit": git["commit"]}, dirty=bool(git.get("dirty")),
                                 dirty_paths=git.get("dirty_paths")))
     files = record.get("files") or {}
-    deps += [_descriptor(path, {"sha256": digest}, dvc_md5=(files.get(path) or {}).get("md5"))
+    deps += [_descriptor(path, {"sha256": digest}, dvc_md5=(files.get(path) or {}).get("md5"),
+                         **(roles or {}).get(path, {}))
              for path, digest in sorted(models.items())]
     stages = {name: {"cmd": e.get("cmd"), "params": e.get("params") or {}}
               for name, e in sorted((record.get("stages") or {}).items())}

@@ -45,10 +45,27 @@ def _yaml(text: str) -> dict:
     return yaml.safe_load(text) or {}
 
 
-def _packaged_item(name: str, files: dict[str, str], model_yaml: dict) -> dict:
+ADAPTATION_FILE = "adaptation.json"  # a frozen or lora classifier's: its method and base (stages.finetuning.adapt)
+
+
+def _packaged_item(name: str, files: dict[str, str], model_yaml: dict, adaptation: str | None = None) -> dict:
+    """A packaged model: ``role`` classifier (it holds ``lineage.json``), base (the base a frozen or lora
+    classifier needs, stored byte for byte) or generative; a classifier's ``adaptation`` (its parsed
+    ``adaptation.json``; ``None`` for a full model or when unreadable)."""
     meta = model_yaml.get("metadata") or {}
-    role = "classifier" if "lineage.json" in files else "generative"
-    return {"name": name, "role": role, "source": meta.get("source"), "files": files}
+    role = "classifier" if "lineage.json" in files else "base" if meta.get("role") == "base" else "generative"
+    item = {"name": name, "role": role, "source": meta.get("source"), "files": files}
+    if role == "classifier" and ADAPTATION_FILE in files:
+        try:
+            item["adaptation"] = json.loads(adaptation) if adaptation is not None else None
+        except ValueError:
+            item["adaptation"] = None
+    return item
+
+
+def _adaptation_text(folder: Path) -> str | None:
+    path = folder / ADAPTATION_FILE
+    return path.read_text(encoding="utf-8") if path.is_file() and not path.is_symlink() else None
 
 
 def _member_name(name: str) -> str:
@@ -79,7 +96,8 @@ def from_bento_file(path: Path) -> Target:
                 data = tar.extractfile(member)
                 md5, sha = hashlib.md5(), hashlib.sha256()
                 small = name in (MANIFEST_FILE, SIGNATURE_FILE, PROVENANCE_FILE, "bento.yaml") or (
-                    parts[0] == "models" and parts[-1] in ("model.yaml", "lineage.json"))
+                    parts[0] == "models" and parts[-1] in ("model.yaml", "lineage.json")) or (
+                    parts[0] == "models" and len(parts) == 4 and parts[-1] == ADAPTATION_FILE)
                 kept = []
                 while chunk := data.read(CHUNK):
                     md5.update(chunk)
@@ -103,7 +121,8 @@ def from_bento_file(path: Path) -> Target:
     packaged, record = [], None
     for tag, model_files in sorted(models.items()):
         name, version = tag.split(":")
-        packaged.append(_packaged_item(tag, model_files, _yaml(texts.get(f"models/{name}/{version}/model.yaml", ""))))
+        packaged.append(_packaged_item(tag, model_files, _yaml(texts.get(f"models/{name}/{version}/model.yaml", "")),
+                                       texts.get(f"models/{name}/{version}/{ADAPTATION_FILE}")))
         if f"models/{name}/{version}/lineage.json" in texts:
             record = json.loads(texts[f"models/{name}/{version}/lineage.json"])
             model_tag = tag
@@ -144,7 +163,7 @@ def model_dirs(target: Target):
 
 def _model_folder_item(tag: str, folder: Path) -> dict:
     model_yaml = _yaml((folder / "model.yaml").read_text(encoding="utf-8")) if (folder / "model.yaml").is_file() else {}
-    return _packaged_item(tag, folder_manifest(folder), model_yaml)
+    return _packaged_item(tag, folder_manifest(folder), model_yaml, _adaptation_text(folder))
 
 
 def from_model_folder(folder: Path, tag: str | None = None) -> Target:
@@ -159,7 +178,7 @@ def from_model_folder(folder: Path, tag: str | None = None) -> Target:
     files = {rel: md5_file(path) for rel, path in regular.items() if not IGNORED_DIRS & set(rel.split("/")[:-1])}
     model_yaml = _yaml((folder / "model.yaml").read_text(encoding="utf-8")) if "model.yaml" in files else {}
     return Target(record=record, bento={"model_tag": tag} if ":" in tag else {},
-                  packaged=[_packaged_item(tag, files, model_yaml)], irregular=irregular)
+                  packaged=[_packaged_item(tag, files, model_yaml, _adaptation_text(folder))], irregular=irregular)
 
 
 MODEL_STAGES = ("finetune", "adapt", "pretrain", "dapt")

@@ -13,7 +13,7 @@ from stages.provenance.hashing import IrregularFile, dir_md5, path_hashes
 from stages.provenance.manifest import (MANIFEST_FILE, SEAL_FILES, SIGNATURE_FILE, ManifestError, key_fingerprint,
                                         parse_manifest, sha256_bytes, signature_valid)
 from stages.provenance.record import LineageError, Lock, dvc_cache, git_state, sources
-from stages.provenance.signing import (MODEL_SIGNATURE, PROVENANCE_FILE, SLSA_PREDICATE, SigningError,
+from stages.provenance.signing import (MODEL_SIGNATURE, PROVENANCE_FILE, SLSA_PREDICATE, STORE_FILES, SigningError,
                                        envelope_verified, folder_digest, read_envelope, verify_model_folder)
 from stages.provenance.signing import key_fingerprint as ec_fingerprint
 
@@ -58,23 +58,27 @@ def diff_manifests(path: str, recorded: dict[str, str], current: dict[str, str])
 
 
 def verify_packaged(record: dict, packaged: list[dict], verdict: Verdict) -> None:
-    """Each packaged model's files (``{"name", "role", "source", "files": {relpath: md5}}``) are the record's."""
+    """Each packaged model's files (``{"name", "role", "source", "files": {relpath: md5}}``) are the record's. A
+    base (the base of a frozen or lora classifier) is stored byte for byte: its own card is checked with the rest."""
     for item in packaged:
-        files = {rel: md5 for rel, md5 in item["files"].items() if rel not in PACKAGING_FILES}
+        base = item["role"] == "base"
+        added = STORE_FILES if base else PACKAGING_FILES  # what the store and packaging add to the folder
+        files = {rel: md5 for rel, md5 in item["files"].items() if rel not in added}
         classifier = item["role"] == "classifier"
         expected = record["model"]["files"] if classifier else (
             record["files"].get(item.get("source") or "") or {}).get("files")
         if not classifier and expected is None:
             verdict.mismatches.append(f"{item['name']}: its source {item.get('source')!r} is not in the record")
             continue
-        # the folder's own card (written by its stage) stays behind: the card its record renders replaces it
-        expected = {rel: md5 for rel, md5 in expected.items() if rel != CARD_FILE}
+        if not base:  # the folder's own card (its stage's) stays behind: the card its record renders replaces it
+            expected = {rel: md5 for rel, md5 in expected.items() if rel != CARD_FILE}
         verdict.checked += len(expected)
         verdict.mismatches += diff_manifests(f"{item['name']} (packaged)", expected, files)
         verdict.verified.append(f"{item['name']}: its {len(files)} files against the record's hashes"
-                                + (" and its model card against the card the record renders"
+                                + (f" (the base from {item.get('source')}, its own card included)" if base else
+                                   " and its model card against the card the record renders"
                                    if CARD_FILE in item["files"] else ""))
-        if CARD_FILE not in item["files"]:  # a packaged card must be the one its lineage record renders
+        if base or CARD_FILE not in item["files"]:  # a packaged card must be the one its lineage record renders
             continue
         verdict.checked += 1
         card = expected_card(record, item)
@@ -82,6 +86,47 @@ def verify_packaged(record: dict, packaged: list[dict], verdict: Verdict) -> Non
             verdict.mismatches.append(f"{item['name']} (packaged)/{CARD_FILE}: not the model card its lineage "
                                       "record renders (edited after packaging, or rendered by another version of "
                                       "stages.provenance.card)")
+
+
+def verify_base(record: dict, packaged: list[dict], files: dict[str, str] | None, verdict: Verdict) -> None:
+    """A frozen or lora classifier's binding to its base: the Bento ships a base model whose files (BentoML's
+    ``model.yaml`` and ``model.sig`` aside; ``files``: the Bento's SHA-256s) have the folder digest the
+    classifier's ``adaptation.json`` records, the one the service checks before it loads the base. A model
+    folder on its own (no ``files``) cannot show its base: a note."""
+    classifier = next((i for i in packaged if i["role"] == "classifier"), None)
+    if classifier is None or "adaptation" not in classifier:
+        return  # a full model: the whole model is in its folder
+    verdict.checked += 1
+    adaptation = classifier["adaptation"]
+    if not isinstance(adaptation, dict) or not adaptation.get("base_digest"):
+        verdict.mismatches.append(f"{classifier['name']}: its adaptation.json is unreadable or names no base digest")
+        return
+    method, want = adaptation.get("method"), adaptation["base_digest"]
+    recorded = (record.get("model") or {}).get("adaptation")
+    if recorded is not None and recorded.get("base_digest") != want:
+        verdict.mismatches.append(f"{classifier['name']}: its adaptation.json records the base digest {want}, its "
+                                  f"lineage record {recorded.get('base_digest')}")
+    bases = [i for i in packaged if i["role"] == "base"]
+    if files is None:
+        verdict.notes.append(f"{classifier['name']}: a {method} classifier, whose base {adaptation.get('base')} "
+                             f"(digest {want}) ships beside it in the Bento: verify the Bento to check that binding")
+        return
+    if not bases:
+        verdict.mismatches.append(f"{classifier['name']}: fine-tuned with method {method} on the base "
+                                  f"{adaptation.get('base')} (digest {want}), but the Bento ships no base model")
+        return
+    for item in bases:
+        name, _, version = item["name"].partition(":")
+        prefix = f"models/{name}/{version}/"
+        got = folder_digest({rel[len(prefix):]: d for rel, d in files.items()
+                             if rel.startswith(prefix) and rel[len(prefix):] not in STORE_FILES})
+        if got != want:
+            verdict.mismatches.append(f"{prefix.rstrip('/')}: base binding: the base of the {method} classifier "
+                                      f"{classifier['name']} has folder digest {got}, not {want} as its "
+                                      "adaptation.json records (the service refuses to load it)")
+        else:
+            verdict.verified.append(f"base binding: {item['name']} (from {item.get('source')}) has the folder digest "
+                                    f"{want} that the {method} classifier's adaptation.json records")
 
 
 def verify_src(record: dict, src: dict[str, str], verdict: Verdict) -> None:
@@ -452,6 +497,7 @@ def verify(record: dict, *, packaged: list[dict] | None = None, workspace: Path 
     verify_record(record, verdict)
     if packaged:
         verify_packaged(record, packaged, verdict)
+        verify_base(record, packaged, files, verdict)
     if src is not None:
         verify_src(record, src, verdict)
     if files is not None and all_files is None:

@@ -101,8 +101,31 @@ class Text2Text(_Base):
         return self.tokenizer.decode([t for t in out[0].tolist() if t not in drop], skip_special_tokens=False)
 
 
+def check_packaged(model_dir: str | Path) -> dict:
+    """A packaged classifier folder (the model store's copy, holding ``lineage.json``): every file of it (weights,
+    or the head and LoRA adapter; tokenizer; ``adaptation.json``) has the MD5 its lineage record holds, none
+    missing or added (the files packaging adds aside); returns the record. A ValueError names each difference."""
+    from stages.provenance.card import CARD_FILE
+    from stages.provenance.hashing import folder_manifest
+    from stages.provenance.verify import PACKAGING_FILES, diff_manifests
+
+    model_dir = Path(model_dir)
+    record = json.loads((model_dir / "lineage.json").read_text(encoding="utf-8"))
+    recorded = {rel: md5 for rel, md5 in record["model"]["files"].items() if rel != CARD_FILE}
+    held = {rel: md5 for rel, md5 in folder_manifest(model_dir).items() if rel not in PACKAGING_FILES}
+    diffs = diff_manifests(str(model_dir), recorded, held)
+    if diffs:
+        raise ValueError(f"{model_dir}: the packaged classifier {record['model'].get('name')} differs from its "
+                         f"lineage record ({len(diffs)} file(s)): " + "; ".join(diffs[:5]))
+    return record
+
+
 class TextClassifier:
-    def __init__(self, model_dir: str | Path, *, device: str | None = None, batch_size: int = 64) -> None:
+    """``base``: for a frozen or lora folder, its base model's packaged copy (checked against the digest its
+    ``adaptation.json`` records) instead of the workspace path that file names."""
+
+    def __init__(self, model_dir: str | Path, *, device: str | None = None, batch_size: int = 64,
+                 base: str | Path | None = None) -> None:
         from transformers import AutoTokenizer
 
         from stages.finetuning.core import FinetuneConfig, head_options
@@ -118,7 +141,7 @@ class TextClassifier:
         self.labels = list(info["labels"])
         self.tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
         self.head = make_classifier(self.paradigm, model_dir, self.labels, self.tokenizer, init="pretrained", seed=0,
-                                    **head_options(self.cfg))
+                                    **head_options(self.cfg), base=None if base is None else Path(base))
         self.head.to(_device(device))
         self.head.model.eval()
         self.batch_size = batch_size

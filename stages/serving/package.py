@@ -1,7 +1,7 @@
-"""The package stage's core: the model the gate chose (with the pre-trained ones beside it) saved to the BentoML
-store with its lineage record, each model folder signed (OpenSSF Model Signing), built into a Bento with the
-service and the code that serves, sealed with a manifest and a signed SLSA provenance statement, and exported to
-the registry with the public key beside it."""
+"""The package stage's core: the model the gate chose (with the pre-trained ones beside it, and for a frozen or
+lora classifier the base it was fine-tuned on) saved to the BentoML store with its lineage record, each model
+folder signed (OpenSSF Model Signing), built into a Bento with the service and the code that serves, sealed with
+a manifest and a signed SLSA provenance statement, and exported to the registry with the public key beside it."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from pathlib import Path
 from stages.common.atomic import temp_sibling, work_dir, write_bytes_atomic, write_json_atomic
 from stages.common.inputs import check_folder, read_json
 from stages.common.redact import redact_url
-from stages.finetuning.adapt import ADAPTATION_FILE, read_adaptation
+from stages.finetuning.adapt import ADAPTATION_FILE, base_digest, read_adaptation
 from stages.provenance.card import CARD_FILE, bento_card, classifier_card, generative_card
 from stages.provenance.hashing import folder_manifest, md5_file
 from stages.provenance import signing
@@ -49,8 +49,10 @@ def read_gate(path: Path) -> dict:
     return gate
 
 
-def model_metadata(record: dict) -> tuple[dict[str, str], dict]:
-    """BentoML labels (flat strings) and metadata (the audit summary; the full record is ``lineage.json``)."""
+def model_metadata(record: dict, base: dict | None = None) -> tuple[dict[str, str], dict]:
+    """BentoML labels (flat strings) and metadata (the audit summary; the full record is ``lineage.json``).
+    ``base``: a frozen or lora classifier's packaged base (``tag``, ``source``, ``digest``): the labels name the
+    method and the base's tag, the metadata (``adaptation``) the base's tag, folder and digest as well."""
     git, model = record["git"], record["model"]
     gate = record.get("model_gate") or {}
     labels = {"pipeline": "lm-pipeline", "selected": model["name"], "paradigm": str(model["paradigm"]),
@@ -63,6 +65,10 @@ def model_metadata(record: dict) -> tuple[dict[str, str], dict]:
                 "dvc_lock": stages, "params": record["params"], "gates": record["gates"],
                 "model_gate": gate, "evaluation": record["metrics"].get("reports/metrics/evaluation.json"),
                 "lineage_file": "lineage.json"})
+    if base is not None:  # a full model's labels and metadata stay as they were
+        method = record["model"]["adaptation"]["method"]
+        labels.update(method=str(method), base=base["tag"])
+        metadata["adaptation"] = _plain({"method": method, "base": base})
     return labels, metadata
 
 
@@ -75,15 +81,42 @@ def _plain(value):
     return value
 
 
+def save_base(record: dict, cfg: PackageConfig, *, root: Path, base_dir: Path, made: list[str],
+              key: signing.SigningKey | None = None) -> dict:
+    """Copy a frozen or lora classifier's base model into the model store byte for byte, its own card included
+    (its digest, BentoML's ``model.yaml`` and ``model.sig`` aside, is the one ``adaptation.json`` records), signed
+    with ``key``; returns ``{"tag", "source", "digest"}`` and appends ``"model <tag>"`` to ``made``."""
+    import bentoml
+
+    rel = base_dir.as_posix()
+    info, adaptation = record["files"][rel], record["model"]["adaptation"]
+    meta = _plain({"role": "base", "source": rel, "digest": adaptation["base_digest"], "md5": info["md5"],
+                   "files": info["files"], "method": adaptation["method"], "git": record["git"],
+                   "stage": Lock(stages=record["stages"]).writer(rel)})
+    with bentoml.models.create(f"{cfg.name}-base",
+                               labels={"pipeline": "lm-pipeline", "role": "base",
+                                       "paradigm": str(record["model"]["paradigm"]),
+                                       "method": str(adaptation["method"]),
+                                       "git_commit": str(record["git"].get("commit"))},
+                               metadata=meta) as b:
+        _copy_files(root / base_dir, Path(b.path))
+    made.append(f"model {b.tag}")
+    if key is not None:
+        signing.sign_model_folder(Path(bentoml.models.get(b.tag).path), key)
+    return {"tag": str(b.tag), "source": rel, "digest": adaptation["base_digest"]}
+
+
 def save_models(record: dict, cfg: PackageConfig, *, root: Path, model_dir: Path, generative_dirs: dict[str, Path],
-                made: list[str], key: signing.SigningKey | None = None) -> dict:
+                made: list[str], key: signing.SigningKey | None = None, base_dir: Path | None = None) -> dict:
     """Copy the classifier and the chosen pre-trained models into the model store, each with its model card
     (``README.md``, rendered from ``record``) and, with ``key``, signed whole (``model.sig``, once BentoML has
-    written its ``model.yaml``); returns their tags and appends ``"model <tag>"`` to ``made`` for each."""
+    written its ``model.yaml``); returns their tags and appends ``"model <tag>"`` to ``made`` for each.
+    ``base_dir``: a frozen or lora classifier's base, stored first as its own model (:func:`save_base`)."""
     import bentoml
 
     stored = as_stored(record)  # the cards are rendered from the record as lineage.json stores it, as verify reads it
-    labels, metadata = model_metadata(record)
+    base = save_base(record, cfg, root=root, base_dir=base_dir, made=made, key=key) if base_dir is not None else None
+    labels, metadata = model_metadata(record, base)
     with bentoml.models.create(f"{cfg.name}-classifier", labels=labels, metadata=metadata) as m:
         _copy_files(root / model_dir, Path(m.path), skip=CARD_FILE)
         write_json_atomic(Path(m.path) / "lineage.json", record)
@@ -91,7 +124,7 @@ def save_models(record: dict, cfg: PackageConfig, *, root: Path, model_dir: Path
     made.append(f"model {m.tag}")
     if key is not None:
         signing.sign_model_folder(Path(bentoml.models.get(m.tag).path), key)  # in the store now
-    tags = {"classifier": str(m.tag), "generative": {}}
+    tags = {"classifier": str(m.tag), "generative": {}, **({"base": base["tag"]} if base else {})}
     for paradigm, folder in generative_dirs.items():
         rel = folder.as_posix()
         info = record["files"].get(rel)
@@ -181,9 +214,13 @@ def build_bento(cfg: PackageConfig, tags: dict, *, service: Path, stages_dir: Pa
     image = image_options()
     config = {"name": cfg.name, "classifier": tags["classifier"], "generative": tags["generative"],
               "limits": asdict(cfg.limits), "batching": asdict(cfg.batching), "resources": cfg.resources.as_service()}
+    if "base" in tags:  # a frozen or lora classifier: the service loads its base from this model
+        config["base"] = tags["base"]
     served = {**config, "image": {**image["docker"], "python_packages": image["python"]["packages"]},  # for the card
               "generative": {p: {"tag": t, "source": (sources or {}).get(p)} for p, t in tags["generative"].items()},
               "signing": key and {"algorithm": key.algorithm, "public_key_sha256": key.fingerprint}}
+    if "base" in tags:
+        served["base"] = {"tag": tags["base"], **(record["model"].get("adaptation") or {})}
     # scratch in the workspace, not /tmp: one a killed run leaves is swept (stages.common.atomic.sweep_dead)
     with work_dir(scratch / "bento-ctx") as tmp:
         ctx = Path(tmp)
@@ -239,9 +276,11 @@ def _builder() -> dict[str, str]:
 
 
 def attest(bento, record: dict, *, root: Path, hashes: dict[str, str], models: dict[str, Path], sealed: dict,
-           cfg: PackageConfig, key: signing.SigningKey | None) -> bytes:
+           cfg: PackageConfig, key: signing.SigningKey | None, base: dict | None = None) -> bytes:
     """The SLSA provenance of the Bento (its model folders and every other file, the manifest included), signed
-    with ``key`` into ``provenance/provenance.intoto.json``; returns the envelope's bytes."""
+    with ``key`` into ``provenance/provenance.intoto.json``; returns the envelope's bytes. Its resolved
+    dependencies list every upstream model folder by digest; a frozen or lora classifier's base is annotated as
+    such (``base``: its ``source`` folder and the ``tag`` of the model that ships it)."""
     subjects = []
     for tag in sorted(models):
         name, version = tag.split(":")
@@ -253,16 +292,21 @@ def attest(bento, record: dict, *, root: Path, hashes: dict[str, str], models: d
                  if not rel.startswith("models/")]
     subjects.append({"name": MANIFEST_FILE, "digest": {"sha256": sealed["manifest_sha256"]}})
     lock = Lock(stages=record["stages"])
+    model_dir = record["model"]["path"]  # listed even when it holds no config.json (a frozen or lora head)
     upstream = {path: signing.folder_files_digest(root / path) for path in sorted(record["files"])
                 if (lock.writer(path) or "").split("@", 1)[0] in ("pretrain", "dapt", "finetune")
-                and (root / path / "config.json").is_file()}
+                and (root / path / "config.json").is_file() or path == model_dir}
+    adaptation = record["model"].get("adaptation")
+    roles = {} if not (adaptation and base) else {  # the base a frozen or lora classifier was fine-tuned on
+        model_dir: {"method": adaptation["method"], "base": base["source"], "base_digest": adaptation["base_digest"]},
+        base["source"]: {"base_of": model_dir, "packaged_as": base["tag"]}}
     gates = sorted({*record.get("gates", {}), record["model_gate_path"]})
     reports = {path: sha256_path(root / path) for path in gates if (root / path).is_file()}
     statement = signing.build_statement(
         record, subjects=subjects, models=upstream, reports=reports, bento=str(bento.tag),
         finished=datetime.now(timezone.utc).isoformat(timespec="seconds"), builder=_builder(),
         internal={"package": {"name": cfg.name, "generative": list(cfg.generative),
-                              "generative_from": cfg.generative_from, "signing": cfg.signing}})
+                              "generative_from": cfg.generative_from, "signing": cfg.signing}}, roles=roles)
     envelope = signing.sign_statement(statement, key)
     target = Path(bento.path) / signing.PROVENANCE_FILE
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -320,13 +364,10 @@ def package(cfg: PackageConfig, *, root: Path, gate_path: Path, finetuned: Path,
     gate = read_gate(root / rel(gate_path))
     selected = gate["selected"]
     model_dir = rel(finetuned) / selected
-    adapted = read_adaptation(root / model_dir)
-    if adapted is not None:  # its folder holds a head (and adapter) only; the Bento would need the base as well
-        raise PackageRefused(f"{model_dir}: fine-tuned with method {adapted.get('method')} (its {ADAPTATION_FILE} "
-                             f"names the base {adapted.get('base')}); the package stage ships models trained with "
-                             "method full only: select one of those, or fine-tune with finetune.method: full")
     service = root / rel(service)
     record = collect(root, model_name=selected, model_dir=model_dir, gate_report=rel(gate_path))
+    # frozen or lora: the folder holds a head (and adapter) only; its base ships beside it as its own model
+    base_dir = adapted_base(root, model_dir, record) if read_adaptation(root / model_dir) is not None else None
     record["served_code"] = served_code(Path(__file__).parents[1], service)
     base = rel({"pretrained": pretrained, "dapt": dapt}[cfg.generative_from])
     generative_dirs = {p: base / p for p in cfg.generative}
@@ -336,7 +377,7 @@ def package(cfg: PackageConfig, *, root: Path, gate_path: Path, finetuned: Path,
         if folder.as_posix() not in record["files"]:
             raise LineageError(f"{folder}: not upstream of the evaluation in dvc.lock, so it cannot be shipped "
                                "with its lineage")
-    for folder in [model_dir, *generative_dirs.values()]:  # what ships, checked file by file before it is read
+    for folder in [model_dir, *generative_dirs.values(), *([base_dir] if base_dir else [])]:  # what ships, checked
         check_folder(root / folder)
     key = signing.load_signing_key(root) if cfg.signing == "key" else None  # first: a bad key packages nothing
     if key is not None and key.created:
@@ -345,8 +386,10 @@ def package(cfg: PackageConfig, *, root: Path, gate_path: Path, finetuned: Path,
     made: list[str] = []  # what this run put in the store, removed again if a later step fails
     try:
         tags = save_models(record, cfg, root=root, model_dir=model_dir, generative_dirs=generative_dirs, made=made,
-                           key=key)
-        log(f"[package] models: {tags['classifier']}" + "".join(f", {t}" for t in tags["generative"].values()))
+                           key=key, base_dir=base_dir)
+        log(f"[package] models: {tags['classifier']}" + "".join(f", {t}" for t in tags["generative"].values())
+            + (f", {tags['base']} (the base of its {record['model']['adaptation']['method']} head)"
+               if "base" in tags else ""))
         bento = build_bento(cfg, tags, service=service, stages_dir=Path(__file__).parents[1], record=record,
                             scratch=root / "dist",
                             sources={p: folder.as_posix() for p, folder in generative_dirs.items()}, key=key)
@@ -354,7 +397,8 @@ def package(cfg: PackageConfig, *, root: Path, gate_path: Path, finetuned: Path,
         log(f"[package] bento: {bento.tag}")
         sealed, hashes, models = seal(bento)
         log(f"[package] manifest: {sealed['manifest_files']} files, sha256 {sealed['manifest_sha256']}")
-        envelope = attest(bento, record, root=root, hashes=hashes, models=models, sealed=sealed, cfg=cfg, key=key)
+        envelope = attest(bento, record, root=root, hashes=hashes, models=models, sealed=sealed, cfg=cfg, key=key,
+                          base=base_dir and {"tag": tags["base"], "source": base_dir.as_posix()})
         log(f"[package] provenance: {signing.PROVENANCE_FILE} (in-toto SLSA v1, "
             + (f"signed by the key sha256 {key.fingerprint})" if key else "unsigned: package.signing is none)"))
         target = export(bento, registry, cfg.export_format)
@@ -379,6 +423,34 @@ def package(cfg: PackageConfig, *, root: Path, gate_path: Path, finetuned: Path,
             "provenance": {"file": signing.PROVENANCE_FILE, "sha256": hashlib.sha256(envelope).hexdigest(),
                            "signed": key is not None, "predicate": signing.SLSA_PREDICATE},
             "beside": beside}
+
+
+def adapted_base(root: Path, model_dir: Path, record: dict) -> Path:
+    """The base folder (relative to ``root``) that the frozen or lora classifier in ``model_dir`` names in its
+    ``adaptation.json``, checked before anything is made: upstream of the evaluation in dvc.lock (so it ships
+    with its lineage), a model folder, its digest the recorded one, and no file the model store would replace."""
+    adaptation = record["model"].get("adaptation") or read_adaptation(root / model_dir)
+    named = Path(adaptation["base"])
+    try:
+        base = Path(os.path.relpath(named, root)) if named.is_absolute() else Path(os.path.normpath(named))
+    except ValueError:  # another drive
+        base = named
+    where = f"{model_dir}: fine-tuned with method {adaptation.get('method')} on the base {named} ({ADAPTATION_FILE})"
+    if base.is_absolute() or base.parts[:1] == ("..",):
+        raise PackageRefused(f"{where}, outside the workspace {root}: it cannot be shipped with its lineage")
+    if base.as_posix() not in record["files"]:
+        raise LineageError(f"{where}: not upstream of the evaluation in dvc.lock, so it cannot be shipped with "
+                           "its lineage")
+    if not (root / base / "config.json").is_file():
+        raise FileNotFoundError(f"{where}: {base} holds no model (no config.json)")
+    clash = sorted(n for n in signing.STORE_FILES if (root / base / n).exists())
+    if clash:
+        raise PackageRefused(f"{where}: {base} holds {', '.join(clash)}, which the model store would replace")
+    got = base_digest(root / base)
+    if got != adaptation.get("base_digest"):
+        raise PackageRefused(f"{where}: {base} has digest {got}, not {adaptation.get('base_digest')} as recorded "
+                             "(the base changed since fine-tuning): fine-tune again")
+    return base
 
 
 def lineage_md5(model_tag: str) -> str:

@@ -243,16 +243,19 @@ def test_a_remote_exports_digest_is_read_back_through_fsspec():
     assert archive_digest("memory://registry/lm-v1.bento") == (10, hashlib.sha256(b"an archive").hexdigest())
 
 
-def test_a_frozen_or_lora_selection_is_refused_before_anything_is_made(tmp_path):
-    """A folder holding a head (and adapter) with adaptation.json needs its base, which packaging does not ship."""
-    from tests.unit.provenance.workspace import package_run
+def test_a_frozen_or_lora_selection_whose_base_differs_is_refused_before_anything_is_made(tmp_path):
+    """A folder holding a head (and adapter) ships with the base its adaptation.json names, which must be the one
+    it was fine-tuned on (tests/unit/serving/test_package_adapted.py packages real ones)."""
+    from tests.unit.provenance.workspace import package_run, relock
 
     def adapted(root: Path) -> None:
         (root / "data/models/finetune/m1/adaptation.json").write_text(json.dumps(
             {"method": "lora", "base": "data/models/pretrain/bert", "base_digest": "0" * 64}))
+        relock(root)
 
     proc, _, made = package_run(tmp_path, before=adapted)
     assert proc.returncode == 1 and made is None
-    assert ("error: data/models/finetune/m1: fine-tuned with method lora (its adaptation.json names the base "
-            "data/models/pretrain/bert); the package stage ships models trained with method full only") in proc.stderr
+    assert ("error: data/models/finetune/m1: fine-tuned with method lora on the base data/models/pretrain/bert "
+            "(adaptation.json): data/models/pretrain/bert has digest ") in proc.stderr, proc.stderr[-2000:]
+    assert f"not {'0' * 64} as recorded (the base changed since fine-tuning)" in proc.stderr
     assert not (tmp_path / "store").exists() or not list((tmp_path / "store").rglob("model.yaml"))

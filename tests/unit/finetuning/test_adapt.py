@@ -148,3 +148,33 @@ def test_stage_writes_the_head_and_a_card_naming_the_method_and_base(models, tmp
     from stages.serving.inference import TextClassifier
 
     assert TextClassifier(out).scores(["The farmer visited the castle."]).shape == (1, 3)
+
+
+def test_a_packaged_base_loads_instead_of_the_path_named_and_is_checked_by_digest(models, tmp_path):
+    """The model store's copy of the base (with BentoML's model.yaml and model.sig beside its files) is what a
+    Bento's service loads: the workspace path adaptation.json names is not read; a changed byte is named."""
+    import re
+
+    from stages.finetuning.heads import make_classifier
+
+    cfg, out = _train(models, tmp_path, "bert", "lora", lora={"r": 4, "alpha": 8, "dropout": 0.0})
+    before, _, saved = _reload_predictions(models, tmp_path, cfg, out, "bert")
+    rec = json.loads((saved / "adaptation.json").read_text())
+    (saved / "adaptation.json").write_text(json.dumps({**rec, "base": str(tmp_path / "not-here")}))
+    stored = tmp_path / "store" / "base"
+    shutil.copytree(models.models["bert"], stored)
+    (stored / "model.yaml").write_text("name: base\n")
+    (stored / "model.sig").write_text("{}")
+    tok = out["tokenizer"]
+    texts = read_task(models.task).query("split == 'test'")["text"].tolist()
+    again = make_classifier("bert", saved, LABELS, tok, init="pretrained", seed=5, head="pooled", base=stored)
+    np.testing.assert_array_equal(predict(again, tok, texts, cfg, "bert"), before)
+    (stored / "config.json").write_text((stored / "config.json").read_text() + " ")
+    with pytest.raises(ValueError, match=re.escape(f"{saved}: its base model {stored} (packaged from "
+                                                   f"{tmp_path / 'not-here'}) has digest ") + ".* not "
+                       + re.escape(f"{rec['base_digest']} as recorded in adaptation.json (the packaged base is not "
+                                   "the one it was fine-tuned on)")):
+        make_classifier("bert", saved, LABELS, tok, init="pretrained", seed=5, head="pooled", base=stored)
+    with pytest.raises(ValueError, match="was given, but the folder has no adaptation.json"):
+        make_classifier("bert", models.models["bert"], LABELS, tok, init="pretrained", seed=5, head="pooled",
+                        base=stored)

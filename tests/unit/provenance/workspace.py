@@ -80,6 +80,15 @@ def make_workspace(root: Path, *, gate_passed: bool = True) -> Path:
     return root
 
 
+def relock(root: Path) -> None:
+    """Every hash in ``root``'s dvc.lock recomputed from the files (after a test put other files in place)."""
+    lock = yaml.safe_load((root / "dvc.lock").read_text())
+    for stage in lock["stages"].values():
+        for kind in ("deps", "outs"):
+            stage[kind] = entry(root, [e["path"] for e in stage.get(kind, [])])
+    (root / "dvc.lock").write_text(yaml.safe_dump(lock, sort_keys=False))
+
+
 def write_ec_key(path: Path, curve: str = "SECP256R1"):
     """An unencrypted EC private key (PKCS#8 PEM) at ``path`` and its public half at ``<stem>.pub.pem``."""
     from cryptography.hazmat.primitives import serialization

@@ -75,6 +75,21 @@ def adapt_body(body, paradigm: str, options: dict):
     return get_peft_model(body, config)
 
 
+def sort_adapter_config(folder: Path) -> None:
+    """Rewrite ``adapter_config.json`` with its module lists sorted: PEFT keeps them as sets and writes them in
+    the interpreter's hash order, so the same run would otherwise give other bytes under another hash seed."""
+    import json
+
+    path = folder / "adapter_config.json"
+    config = json.loads(path.read_text(encoding="utf-8"))
+    for key in ("target_modules", "exclude_modules"):
+        if isinstance(config.get(key), list):
+            config[key] = sorted(config[key])
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(config, indent=2, sort_keys=True), encoding="utf-8")
+    tmp.replace(path)
+
+
 def load_adapter(body, folder: Path):
     """``body`` with the LoRA adapter saved in ``folder``."""
     from peft import PeftModel

@@ -223,6 +223,10 @@ class _Pooled(torch.nn.Module):
 
         if self.adaptation is None or self.adaptation["method"] == "lora":
             self.body.save_pretrained(path)  # a PeftModel writes its adapter only
+            if self.adaptation is not None:
+                from stages.finetuning.adapt import sort_adapter_config
+
+                sort_adapter_config(Path(path))
         else:
             Path(path).mkdir(parents=True, exist_ok=True)  # frozen: no body to write
         save_file({k: v.contiguous() for k, v in self.state_dict().items() if not k.startswith("body.")},

@@ -67,12 +67,17 @@ def _stage_process(pgid: int) -> int | None:
 def _run_timed(project: Path, stage: str) -> tuple[subprocess.Popen, float]:
     """``dvc repro -s -f stage`` in its own process group; returns the process once the stage's command has
     started, and that moment."""
+    log = (project.parent / f"repro-{stage.replace('@', '-')}.log").open("w")  # read back when the run fails
     proc = subprocess.Popen([str(Path(PY).parent / "dvc"), "repro", "-s", "-f", stage], cwd=project,
-                            env=_env(project), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True)
+                            env=_env(project), stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    log.close()
     while proc.poll() is None and _stage_process(proc.pid) is None:
         time.sleep(0.005)
     return proc, time.monotonic()
+
+
+def _log_tail(project: Path, stage: str) -> str:
+    return (project.parent / f"repro-{stage.replace('@', '-')}.log").read_text(errors="replace")[-4000:]
 
 
 def _at_work(project: Path, stage: str, outs: list[tuple[Path, bool]]) -> str | None:
@@ -105,7 +110,7 @@ def test_a_killed_stage_leaves_whole_outputs_and_the_next_run_matches_an_uninter
     while first.poll() is None and _stage_process(first.pid) is not None:
         time.sleep(0.005)
     took = time.monotonic() - started
-    assert first.wait(timeout=1200) == 0, f"{stage} failed when run uninterrupted"
+    assert first.wait(timeout=1200) == 0, f"{stage} failed when run uninterrupted:\n" + _log_tail(project, stage)
     before = {out: _files(out) for out, _ in outs}
 
     # Killed when it shows it is at work (a checkpoint, a scratch or temporary sibling of an output), or half way

@@ -85,6 +85,8 @@ def test_lora_trains_adapters_and_head_and_reloads_the_same_predictions(models, 
     np.testing.assert_array_equal(before, after)
     assert (saved / "adapter_model.safetensors").is_file() and (saved / "adapter_config.json").is_file()
     assert not (saved / "model.safetensors").exists()
+    targets = json.loads((saved / "adapter_config.json").read_text())["target_modules"]
+    assert len(targets) > 1 and targets == sorted(targets)  # PEFT's set, written in a stable order
     rec = json.loads((saved / "adaptation.json").read_text())
     assert rec["method"] == "lora" and rec["lora"]["r"] == 4
     assert rec["trainable_parameters"] == sum(p.numel() for n, p in model.named_parameters() if p.requires_grad)
@@ -178,3 +180,34 @@ def test_a_packaged_base_loads_instead_of_the_path_named_and_is_checked_by_diges
     with pytest.raises(ValueError, match="was given, but the folder has no adaptation.json"):
         make_classifier("bert", models.models["bert"], LABELS, tok, init="pretrained", seed=5, head="pooled",
                         base=stored)
+
+
+ADAPTER_SAVE = """
+import sys
+from pathlib import Path
+import torch
+from transformers import BertConfig, BertModel
+from stages.finetuning.adapt import adapt_body, sort_adapter_config
+torch.manual_seed(0)
+body = BertModel(BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                            intermediate_size=32))
+adapt_body(body, "bert", {"method": "lora", "r": 2, "alpha": 4, "dropout": 0.0}).save_pretrained(sys.argv[1])
+sort_adapter_config(Path(sys.argv[1]))
+"""
+
+
+def test_the_adapter_config_has_the_same_bytes_under_any_hash_seed(tmp_path):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[3]
+    written = []
+    for seed in ("1", "2", "3"):  # PEFT holds target_modules as a set: its order follows the hash seed
+        out = tmp_path / seed
+        subprocess.run([sys.executable, "-c", ADAPTER_SAVE, str(out)], cwd=root, check=True, timeout=300,
+                       env={**os.environ, "PYTHONHASHSEED": seed})
+        written.append((out / "adapter_config.json").read_bytes())
+    assert written[0] == written[1] == written[2]
+    assert json.loads(written[0])["target_modules"] == sorted(json.loads(written[0])["target_modules"])

@@ -38,7 +38,11 @@ class Lock:
         if not path.is_file():
             raise LineageError(f"{path}: no dvc.lock (run `dvc repro` first)")
         data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-        return cls(stages=data.get("stages") or {})
+        stages = data.get("stages") or {}
+        defined = pipeline_stages(path.parent)
+        if defined is not None:  # DVC keeps the entry of a stage dvc.yaml no longer defines (an adapt run removed)
+            stages = {name: entry for name, entry in stages.items() if name in defined}
+        return cls(stages=stages)
 
     def writer(self, path: str) -> str | None:
         """The stage with an output exactly ``path`` (a model folder, say); None when no stage has one."""
@@ -72,6 +76,21 @@ class Lock:
         for root in roots:
             visit(root)
         return list(seen)
+
+
+def pipeline_stages(root: Path) -> set[str] | None:
+    """The names of the stages ``root/dvc.yaml`` defines now (``foreach`` items expanded, as ``dvc.lock`` names
+    them), or None without a ``dvc.yaml``."""
+    if not (root / "dvc.yaml").is_file():
+        return None
+    from dvc.exceptions import DvcException
+    from dvc.repo import Repo
+
+    try:
+        with Repo(str(root)) as repo:
+            return {stage.name for stage in repo.index.stages if stage.path_in_repo == "dvc.yaml"}
+    except DvcException as exc:
+        raise LineageError(f"{root / 'dvc.yaml'}: DVC cannot read the pipeline: {exc}") from exc
 
 
 def find_workspace(start: Path) -> Path | None:

@@ -10,7 +10,7 @@ from stages.provenance.chain import render
 from stages.provenance.hashing import folder_manifest
 from stages.provenance.record import LineageError, Lock, collect
 from stages.provenance.verify import verify
-from tests.unit.provenance.workspace import make_workspace, write
+from tests.unit.provenance.workspace import entry, make_workspace, write
 
 
 def record_of(root: Path) -> dict:
@@ -110,6 +110,50 @@ def test_a_workspace_that_differs_from_dvc_lock_cannot_be_recorded(tmp_path):
     write(root / "data/models/finetune/m2/model.safetensors", "retrained outside dvc")
     with pytest.raises(LineageError, match="data/models/finetune/m2: .* in the workspace"):
         record_of(root)
+
+
+PIPELINE = """stages:
+  ingest:
+    foreach: [task]
+    do:
+      cmd: python -m stages.ingest
+      deps: [stages/ingest.py]
+      outs:
+      - data/ingested/${item}
+  finetune:
+    foreach: ${runs}
+    do:
+      cmd: python -m stages.finetune ${item}
+      deps: [data/ingested/task, stages/finetune.py]
+      outs:
+      - data/models/finetune/${item}
+  evaluate:
+    cmd: python -m stages.evaluate
+    deps: [data/models/finetune, stages/evaluate.py]
+    outs: [reports/quality/model-gate.json]
+"""
+
+
+def test_a_stage_the_pipeline_no_longer_defines_is_left_out_of_the_record(tmp_path):
+    from dvc.repo import Repo
+
+    root = make_workspace(tmp_path)
+    Repo.init(str(root), no_scm=True).close()
+    write(root / "dvc.yaml", PIPELINE)
+    write(root / "params.yaml", "runs: [m1, m2]\n")
+    assert "finetune@m2" in record_of(root)["stages"]
+    # m2 taken out of the runs and its folder deleted: dvc.lock keeps finetune@m2's entry, which no stage writes now
+    write(root / "params.yaml", "runs: [m1]\n")
+    for item in sorted((root / "data/models/finetune/m2").rglob("*"), reverse=True):
+        item.unlink()
+    (root / "data/models/finetune/m2").rmdir()
+    lock = yaml.safe_load((root / "dvc.lock").read_text())  # evaluate run again over the runs left
+    lock["stages"]["evaluate"]["deps"] = entry(root, [d["path"] for d in lock["stages"]["evaluate"]["deps"]])
+    (root / "dvc.lock").write_text(yaml.safe_dump(lock, sort_keys=False))
+    rec = record_of(root)
+    assert "finetune@m2" not in rec["stages"] and {"finetune@m1", "evaluate", "ingest@task"} <= set(rec["stages"])
+    verdict = verify(rec, packaged=packaged(root), workspace=root)
+    assert verdict.ok, verdict.mismatches
 
 
 def test_an_edited_output_file_is_named_with_a_fix_that_works(tmp_path):

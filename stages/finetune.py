@@ -27,7 +27,7 @@ from stages.common.cli import Stage, entry
 from stages.common.inputs import check_folder, read_json
 from stages.config import ConfigError
 from stages.finetuning.adapt import read_adaptation
-from stages.finetuning.core import INITS, config_record, load_config, read_task
+from stages.finetuning.core import INITS, config_record, load_config, read_task, save_tokenizer
 from stages.finetuning.runs import choose_init, run_config
 from stages.finetuning.seeds import curve_tsv, finetune_seeds, gate_task
 from stages.provenance import stagecard
@@ -91,7 +91,7 @@ def _run(args: argparse.Namespace, log) -> dict:
     metrics = out["metrics"]
     tmp = args.staged.path
     out["classifier"].model.save_pretrained(str(tmp))
-    out["tokenizer"].save_pretrained(str(tmp))
+    save_tokenizer(out["tokenizer"], tmp)
     record = config_record(out["config"])
     write_json_atomic(tmp / "finetune.json", {"config": record, "metrics": metrics, "curve": out["curve"],
                                               "init": args.init, "model": str(args.model), "labels": list(cfg.labels),

@@ -241,6 +241,15 @@ def length_batches(order: np.ndarray, lengths: np.ndarray, batch: int, pool: int
     return [out[i] for i in rng.permutation(len(out))]
 
 
+def save_tokenizer(tok, folder: Path) -> None:
+    """``tok.save_pretrained(folder)`` with ``local_files_only`` written as false: transformers records there how
+    this process loaded the tokenizer (true under ``HF_HUB_OFFLINE=1``), which would make the folder's bytes
+    depend on the environment."""
+    if "local_files_only" in tok.init_kwargs:
+        tok.init_kwargs["local_files_only"] = False
+    tok.save_pretrained(str(folder))
+
+
 def predict(clf, tok, texts: list[str], cfg: FinetuneConfig, paradigm: str) -> np.ndarray:
     """The predicted label ids of ``texts``, scored in batches of similar lengths (the same predictions as
     in order: each text's score depends on its own tokens only), returned in the order of ``texts``."""

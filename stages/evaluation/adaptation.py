@@ -5,10 +5,10 @@ verdict per label count: the method to use, judged against twice the pooled seed
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from stages.evaluation.summary import judge, neural_points, point_at, run_row
+from stages.finetuning.adapt import read_adaptation
 
 ICL_SHOTS_NOTE = "need only their k demonstrations: the same score at every label count"
 
@@ -32,7 +32,7 @@ def folder_stats(folder: Path) -> dict:
 
 def adapted_row(record: dict, folder: Path) -> dict:
     """The table row of an adaptation run (:func:`run_row` with its method, init and sizes)."""
-    adaptation = json.loads((folder / "adaptation.json").read_text()) if (folder / "adaptation.json").is_file() else {}
+    adaptation = read_adaptation(folder) or {}
     stats = folder_stats(folder)
     method = record["config"].get("method", "full")
     return run_row(record) | {"paradigm": record["metrics"]["paradigm"], "init": record["init"], "method": method,

@@ -14,6 +14,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from stages.finetuning.adapt import ADAPTATION_FILE
 from stages.provenance.hashing import CHUNK, IGNORED_DIRS, folder_manifest, md5_file
 from stages.provenance.manifest import MANIFEST_FILE, SIGNATURE_FILE, bento_layout, folder_files, model_tags, sha256_path
 from stages.provenance.record import (CLASSIFIER_STAGES, SCHEMA, LineageError, Lock, classifier_stage, collect,
@@ -43,9 +44,6 @@ def _yaml(text: str) -> dict:
     import yaml
 
     return yaml.safe_load(text) or {}
-
-
-ADAPTATION_FILE = "adaptation.json"  # a frozen or lora classifier's: its method and base (stages.finetuning.adapt)
 
 
 def _packaged_item(name: str, files: dict[str, str], model_yaml: dict, adaptation: str | None = None) -> dict:

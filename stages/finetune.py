@@ -82,12 +82,13 @@ def _run(args: argparse.Namespace, log) -> dict:
     args.init, args.model = init, model
     df = read_task(args.task)
     task_sources = stagecard.corpora([args.task.parent / "manifest.json"])
-    gate_task(df, cfg, args.report or args.output.parent / f"{args.output.name}.gate.json")
     if not (args.model / "config.json").is_file():
         raise FileNotFoundError(f"{args.model / 'config.json'}: no model (run the pretrain/dapt stage first)")
     check_folder(args.model)
+    # The task's gate runs while the workers start (each loads its libraries and the data: seconds per stage).
     out = finetune_seeds(cfg, paradigm=args.paradigm, init=args.init, model_dir=args.model, df=df, log=log,
-                         progress=not args.no_progress, live_dir=args.live)
+                         progress=not args.no_progress, live_dir=args.live,
+                         checks=lambda: gate_task(df, cfg, args.report or args.output.parent / f"{args.output.name}.gate.json"))
     metrics = out["metrics"]
     tmp = args.staged.path
     out["classifier"].model.save_pretrained(str(tmp))

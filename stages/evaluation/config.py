@@ -31,8 +31,8 @@ class CurveConfig:
     min_steps: int = 60
     """Fewest optimizer updates of a small-sample run, however small the sample."""
     workers: int = 2
-    """Runs at a time for the curve, in-context learning and the baselines (processes of one torch thread; 1 = in
-    this process)."""
+    """Runs at a time for the curve, in-context learning and the baselines, one pool for all three (processes of one
+    torch thread; 1 = in this process)."""
 
     def __post_init__(self) -> None:
         check(all(p in PARADIGMS for p in self.paradigms), f"paradigms: each one of {', '.join(PARADIGMS)}")

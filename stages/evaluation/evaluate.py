@@ -8,10 +8,10 @@ import time
 from pathlib import Path
 
 from stages.common.inputs import load_npy, read_json
-from stages.common.pool import run_ordered
+from stages.common.pool import Plan, run_plans
 from stages.evaluation import adaptation
 from stages.evaluation.config import EvaluateConfig
-from stages.evaluation.curve import baselines, data_efficiency, source
+from stages.evaluation.curve import baselines_plan, data_efficiency_plan, source
 from stages.evaluation.gate import decide
 from stages.evaluation.icl import icl_accuracy
 from stages.evaluation.summary import (curve_gains, gains, paradigm_row, read_record, read_training, run_row,
@@ -26,7 +26,7 @@ from stages.training.models import load_model
 
 
 def icl_run(state: dict, job: dict) -> dict:
-    """One GPT model's in-context scores (a job of :func:`in_context`; module level, so a worker can run it)."""
+    """One GPT model's in-context scores (a job of :func:`in_context_plan`; module level, so a worker can run it)."""
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
@@ -40,24 +40,28 @@ def icl_run(state: dict, job: dict) -> dict:
                         context=state["context"])
 
 
-def in_context(cfg: EvaluateConfig, runs: dict[str, dict], df, model_dirs: dict[str, Path], context: int,
-               log) -> dict:
-    """The GPT models of ``cfg.icl.inits`` scored in context, one model per worker (``curve.workers`` at a
-    time, one torch thread each: batch-one prompts do not use a second thread well)."""
+def in_context_plan(cfg: EvaluateConfig, runs: dict[str, dict], df, model_dirs: dict[str, Path], context: int,
+                    log) -> Plan:
+    """The GPT models of ``cfg.icl.inits`` scored in context, one model per job (one torch thread each in a
+    worker: batch-one prompts do not use a second thread well); finished: ``gpt-<init>`` -> scores."""
     labels = list(runs["gpt-pretrained"]["labels"])
     index = {lab: i for i, lab in enumerate(labels)}
     state = {"labels": labels, "cfg": cfg.icl, "context": context} | {
         s: [(t, index[lab]) for t, lab in df.loc[df["split"] == s, ["text", "label"]].itertuples(index=False)]
         for s in ("train", "test")}
     jobs = [{"init": init, "path": str(source(model_dirs, "gpt", init))} for init in cfg.icl.inits]
-    log(f"[evaluate] in-context learning: {len(jobs)} GPT models, {min(cfg.curve.workers, len(jobs))} at a time")
-    out = {}
-    for init, r in zip(cfg.icl.inits, run_ordered(icl_run, state, jobs, workers=cfg.curve.workers)):
-        out[f"gpt-{init}"] = r
-        log(f"[evaluate] in-context gpt-{init}: " + ", ".join(
-            f"{k}-shot accuracy {r[str(k)]['accuracy']:.3f} (calibrated {r[str(k)]['calibrated']['accuracy']:.3f})"
-            for k in cfg.icl.shots))
-    return out
+    log(f"[evaluate] in-context learning: {len(jobs)} GPT models")
+
+    def finish(results: list[dict]) -> dict:
+        out = {}
+        for init, r in zip(cfg.icl.inits, results):
+            out[f"gpt-{init}"] = r
+            log(f"[evaluate] in-context gpt-{init}: " + ", ".join(
+                f"{k}-shot accuracy {r[str(k)]['accuracy']:.3f} (calibrated {r[str(k)]['calibrated']['accuracy']:.3f})"
+                for k in cfg.icl.shots))
+        return out
+
+    return Plan(icl_run, state, jobs, finish)
 
 
 def read_layout(tokens_dir: Path) -> BlockLayout:
@@ -131,9 +135,20 @@ def evaluate_all(cfg: EvaluateConfig, *, df, finetuned: Path, pretrained: Path, 
 
     gate = decide({n: r["metrics"] for n, r in every.items()}, cfg.gate)
     gain = gains(table, PARADIGMS)
-    base = (timed("baselines", lambda: baselines(cfg, every, gate["selected"], df, log))
-            if cfg.baseline.series() else {})
-    de = timed("data-efficiency curve", lambda: data_efficiency(cfg, runs, df, model_dirs, log, adapted=adapted))
+    # The baselines (one long search on all labels), GPT's in-context scores and the curve's many short runs share
+    # one pool, longest jobs first, so no worker waits for another part to finish.
+    plans = {}
+    if cfg.baseline.series():
+        plans["baselines"] = baselines_plan(cfg, every, gate["selected"], df, log)
+    if cfg.icl.inits:
+        plans["in-context learning"] = in_context_plan(cfg, runs, df, model_dirs, read_layout(tokens / "gpt").seq_len,
+                                                       log)
+    plans["data-efficiency curve"] = data_efficiency_plan(cfg, runs, df, model_dirs, log, adapted=adapted)
+    workers = min(cfg.curve.workers, sum(len(plan.jobs) for plan in plans.values()) or 1)
+    done, job_seconds = timed(f"{', '.join(plans)} ({workers} at a time, one pool)",
+                              lambda: run_plans(plans, workers=cfg.curve.workers))
+    sections |= {f"{name} (time summed over its jobs)": seconds for name, seconds in job_seconds.items()}
+    base, de = done.get("baselines", {}), done["data-efficiency curve"]
     for name, b in base.items():
         de[name] = [{k: pt[k] for k in ("train_examples", "macro_f1", "accuracy", "val_macro_f1")}
                     for pt in b["points"]]
@@ -150,9 +165,7 @@ def evaluate_all(cfg: EvaluateConfig, *, df, finetuned: Path, pretrained: Path, 
         "baselines": base,
         "versus_baselines": versus_baselines(de, table, list(base)),
         "intrinsic": timed("intrinsic scores", lambda: intrinsic(cfg, model_dirs, tokens, log)),
-        "icl": timed("in-context learning", lambda: in_context(cfg, runs, df, model_dirs,
-                                                               read_layout(tokens / "gpt").seq_len, log)
-                     if cfg.icl.inits else {}),
+        "icl": done.get("in-context learning", {}),
         "data_efficiency": de,
         "curve_gains": curve_gains({n: pts for n, pts in neural_de.items() if n not in adapted},
                                    {p: g["best_init"] for p, g in gain.items()}),

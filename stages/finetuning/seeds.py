@@ -40,10 +40,18 @@ def _seed_run(state: dict, job: dict) -> dict:
     return {"metrics": run["metrics"], "curve": run["curve"], "weights": run["classifier"].model.state_dict()}
 
 
+def _prepare() -> None:
+    """A worker's imports before its first run (module level: the pool sends it to the workers)."""
+    from transformers import AutoConfig, AutoModel, AutoTokenizer, T5EncoderModel  # noqa: F401
+
+    import stages.finetuning.heads  # noqa: F401
+
+
 def finetune_seeds(cfg: FinetuneConfig, *, paradigm: str, init: str, model_dir: Path, df, log=print,
-                   progress: bool = False, live_dir: Path | None = None) -> dict:
+                   progress: bool = False, live_dir: Path | None = None, checks=None) -> dict:
     """The learning rate chosen on validation with the first seed, then every seed at that rate; the best run on
-    validation, its metrics the mean and std over seeds with the per-seed results."""
+    validation, its metrics the mean and std over seeds with the per-seed results. ``checks`` (no arguments; the
+    task's gate) runs once the workers have started, so they load their libraries and data meanwhile."""
     from transformers import AutoTokenizer
 
     from stages.finetuning.heads import make_classifier
@@ -56,15 +64,17 @@ def finetune_seeds(cfg: FinetuneConfig, *, paradigm: str, init: str, model_dir: 
     first_batch = ([{"seed": s, "lr": grid[0]} for s in cfg.seeds] if single else
                    [{"seed": first, "lr": lr} for lr in grid])
     workers = min(cfg.workers, max(len(first_batch), 0 if single else len(rest)))
-    if live_dir is not None and live_dir.exists():
-        shutil.rmtree(live_dir)  # the previous run's live logs: this run's replace them
     state = {"cfg": cfg, "paradigm": paradigm, "init": init, "model_dir": str(model_dir), "df": df,
              "live_dir": str(live_dir) if live_dir is not None else None,
              **({"threads": 1} if workers > 1 else {"log": log, "progress": progress})}
     runs: dict[int, dict] = {}
     tried, best_lr, best_val = [], grid[0], -1.0
     # One pool for the grid and the seeds: its workers start once (about 10 s each of imports and loading).
-    with WorkerPool(_seed_run, state, workers=workers) as pool:
+    with WorkerPool(_seed_run, state, workers=workers).start(_prepare) as pool:
+        if checks is not None:
+            checks()
+        if live_dir is not None and live_dir.exists():
+            shutil.rmtree(live_dir)  # the previous run's live logs: this run's replace them
         if single:
             runs.update(zip(cfg.seeds, pool.run(first_batch)))
             tried.append({"lr": grid[0], "best_val_macro_f1": runs[first]["metrics"]["best_val_macro_f1"]})

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from stages.common.pool import run_ordered
+from stages.common.pool import Plan, run_plan
 from stages.evaluation.baselines.fasttext import FastTextConfig
 from stages.evaluation.baselines.tfidf import TfidfConfig
 from stages.finetuning.core import FinetuneConfig, sample_train
@@ -58,11 +58,8 @@ def _split(frame, labels: list[str]) -> tuple[list[str], np.ndarray]:
     return frame["text"].tolist(), frame["label"].map({lab: i for i, lab in enumerate(labels)}).to_numpy()
 
 
-def run_baselines(df, labels: list[str], cfg: BaselineConfig, points: list[tuple[int, list[int]]], *,
-                  workers: int = 1) -> dict[str, list[dict]]:
-    """Per baseline series, one point ``{train_examples, runs: [fit_score per seed]}`` per ``(training size, seeds)``
-    of ``points``; a size of 0 or of the whole split is the whole split, fitted once. The fits run on ``workers``
-    processes, the largest first; the results do not depend on ``workers``."""
+def baselines_plan(df, labels: list[str], cfg: BaselineConfig, points: list[tuple[int, list[int]]]) -> Plan:
+    """The fits of :func:`run_baselines` as a :class:`~stages.common.pool.Plan` (largest first), to share a pool."""
     whole = int((df["split"] == "train").sum())
     size = (lambda n: n if 0 < n < whole else whole)
     jobs = {name: [[(name, n, seed) for seed in (seeds if 0 < n < whole else seeds[:1])] for n, seeds in points]
@@ -71,9 +68,21 @@ def run_baselines(df, labels: list[str], cfg: BaselineConfig, points: list[tuple
                   key=lambda j: (-size(j[1]), SERIES.index(j[0])))
     state = {"df": df[["text", "label", "split"]], "labels": list(labels), "cfg": cfg,
              "val": _split(df[df["split"] == "validation"], labels), "test": _split(df[df["split"] == "test"], labels)}
-    done = dict(zip(flat, run_ordered(_fit_job, state, flat, workers=workers)))
-    return {name: [{"train_examples": done[point[0]]["train_examples"], "runs": [done[j] for j in point]}
-                   for point in point_jobs] for name, point_jobs in jobs.items()}
+
+    def finish(results: list[dict]) -> dict[str, list[dict]]:
+        done = dict(zip(flat, results))
+        return {name: [{"train_examples": done[point[0]]["train_examples"], "runs": [done[j] for j in point]}
+                       for point in point_jobs] for name, point_jobs in jobs.items()}
+
+    return Plan(_fit_job, state, flat, finish)
+
+
+def run_baselines(df, labels: list[str], cfg: BaselineConfig, points: list[tuple[int, list[int]]], *,
+                  workers: int = 1) -> dict[str, list[dict]]:
+    """Per baseline series, one point ``{train_examples, runs: [fit_score per seed]}`` per ``(training size, seeds)``
+    of ``points``; a size of 0 or of the whole split is the whole split, fitted once. The fits run on ``workers``
+    processes, the largest first; the results do not depend on ``workers``."""
+    return run_plan(baselines_plan(df, labels, cfg, points), workers=workers)
 
 
 def best_at(series: dict[str, list[dict]], n: int) -> str | None:

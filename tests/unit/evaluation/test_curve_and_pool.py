@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from stages.common.pool import run_ordered
+from stages.common.pool import Plan, run_ordered, run_plan, run_plans
 
 LABELS = ["river", "market", "castle"]
 
@@ -19,6 +19,22 @@ def test_run_ordered_is_the_same_for_one_or_two_workers(jobs):
     one = run_ordered(cheap, {"base": 10}, jobs, workers=1)
     two = run_ordered(cheap, {"base": 10}, jobs, workers=2)
     assert one == two == [{"job": j, "value": 10 + j * j} for j in jobs]
+
+
+def negate(state, job):
+    return -job * state["scale"]
+
+
+def test_plans_on_one_pool_give_each_part_what_it_gives_alone():
+    plans = {"squares": Plan(cheap, {"base": 1}, [4, 0, 2], finish=lambda rs: [r["value"] for r in rs]),
+             "empty": Plan(cheap, {"base": 0}, [], finish=lambda rs: ("empty", rs)),
+             "negated": Plan(negate, {"scale": 3}, [1, 5], finish=sum)}
+    alone = {name: run_plan(plan, workers=1) for name, plan in plans.items()}
+    assert alone == {"squares": [17, 1, 5], "empty": ("empty", []), "negated": -18}
+    for workers in (1, 2):
+        done, seconds = run_plans(plans, workers=workers)
+        assert done == alone
+        assert set(seconds) == set(plans) and seconds["empty"] == 0 and all(s >= 0 for s in seconds.values())
 
 
 def test_curve_runs_agree_for_one_and_two_workers(models):

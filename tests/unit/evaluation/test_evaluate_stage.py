@@ -164,7 +164,9 @@ def test_wall_times_go_to_the_untracked_timings_file_only(models, workspace):
     for p in PARADIGMS:
         for init in INITS:  # one live folder per fine-tuning run: 2 rates of the grid are not asked here, 1 run each
             assert f"| finetune-{p}-{init} | 1 |" in text
-    assert "| data-efficiency curve |" in text and "| baseline tfidf:" in text and "| baseline fasttext:" in text
+    assert "| baselines, in-context learning, data-efficiency curve (2 at a time, one pool) |" in text
+    assert "| data-efficiency curve (time summed over its jobs) |" in text
+    assert "| baseline tfidf:" in text and "| baseline fasttext:" in text
     report = (root / "out" / "evaluation.md").read_text()
     assert "training time" not in report and "reports/timings.md" in report
     assert "second" not in (root / "out" / "evaluation.json").read_text()

@@ -25,12 +25,12 @@ def test_scores_and_majority():
     assert m["accuracy"] == pytest.approx(2 / 6, abs=1e-5)
 
 
-def run(models, tmp_path, paradigm, init, params=None, task=None):
+def run(models, tmp_path, paradigm, init, params=None, task=None, extra=()):
     params = params or write_params(tmp_path / "params.yaml")
     out = tmp_path / f"{paradigm}-{init}"
     args = ["--paradigm", paradigm, "--init", init, "--params", str(params), "--task", str(task or models.task),
             "--model", str(models.models[paradigm]), "--output", str(out), "--metrics", str(tmp_path / "m.json"),
-            "--plot", str(tmp_path / "curve.tsv"), "--report", str(tmp_path / "gate.json")]
+            "--plot", str(tmp_path / "curve.tsv"), "--report", str(tmp_path / "gate.json"), *extra]
     return main(args), out
 
 
@@ -217,8 +217,14 @@ def test_unknown_val_select_is_refused(tmp_path):
 def test_task_gate_rejects_unknown_labels_and_leaks(models, tmp_path, capsys):
     rows = task_rows()
     rows[0] = dict(rows[0], label="volcano")
-    rc, out = run(models, tmp_path, "bert", "random", task=write_task(tmp_path / "bad.parquet", rows))
+    previous = tmp_path / "live" / "lr0.001-seed0" / "metrics.json"  # the last good run's live log
+    previous.parent.mkdir(parents=True)
+    previous.write_text("{}")
+    two = write_params(tmp_path / "two-seeds.yaml", seeds=[0, 1])  # two workers: the gate runs while they start
+    rc, out = run(models, tmp_path, "bert", "random", params=two, task=write_task(tmp_path / "bad.parquet", rows),
+                  extra=["--live", str(tmp_path / "live")])
     assert rc == 1 and "finetune-task" in capsys.readouterr().err and not out.exists()
+    assert previous.is_file()
     rows = task_rows()
     leak = next(r for r in rows if r["split"] == "test")
     rows.append(dict(leak, split="train", id="leak"))

@@ -99,7 +99,7 @@ def measure(paradigm: str, sizes, steps: int, compile_: bool, device: str, micro
             "flops_per_token": fpt, "tokens_per_second": round(tps, 1), "step_ms": round(step_ms, 2),
             "host_ms_per_step": round(host_ms, 2), "peak_memory_gib": None if peak_gib is None else round(peak_gib, 2),
             "mfu": None if steady[-1]["train/mfu"] is None else round(float(np.median([r["train/mfu"] for r in steady])), 4),
-            "final_loss": res.history[-1]["loss"]}
+            "final_loss": res.history[-1]["loss"], "kernels": res.kernels}  # None: stock (LMPIPE_KERNELS=stock)
 
 
 def main() -> int:

@@ -65,7 +65,8 @@ class Builder:
 class Objective:
     """What an objective declares. ``builder(layout, **settings)`` makes its batch builder from the keys of
     ``settings(train)`` it accepts (and the tokenizer's ``sentence_ends`` when asked); ``view(model, builder) ->
-    (module, prepare)``; ``setup(model, layout, builder, train, init) -> FLOPs per token`` attaches its own heads;
+    (module, prepare)``; ``fused_view``: the same loss with fused kernels (the loop takes it on GPUs, :mod:`stages.training.kernels`);
+    ``setup(model, layout, builder, train, init) -> FLOPs per token`` attaches its own heads;
     ``card(select, generator_size) -> str``: what the model card says the run predicts."""
 
     name: str
@@ -75,6 +76,7 @@ class Objective:
     settings: Callable[[Any], dict] = lambda train: {}
     sentence_ends: bool = False
     view: Callable[[Any, Any], tuple] = plain_view
+    fused_view: Callable[[Any, Any], tuple] | None = None  # the same loss with fused kernels (on GPUs; same batches)
     setup: Callable[..., float] | None = None  # None: no own heads, the stock model's FLOPs (pretrain counts them)
     fixed: dict = field(default_factory=dict)  # keywords always given to ``builder`` (e.g. the NSP/SOP task)
     own_keys: tuple[str, ...] = ()  # train config keys only this objective reads (set for another: an error)
@@ -132,6 +134,13 @@ def for_paradigm(layout, objective: str = "", **settings):
     return get(layout.paradigm, objective).make(layout, **settings)
 
 
-def training_view(model, builder):
-    """The module the loop trains and the host step for ``builder``'s objective (:attr:`Objective.view`)."""
-    return named(builder.name).view(model, builder)
+def training_view(model, builder, *, fused: bool = False):
+    """The module the loop trains and the host step for ``builder``'s objective (:attr:`Objective.view`; with
+    ``fused``, its :attr:`Objective.fused_view` where it has one)."""
+    objective = named(builder.name)
+    return (objective.fused_view if fused and objective.fused_view else objective.view)(model, builder)
+
+
+def has_fused_view(builder) -> bool:
+    """Whether ``builder``'s objective has a view with fused kernels."""
+    return named(builder.name).fused_view is not None

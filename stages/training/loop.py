@@ -14,11 +14,12 @@ from typing import Any
 
 import numpy as np
 
-from stages.objectives import training_view
+from stages.objectives import has_fused_view, training_view
 from stages.training import checkpoint as ckpt
 from stages.training.config import PRECISIONS, TrainConfig
 from stages.training.data import EVAL_KEY, TRAIN_KEY, BlockSampler, generators, make_batch
 from stages.training.distributed import Dist, average
+from stages.training.kernels import FUSED_LOSS, use_fused
 
 # Dense bf16 peak of known GPUs, TFLOP/s (vendor data sheets; H200 has H100's compute).
 PEAK_TFLOPS = {"H100": 989.0, "H200": 989.0, "GH200": 989.0, "A100": 312.0, "L40S": 362.0, "L4": 121.0,
@@ -42,6 +43,7 @@ class RunResult:
     mfu: float | None = None       # flops_per_second / the device's dense bf16 peak, where the peak is known
     stopped_early: bool = False    # early stopping ended the run before ``steps``
     best: float | None = None      # the early-stopping metric's best evaluation (its weights restored)
+    kernels: dict | None = None    # the fused kernels the run used ({"loss": ...}); None: the stock ones
 
 
 def lr_at(step: int, total: int, cfg) -> float:
@@ -359,11 +361,13 @@ def train(model, objective, train_blocks: np.ndarray, eval_blocks: np.ndarray | 
     tokens_per_step = sampler.global_batch * seq_len
     budget = cfg.budget_flops / flops_per_token if cfg.budget_flops else cfg.budget_tokens
     total = max(1, math.ceil(budget / tokens_per_step))
-    view, prepare = training_view(model, objective)
+    fused = use_fused(dist.device) and has_fused_view(objective)  # GPUs only: a CPU run keeps the stock kernels
+    view, prepare = training_view(model, objective, fused=fused)
     net = wrap(view, dist)
     step_fn = torch.compile(net) if cfg.compile else net
     log(f"[train] {total} steps x {sampler.global_batch} blocks x {seq_len} tokens = {total * tokens_per_step:,} "
-        f"tokens on {dist.world} x {dist.device}{' (bf16)' if bf16 else ''}; {flops_per_token / 1e6:.1f} MFLOP/token")
+        f"tokens on {dist.world} x {dist.device}{' (bf16)' if bf16 else ''}; {flops_per_token / 1e6:.1f} MFLOP/token"
+        + (f"; loss: {FUSED_LOSS}" if fused else ""))
 
     def batches(step: int) -> list[dict]:
         return [prepare(make_batch(objective, train_blocks, ids, generators(cfg.seed, TRAIN_KEY, epochs, ids)))
@@ -381,6 +385,7 @@ def train(model, objective, train_blocks: np.ndarray, eval_blocks: np.ndarray | 
                           lr=lambda step: lr_at(step, total, cfg), tokens=lambda batch: cfg.micro_batch * seq_len,
                           hooks=hooks, dist=dist, net=net)
     result.tokens = total * tokens_per_step
+    result.kernels = {"loss": FUSED_LOSS} if fused else None
     return result
 
 

@@ -127,6 +127,7 @@ def run(cfg, *, paradigm: str, stage: str, tokens_dir: Path, corpus: str, tokeni
                                   "corpus": manifest["corpora"][corpus]},
                        "tokenizer": {"path": str(tokenizer_dir), "sha256": manifest["tokenizer"]["sha256"]},
                        "init": None if init is None else {"path": str(init), "sha256": init_sha}},
+            **({"kernels": result.kernels} if result.kernels else {}),  # absent: the stock kernels (CPU)
             "metrics": metrics, "history": result.history, "evals": result.evals})
         stagecard.write(tmp, stagecard.pretrain_facts(kind=stage, paradigm=paradigm, corpus=corpus,
                                                       config=asdict(cfg), metrics=metrics, sources=corpora, init=init))

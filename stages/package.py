@@ -8,7 +8,9 @@ Refuses unless the model gate passed; the core is ``stages.serving.package`` (mo
 signed with OpenSSF Model Signing, a Bento sealed with a manifest and a signed SLSA provenance, exported to
 ``package.registry`` with the key's public half beside it; the key: ``stages.provenance.signing``). The metrics
 record the manifest's and the archive's SHA-256 for ``python -m stages.lineage BENTO --verify --pin``; a registry
-URL's user-info is never written or logged.
+URL's user-info is never written or logged. ``--exported`` writes the same digests to a file git does not track
+(``data/package/exported.json`` in dvc.yaml): the Bento lives in this machine's store and registry, so a fresh clone,
+whose committed outputs all match ``dvc.lock``, still runs this stage.
 """
 
 from __future__ import annotations
@@ -34,6 +36,9 @@ def _arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--dapt", type=Path, default=Path("data/models/dapt"))
     ap.add_argument("--service", type=Path, default=Path("infra/service.py"))
     ap.add_argument("--metrics", type=Path, help="what was packaged (JSON)")
+    ap.add_argument("--exported", type=Path,
+                    help="this machine's record of the Bento it holds (JSON; untracked by git, so a fresh clone "
+                         "packages again even where every other output matches dvc.lock)")
     ap.add_argument("--root", type=Path, default=Path("."), help="the workspace holding dvc.lock")
 
 
@@ -49,11 +54,16 @@ def _run(args: argparse.Namespace, log) -> dict:
         if redact_text(str(exc)) != str(exc):
             raise RuntimeError(f"{type(exc).__name__}: {redact_text(str(exc))}") from None
         raise
-    return {args.metrics: result}
+    return {args.metrics: result, args.exported: exported_record(result)}
+
+
+def exported_record(result: dict) -> dict:
+    """What this machine's store and registry hold: the Bento, its archive and that archive's digest."""
+    return {k: result[k] for k in ("bento", "exported", "bytes", "sha256", "manifest_sha256", "beside")}
 
 
 STAGE = Stage("stages.package", "Package the gated model as a Bento.", _arguments, _run,
-              inputs=("params", "gate", "finetuned", "pretrained", "dapt", "service"), outputs=("metrics",),
+              inputs=("params", "gate", "finetuned", "pretrained", "dapt", "service"), outputs=("metrics", "exported"),
               errors=(ConfigError, PackageRefused, LineageError, OSError),
               message=lambda exc: redact_text(str(exc)))
 main = STAGE.main

@@ -110,6 +110,9 @@ def test_a_package_run_writes_model_cards_and_declares_the_image_and_resources(t
     proc, env, made = package_run(tmp_path, env={"LMPIPE_SIGNING_KEY": str(tmp_path / "signing.pem")})
     assert proc.returncode == 0, proc.stderr[-3000:]
     root = tmp_path / "ws"
+    exported = json.loads((root / "data/package/exported.json").read_text())  # this machine's Bento, untracked
+    assert exported == {k: made[k] for k in ("bento", "exported", "bytes", "sha256", "manifest_sha256", "beside")}
+    assert Path(exported["exported"]).is_file() and Path(exported["exported"]).stat().st_size == exported["bytes"]
     name, version = made["bento"].split(":")
     bento = tmp_path / "store/bentos" / name / version
     info = yaml.safe_load((bento / "bento.yaml").read_text())

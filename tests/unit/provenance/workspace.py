@@ -129,7 +129,8 @@ def package_run(tmp_path: Path, *, env: dict | None = None, package: dict | None
     env = {**os.environ, "BENTOML_HOME": str(tmp_path / "store"), "BENTOML_DO_NOT_TRACK": "True",
            "PYTHONPATH": str(repo), **(env or {})}
     proc = subprocess.run([sys.executable, "-m", "stages.package", "--service", str(repo / "infra/service.py"),
-                           "--metrics", str(tmp_path / "package.json")], cwd=root, env=env, capture_output=True,
+                           "--metrics", str(tmp_path / "package.json"), "--exported",
+                           str(root / "data/package/exported.json")], cwd=root, env=env, capture_output=True,
                           text=True, timeout=300)
     made = json.loads((tmp_path / "package.json").read_text()) if proc.returncode == 0 else None
     return proc, env, made

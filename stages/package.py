@@ -9,8 +9,8 @@ signed with OpenSSF Model Signing, a Bento sealed with a manifest and a signed S
 ``package.registry`` with the key's public half beside it; the key: ``stages.provenance.signing``). The metrics
 record the manifest's and the archive's SHA-256 for ``python -m stages.lineage BENTO --verify --pin``; a registry
 URL's user-info is never written or logged. ``--exported`` writes the same digests to a file git does not track
-(``data/package/exported.json`` in dvc.yaml): the Bento lives in this machine's store and registry, so a fresh clone,
-whose committed outputs all match ``dvc.lock``, still runs this stage.
+(``data/package/exported.json`` in dvc.yaml, in DVC's cache): the Bento lives in the store and registry, so a fresh
+clone, whose committed outputs all match ``dvc.lock``, still runs this stage; ``dvc pull`` of the run brings it.
 """
 
 from __future__ import annotations

@@ -4,6 +4,7 @@ a part with one long job does not leave the other workers idle."""
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -99,6 +100,10 @@ class Plan:
     state: Any
     jobs: list
     finish: Callable[[list], Any] = field(default=list)
+
+    def then(self, after: Callable[[Any], Any]) -> "Plan":
+        """The same jobs, finished by ``after`` over this plan's finished result."""
+        return dataclasses.replace(self, finish=lambda results: after(self.finish(results)))
 
 
 def run_plan(plan: Plan, *, workers: int) -> Any:

@@ -11,8 +11,7 @@ from pathlib import Path
 
 from stages.common.pool import Plan, run_plan
 from stages.config import build
-from stages.evaluation.baselines import baselines_plan as fits_plan
-from stages.evaluation.baselines import settings_words
+from stages.evaluation.baselines import fits_plan, settings_words
 from stages.evaluation.summary import seed_runs, summarise
 from stages.finetuning.core import FinetuneConfig, finetune
 
@@ -80,17 +79,14 @@ def data_efficiency_plan(cfg, runs: dict[str, dict], df, model_dirs: dict[str, P
         p, init = record["metrics"]["paradigm"], record["init"]
         if p in cfg.curve.paradigms:
             series[name] = (p, init, record, source(model_dirs, p, init))
-    plan = small_runs_plan(cfg.curve, series, df, log,
-                           "[evaluate] data-efficiency curve: {jobs} fine-tuning runs, {workers} at a time")
-    grouped = plan.finish
-
-    def finish(results: list[dict]) -> dict:
-        out = {name: [summarised(n, rs) for n, rs in by_n.items()] for name, by_n in grouped(results).items()}
+    def points(done: dict[str, dict]) -> dict:
+        out = {name: [summarised(n, rs) for n, rs in by_n.items()] for name, by_n in done.items()}
         for name, (_, _, record, _) in series.items():
             out.setdefault(name, []).append(summarised(record["metrics"]["train_examples"], seed_runs(record)))
         return out
 
-    return dataclasses.replace(plan, finish=finish)
+    return small_runs_plan(cfg.curve, series, df, log,
+                           "[evaluate] data-efficiency curve: {jobs} fine-tuning runs, {workers} at a time").then(points)
 
 
 def data_efficiency(cfg, runs: dict[str, dict], df, model_dirs: dict[str, Path], log,
@@ -109,12 +105,9 @@ def baselines_plan(cfg, runs: dict[str, dict], selected: str, df, log) -> Plan:
     points.append((full, [s["seed"] for s in seed_runs(record)]))
     if full < int((df["split"] == "train").sum()):
         points.append((0, [0]))
-    plan = fits_plan(df, list(record["labels"]), cfg.baseline, points)
-    fitted = plan.finish
-
-    def finish(results: list[dict]) -> dict[str, dict]:
+    def summaries(fitted: dict[str, list[dict]]) -> dict[str, dict]:
         out = {}
-        for name, pts in fitted(results).items():
+        for name, pts in fitted.items():
             series = out.setdefault(name, {"points": []})["points"]
             for pt in pts:
                 r = pt["runs"]
@@ -128,7 +121,7 @@ def baselines_plan(cfg, runs: dict[str, dict], selected: str, df, log) -> Plan:
                     "validation: " + "; ".join(settings_words(name, x["settings"]) for x in r) + ")")
         return out
 
-    return dataclasses.replace(plan, finish=finish)
+    return fits_plan(df, list(record["labels"]), cfg.baseline, points).then(summaries)
 
 
 def baselines(cfg, runs: dict[str, dict], selected: str, df, log) -> dict[str, dict]:

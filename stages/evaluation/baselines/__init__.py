@@ -58,7 +58,7 @@ def _split(frame, labels: list[str]) -> tuple[list[str], np.ndarray]:
     return frame["text"].tolist(), frame["label"].map({lab: i for i, lab in enumerate(labels)}).to_numpy()
 
 
-def baselines_plan(df, labels: list[str], cfg: BaselineConfig, points: list[tuple[int, list[int]]]) -> Plan:
+def fits_plan(df, labels: list[str], cfg: BaselineConfig, points: list[tuple[int, list[int]]]) -> Plan:
     """The fits of :func:`run_baselines` as a :class:`~stages.common.pool.Plan` (largest first), to share a pool."""
     whole = int((df["split"] == "train").sum())
     size = (lambda n: n if 0 < n < whole else whole)
@@ -82,7 +82,7 @@ def run_baselines(df, labels: list[str], cfg: BaselineConfig, points: list[tuple
     """Per baseline series, one point ``{train_examples, runs: [fit_score per seed]}`` per ``(training size, seeds)``
     of ``points``; a size of 0 or of the whole split is the whole split, fitted once. The fits run on ``workers``
     processes, the largest first; the results do not depend on ``workers``."""
-    return run_plan(baselines_plan(df, labels, cfg, points), workers=workers)
+    return run_plan(fits_plan(df, labels, cfg, points), workers=workers)
 
 
 def best_at(series: dict[str, list[dict]], n: int) -> str | None:

@@ -31,6 +31,7 @@ def test_plans_on_one_pool_give_each_part_what_it_gives_alone():
              "negated": Plan(negate, {"scale": 3}, [1, 5], finish=sum)}
     alone = {name: run_plan(plan, workers=1) for name, plan in plans.items()}
     assert alone == {"squares": [17, 1, 5], "empty": ("empty", []), "negated": -18}
+    assert run_plan(plans["negated"].then(abs), workers=1) == 18  # a finish over the finished result
     for workers in (1, 2):
         done, seconds = run_plans(plans, workers=workers)
         assert done == alone

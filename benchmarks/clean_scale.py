@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -64,7 +65,7 @@ def make_corpus(src: Path, dst: Path, mb: float) -> tuple[int, int]:
 
 
 def run_stage(corpus: Path, params: Path, out: Path, workers: int, task: Path | None, cache: Path,
-              section: str = "general") -> dict:
+              section: str = "general", code: Path = ROOT) -> dict:
     import psutil
     import yaml
 
@@ -77,11 +78,13 @@ def run_stage(corpus: Path, params: Path, out: Path, workers: int, task: Path | 
            "--report", str(out.parent / f"report-{workers}.json"), "--metrics", str(out.parent / f"m-{workers}.json")]
     if task is not None:
         cmd += ["--task", str(task)]
-    path = os.pathsep.join(x for x in (str(ROOT), os.environ.get("PYTHONPATH", "")) if x)  # keep a caller's site dirs
+    path = os.pathsep.join(x for x in (str(code), os.environ.get("PYTHONPATH", "")) if x)  # keep a caller's site dirs
     env = {**os.environ, "GX_ANALYTICS_ENABLED": "false", "PYTHONPATH": path}
     t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    proc = subprocess.Popen(cmd, cwd=code, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     peak = {"main": 0, "worker": 0, "total": 0}
+    workers_cpu = [0.0]  # CPU seconds of the stage's finished child processes (its workers), as last seen
     stop = threading.Event()
 
     def sample() -> None:
@@ -90,6 +93,8 @@ def run_stage(corpus: Path, params: Path, out: Path, workers: int, task: Path | 
             try:
                 main = root.memory_info().rss
                 kids = [c.memory_info().rss for c in root.children(recursive=True)]
+                t = root.cpu_times()
+                workers_cpu[0] = t.children_user + t.children_system
             except psutil.Error:
                 kids, main = [], 0
             peak["main"] = max(peak["main"], main)
@@ -103,11 +108,18 @@ def run_stage(corpus: Path, params: Path, out: Path, workers: int, task: Path | 
     stop.set()
     th.join()
     wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    total_cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     if proc.returncode != 0:
         raise SystemExit(f"clean failed ({proc.returncode}):\n{log[-3000:]}")
     core = next((ln for ln in log.splitlines() if " MB in " in ln), "")
     phases = next((ln for ln in log.splitlines() if "phases:" in ln), "")
+    # The stage's CPU: all of it (its process tree, exact), its workers' (joined before the gate runs), the rest
+    # is the main process's: the serial part that bounds the speed-up (Amdahl).
+    main_cpu = total_cpu - workers_cpu[0] if workers > 1 else total_cpu
     return {"workers": workers, "wall_s": round(wall, 1), "log": core.strip(), "phases": phases.strip(),
+            "cpu_s": {"total": round(total_cpu, 1), "main": round(main_cpu, 1),
+                      "main_share": round(main_cpu / total_cpu, 4) if total_cpu else None},
             "peak_rss_mb": {k: round(v / 2**20) for k, v in peak.items()}}
 
 
@@ -120,21 +132,29 @@ def main() -> None:
     ap.add_argument("--params", type=Path, default=ROOT / "params.yaml")
     ap.add_argument("--task", type=Path, default=None, help="the task's documents (the general corpus's guard)")
     ap.add_argument("--cache-dir", type=Path, default=ROOT / ".cache" / "sources")
+    ap.add_argument("--code", type=Path, default=ROOT, help="the checkout whose clean stage runs (before/after)")
+    ap.add_argument("--keep", type=Path, help="keep the made corpus here (made once, reused when present)")
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="clean-scale-") as tmp:
         tmp = Path(tmp)
-        corpus = tmp / "documents.parquet"
+        corpus = args.keep or tmp / "documents.parquet"
         t0 = time.perf_counter()
-        docs, size = make_corpus(args.input, corpus, args.mb)
+        if corpus.is_file():
+            import pyarrow.parquet as pq
+
+            docs = pq.ParquetFile(corpus).metadata.num_rows
+            size = sum(len(t.encode("utf-8")) for t in pq.read_table(corpus, columns=["text"])["text"].to_pylist())
+        else:
+            docs, size = make_corpus(args.input, corpus, args.mb)
         made_s = time.perf_counter() - t0
         runs = []
         for w in [int(x) for x in args.workers.split(",")]:
-            r = run_stage(corpus, args.params, tmp / f"out-{w}", w, args.task, args.cache_dir, args.corpus)
+            r = run_stage(corpus, args.params, tmp / f"out-{w}", w, args.task, args.cache_dir, args.corpus, args.code)
             r["mb_per_s"] = round(size / 1e6 / r["wall_s"], 2)
             runs.append(r)
             print(json.dumps(r), flush=True)
-    result = {"input": str(args.input), "corpus": args.corpus, "documents": docs, "mb": round(size / 1e6, 1), "made_s": round(made_s, 1),
+    result = {"input": str(args.input), "code": str(args.code), "corpus": args.corpus, "documents": docs, "mb": round(size / 1e6, 1), "made_s": round(made_s, 1),
               "cpus": os.cpu_count(), "runs": runs}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")

@@ -10,15 +10,12 @@ import argparse
 import dataclasses
 import json
 import sys
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from stages.cleaning import task_guard
 from stages.cleaning.c4 import load_words
 from stages.cleaning.config import CleanConfig, load_config
-from stages.cleaning.pipeline import REPAIRED_UTF8, CleanResult, EmptyInput, clean_corpus, read_records
-from stages.cleaning.task_guard import read_task
+from stages.cleaning.pipeline import REPAIRED_UTF8, CleanResult, EmptyInput, TaskInput, clean_corpus
 from stages.common.atomic import work_dir, write_bytes_atomic, write_json_atomic
 from stages.common.cli import Stage, entry
 from stages.config import ConfigError
@@ -39,44 +36,33 @@ def clean(cfg: CleanConfig, *, input_path: Path, out: Path, cache_dir: Path, tas
         words, lists["badwords"] = load_words(cfg.cleaner.badwords, cache_dir)
     if (cfg.task.guard or cfg.task.tapt) and task_path is None:
         raise ValueError("clean: task.guard / task.tapt need the task's documents (--task PATH)")
-    if task_path is not None:
-        read_task(task_path)  # a missing or damaged task file stops the stage now, not after the corpus is cleaned
-    drops: Counter = Counter()
     documents = out / "documents.parquet"
     with work_dir(out) as work:
         try:
-            result = clean_corpus(read_records(input_path, drops), cfg.cleaner, work=Path(work), out_parquet=documents,
-                                  words=words, log=log, name=f"clean@{name}", while_mapping=preload_gx)
+            result = clean_corpus(input_path, cfg.cleaner, work=Path(work), out_parquet=documents, words=words,
+                                  log=log, name=f"clean@{name}", while_mapping=preload_gx,
+                                  task=TaskInput(cfg.task, task_path) if task_path is not None else None)
         except EmptyInput as exc:
-            skipped = Counter({k: v for k, v in drops.items() if k != REPAIRED_UTF8}) + Counter(exc.args[0])
-            why = ", ".join(f"{v} {k}" for k, v in sorted(skipped.items())) or "the input holds no record"
+            why = ", ".join(f"{v} {k}" for k, v in sorted(exc.args[0].items())) or "the input holds no record"
             raise ValueError(f"{input_path}: no document to clean: no record has a text string ({why}); "
                              "expected JSON lines or Parquet rows with a 'text' field") from None
-        result.input_repaired[REPAIRED_UTF8] = drops.pop(REPAIRED_UTF8, 0)
         if result.input_repaired[REPAIRED_UTF8]:
             log(f"[clean] {input_path}: {result.input_repaired[REPAIRED_UTF8]} records had invalid UTF-8; each bad "
                 "byte sequence became U+FFFD (stats.json: input_repaired)")
-        result.input_drops.update(drops)
-        result.docs_in += sum(drops.values())
         result.word_lists = lists
-        if task_path is not None:
-            applied = task_guard.apply(cfg.task, documents, task_path)
-            gone = applied.pop("dropped_ids")
-            if gone:  # the C4 checks cover what is published
-                result.gate_features = result.gate_features[~result.gate_features["id"].isin(gone)]
-            result.task = applied
-            log(f"[clean] task guard: {sum(applied['dropped'].values())} documents dropped "
-                f"{applied['dropped'] or ''}; TAPT: {applied['tapt_added']} task training texts added")
+        if result.task is not None:
+            log(f"[clean] task guard: {sum(result.task['dropped'].values())} documents dropped "
+                f"{result.task['dropped'] or ''}; TAPT: {result.task['tapt_added']} task training texts added")
         log(result.timing_table())
         write_json_atomic(out / "stats.json", result.stats_json())
         write_bytes_atomic(out / "rejects.jsonl", "".join(json.dumps(r, ensure_ascii=False, sort_keys=True) + "\n"
                                                           for r in result.rejects).encode("utf-8"))
         import pyarrow.parquet as pq
 
-        leaks = task_guard.leaks(documents, task_path, cfg.task.holdout_splits) if task_path is not None else None
         tables, expectations = cleaned_suite(result.gate_features, columns=pq.read_schema(documents).names,
                                              duplicate_lines=result.duplicate_lines, cfg=cfg,
-                                             kept_fraction=result.stats_json()["kept_fraction"], task_leaks=leaks)
+                                             kept_fraction=result.stats_json()["kept_fraction"],
+                                             task_leaks=result.task_leaks)
     return result, Gate(f"clean-{name}", tables, expectations)
 
 

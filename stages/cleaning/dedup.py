@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -45,10 +45,11 @@ class LineDedupConfig:
 URL_RULES = ("newest", "tfds")
 
 
-def url_dedup(rows: Iterable[tuple], rule: str = "newest") -> tuple[set[int], int, int]:
+def url_dedup(rows: Iterable[tuple], rule: str = "newest", *, normalized: bool = False) -> tuple[set[int], int, int]:
     """Which rows URL and exact-duplicate dedup drop: (indices, URL duplicates, exact duplicates). ``rows``: (index,
-    id, url, timestamp[, text MD5 hex for "tfds"]). Per normalised URL, ``newest`` keeps the latest timestamp (ties:
-    smaller id; C4's paper), ``tfds`` the largest MD5 (TFDS)."""
+    id, url, timestamp[, text MD5 hex for "tfds"]); ``normalized``: the urls are already :func:`normalize_url`'s
+    keys (the shard workers make them). Per normalised URL, ``newest`` keeps the latest timestamp (ties: smaller
+    id; C4's paper), ``tfds`` the largest MD5 (TFDS)."""
     if rule not in URL_RULES:
         raise ValueError(f"url_dedup_rule: {rule!r} is not one of {', '.join(URL_RULES)}")
     best_by_url: dict[str, tuple] = {}
@@ -64,7 +65,7 @@ def url_dedup(rows: Iterable[tuple], rule: str = "newest") -> tuple[set[int], in
         first_by_id[did] = idx
         if not url:
             continue
-        key = normalize_url(url)
+        key = url if normalized else normalize_url(url)
         cand = (ts or "", did, idx) if rule == "newest" else (row[4], did, idx)
         cur = best_by_url.setdefault(key, cand)
         if cur is cand:
@@ -90,52 +91,74 @@ def write_shard_pairs(pairs: list[np.ndarray], path: Path) -> None:
     np.save(path, np.ascontiguousarray(arr[np.argsort(arr[:, 0], kind="stable")].T))
 
 
-def _by_bucket(files: list[Path], buckets: int) -> Iterator[np.ndarray]:
-    """Per hash bucket (a range of the hash's top bits, ascending), the entries of every file in it, concatenated;
-    files hold sorted 1-D hashes or (2, n) arrays sorted by row 0. Memory is bounded by one bucket."""
-    edges = [(2**64 * b) // buckets for b in range(buckets + 1)]
-    for lo, hi in zip(edges, edges[1:]):
-        chunks = []
-        for f in files:  # opened per bucket and released: thousands of shards, few open files
-            arr = np.load(f, mmap_mode="r")
-            col = arr[0] if arr.ndim == 2 else arr
-            i = np.searchsorted(col, np.uint64(lo), side="left")
-            j = len(col) if hi >= 2**64 else np.searchsorted(col, np.uint64(hi), side="left")
-            if j > i:
-                chunks.append(np.array(arr[..., i:j]))
-            del arr, col
-        if chunks:
-            yield np.concatenate(chunks, axis=-1)
+def _edges(buckets: int) -> list[int]:
+    return [(2**64 * b) // buckets for b in range(buckets + 1)]
+
+
+def _bucket(files: list[Path], lo: int, hi: int) -> np.ndarray | None:
+    """The entries of every file in the hash range [lo, hi), concatenated (None when there are none); files hold
+    sorted 1-D hashes or (2, n) arrays sorted by row 0."""
+    chunks = []
+    for f in files:  # opened per bucket and released: thousands of shards, few open files
+        arr = np.load(f, mmap_mode="r")
+        col = arr[0] if arr.ndim == 2 else arr
+        i = np.searchsorted(col, np.uint64(lo), side="left")
+        j = len(col) if hi >= 2**64 else np.searchsorted(col, np.uint64(hi), side="left")
+        if j > i:
+            chunks.append(np.array(arr[..., i:j]))
+        del arr, col
+    return np.concatenate(chunks, axis=-1) if chunks else None
+
+
+def select_bucket(shard_files: list[Path], bucket: int, buckets: int, out: Path) -> int:
+    """One bucket of the line-dedup selection (a task of its own, so workers build the table): for each distinct
+    line whose hash falls in the bucket, the smallest page key holding it, sorted by hash, saved to ``out`` as a
+    (2, n) array. Returns n."""
+    edges = _edges(buckets)
+    data = _bucket(shard_files, edges[bucket], edges[bucket + 1])
+    if data is None:
+        data = np.empty((2, 0), dtype=np.uint64)
+    data = data[:, np.lexsort((data[1], data[0]))]  # by line hash, then page key ascending
+    first = np.ones(data.shape[1], dtype=bool)
+    first[1:] = data[0, 1:] != data[0, :-1]
+    np.save(out, np.ascontiguousarray(data[:, first]))
+    return int(first.sum())
+
+
+def new_table(out: Path, size: int) -> None:
+    """An empty (2, size) uint64 table file for :func:`place_bucket` to fill (sparse until written)."""
+    np.lib.format.open_memmap(out, mode="w+", dtype=np.uint64, shape=(2, size)).flush()
+
+
+def place_bucket(part: Path, table: Path, offset: int) -> None:
+    """Copy one bucket's selection into the table at ``offset`` and delete it: buckets are ranges of the hash, so
+    their concatenation in bucket order stays sorted."""
+    data = np.load(part, mmap_mode="r")
+    final = np.load(table, mmap_mode="r+")
+    final[:, offset:offset + data.shape[1]] = data
+    final.flush()
+    del final, data
+    part.unlink()
 
 
 def build_selection(shard_files: list[Path], out: Path, buckets: int) -> int:
     """Merge shards' pairs into one table sorted by line hash: for each distinct line, the smallest page
-    key holding it. Works bucket by bucket to bound memory. Returns distinct lines."""
-    parts: list[Path] = []
-    sizes: list[int] = []
-    for b, data in enumerate(_by_bucket(shard_files, buckets)):
-        data = data[:, np.lexsort((data[1], data[0]))]  # by line hash, then page key ascending
-        first = np.ones(data.shape[1], dtype=bool)
-        first[1:] = data[0, 1:] != data[0, :-1]
-        parts.append(out.parent / f"{out.stem}.part{b}.npy")
-        np.save(parts[-1], np.ascontiguousarray(data[:, first]))
-        sizes.append(int(first.sum()))
-        del data, first
-    final = np.lib.format.open_memmap(out, mode="w+", dtype=np.uint64, shape=(2, sum(sizes)))
-    pos = 0
-    for part, size in zip(parts, sizes):  # buckets are ranges of the hash, so their concatenation stays sorted
-        final[:, pos:pos + size] = np.load(part, mmap_mode="r")
-        pos += size
-        part.unlink()
-    final.flush()
-    del final
+    key holding it. Bucket by bucket (here, one after another; the clean stage runs the buckets as tasks) to
+    bound memory. Returns distinct lines."""
+    parts = [out.parent / f"{out.stem}.part{b}.npy" for b in range(buckets)]
+    sizes = [select_bucket(shard_files, b, buckets, part) for b, part in enumerate(parts)]
+    new_table(out, sum(sizes))
+    for part, offset in zip(parts, np.cumsum([0, *sizes[:-1]]).tolist()):
+        place_bucket(part, out, offset)
     return sum(sizes)
 
 
-def count_duplicates(files: list[Path], buckets: int) -> int:
-    """How many entries of the sorted 1-D uint64 arrays in ``files`` repeat an earlier entry (all files
-    together), bucket by bucket so memory stays bounded. Used by the gate to re-check line dedup."""
-    return sum(int(np.count_nonzero(data[1:] == data[:-1])) for data in map(np.sort, _by_bucket(files, buckets)))
+def count_bucket(files: list[Path], bucket: int, buckets: int) -> int:
+    """How many entries of the sorted 1-D uint64 arrays in ``files`` (all files together) whose hash falls in the
+    bucket repeat another: the gate's re-check of line dedup, one bucket per task so memory stays bounded."""
+    edges = _edges(buckets)
+    data = _bucket(files, edges[bucket], edges[bucket + 1])
+    return 0 if data is None else int(np.count_nonzero(np.diff(np.sort(data)) == 0))
 
 
 class LineDedupFilter(Filter):

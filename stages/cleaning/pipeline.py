@@ -1,8 +1,15 @@
 """Run the cleaning filters over a corpus read from Parquet or JSONL: sharded, parallel over processes or Dask,
-memory bounded. Phases (C4's order, then the extras): 0. main: input shards, URL / exact-duplicate drops; 1. workers:
-page length, C4 line rules, line-hash pairs; 2. main: line-dedup table; 3. workers: line dedup, language, bad words,
-Gopher, MinHash bands; 4. main: MinHash clusters, concatenation in input order. Global decisions use only hashes and
-ids, so the result does not depend on the number of workers.
+memory bounded. Every step that touches text is a task over shards; the main process keeps only the decisions that
+need the whole corpus, made from hashes, ids and counts. Phases (C4's order, then the extras):
+
+0. workers read pieces of the input into shards; main: URL and exact-duplicate decisions (ids, normalised URLs);
+1. workers: page length, C4 line rules, line-hash pairs;
+2. workers: the line-dedup table, one hash bucket each;
+3. workers: line dedup, language, bad words, Gopher, MinHash bands, the gate's features, the task guard's
+   findings; main: MinHash clusters, the guard's and TAPT's decisions;
+4. workers write the published rows' parts (with the task's leak re-check); main joins their bytes in order.
+
+Global decisions use only hashes and ids, so the result does not depend on the number of workers.
 """
 
 from __future__ import annotations
@@ -13,7 +20,7 @@ import io
 import json
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,8 +28,8 @@ from typing import Any
 from stages.cleaning.base import Doc, Filter, FilterStats, meta_dict
 from stages.cleaning.c4 import BadWordsFilter, C4LinesFilter, PageLengthFilter
 from stages.cleaning.config import CleanerConfig
-from stages.cleaning.dedup import (LineDedupFilter, band_hashes, build_selection, count_duplicates, duplicates,
-                                   line_pairs, url_dedup, write_shard_pairs)
+from stages.cleaning.c4 import normalize_url
+from stages.cleaning.dedup import LineDedupFilter, band_hashes, duplicates, line_pairs, url_dedup, write_shard_pairs
 from stages.cleaning.gopher import GopherQualityFilter, GopherRepetitionFilter
 from stages.cleaning.langid import is_english
 from stages.common.documents import arrow_schema, doc_id, open_parquet
@@ -49,6 +56,7 @@ class CleanResult:
     duplicate_lines: int | None = None  # output lines that repeat another output line (independent count)
     task: dict[str, Any] | None = None  # the task guard's drops and the TAPT texts added (stages.cleaning.task_guard)
     input_repaired: Counter = field(default_factory=Counter)  # records kept after a repair (invalid UTF-8)
+    task_leaks: Any = None  # the gate's re-check of the published file against the task (pandas, one row each)
 
     def stats_json(self) -> dict[str, Any]:
         """Counts only (no wall-clock time), so the same input and params give identical bytes."""
@@ -90,58 +98,116 @@ class LanguageFilter(Filter):
         return None if keep else reason
 
 
-def read_records(path: Path, drops) -> Iterator[dict[str, Any]]:
-    """Documents from a Parquet or JSONL(.gz/.zst) file, or a folder of them (sorted). Undecodable or
-    non-object lines are counted in ``drops`` and skipped: cleaning never crashes on junk input. A line with
-    invalid UTF-8 is kept, each bad byte sequence replaced by U+FFFD, and counted under ``REPAIRED_UTF8``."""
+JSONL_SUFFIXES = (".jsonl", ".jsonl.gz", ".jsonl.zst", ".json.gz", ".ndjson")
+SPLIT_BYTES = 64 << 20  # an uncompressed JSONL file is read by several workers, in byte ranges of this size
+ROW_GROUP_ROWS = 2048  # rows per row group of the published documents.parquet
+
+
+@dataclass(frozen=True)
+class Piece:
+    """A part of the input one worker reads: row groups of a Parquet file, or the lines of a JSONL file that start
+    in the byte range [start, end) (a compressed file is one piece)."""
+
+    path: Path
+    row_groups: tuple[int, ...] | None = None
+    start: int = 0
+    end: int | None = None
+
+
+def plan_pieces(path: Path, rows: int, split_bytes: int | None = None) -> list[Piece]:
+    """The input (a Parquet or JSONL(.gz/.zst) file, or a folder of them, sorted) cut into pieces of about
+    ``rows`` records (Parquet, whole row groups) or ``split_bytes`` bytes (uncompressed JSONL), in input order.
+    Only Parquet footers are read here; a file that is not Parquet fails now, naming it."""
     if not path.exists():
         raise FileNotFoundError(f"{path}: no such file or folder")
-    files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
-    for f in files:
+    split_bytes = split_bytes or SPLIT_BYTES
+    pieces: list[Piece] = []
+    for f in sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]:
         name = f.name.lower()
         if name.endswith(".parquet"):
             pf = open_parquet(f)
             if "text" not in pf.schema_arrow.names:
                 raise ValueError(f"{f}: no 'text' column (columns: {', '.join(pf.schema_arrow.names)})")
-            cols = [c for c in ("id", "text", "source", "url", "meta", "timestamp") if c in pf.schema_arrow.names]
-            for batch in pf.iter_batches(batch_size=2048, columns=cols):
-                yield from batch.to_pylist()
-        elif name.endswith((".jsonl", ".jsonl.gz", ".jsonl.zst", ".json.gz", ".ndjson")):
-            try:
-                yield from _jsonl(f, drops)
-            except (OSError, EOFError) as exc:  # truncated or not-really-gzip input
-                raise ValueError(f"{f}: cannot read compressed stream ({exc})") from None
-            except Exception as exc:
-                if type(exc).__name__ == "ZstdError":
-                    raise ValueError(f"{f}: cannot read zstd stream ({exc})") from None
-                raise
+            group: list[int] = []
+            count = 0
+            for g in range(pf.metadata.num_row_groups):
+                group.append(g)
+                count += pf.metadata.row_group(g).num_rows
+                if count >= rows:
+                    pieces.append(Piece(f, tuple(group)))
+                    group, count = [], 0
+            if group:
+                pieces.append(Piece(f, tuple(group)))
+        elif name.endswith(JSONL_SUFFIXES):
+            size = f.stat().st_size
+            if name.endswith((".jsonl", ".ndjson")) and size > split_bytes:
+                pieces += [Piece(f, None, lo, min(lo + split_bytes, size)) for lo in range(0, size, split_bytes)]
+            else:
+                pieces.append(Piece(f))
         elif not path.is_dir():
             raise ValueError(f"{f}: expected .parquet or .jsonl[.gz|.zst]")
+    return pieces
+
+
+def piece_records(piece: Piece, drops: Counter) -> Iterator[dict[str, Any]]:
+    """The records of one piece. Undecodable or non-object lines are counted in ``drops`` and skipped: cleaning
+    never crashes on junk input. A line with invalid UTF-8 is kept, each bad byte sequence replaced by U+FFFD, and
+    counted under ``REPAIRED_UTF8``."""
+    f = piece.path
+    if piece.row_groups is not None:
+        pf = open_parquet(f)
+        cols = [c for c in ("id", "text", "source", "url", "meta", "timestamp") if c in pf.schema_arrow.names]
+        for batch in pf.iter_batches(batch_size=2048, columns=cols, row_groups=list(piece.row_groups)):
+            yield from batch.to_pylist()
+        return
+    try:
+        yield from _jsonl(piece, drops)
+    except (OSError, EOFError) as exc:  # truncated or not-really-gzip input
+        raise ValueError(f"{f}: cannot read compressed stream ({exc})") from None
+    except Exception as exc:
+        if type(exc).__name__ == "ZstdError":
+            raise ValueError(f"{f}: cannot read zstd stream ({exc})") from None
+        raise
 
 
 REPAIRED_UTF8 = "invalid_utf8_replaced"  # a count in ``drops`` of records kept, not dropped
 
 
-def _jsonl(path: Path, drops) -> Iterator[dict[str, Any]]:
-    with _open_binary(path) as fh:
-        for raw in fh:
-            if not raw.strip():
-                continue
-            try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError:  # kept, with U+FFFD for each bad byte sequence, and counted
-                line = raw.decode("utf-8", "replace")
-                drops[REPAIRED_UTF8] += 1
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError:
-                drops["invalid_json"] += 1
-                continue
-            if not isinstance(obj, dict):
-                drops["invalid_record"] += 1
-                continue
-            obj.setdefault("source", path.name)
-            yield obj
+def _lines(piece: Piece) -> Iterator[bytes]:
+    if piece.end is None:
+        with _open_binary(piece.path) as fh:
+            yield from fh
+        return
+    with open(piece.path, "rb") as fh:  # the lines whose first byte lies in [start, end)
+        if piece.start:
+            fh.seek(piece.start - 1)
+            fh.readline()  # the end of the line the previous range owns (or the newline just before start)
+        while fh.tell() < piece.end:
+            raw = fh.readline()
+            if not raw:
+                return
+            yield raw
+
+
+def _jsonl(piece: Piece, drops) -> Iterator[dict[str, Any]]:
+    for raw in _lines(piece):
+        if not raw.strip():
+            continue
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError:  # kept, with U+FFFD for each bad byte sequence, and counted
+            line = raw.decode("utf-8", "replace")
+            drops[REPAIRED_UTF8] += 1
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError:
+            drops["invalid_json"] += 1
+            continue
+        if not isinstance(obj, dict):
+            drops["invalid_record"] += 1
+            continue
+        obj.setdefault("source", piece.path.name)
+        yield obj
 
 
 def _read_shard(path: Path) -> list[Doc]:
@@ -160,6 +226,55 @@ def _write_shard(docs: list[Doc], path: Path) -> Path:
     return path
 
 
+def phase0(piece: Piece | Iterable[dict[str, Any]], work: Path, prefix: str, shard_docs: int,
+           text_md5: bool) -> dict[str, Any]:
+    """Read one piece of the input into shard files of at most ``shard_docs`` documents; return what URL and
+    exact-duplicate dedup need (ids, normalised URLs, timestamps, with ``text_md5`` the texts' MD5 hex digests),
+    the texts' lengths and UTF-8 bytes, and the records skipped by reason (a text that is not a string:
+    ``invalid_text``)."""
+    import numpy as np
+
+    drops: Counter = Counter()
+    out: dict[str, Any] = {"shards": [], "sizes": [], "ids": [], "urls": [], "stamps": [], "md5": [], "bytes": 0}
+    lengths: list[int] = []
+    batch: list[Doc] = []
+
+    def flush() -> None:
+        out["shards"].append(_write_shard(batch, work / f"in-{prefix}-{len(out['shards']):05d}.parquet"))
+        out["sizes"].append(len(batch))
+        batch.clear()
+
+    for rec in piece_records(piece, drops) if isinstance(piece, Piece) else piece:
+        text = rec.get("text")
+        if not isinstance(text, str):
+            drops["invalid_text"] += 1
+            continue
+        text = text.encode("utf-8", "replace").decode("utf-8")  # lone surrogates cannot be written to Parquet
+        # Key on the content hash; a user's id (not necessarily unique) is only carried in meta.raw_id.
+        did = doc_id(text)
+        raw_id = str(rec["id"]) if rec.get("id") not in (None, "") else did
+        url = rec.get("url") if isinstance(rec.get("url"), str) and rec.get("url") else None
+        meta = rec.get("meta") if isinstance(rec.get("meta"), str) else \
+            json.dumps(rec.get("meta") or {}, sort_keys=True, default=str)
+        ts = str(rec.get("timestamp") or meta_dict(meta).get("warc_date") or meta_dict(meta).get("timestamp") or "")
+        batch.append(Doc(id=did, text=text, source=str(rec.get("source") or ""), url=url, meta=meta, timestamp=ts,
+                         raw_id=raw_id))
+        out["ids"].append(did)
+        out["urls"].append(normalize_url(url) if url else None)
+        out["stamps"].append(ts)
+        if text_md5:
+            out["md5"].append(hashlib.md5(text.encode("utf-8")).hexdigest())
+        lengths.append(len(text))
+        out["bytes"] += len(text.encode("utf-8"))
+        if len(batch) == shard_docs:
+            flush()
+    if batch:
+        flush()
+    out["lengths"] = np.array(lengths, dtype=np.int64)
+    out["drops"] = drops
+    return out
+
+
 def phase1(shard_in: Path, shard_out: Path, pairs_out: Path, drop: frozenset[int], cfg: CleanerConfig,
            with_pairs: bool) -> dict:
     """Page length, the main process's URL-dedup decision, then C4's line rules (C4's order); deletes its input
@@ -173,12 +288,27 @@ def phase1(shard_in: Path, shard_out: Path, pairs_out: Path, drop: frozenset[int
     return {f.name: (f.stats, f.rejects) for f in (length, c4)}
 
 
+@dataclass(frozen=True)
+class GuardSpec:
+    """What a phase-3 worker checks for the task guard and TAPT: the task file, its held-out splits, whether the
+    guard is on, and the content ids of the task's training texts (TAPT: which of them the corpus holds)."""
+
+    task: Path
+    holdout_splits: tuple[str, ...]
+    guard: bool
+    tapt_ids: frozenset[str]
+
+
 def phase3(shard_in: Path, shard_out: Path, bands_out: Path, table: Path | None, words: list[str],
-           cfg: CleanerConfig, feats_out: Path, lines_out: Path, english_rate: float) -> dict:
-    """Line dedup, language, bad words, Gopher; then the gate's per-document features and line hashes."""
+           cfg: CleanerConfig, feats_out: Path, lines_out: Path, english_rate: float,
+           guard: GuardSpec | None = None) -> dict:
+    """Line dedup, language, bad words, Gopher; then the gate's per-document features and line hashes, and for
+    each kept document its length, whether it has a URL, the task guard's reason to drop it (if any) and whether
+    it is one of the task's training texts."""
     import numpy as np
 
     from stages.cleaning.features import document_features, write_line_hashes
+    from stages.cleaning.task_guard import held_out
 
     n = cfg.reject_samples
     filters = [make() for on, make in (
@@ -195,43 +325,40 @@ def phase3(shard_in: Path, shard_out: Path, bands_out: Path, table: Path | None,
     if cfg.minhash.enabled:
         np.save(bands_out, np.stack([band_hashes(d.text, cfg.minhash) for d in kept]) if kept
                 else np.empty((0, cfg.minhash.bands), dtype=np.uint64))
-    return {f.name: (f.stats, f.rejects) for f in filters}
+    leaks: list[tuple[int, str]] = []
+    tapt: list[tuple[int, str]] = []
+    if guard is not None:
+        held = held_out(guard.task, guard.holdout_splits)
+        for i, d in enumerate(kept):  # on the text and meta as they will be published
+            if guard.guard and (why := held.reason(d.text, _with_raw_id(d.meta, d.raw_id or d.id))):
+                leaks.append((i, why))
+            if guard.tapt_ids and (cid := doc_id(d.text)) in guard.tapt_ids:
+                tapt.append((i, cid))
+    return {"filters": {f.name: (f.stats, f.rejects) for f in filters},
+            "lengths": np.array([len(d.text) for d in kept], dtype=np.int64),
+            "has_url": np.array([d.url is not None for d in kept], dtype=bool), "leaks": leaks, "tapt": tapt}
 
 
-def write_input_shards(records: Iterator[dict[str, Any]], work: Path, shard_docs: int,
-                       drops: Counter, text_md5: bool = False) -> tuple[list[Path], list[tuple], list[int], int]:
-    """Stream input records into shard files; returns shards, (index, id, url, timestamp) rows (with the text's
-    MD5 hex digest last when ``text_md5``), the texts' lengths and their UTF-8 bytes. Records whose text is not
-    a string are counted in ``drops`` and skipped."""
-    shards: list[Path] = []
-    rows: list[tuple] = []
-    lengths: list[int] = []
-    batch: list[Doc] = []
-    nbytes = 0
-    for rec in records:
-        text = rec.get("text")
-        if not isinstance(text, str):
-            drops["invalid_text"] += 1
-            continue
-        text = text.encode("utf-8", "replace").decode("utf-8")  # lone surrogates cannot be written to Parquet
-        # Key on the content hash; a user's id (not necessarily unique) is only carried in meta.raw_id.
-        did = doc_id(text)
-        raw_id = str(rec["id"]) if rec.get("id") not in (None, "") else did
-        url = rec.get("url") if isinstance(rec.get("url"), str) and rec.get("url") else None
-        meta = rec.get("meta") if isinstance(rec.get("meta"), str) else \
-            json.dumps(rec.get("meta") or {}, sort_keys=True, default=str)
-        ts = str(rec.get("timestamp") or meta_dict(meta).get("warc_date") or meta_dict(meta).get("timestamp") or "")
-        batch.append(Doc(id=did, text=text, source=str(rec.get("source") or ""), url=url, meta=meta, timestamp=ts,
-                         raw_id=raw_id))
-        rows.append((len(rows), did, url, ts) + ((hashlib.md5(text.encode("utf-8")).hexdigest(),) if text_md5 else ()))
-        lengths.append(len(text))
-        nbytes += len(text.encode("utf-8"))
-        if len(batch) == shard_docs:
-            shards.append(_write_shard(batch, work / f"in-{len(shards):06d}.parquet"))
-            batch = []
-    if batch:
-        shards.append(_write_shard(batch, work / f"in-{len(shards):06d}.parquet"))
-    return shards, rows, lengths, nbytes
+def write_part(runs: list[tuple[Path, Any]], extra: list[dict[str, Any]], out: Path,
+               check: tuple[Path, tuple[str, ...]] | None) -> dict[str, Any]:
+    """Write one part of the published file: the rows ``runs`` picks from phase-3 shards ((shard, row indices)),
+    then the ``extra`` rows (the TAPT texts), in row groups of ``ROW_GROUP_ROWS``. With ``check`` (the task file
+    and its held-out splits), the part is re-read and each leaking row reported for the gate."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from stages.cleaning.task_guard import held_out, leak_reasons
+
+    rows: list[dict[str, Any]] = []
+    for shard, index in runs:
+        docs = _read_shard(shard)
+        rows += [{"id": doc_id(d.text), "text": d.text, "source": d.source, "url": d.url,
+                  "meta": _with_raw_id(d.meta, d.raw_id or d.id)} for d in (docs[i] for i in index)]
+    # One Arrow chunk for the part: the writer cuts pages (and falls back from dictionary encoding) at chunk
+    # boundaries too, so one chunk per part keeps the bytes independent of how the input was sharded.
+    table = pa.Table.from_pylist(rows + extra, schema=arrow_schema(False))
+    pq.write_table(table, out, compression="zstd", row_group_size=ROW_GROUP_ROWS)
+    return {"rows": table.num_rows, "leaks": leak_reasons(out, held_out(*check)) if check is not None else []}
 
 
 def _merger(into: dict[str, FilterStats], rejects: dict[str, list], cap: int) -> Callable[[Any], None]:
@@ -253,49 +380,95 @@ class EmptyInput(ValueError):
     """No record of the input has a text string; ``args[0]`` counts the skipped records by reason."""
 
 
-def clean_corpus(records: Iterator[dict[str, Any]], cfg: CleanerConfig, *, work: Path, out_parquet: Path,
-                 words: list[str], log: Callable[[str], None] = print, name: str = "clean",
-                 while_mapping: Callable[[], None] | None = None) -> CleanResult:
-    """Clean ``records`` (dicts with text, optional id, url, source, meta, timestamp) into ``out_parquet``.
-    Under Dask, ``work`` must be on a filesystem every worker sees at the same path. ``while_mapping`` is
-    called once the shards go to other processes, for work that can overlap theirs."""
-    import numpy as np
+@dataclass(frozen=True)
+class TaskInput:
+    """The labeled task the corpus is guarded against (``cfg``: the corpus's task section; ``path``: its file)."""
+
+    cfg: Any  # stages.cleaning.task_guard.TaskConfig
+    path: Path
+
+
+def _pandas_schema(has_url: bool, tapt: list[dict[str, Any]] | None):
+    """The published schema when a task is given: Arrow's schema with the metadata pandas gives it (a round trip
+    through pandas, the guard's path, on a one-row stand-in with the same nulls), so the file is the same bytes
+    whichever path wrote it."""
     import pandas as pd
     import pyarrow as pa
+
+    schema = arrow_schema(False)
+    df = pa.table({c: pa.array([None if c == "url" and not has_url else "x"], pa.string()) for c in schema.names},
+                  schema=schema).to_pandas()
+    df = pd.concat([df, pd.DataFrame(tapt[:1], columns=df.columns)], ignore_index=True) if tapt is not None else df
+    return pa.Table.from_pandas(df.reset_index(drop=True), schema=schema, preserve_index=False).schema
+
+
+def clean_corpus(records: Path | Iterable[dict[str, Any]], cfg: CleanerConfig, *, work: Path, out_parquet: Path,
+                 words: list[str], log: Callable[[str], None] = print, name: str = "clean",
+                 while_mapping: Callable[[], None] | None = None, task: TaskInput | None = None) -> CleanResult:
+    """Clean ``records`` (a Parquet or JSONL file or folder, read by the workers piece by piece, or dicts with text,
+    optional id, url, source, meta, timestamp) into ``out_parquet``. With ``task``, its guard and TAPT texts are
+    applied and its leak re-check made. Under Dask, ``work`` must be on a filesystem every worker sees at the same
+    path. ``while_mapping`` is called once the shards go to other processes, for work that can overlap theirs."""
+    import numpy as np
+    import pandas as pd
     import pyarrow.parquet as pq
+
+    from stages.cleaning import task_guard
+    from stages.cleaning.dedup import count_bucket, new_table, place_bucket, select_bucket
+    from stages.cleaning.parquet_concat import concat
 
     t_start = time.perf_counter()
     phase_s: dict[str, float] = {}
     work.mkdir(parents=True, exist_ok=True)
-    input_drops: Counter = Counter()
-    shards, rows, lengths, bytes_in = write_input_shards(
-        records, work, cfg.shard_docs, input_drops, text_md5=cfg.url_dedup and cfg.url_dedup_rule == "tfds")
-    if not rows:
-        raise EmptyInput(input_drops)
-    n_in, chars_in = len(rows), sum(lengths)
+    text_md5 = cfg.url_dedup and cfg.url_dedup_rule == "tfds"
+    pieces = plan_pieces(records, 4 * cfg.shard_docs) if isinstance(records, Path) else None
+    # A missing or damaged task file stops the stage now, not after the corpus is cleaned.
+    task_df = task_guard.read_task(task.path) if task is not None else None
     filters: dict[str, FilterStats] = {}
     rejects: dict[str, list] = {}
-
-    # URL and exact-duplicate dedup need only ids and URLs; decided here, applied by the phase-1 workers.
-    drop_idx: set[int] = set()
-    url_stats = None
-    if cfg.url_dedup:
-        limit = cfg.c4.max_page_chars
-        fits = [r for r in rows if not (limit and lengths[r[0]] > limit)]  # C4: length filter first
-        drop_idx, n_url, n_exact = url_dedup(fits, cfg.url_dedup_rule)
-        ch = sum(lengths[r[0]] for r in fits)
-        url_stats = FilterStats(docs_in=len(fits), docs_out=len(fits) - len(drop_idx), chars_in=ch,
-                                chars_out=ch - sum(lengths[i] for i in drop_idx))
-        url_stats.dropped.update({k: v for k, v in {"duplicate_url": n_url, "exact_duplicate": n_exact}.items() if v})
-    del rows, lengths
-    per_shard: list[set[int]] = [set() for _ in shards]
-    for i in drop_idx:
-        per_shard[i // cfg.shard_docs].add(i % cfg.shard_docs)
-    phase_s["read"] = time.perf_counter() - t_start
 
     with open_shards(cfg.workers, name=name) as engine:
         if while_mapping is not None and engine.engine != "local":
             while_mapping()  # this process only waits on the workers from here on (the stage imports GX)
+        reads: list[dict[str, Any]] = []
+        if pieces is None:  # records in memory: this process writes the shards
+            reads.append(phase0(records, work, "000000", cfg.shard_docs, text_md5))
+        else:
+            engine.map(phase0, [(pc, work, f"{k:06d}", cfg.shard_docs, text_md5) for k, pc in enumerate(pieces)],
+                       reads.append, desc="clean 0/3 read")
+        input_drops: Counter = sum((r["drops"] for r in reads), Counter())
+        repaired = input_drops.pop(REPAIRED_UTF8, 0)
+        shards = [s for r in reads for s in r["shards"]]
+        if not shards:
+            raise EmptyInput(input_drops)
+        sizes = [n for r in reads for n in r["sizes"]]
+        lengths = np.concatenate([r["lengths"] for r in reads])
+        n_in, chars_in, bytes_in = len(lengths), int(lengths.sum()), sum(r["bytes"] for r in reads)
+
+        # URL and exact-duplicate dedup need only ids and URLs; decided here, applied by the phase-1 workers.
+        drop_idx: set[int] = set()
+        url_stats = None
+        if cfg.url_dedup:
+            limit = cfg.c4.max_page_chars
+            fits = np.flatnonzero(lengths <= limit) if limit else np.arange(n_in)  # C4: length filter first
+            cols = [[x for r in reads for x in r[k]] for k in ("ids", "urls", "stamps", "md5")]
+            rows = (((int(i), cols[0][i], cols[1][i], cols[2][i], cols[3][i]) if text_md5 else
+                     (int(i), cols[0][i], cols[1][i], cols[2][i])) for i in fits.tolist())
+            drop_idx, n_url, n_exact = url_dedup(rows, cfg.url_dedup_rule, normalized=True)
+            ch = int(lengths[fits].sum())
+            url_stats = FilterStats(docs_in=len(fits), docs_out=len(fits) - len(drop_idx), chars_in=ch,
+                                    chars_out=ch - int(lengths[list(drop_idx)].sum()) if drop_idx else ch)
+            url_stats.dropped.update({k: v for k, v in {"duplicate_url": n_url, "exact_duplicate": n_exact}.items()
+                                      if v})
+            del cols
+        starts = np.cumsum([0, *sizes[:-1]])
+        per_shard: list[set[int]] = [set() for _ in shards]
+        for i in drop_idx:
+            s = int(np.searchsorted(starts, i, side="right")) - 1
+            per_shard[s].add(i - int(starts[s]))
+        del reads
+        phase_s["read"] = time.perf_counter() - t_start
+
         t0 = time.perf_counter()
         p1 = [(s, work / f"p1-{i:06d}.parquet", work / f"pairs-{i:06d}.npy", frozenset(per_shard[i]), cfg,
                cfg.line_dedup.enabled) for i, s in enumerate(shards)]
@@ -307,72 +480,145 @@ def clean_corpus(records: Iterator[dict[str, Any]], cfg: CleanerConfig, *, work:
 
         t0 = time.perf_counter()
         table = None
-        if cfg.line_dedup.enabled:
-            table = work / "line-selection.npy"
-            distinct = build_selection([a[2] for a in p1], table, cfg.line_dedup.buckets)
-            log(f"[clean] line dedup table: {distinct:,} distinct lines")
+        if cfg.line_dedup.enabled:  # one task per hash bucket, then each placed in the table
+            table, buckets = work / "line-selection.npy", cfg.line_dedup.buckets
+            parts = [work / f"line-selection.part{b}.npy" for b in range(buckets)]
+            counts: list[int] = []
+            engine.map(select_bucket, [([a[2] for a in p1], b, buckets, parts[b]) for b in range(buckets)],
+                       counts.append, desc="clean line table")
+            new_table(table, sum(counts))
+            offsets = np.cumsum([0, *counts[:-1]]).tolist()
+            engine.map(place_bucket, [(parts[b], table, offsets[b]) for b in range(buckets)], lambda _: None,
+                       desc="clean line table")
+            log(f"[clean] line dedup table: {sum(counts):,} distinct lines")
         phase_s["line_table"] = time.perf_counter() - t0
 
         t0 = time.perf_counter()
         # The gate's second language opinion runs on a content-hash sample (py3langid is slow on all).
         sample = cfg.language.second_opinion_docs
         english_rate = min(1.0, sample / n_in) if sample else 1.0
+        spec = None
+        if task is not None:
+            spec = GuardSpec(task.path, tuple(task.cfg.holdout_splits), task.cfg.guard,
+                             frozenset(task_guard.tapt_candidates(task_df)) if task.cfg.tapt else frozenset())
         p3 = [(a[1], work / f"p3-{i:06d}.parquet", work / f"bands-{i:06d}.npy", table, words, cfg,
-               work / f"feat-{i:06d}.parquet", work / f"lines-{i:06d}.npy", english_rate)
+               work / f"feat-{i:06d}.parquet", work / f"lines-{i:06d}.npy", english_rate, spec)
               for i, a in enumerate(p1)]
-        engine.map(phase3, p3, _merger(filters, rejects, cfg.reject_samples),
-                   desc="clean 2/3 dedup, language, bad words")
+        merge = _merger(filters, rejects, cfg.reject_samples)
+        kept: list[dict[str, Any]] = []
+
+        def consume3(report: dict[str, Any]) -> None:
+            merge(report.pop("filters"))
+            kept.append(report)
+
+        engine.map(phase3, p3, consume3, desc="clean 2/3 dedup, language, bad words")
+        duplicate_lines = None
+        if cfg.line_dedup.enabled:  # the gate's independent count of repeated output lines, a bucket per task
+            found: list[int] = []
+            engine.map(count_bucket, [([a[7] for a in p3], b, cfg.line_dedup.buckets)
+                                      for b in range(cfg.line_dedup.buckets)], found.append, desc="clean line check")
+            duplicate_lines = sum(found)
         phase_s["dedup_language_badwords"] = time.perf_counter() - t0
 
-    t0 = time.perf_counter()
-    near_dups: set[str] = set()
-    if cfg.minhash.enabled:
-        ids = [i for a in p3 for i in pq.read_table(a[1], columns=["id"])["id"].to_pylist()]
-        near_dups = duplicates(ids, np.concatenate([np.load(a[2]) for a in p3]))  # p3: one entry per shard, >= 1
-        filters["minhash"] = FilterStats(docs_in=len(ids), docs_out=len(ids) - len(near_dups),
-                                         dropped=Counter({"near_duplicate": len(near_dups)} if near_dups else {}))
+        t0 = time.perf_counter()
+        keep = [np.ones(len(k["lengths"]), dtype=bool) for k in kept]
+        if cfg.minhash.enabled:
+            shard_ids = [pq.read_table(a[1], columns=["id"])["id"].to_pylist() for a in p3]
+            ids = [i for s in shard_ids for i in s]
+            near_dups = duplicates(ids, np.concatenate([np.load(a[2]) for a in p3]))  # p3: one entry per shard
+            filters["minhash"] = FilterStats(docs_in=len(ids), docs_out=len(ids) - len(near_dups),
+                                             dropped=Counter({"near_duplicate": len(near_dups)} if near_dups else {}))
+            for m, shard in zip(keep, shard_ids):
+                m &= [i not in near_dups for i in shard]
+        if not cfg.line_dedup.enabled:
+            # Without line dedup two pages can clean to the same text (same id): keep the first.
+            final, seen = FilterStats(), set()
+            for m, a in zip(keep, p3):
+                for j, cid in enumerate(pq.read_table(a[6], columns=["id"])["id"].to_pylist()):
+                    if not m[j]:
+                        continue
+                    final.docs_in += 1
+                    if cid in seen:
+                        m[j] = False
+                        final.dropped["duplicate_text"] += 1
+                    else:
+                        seen.add(cid)
+                        final.docs_out += 1
+            if final.dropped:
+                filters["exact_dedup"] = final
+        n_out = int(sum(m.sum() for m in keep))
+        chars_out = int(sum(k["lengths"][m].sum() for k, m in zip(kept, keep)))
+        has_url = any(bool(k["has_url"][m].any()) for k, m in zip(kept, keep))
 
-    schema = arrow_schema(False)
-    n_out = chars_out = 0
-    seen_ids: set[str] | None = None if cfg.line_dedup.enabled else set()
-    final = FilterStats()
-    feature_frames = []
-    with pq.ParquetWriter(out_parquet, schema, compression="zstd") as writer:
-        for a in p3:  # one row group per shard, in input order
-            docs = [d for d in _read_shard(a[1]) if d.id not in near_dups]
-            feats = pd.read_parquet(a[6])
-            feats = feats[~feats["source_id"].isin(near_dups)]
-            a[1].unlink()
-            if seen_ids is not None:
-                # Without line dedup two pages can clean to the same text (same id): keep the first.
-                first: dict[str, int] = {}
-                for j, d in enumerate(docs):
-                    first.setdefault(doc_id(d.text), j)
-                keep_rows = [j for cid, j in first.items() if cid not in seen_ids]
-                seen_ids.update(first)
-                final.docs_in += len(docs)
-                final.docs_out += len(keep_rows)
-                if len(keep_rows) < len(docs):
-                    final.dropped["duplicate_text"] += len(docs) - len(keep_rows)
-                docs, feats = [docs[j] for j in keep_rows], feats.iloc[keep_rows]
-            feature_frames.append(feats.drop(columns=["source_id"]))
-            if not docs:
-                continue
-            writer.write_table(pa.Table.from_pylist([
-                {"id": doc_id(d.text), "text": d.text, "source": d.source, "url": d.url,
-                 "meta": _with_raw_id(d.meta, d.raw_id or d.id)} for d in docs], schema=schema))
-            n_out += len(docs)
-            chars_out += sum(len(d.text) for d in docs)
-    if seen_ids is not None and final.dropped:
-        filters["exact_dedup"] = final
-    duplicate_lines = count_duplicates([a[7] for a in p3], cfg.line_dedup.buckets) if cfg.line_dedup.enabled else None
+        # The task guard's drops and the TAPT texts, from what the workers found.
+        guarded: Counter = Counter()
+        present: set[str] = set()
+        for k, m in zip(kept, keep):
+            for i, why in k["leaks"]:
+                if m[i]:
+                    guarded[why] += 1
+                    m[i] = False
+        for k, m in zip(kept, keep):
+            present.update(cid for i, cid in k["tapt"] if m[i])
+        tapt: list[dict[str, Any]] | None = None
+        if task is not None:
+            held = task_guard.held_out(task.path, tuple(task.cfg.holdout_splits))
+            tapt = task_guard.tapt_rows(task.cfg, task_df, held, present) if task.cfg.tapt else []
+
+        # Parts of ROW_GROUP_ROWS-row groups over the rows to publish, written by the workers, then joined.
+        picked = [(a[1], np.flatnonzero(m)) for a, m in zip(p3, keep)]
+        total = sum(len(ix) for _, ix in picked) + len(tapt or [])
+        per_part = ROW_GROUP_ROWS * max(1, (4 * cfg.shard_docs) // ROW_GROUP_ROWS)
+        jobs: list[tuple] = []
+        cursor, s, off = 0, 0, 0  # the next row: shard s, its off-th picked row
+        check = (task.path, tuple(task.cfg.holdout_splits)) if task is not None else None
+        for lo in range(0, total, per_part):
+            hi, runs, extra = min(lo + per_part, total), [], []
+            while cursor < hi and s < len(picked):
+                take = min(hi - cursor, len(picked[s][1]) - off)
+                if take:
+                    runs.append((picked[s][0], picked[s][1][off:off + take]))
+                cursor += take
+                off += take
+                if off == len(picked[s][1]):
+                    s, off = s + 1, 0
+            if cursor < hi:  # the TAPT rows come last
+                extra = (tapt or [])[cursor - (total - len(tapt or [])):hi - (total - len(tapt or []))]
+                cursor = hi
+            jobs.append((runs, extra, work / f"part-{len(jobs):06d}.parquet", check))
+        written: list[dict[str, Any]] = []
+        engine.map(write_part, jobs, written.append, desc="clean 3/3 write")
+
+    template = work / "template.parquet"
+    schema = _pandas_schema(has_url, tapt if task.cfg.tapt else None) if task is not None else arrow_schema(False)
+    pq.write_table(schema.empty_table(), template, compression="zstd")
+    if jobs:
+        concat([j[2] for j in jobs], out_parquet, like=template)
+    else:
+        template.replace(out_parquet)
+
+    features = pd.concat([pd.read_parquet(a[6])[m] for a, m in zip(p3, keep)], ignore_index=True)
+    task_summary = leaks = None
+    if task is not None:
+        ids = features["id"].tolist() + [r["id"] for r in tapt]
+        leak = np.full(len(ids), "", dtype=object)
+        base = 0
+        for job, w in zip(jobs, written):
+            for i, why in w["leaks"]:
+                leak[base + i] = why
+            base += w["rows"]
+        leaks = pd.DataFrame({"leak": leak}, index=pd.Index(np.array(ids, dtype=object), name="doc"))
+        task_summary = {"task": str(task.path), "holdout_examples": len(task_df[task_df["split"].isin(
+                            task.cfg.holdout_splits)]), "guard": task.cfg.guard, "dropped": dict(guarded),
+                        "tapt_added": len(tapt), "documents_out": total}
     phase_s["write"] = time.perf_counter() - t0
 
     return CleanResult(docs_in=n_in + sum(input_drops.values()), docs_out=n_out, chars_in=chars_in,
                        chars_out=chars_out, bytes_in=bytes_in, filters=filters,
-                       rejects=[r for name in rejects for r in rejects[name]],
+                       rejects=[r for name in filters for r in rejects.get(name, [])],  # in filter order
                        input_drops=input_drops, seconds=time.perf_counter() - t_start, phase_seconds=phase_s,
-                       gate_features=pd.concat(feature_frames, ignore_index=True), duplicate_lines=duplicate_lines)
+                       gate_features=features.drop(columns=["source_id"]), duplicate_lines=duplicate_lines,
+                       task=task_summary, task_leaks=leaks, input_repaired=Counter({REPAIRED_UTF8: repaired}))
 
 
 def _with_raw_id(meta: str, raw_id: str) -> str:

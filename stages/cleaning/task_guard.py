@@ -1,12 +1,13 @@
 """A pre-training corpus and the labeled task it is scored on: after cleaning, the guard drops documents whose ``meta``
-names a held-out ``package`` / ``source_package`` or whose normalised text equals a held-out one; with ``tapt``
-(Gururangan et al. 2020, section 5) the task's training texts are appended unlabeled; :func:`leaks` re-checks."""
+names a held-out ``package`` / ``source_package`` or whose normalised text equals a held-out one (each shard worker
+asks :class:`HeldOut` for its documents); with ``tapt`` (Gururangan et al. 2020, section 5) the task's training
+texts are appended unlabeled (:func:`tapt_rows`); :func:`leak_reasons` re-checks each written part for the gate."""
 
 from __future__ import annotations
 
 import re
-from collections import Counter
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -71,47 +72,42 @@ def read_task(path: Path):
     return df
 
 
-def apply(cfg: TaskConfig, parquet: Path, task_path: Path) -> dict:
-    """Rewrite the cleaned ``parquet`` in place: the guard's drops, then the TAPT texts. Returns counts
-    and the ids dropped (the caller removes them from the gate's per-document features)."""
-    import pandas as pd
-    import pyarrow as pa
-    import pyarrow.parquet as pq
+@lru_cache(maxsize=4)
+def _held_out(path: str, stamp: tuple[int, int], holdout_splits: tuple[str, ...]) -> HeldOut:
+    return HeldOut(read_task(Path(path)), holdout_splits)
 
-    task = read_task(task_path)
-    held = HeldOut(task, cfg.holdout_splits)
-    table = pq.read_table(parquet)
-    df = table.to_pandas()
-    reasons = [held.reason(t, m) for t, m in zip(df["text"], df["meta"])] if cfg.guard else [""] * len(df)
-    dropped = dict(Counter(why for why in reasons if why))
-    dropped_ids = {rid for rid, why in zip(df["id"], reasons) if why}
-    df = df[[not why for why in reasons]] if cfg.guard else df
+
+def held_out(task_path: Path, holdout_splits: tuple[str, ...]) -> HeldOut:
+    """The task's held-out index, read once per process (each shard worker asks for it per shard)."""
+    st = Path(task_path).stat()
+    return _held_out(str(task_path), (st.st_mtime_ns, st.st_size), tuple(holdout_splits))
+
+
+def tapt_candidates(task) -> set[str]:
+    """The content ids of the task's training texts (a shard reports which of its documents carry one)."""
+    return {doc_id(t) for t in task.loc[task["split"] == "train", "text"]}
+
+
+def tapt_rows(cfg: TaskConfig, task, held: HeldOut, present: set[str]) -> list[dict]:
+    """The task's training texts to append, in the task's order: each once, none already in the corpus
+    (``present``: the published documents' ids among :func:`tapt_candidates`), none equal to a held-out text."""
     rows: list[dict] = []
-    if cfg.tapt:
-        seen = set(df["id"])
-        for t in task.loc[task["split"] == "train"].itertuples(index=False):
-            tid = doc_id(t.text)
-            if tid in seen or (cfg.guard and held.reason(t.text, None)):
-                continue  # a train text equal to a held-out one (after normalisation) stays out too
-            seen.add(tid)
-            rows.append({"id": tid, "text": t.text, "source": TAPT_SOURCE, "url": None,
-                         "meta": meta_json({"task_id": t.id, "split": "train"})})
-        df = pd.concat([df, pd.DataFrame(rows, columns=df.columns)], ignore_index=True)
-    out = pa.Table.from_pandas(df.reset_index(drop=True), schema=table.schema, preserve_index=False)
-    tmp = parquet.with_suffix(".guarded.parquet")
-    pq.write_table(out, tmp, compression="zstd", row_group_size=2048)
-    tmp.replace(parquet)
-    return {"task": str(task_path), "holdout_examples": held.examples, "guard": cfg.guard, "dropped": dropped,
-            "tapt_added": len(rows), "documents_out": len(df), "dropped_ids": dropped_ids}
+    seen = set(present)
+    for t in task.loc[task["split"] == "train"].itertuples(index=False):
+        tid = doc_id(t.text)
+        if tid in seen or (cfg.guard and held.reason(t.text, None)):
+            continue  # a train text equal to a held-out one (after normalisation) stays out too
+        seen.add(tid)
+        rows.append({"id": tid, "text": t.text, "source": TAPT_SOURCE, "url": None,
+                     "meta": meta_json({"task_id": t.id, "split": "train"})})
+    return rows
 
 
-def leaks(parquet: Path, task_path: Path, holdout_splits: tuple[str, ...]):
-    """The gate's table: one row per published document, indexed by id, with the reason it leaks
-    ('' for none). Computed from the output file, independently of :func:`apply`."""
-    import pandas as pd
+def leak_reasons(parquet: Path, held: HeldOut) -> list[tuple[int, str]]:
+    """The gate's re-check of one written part, from the file (independently of the guard's decisions): (row,
+    reason) for each document that leaks."""
     import pyarrow.parquet as pq
 
-    held = HeldOut(read_task(task_path), holdout_splits)
-    df = pq.read_table(parquet, columns=["id", "text", "meta"]).to_pandas()
-    leak = [held.reason(t, m) for t, m in zip(df["text"], df["meta"])]
-    return pd.DataFrame({"leak": leak}, index=pd.Index(df["id"].to_numpy(), name="doc"))
+    table = pq.read_table(parquet, columns=["text", "meta"])
+    return [(i, why) for i, (t, m) in enumerate(zip(table["text"].to_pylist(), table["meta"].to_pylist()))
+            if (why := held.reason(t, m))]

@@ -265,3 +265,38 @@ def test_an_unknown_url_dedup_rule_names_the_key(tmp_path, capsys):
     params.write_text(yaml.safe_dump({"clean": {"defaults": {"url_dedup_rule": "oldest"}, "web": {}}}))
     assert run(tmp_path, corpus(tmp_path), tmp_path / "out", "--corpus", "web", "--params", str(params)) == 1
     assert "url_dedup_rule" in capsys.readouterr().err
+
+
+def test_byte_ranges_of_a_jsonl_file_hold_each_line_once(tmp_path):
+    from stages.cleaning.pipeline import _lines, plan_pieces
+
+    path = tmp_path / "in.jsonl"
+    lines = [b'{"text": "a"}\n', b"\n", b'{"text": "' + b"b" * 40 + b'"}\n', b"\n", b"\n", b'{"text": "c"}']
+    path.write_bytes(b"".join(lines))  # the last line has no newline
+    for size in range(1, len(path.read_bytes()) + 2):
+        pieces = plan_pieces(path, 10, split_bytes=size)
+        assert len(pieces) == -(-path.stat().st_size // size)
+        assert b"".join(b"".join(_lines(p)) for p in pieces) == path.read_bytes(), size
+
+
+def test_output_is_the_same_whatever_pieces_the_input_is_read_in(tmp_path, monkeypatch):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from stages.cleaning import pipeline
+
+    inp = corpus(tmp_path)
+    assert run(tmp_path, inp, tmp_path / "whole", "--workers", "1") == 0
+    monkeypatch.setattr(pipeline, "SPLIT_BYTES", 1000)  # the JSONL file read in byte ranges
+    assert len(pipeline.plan_pieces(inp, 4 * 500)) > 10
+    assert run(tmp_path, inp, tmp_path / "ranges", "--workers", "2") == 0
+    for name in ("documents.parquet", "stats.json", "rejects.jsonl"):
+        assert (tmp_path / "whole" / name).read_bytes() == (tmp_path / "ranges" / name).read_bytes()
+    rows = [{"id": f"p{i}", "text": english_page(i), "url": f"http://site{i}.example/"} for i in range(40)]
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "one.parquet")
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "many.parquet", row_group_size=3)  # 14 pieces
+    assert run(tmp_path, tmp_path / "one.parquet", tmp_path / "p1", "--workers", "1") == 0
+    assert run(tmp_path, tmp_path / "many.parquet", tmp_path / "p2", "--workers", "2") == 0
+    for name in ("documents.parquet", "stats.json", "rejects.jsonl"):
+        assert (tmp_path / "p1" / name).read_bytes() == (tmp_path / "p2" / name).read_bytes()
+    assert pq.ParquetFile(tmp_path / "p1" / "documents.parquet").metadata.num_rows == 40

@@ -15,7 +15,7 @@ from typing import Any
 
 from stages.cleaning.c4 import load_words
 from stages.cleaning.config import CleanConfig, load_config
-from stages.cleaning.pipeline import REPAIRED_UTF8, CleanResult, EmptyInput, TaskInput, clean_corpus
+from stages.cleaning.pipeline import REPAIRED_UTF8, CleanResult, EmptyInput, TaskInput, WorkerLost, clean_corpus
 from stages.common.atomic import work_dir, write_bytes_atomic, write_json_atomic
 from stages.common.cli import Stage, entry
 from stages.config import ConfigError
@@ -92,7 +92,7 @@ def _run(args: argparse.Namespace, log) -> dict:
 
 STAGE = Stage("stages.clean", "Clean a corpus with C4's rules.", _arguments, _run,
               inputs=("input", "task", "params", "cache-dir"), folder="output", outputs=("report", "metrics", "plot"),
-              errors=(ConfigError, SourceError, GateFailed, FileNotFoundError, ValueError))
+              errors=(ConfigError, SourceError, GateFailed, FileNotFoundError, ValueError, WorkerLost))
 main = STAGE.main
 
 

@@ -21,14 +21,14 @@ import json
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from stages.cleaning.base import Doc, Filter, FilterStats, meta_dict
-from stages.cleaning.c4 import BadWordsFilter, C4LinesFilter, PageLengthFilter
+from stages.cleaning.c4 import BadWordsFilter, C4LinesFilter, PageLengthFilter, normalize_url
 from stages.cleaning.config import CleanerConfig
-from stages.cleaning.c4 import normalize_url
 from stages.cleaning.dedup import LineDedupFilter, band_hashes, duplicates, line_pairs, url_dedup, write_shard_pairs
 from stages.cleaning.gopher import GopherQualityFilter, GopherRepetitionFilter
 from stages.cleaning.langid import is_english
@@ -277,12 +277,12 @@ def phase0(piece: Piece | Iterable[dict[str, Any]], work: Path, prefix: str, sha
 
 def phase1(shard_in: Path, shard_out: Path, pairs_out: Path, drop: frozenset[int], cfg: CleanerConfig,
            with_pairs: bool) -> dict:
-    """Page length, the main process's URL-dedup decision, then C4's line rules (C4's order); deletes its input
-    shard, so the work folder holds at most about two copies of the corpus. Returns each filter's stats and rejects."""
+    """Page length, the main process's URL-dedup decision, then C4's line rules (C4's order). Returns each
+    filter's stats and rejects. Like every task here it leaves its input alone (the main process deletes it once
+    the result is in), so a task run again after its worker died finds what it needs."""
     length, c4 = PageLengthFilter(cfg.c4, cfg.reject_samples), C4LinesFilter(cfg.c4, cfg.reject_samples)
     kept = [d for i, d in enumerate(_read_shard(shard_in)) if length(d) and i not in drop and c4(d)]
     _write_shard(kept, shard_out)
-    shard_in.unlink()
     if with_pairs:
         write_shard_pairs([line_pairs(d) for d in kept], pairs_out)
     return {f.name: (f.stats, f.rejects) for f in (length, c4)}
@@ -319,7 +319,6 @@ def phase3(shard_in: Path, shard_out: Path, bands_out: Path, table: Path | None,
         (cfg.gopher_repetition.enabled, lambda: GopherRepetitionFilter(cfg.gopher_repetition, n))) if on]
     kept = [d for d in _read_shard(shard_in) if all(f(d) for f in filters)]  # all() stops at the first drop
     _write_shard(kept, shard_out)
-    shard_in.unlink()
     document_features(kept, cfg, english_rate=english_rate).to_parquet(feats_out, index=False)
     write_line_hashes(kept, lines_out)
     if cfg.minhash.enabled:
@@ -376,6 +375,25 @@ def _merger(into: dict[str, FilterStats], rejects: dict[str, list], cap: int) ->
     return consume
 
 
+class WorkerLost(RuntimeError):
+    """A worker process died (killed, or out of memory) while the stage ran; nothing was published."""
+
+
+@contextmanager
+def _worker_deaths(name: str) -> Iterator[None]:
+    """A worker's death (a broken process pool, or a Dask task whose workers kept dying) as :class:`WorkerLost`."""
+    from concurrent.futures.process import BrokenProcessPool
+
+    try:
+        yield
+    except Exception as exc:
+        if isinstance(exc, BrokenProcessPool) or type(exc).__name__ == "KilledWorker":
+            raise WorkerLost(f"{name}: a worker process died while the stage ran (killed, or out of memory: see the "
+                             "system log); nothing was published and the previous output is as it was. Run the "
+                             "stage again (with fewer workers, clean.defaults.workers, if memory ran out)") from None
+        raise
+
+
 class EmptyInput(ValueError):
     """No record of the input has a text string; ``args[0]`` counts the skipped records by reason."""
 
@@ -427,7 +445,7 @@ def clean_corpus(records: Path | Iterable[dict[str, Any]], cfg: CleanerConfig, *
     filters: dict[str, FilterStats] = {}
     rejects: dict[str, list] = {}
 
-    with open_shards(cfg.workers, name=name) as engine:
+    with _worker_deaths(name), open_shards(cfg.workers, name=name) as engine:
         if while_mapping is not None and engine.engine != "local":
             while_mapping()  # this process only waits on the workers from here on (the stage imports GX)
         reads: list[dict[str, Any]] = []
@@ -472,7 +490,14 @@ def clean_corpus(records: Path | Iterable[dict[str, Any]], cfg: CleanerConfig, *
         t0 = time.perf_counter()
         p1 = [(s, work / f"p1-{i:06d}.parquet", work / f"pairs-{i:06d}.npy", frozenset(per_shard[i]), cfg,
                cfg.line_dedup.enabled) for i, s in enumerate(shards)]
-        engine.map(phase1, p1, _merger(filters, rejects, cfg.reject_samples), desc="clean 1/3 c4 rules")
+        merge1 = _merger(filters, rejects, cfg.reject_samples)
+        done1 = iter(p1)
+
+        def consume1(report: dict) -> None:  # in order: the shard whose result this is can go
+            merge1(report)
+            next(done1)[0].unlink()  # the work folder holds about two copies of the corpus at most
+
+        engine.map(phase1, p1, consume1, desc="clean 1/3 c4 rules")
         if url_stats is not None:  # report in C4's order: page length, URL dedup, line rules
             filters = {"page_length": filters["page_length"], "url_dedup": url_stats,
                        **{k: v for k, v in filters.items() if k != "page_length"}}
@@ -509,6 +534,7 @@ def clean_corpus(records: Path | Iterable[dict[str, Any]], cfg: CleanerConfig, *
 
         def consume3(report: dict[str, Any]) -> None:
             merge(report.pop("filters"))
+            p3[len(kept)][0].unlink()
             kept.append(report)
 
         engine.map(phase3, p3, consume3, desc="clean 2/3 dedup, language, bad words")

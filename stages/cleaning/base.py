@@ -21,6 +21,7 @@ class Doc:
     meta: str
     timestamp: str = ""
     raw_id: str = ""  # the id the input gave the document (kept in meta; never used as a key)
+    seq: int = 0  # its place among the valid records of the input piece it was read from
 
 
 def meta_dict(value: Any) -> dict:

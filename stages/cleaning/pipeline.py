@@ -214,14 +214,16 @@ def _read_shard(path: Path) -> list[Doc]:
     import pyarrow.parquet as pq
 
     table = pq.read_table(path)
-    return [Doc(**dict(zip(SHARD_COLUMNS, row))) for row in zip(*(table[c].to_pylist() for c in SHARD_COLUMNS))]
+    cols = (*SHARD_COLUMNS, "seq")
+    return [Doc(**dict(zip(cols, row))) for row in zip(*(table[c].to_pylist() for c in cols))]
 
 
 def _write_shard(docs: list[Doc], path: Path) -> Path:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    pq.write_table(pa.table({c: pa.array([getattr(d, c) for d in docs], pa.string()) for c in SHARD_COLUMNS}), path,
+    columns = {c: pa.array([getattr(d, c) for d in docs], pa.string()) for c in SHARD_COLUMNS}
+    pq.write_table(pa.table({**columns, "seq": pa.array([d.seq for d in docs], pa.int64())}), path,
                    compression="zstd")
     return path
 
@@ -258,7 +260,7 @@ def phase0(piece: Piece | Iterable[dict[str, Any]], work: Path, prefix: str, sha
             json.dumps(rec.get("meta") or {}, sort_keys=True, default=str)
         ts = str(rec.get("timestamp") or meta_dict(meta).get("warc_date") or meta_dict(meta).get("timestamp") or "")
         batch.append(Doc(id=did, text=text, source=str(rec.get("source") or ""), url=url, meta=meta, timestamp=ts,
-                         raw_id=raw_id))
+                         raw_id=raw_id, seq=len(lengths)))
         out["ids"].append(did)
         out["urls"].append(normalize_url(url) if url else None)
         out["stamps"].append(ts)
@@ -335,28 +337,40 @@ def phase3(shard_in: Path, shard_out: Path, bands_out: Path, table: Path | None,
                 tapt.append((i, cid))
     return {"filters": {f.name: (f.stats, f.rejects) for f in filters},
             "lengths": np.array([len(d.text) for d in kept], dtype=np.int64),
-            "has_url": np.array([d.url is not None for d in kept], dtype=bool), "leaks": leaks, "tapt": tapt}
+            "has_url": np.array([d.url is not None for d in kept], dtype=bool), "leaks": leaks, "tapt": tapt,
+            "seq": np.array([d.seq for d in kept], dtype=np.int64)}
 
 
-def write_part(runs: list[tuple[Path, Any]], extra: list[dict[str, Any]], out: Path,
-               check: tuple[Path, tuple[str, ...]] | None) -> dict[str, Any]:
-    """Write one part of the published file: the rows ``runs`` picks from phase-3 shards ((shard, row indices)),
-    then the ``extra`` rows (the TAPT texts), in row groups of ``ROW_GROUP_ROWS``. With ``check`` (the task file
-    and its held-out splits), the part is re-read and each leaking row reported for the gate."""
+def write_part(runs: list[tuple[Path, Any, Any]], extra: list[dict[str, Any]], out: Path,
+               check: tuple[Path, tuple[str, ...]] | None, row_group_rows: int | None) -> dict[str, Any]:
+    """Write one part of the published file: the rows ``runs`` picks from phase-3 shards ((shard, row indices,
+    each row's block)), then the ``extra`` rows (the TAPT texts), in row groups of ``row_group_rows`` (None: one).
+    Rows of one block are one Arrow chunk, the extra rows another: the writer cuts pages (and falls back from
+    dictionary encoding) at chunk boundaries too, so the bytes depend on the blocks, never on which worker wrote
+    which part. With ``check`` (the task file and its held-out splits), the part is re-read and each leaking row
+    reported for the gate."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     from stages.cleaning.task_guard import held_out, leak_reasons
 
-    rows: list[dict[str, Any]] = []
-    for shard, index in runs:
+    schema = arrow_schema(False)
+    chunks: list[list[dict[str, Any]]] = []
+    last = None
+    for shard, index, blocks in runs:
         docs = _read_shard(shard)
-        rows += [{"id": doc_id(d.text), "text": d.text, "source": d.source, "url": d.url,
-                  "meta": _with_raw_id(d.meta, d.raw_id or d.id)} for d in (docs[i] for i in index)]
-    # One Arrow chunk for the part: the writer cuts pages (and falls back from dictionary encoding) at chunk
-    # boundaries too, so one chunk per part keeps the bytes independent of how the input was sharded.
-    table = pa.Table.from_pylist(rows + extra, schema=arrow_schema(False))
-    pq.write_table(table, out, compression="zstd", row_group_size=ROW_GROUP_ROWS)
+        for i, block in zip(index.tolist(), blocks.tolist()):
+            d = docs[i]
+            if block != last or not chunks:
+                chunks.append([])
+                last = block
+            chunks[-1].append({"id": doc_id(d.text), "text": d.text, "source": d.source, "url": d.url,
+                               "meta": _with_raw_id(d.meta, d.raw_id or d.id)})
+    if extra:
+        chunks.append(extra)
+    table = pa.concat_tables([pa.Table.from_pylist(c, schema=schema) for c in chunks]) if chunks \
+        else schema.empty_table()
+    pq.write_table(table, out, compression="zstd", row_group_size=row_group_rows)
     return {"rows": table.num_rows, "leaks": leak_reasons(out, held_out(*check)) if check is not None else []}
 
 
@@ -460,6 +474,8 @@ def clean_corpus(records: Path | Iterable[dict[str, Any]], cfg: CleanerConfig, *
         if not shards:
             raise EmptyInput(input_drops)
         sizes = [n for r in reads for n in r["sizes"]]
+        starts_by_piece = np.cumsum([0, *(len(r["lengths"]) for r in reads[:-1])]).tolist()
+        shard_offset = [start for r, start in zip(reads, starts_by_piece) for _ in r["shards"]]
         lengths = np.concatenate([r["lengths"] for r in reads])
         n_in, chars_in, bytes_in = len(lengths), int(lengths.sum()), sum(r["bytes"] for r in reads)
 
@@ -591,27 +607,43 @@ def clean_corpus(records: Path | Iterable[dict[str, Any]], cfg: CleanerConfig, *
             held = task_guard.held_out(task.path, tuple(task.cfg.holdout_splits))
             tapt = task_guard.tapt_rows(task.cfg, task_df, held, present) if task.cfg.tapt else []
 
-        # Parts of ROW_GROUP_ROWS-row groups over the rows to publish, written by the workers, then joined.
-        picked = [(a[1], np.flatnonzero(m)) for a, m in zip(p3, keep)]
-        total = sum(len(ix) for _, ix in picked) + len(tapt or [])
-        per_part = ROW_GROUP_ROWS * max(1, (4 * cfg.shard_docs) // ROW_GROUP_ROWS)
+        # The published rows in order, each with its block (``shard_docs`` consecutive valid input records). The
+        # file's layout follows the blocks, as the stage has always written it, so its bytes never depend on the
+        # workers: without a task one row group per block; with one, groups of ROW_GROUP_ROWS rows, an Arrow chunk
+        # per block (one chunk for all when the guard dropped any: pandas' filter joined them) and one for TAPT.
+        runs_all = []
+        for i, (a, m, k) in enumerate(zip(p3, keep, kept)):
+            ix = np.flatnonzero(m)
+            runs_all.append((a[1], ix, (shard_offset[i] + k["seq"][ix]) // cfg.shard_docs))
+        if task is not None and task.cfg.guard and guarded:
+            runs_all = [(path, ix, np.zeros(len(ix), dtype=np.int64)) for path, ix, _ in runs_all]
+        extra_rows = tapt or []
+        n_docs = sum(len(r[1]) for r in runs_all)
+        total = n_docs + len(extra_rows)
+        if task is None:
+            blocks = np.concatenate([r[2] for r in runs_all]) if runs_all else np.empty(0, dtype=np.int64)
+            bounds = [*(np.flatnonzero(np.diff(blocks)) + 1).tolist(), total] if total else []
+            group_rows = None
+        else:
+            per_part = ROW_GROUP_ROWS * max(1, (4 * cfg.shard_docs) // ROW_GROUP_ROWS)
+            bounds, group_rows = [*range(per_part, total, per_part), total] if total else [], ROW_GROUP_ROWS
         jobs: list[tuple] = []
-        cursor, s, off = 0, 0, 0  # the next row: shard s, its off-th picked row
+        cursor, s, off = 0, 0, 0  # the next row: run s, its off-th row
         check = (task.path, tuple(task.cfg.holdout_splits)) if task is not None else None
-        for lo in range(0, total, per_part):
-            hi, runs, extra = min(lo + per_part, total), [], []
-            while cursor < hi and s < len(picked):
-                take = min(hi - cursor, len(picked[s][1]) - off)
+        for hi in bounds:
+            runs, extra = [], []
+            while cursor < hi and s < len(runs_all):
+                take = min(hi - cursor, len(runs_all[s][1]) - off)
                 if take:
-                    runs.append((picked[s][0], picked[s][1][off:off + take]))
+                    runs.append((runs_all[s][0], runs_all[s][1][off:off + take], runs_all[s][2][off:off + take]))
                 cursor += take
                 off += take
-                if off == len(picked[s][1]):
+                if off == len(runs_all[s][1]):
                     s, off = s + 1, 0
             if cursor < hi:  # the TAPT rows come last
-                extra = (tapt or [])[cursor - (total - len(tapt or [])):hi - (total - len(tapt or []))]
+                extra = extra_rows[cursor - n_docs:hi - n_docs]
                 cursor = hi
-            jobs.append((runs, extra, work / f"part-{len(jobs):06d}.parquet", check))
+            jobs.append((runs, extra, work / f"part-{len(jobs):06d}.parquet", check, group_rows))
         written: list[dict[str, Any]] = []
         engine.map(write_part, jobs, written.append, desc="clean 3/3 write")
 

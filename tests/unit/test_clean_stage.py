@@ -300,3 +300,20 @@ def test_output_is_the_same_whatever_pieces_the_input_is_read_in(tmp_path, monke
     for name in ("documents.parquet", "stats.json", "rejects.jsonl"):
         assert (tmp_path / "p1" / name).read_bytes() == (tmp_path / "p2" / name).read_bytes()
     assert pq.ParquetFile(tmp_path / "p1" / "documents.parquet").metadata.num_rows == 40
+
+
+def test_the_published_row_groups_follow_blocks_of_shard_docs_input_records(tmp_path):
+    import pyarrow.parquet as pq
+
+    inp = tmp_path / "in.jsonl"
+    pages = [{"id": f"p{i}", "text": english_page(i) if i % 3 else "Too short."} for i in range(30)]
+    inp.write_text("".join(json.dumps(p) + "\n" for p in pages))
+    params = tmp_path / "params.yaml"
+    params.write_text(yaml.safe_dump({"clean": {"defaults": {"workers": 2, "shard_docs": 4}, "web": {}}}))
+    assert run(tmp_path, inp, tmp_path / "out", "--corpus", "web", "--params", str(params)) == 0
+    f = pq.ParquetFile(tmp_path / "out" / "documents.parquet")
+    kept = [int(json.loads(m)["raw_id"][1:]) for m in f.read(columns=["meta"])["meta"].to_pylist()]
+    assert kept == sorted(kept) and len(kept) == 20  # every third page is too short
+    blocks = [i // 4 for i in kept]
+    assert [f.metadata.row_group(g).num_rows for g in range(f.metadata.num_row_groups)] == \
+        [blocks.count(b) for b in sorted(set(blocks))]

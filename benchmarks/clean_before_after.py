@@ -1,5 +1,5 @@
-"""The clean stage before and after issue 21's work, on the same input, one worker: wall time and CPU time
-(user + system of the stage's process; with one worker it cleans in-process) per run, MB/s per core, and
+"""The clean stage before and after a change, on the same input, with ``--workers`` processes (default one):
+wall time and CPU time (user + system of the stage's process tree) per run, MB/s per core, and
 the MD5 of each run's ``documents.parquet`` (the kept documents and texts must be the same bytes).
 
     git worktree add /tmp/before 9e004ab^          # the code the issue started from (Python langdetect)
@@ -28,11 +28,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def run_once(tree: Path, corpus: str, inp: Path, task: Path | None, cache: Path, work: Path) -> dict:
+def run_once(tree: Path, corpus: str, inp: Path, task: Path | None, cache: Path, work: Path,
+             workers: int = 1) -> dict:
     out = work / "out"
     cmd = [sys.executable, "-m", "stages.clean", "--corpus", corpus, "--params", "params.yaml", "--cache-dir",
            str(cache), "--input", str(inp), "--output", str(out), "--report", str(work / "gate.json"),
-           "--metrics", str(work / "metrics.json"), "--workers", "1"] + (["--task", str(task)] if task else [])
+           "--metrics", str(work / "metrics.json"), "--workers", str(workers)] + (["--task", str(task)] if task else [])
     env = {**os.environ, "GX_ANALYTICS_ENABLED": "false", "HF_HUB_OFFLINE": "1"}
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
@@ -56,6 +57,7 @@ def main() -> int:
     ap.add_argument("--task", type=Path)
     ap.add_argument("--cache-dir", type=Path, default=ROOT / ".cache" / "sources")
     ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--workers", type=int, default=1, help="the stage's worker processes (the default run: 2)")
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args()
     mb = sum(len(t.encode("utf-8")) for t in _texts(args.input)) / 1e6
@@ -64,12 +66,13 @@ def main() -> int:
         for name, tree in (("before", args.before), ("after", args.after)):
             with tempfile.TemporaryDirectory(prefix="clean-ba-") as tmp:
                 res = run_once(tree.resolve(), args.corpus, args.input.resolve(),
-                               args.task.resolve() if args.task else None, args.cache_dir.resolve(), Path(tmp))
+                               args.task.resolve() if args.task else None, args.cache_dir.resolve(), Path(tmp),
+                               args.workers)
             runs[name].append(res)
             print(f"round {r + 1} {name}: {res}", flush=True)
     best = {k: min(v, key=lambda x: x["cpu_s"]) for k, v in runs.items()}
     result = {
-        "input": str(args.input), "corpus": args.corpus, "mb": round(mb, 2), "workers": 1,
+        "input": str(args.input), "corpus": args.corpus, "mb": round(mb, 2), "workers": args.workers,
         "before": {"tree": str(args.before), "commit": _commit(args.before), "runs": runs["before"]},
         "after": {"tree": str(args.after), "commit": _commit(args.after), "runs": runs["after"]},
         "mb_per_cpu_second": {k: round(mb / v["cpu_s"], 3) for k, v in best.items()},

@@ -303,10 +303,11 @@ class GuardSpec:
 
 def phase3(shard_in: Path, shard_out: Path, bands_out: Path, table: Path | None, words: list[str],
            cfg: CleanerConfig, feats_out: Path, lines_out: Path, english_rate: float,
-           guard: GuardSpec | None = None) -> dict:
+           guard: GuardSpec | None = None, done: tuple[Path, ...] = ()) -> dict:
     """Line dedup, language, bad words, Gopher; then the gate's per-document features and line hashes, and for
     each kept document its length, whether it has a URL, the task guard's reason to drop it (if any) and whether
-    it is one of the task's training texts."""
+    it is one of the task's training texts. ``done``: files of finished phases this task deletes (the work
+    folder then holds about two copies of the corpus; a task run again finds them gone, which is fine)."""
     import numpy as np
 
     from stages.cleaning.features import document_features, write_line_hashes
@@ -335,16 +336,20 @@ def phase3(shard_in: Path, shard_out: Path, bands_out: Path, table: Path | None,
                 leaks.append((i, why))
             if guard.tapt_ids and (cid := doc_id(d.text)) in guard.tapt_ids:
                 tapt.append((i, cid))
+    for path in done:
+        path.unlink(missing_ok=True)
     return {"filters": {f.name: (f.stats, f.rejects) for f in filters},
             "lengths": np.array([len(d.text) for d in kept], dtype=np.int64),
             "has_url": np.array([d.url is not None for d in kept], dtype=bool), "leaks": leaks, "tapt": tapt,
             "seq": np.array([d.seq for d in kept], dtype=np.int64)}
 
 
-def write_part(runs: list[tuple[Path, Any, Any]], extra: list[dict[str, Any]], out: Path,
-               check: tuple[Path, tuple[str, ...]] | None, row_group_rows: int | None) -> dict[str, Any]:
+def write_part(runs: list[tuple[Path, Any, Any, Path]], extra: list[dict[str, Any]], out: Path,
+               check: tuple[Path, tuple[str, ...]] | None, row_group_rows: int | None,
+               done: tuple[Path, ...] = ()) -> dict[str, Any]:
     """Write one part of the published file: the rows ``runs`` picks from phase-3 shards ((shard, row indices,
-    each row's block)), then the ``extra`` rows (the TAPT texts), in row groups of ``row_group_rows`` (None: one).
+    each row's block, the shard's gate features)), then the ``extra`` rows (the TAPT texts), in row groups of
+    ``row_group_rows`` (None: one); return the rows' gate features and delete the ``done`` files.
     Rows of one block are one Arrow chunk, the extra rows another: the writer cuts pages (and falls back from
     dictionary encoding) at chunk boundaries too, so the bytes depend on the blocks, never on which worker wrote
     which part. With ``check`` (the task file and its held-out splits), the part is re-read and each leaking row
@@ -354,10 +359,14 @@ def write_part(runs: list[tuple[Path, Any, Any]], extra: list[dict[str, Any]], o
 
     from stages.cleaning.task_guard import held_out, leak_reasons
 
+    import pandas as pd
+
     schema = arrow_schema(False)
     chunks: list[list[dict[str, Any]]] = []
+    features = []
     last = None
-    for shard, index, blocks in runs:
+    for shard, index, blocks, feats in runs:
+        features.append(pd.read_parquet(feats).iloc[index].drop(columns=["source_id"]))
         docs = _read_shard(shard)
         for i, block in zip(index.tolist(), blocks.tolist()):
             d = docs[i]
@@ -371,7 +380,10 @@ def write_part(runs: list[tuple[Path, Any, Any]], extra: list[dict[str, Any]], o
     table = pa.concat_tables([pa.Table.from_pylist(c, schema=schema) for c in chunks]) if chunks \
         else schema.empty_table()
     pq.write_table(table, out, compression="zstd", row_group_size=row_group_rows)
-    return {"rows": table.num_rows, "leaks": leak_reasons(out, held_out(*check)) if check is not None else []}
+    for path in done:
+        path.unlink(missing_ok=True)
+    return {"rows": table.num_rows, "leaks": leak_reasons(out, held_out(*check)) if check is not None else [],
+            "features": pd.concat(features, ignore_index=True) if features else None}
 
 
 def _merger(into: dict[str, FilterStats], rejects: dict[str, list], cap: int) -> Callable[[Any], None]:
@@ -506,14 +518,7 @@ def clean_corpus(records: Path | Iterable[dict[str, Any]], cfg: CleanerConfig, *
         t0 = time.perf_counter()
         p1 = [(s, work / f"p1-{i:06d}.parquet", work / f"pairs-{i:06d}.npy", frozenset(per_shard[i]), cfg,
                cfg.line_dedup.enabled) for i, s in enumerate(shards)]
-        merge1 = _merger(filters, rejects, cfg.reject_samples)
-        done1 = iter(p1)
-
-        def consume1(report: dict) -> None:  # in order: the shard whose result this is can go
-            merge1(report)
-            next(done1)[0].unlink()  # the work folder holds about two copies of the corpus at most
-
-        engine.map(phase1, p1, consume1, desc="clean 1/3 c4 rules")
+        engine.map(phase1, p1, _merger(filters, rejects, cfg.reject_samples), desc="clean 1/3 c4 rules")
         if url_stats is not None:  # report in C4's order: page length, URL dedup, line rules
             filters = {"page_length": filters["page_length"], "url_dedup": url_stats,
                        **{k: v for k, v in filters.items() if k != "page_length"}}
@@ -543,14 +548,13 @@ def clean_corpus(records: Path | Iterable[dict[str, Any]], cfg: CleanerConfig, *
             spec = GuardSpec(task.path, tuple(task.cfg.holdout_splits), task.cfg.guard,
                              frozenset(task_guard.tapt_candidates(task_df)) if task.cfg.tapt else frozenset())
         p3 = [(a[1], work / f"p3-{i:06d}.parquet", work / f"bands-{i:06d}.npy", table, words, cfg,
-               work / f"feat-{i:06d}.parquet", work / f"lines-{i:06d}.npy", english_rate, spec)
+               work / f"feat-{i:06d}.parquet", work / f"lines-{i:06d}.npy", english_rate, spec, (a[0], a[2]))
               for i, a in enumerate(p1)]
         merge = _merger(filters, rejects, cfg.reject_samples)
         kept: list[dict[str, Any]] = []
 
         def consume3(report: dict[str, Any]) -> None:
             merge(report.pop("filters"))
-            p3[len(kept)][0].unlink()
             kept.append(report)
 
         engine.map(phase3, p3, consume3, desc="clean 2/3 dedup, language, bad words")
@@ -614,9 +618,9 @@ def clean_corpus(records: Path | Iterable[dict[str, Any]], cfg: CleanerConfig, *
         runs_all = []
         for i, (a, m, k) in enumerate(zip(p3, keep, kept)):
             ix = np.flatnonzero(m)
-            runs_all.append((a[1], ix, (shard_offset[i] + k["seq"][ix]) // cfg.shard_docs))
+            runs_all.append((a[1], ix, (shard_offset[i] + k["seq"][ix]) // cfg.shard_docs, a[6]))
         if task is not None and task.cfg.guard and guarded:
-            runs_all = [(path, ix, np.zeros(len(ix), dtype=np.int64)) for path, ix, _ in runs_all]
+            runs_all = [(path, ix, np.zeros(len(ix), dtype=np.int64), f) for path, ix, _, f in runs_all]
         extra_rows = tapt or []
         n_docs = sum(len(r[1]) for r in runs_all)
         total = n_docs + len(extra_rows)
@@ -635,7 +639,8 @@ def clean_corpus(records: Path | Iterable[dict[str, Any]], cfg: CleanerConfig, *
             while cursor < hi and s < len(runs_all):
                 take = min(hi - cursor, len(runs_all[s][1]) - off)
                 if take:
-                    runs.append((runs_all[s][0], runs_all[s][1][off:off + take], runs_all[s][2][off:off + take]))
+                    path, ix, blocks, feats = runs_all[s]
+                    runs.append((path, ix[off:off + take], blocks[off:off + take], feats))
                 cursor += take
                 off += take
                 if off == len(runs_all[s][1]):
@@ -644,6 +649,9 @@ def clean_corpus(records: Path | Iterable[dict[str, Any]], cfg: CleanerConfig, *
                 extra = extra_rows[cursor - n_docs:hi - n_docs]
                 cursor = hi
             jobs.append((runs, extra, work / f"part-{len(jobs):06d}.parquet", check, group_rows))
+        # Files no task reads any more (the C4-rules shards, the line hashes): each write task deletes a share.
+        spent = [f for a in p3 for f in (a[0], a[7])]
+        jobs = [(*job, tuple(spent[j::len(jobs)])) for j, job in enumerate(jobs)]
         written: list[dict[str, Any]] = []
         engine.map(write_part, jobs, written.append, desc="clean 3/3 write")
 
@@ -655,7 +663,9 @@ def clean_corpus(records: Path | Iterable[dict[str, Any]], cfg: CleanerConfig, *
     else:
         template.replace(out_parquet)
 
-    features = pd.concat([pd.read_parquet(a[6])[m] for a, m in zip(p3, keep)], ignore_index=True)
+    frames = [w["features"] for w in written if w["features"] is not None]
+    features = pd.concat(frames, ignore_index=True) if frames else \
+        pd.read_parquet(p3[0][6]).iloc[:0].drop(columns=["source_id"])
     task_summary = leaks = None
     if task is not None:
         ids = features["id"].tolist() + [r["id"] for r in tapt]
@@ -675,7 +685,7 @@ def clean_corpus(records: Path | Iterable[dict[str, Any]], cfg: CleanerConfig, *
                        chars_out=chars_out, bytes_in=bytes_in, filters=filters,
                        rejects=[r for name in filters for r in rejects.get(name, [])],  # in filter order
                        input_drops=input_drops, seconds=time.perf_counter() - t_start, phase_seconds=phase_s,
-                       gate_features=features.drop(columns=["source_id"]), duplicate_lines=duplicate_lines,
+                       gate_features=features, duplicate_lines=duplicate_lines,
                        task=task_summary, task_leaks=leaks, input_repaired=Counter({REPAIRED_UTF8: repaired}))
 
 

@@ -46,7 +46,8 @@ URL_RULES = ("newest", "tfds")
 
 
 def url_dedup(rows: Iterable[tuple], rule: str = "newest", *, normalized: bool = False) -> tuple[set[int], int, int]:
-    """Which rows URL and exact-duplicate dedup drop: (indices, URL duplicates, exact duplicates). ``rows``: (index,
+    """Which rows URL and exact-duplicate dedup drop, row by row (the reference :func:`url_dedup_arrays` is tested
+    against): (indices, URL duplicates, exact duplicates). ``rows``: (index,
     id, url, timestamp[, text MD5 hex for "tfds"]); ``normalized``: the urls are already :func:`normalize_url`'s
     keys (the shard workers make them). Per normalised URL, ``newest`` keeps the latest timestamp (ties: smaller
     id; C4's paper), ``tfds`` the largest MD5 (TFDS)."""
@@ -77,6 +78,39 @@ def url_dedup(rows: Iterable[tuple], rule: str = "newest", *, normalized: bool =
         else:
             drop.add(idx)
     return drop, len(drop) - exact, exact
+
+
+def url_key(url: str) -> bytes:
+    """A 16-byte digest of a page's normalised URL: what the shard workers send for URL dedup."""
+    return hashlib.blake2b(normalize_url(url).encode("utf-8"), digest_size=16).digest()
+
+
+def url_dedup_arrays(ids: np.ndarray, keys: np.ndarray, stamps: np.ndarray, md5: np.ndarray | None,
+                     rule: str = "newest") -> tuple[np.ndarray, int, int]:
+    """:func:`url_dedup` on arrays, vectorised for the main process: ``ids`` (fixed-width ASCII, e.g. ``S32``),
+    ``keys`` (:func:`url_key` digests, ``S16``; ``b""`` for no URL), ``stamps`` (strings) and, for "tfds",
+    ``md5`` (hex, ``S32``), one row per document in input order. Returns the positions to drop (sorted), the URL
+    duplicates and the exact duplicates; the same decisions as :func:`url_dedup`."""
+    if rule not in URL_RULES:
+        raise ValueError(f"url_dedup_rule: {rule!r} is not one of {', '.join(URL_RULES)}")
+    n = len(ids)
+    first = np.zeros(n, dtype=bool)
+    first[np.unique(ids, return_index=True)[1]] = True  # the first row of each id
+    cand = np.flatnonzero(first & (keys != b""))
+    losers = np.empty(0, dtype=np.int64)
+    if len(cand):
+        key_rank = np.unique(keys[cand], return_inverse=True)[1]
+        if rule == "newest":  # the latest timestamp wins, then the smaller id: the last row once sorted so
+            order = np.lexsort((-np.unique(ids[cand], return_inverse=True)[1],
+                                np.unique(stamps[cand], return_inverse=True)[1], key_rank))
+        else:  # tfds: the largest MD5 wins
+            order = np.lexsort((np.unique(md5[cand], return_inverse=True)[1], key_rank))
+        grouped = key_rank[order]
+        last = np.ones(len(order), dtype=bool)
+        last[:-1] = grouped[1:] != grouped[:-1]
+        losers = cand[order[~last]]
+    drop = np.union1d(np.flatnonzero(~first), losers)
+    return drop, len(losers), int(n - first.sum())
 
 
 def line_pairs(doc: Doc) -> np.ndarray:

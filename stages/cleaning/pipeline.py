@@ -27,9 +27,10 @@ from pathlib import Path
 from typing import Any
 
 from stages.cleaning.base import Doc, Filter, FilterStats, meta_dict
-from stages.cleaning.c4 import BadWordsFilter, C4LinesFilter, PageLengthFilter, normalize_url
+from stages.cleaning.c4 import BadWordsFilter, C4LinesFilter, PageLengthFilter
 from stages.cleaning.config import CleanerConfig
-from stages.cleaning.dedup import LineDedupFilter, band_hashes, duplicates, line_pairs, url_dedup, write_shard_pairs
+from stages.cleaning.dedup import (LineDedupFilter, band_hashes, duplicates, line_pairs, url_dedup_arrays, url_key,
+                                   write_shard_pairs)
 from stages.cleaning.gopher import GopherQualityFilter, GopherRepetitionFilter
 from stages.cleaning.langid import is_english
 from stages.common.documents import arrow_schema, doc_id, open_parquet
@@ -262,7 +263,7 @@ def phase0(piece: Piece | Iterable[dict[str, Any]], work: Path, prefix: str, sha
         batch.append(Doc(id=did, text=text, source=str(rec.get("source") or ""), url=url, meta=meta, timestamp=ts,
                          raw_id=raw_id, seq=len(lengths)))
         out["ids"].append(did)
-        out["urls"].append(normalize_url(url) if url else None)
+        out["urls"].append(url_key(url) if url else b"")
         out["stamps"].append(ts)
         if text_md5:
             out["md5"].append(hashlib.md5(text.encode("utf-8")).hexdigest())
@@ -273,6 +274,11 @@ def phase0(piece: Piece | Iterable[dict[str, Any]], work: Path, prefix: str, sha
     if batch:
         flush()
     out["lengths"] = np.array(lengths, dtype=np.int64)
+    # Compact arrays (one buffer each) for the main process's URL and exact-duplicate decisions.
+    out["ids"] = np.array(out["ids"], dtype="S32")
+    out["urls"] = np.array(out["urls"], dtype="S16")
+    out["stamps"] = np.array(out["stamps"], dtype=str)
+    out["md5"] = np.array(out["md5"], dtype="S32")
     out["drops"] = drops
     return out
 
@@ -492,26 +498,27 @@ def clean_corpus(records: Path | Iterable[dict[str, Any]], cfg: CleanerConfig, *
         n_in, chars_in, bytes_in = len(lengths), int(lengths.sum()), sum(r["bytes"] for r in reads)
 
         # URL and exact-duplicate dedup need only ids and URLs; decided here, applied by the phase-1 workers.
-        drop_idx: set[int] = set()
+        drops = np.empty(0, dtype=np.int64)
         url_stats = None
         if cfg.url_dedup:
             limit = cfg.c4.max_page_chars
             fits = np.flatnonzero(lengths <= limit) if limit else np.arange(n_in)  # C4: length filter first
-            cols = [[x for r in reads for x in r[k]] for k in ("ids", "urls", "stamps", "md5")]
-            rows = (((int(i), cols[0][i], cols[1][i], cols[2][i], cols[3][i]) if text_md5 else
-                     (int(i), cols[0][i], cols[1][i], cols[2][i])) for i in fits.tolist())
-            drop_idx, n_url, n_exact = url_dedup(rows, cfg.url_dedup_rule, normalized=True)
+            col = {k: np.concatenate([r[k] for r in reads])[fits] for k in ("ids", "urls", "stamps", "md5")
+                   if k != "md5" or text_md5}
+            drop, n_url, n_exact = url_dedup_arrays(col["ids"], col["urls"], col["stamps"], col.get("md5"),
+                                                    cfg.url_dedup_rule)
+            del col
+            drops = fits[drop]
             ch = int(lengths[fits].sum())
-            url_stats = FilterStats(docs_in=len(fits), docs_out=len(fits) - len(drop_idx), chars_in=ch,
-                                    chars_out=ch - int(lengths[list(drop_idx)].sum()) if drop_idx else ch)
+            url_stats = FilterStats(docs_in=len(fits), docs_out=len(fits) - len(drops), chars_in=ch,
+                                    chars_out=ch - int(lengths[drops].sum()))
             url_stats.dropped.update({k: v for k, v in {"duplicate_url": n_url, "exact_duplicate": n_exact}.items()
                                       if v})
-            del cols
         starts = np.cumsum([0, *sizes[:-1]])
+        where = np.searchsorted(starts, drops, side="right") - 1  # each dropped row's shard
         per_shard: list[set[int]] = [set() for _ in shards]
-        for i in drop_idx:
-            s = int(np.searchsorted(starts, i, side="right")) - 1
-            per_shard[s].add(i - int(starts[s]))
+        for shard, row in zip(where.tolist(), (drops - starts[where]).tolist()):
+            per_shard[shard].add(row)
         del reads
         phase_s["read"] = time.perf_counter() - t_start
 

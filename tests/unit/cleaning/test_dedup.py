@@ -133,3 +133,29 @@ def test_selection_build_keeps_few_files_open(tmp_path):
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=".")
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert int(proc.stdout.strip()) == 300
+
+
+@pytest.mark.parametrize("rule", ["newest", "tfds"])
+def test_the_vectorised_url_dedup_makes_the_same_decisions(rule):
+    import random
+
+    import numpy as np
+
+    from stages.cleaning.dedup import url_dedup_arrays, url_key
+
+    rng = random.Random(7)
+    for trial in range(30):
+        n = rng.randint(1, 60)
+        texts = [f"text {rng.randint(0, n // 2)}" for _ in range(n)]  # exact duplicates
+        ids = [f"{abs(hash(t)) % 10**6:032d}" for t in texts]
+        urls = [rng.choice([None, f"http://a.example/{rng.randint(0, 5)}", f"https://www.a.example/{rng.randint(0, 5)}/"])
+                for _ in range(n)]
+        stamps = [rng.choice(["", "2020", "2020-01", "2021"]) for _ in range(n)]
+        md5 = [f"{rng.randint(0, 10**6):032d}" for _ in texts]
+        md5 = [md5[texts.index(t)] for t in texts]  # the same text, the same MD5
+        rows = [(i, ids[i], urls[i], stamps[i]) + ((md5[i],) if rule == "tfds" else ()) for i in range(n)]
+        want = url_dedup(rows, rule)
+        got = url_dedup_arrays(np.array(ids, dtype="S32"), np.array([url_key(u) if u else b"" for u in urls],
+                                                                    dtype="S16"),
+                               np.array(stamps), np.array(md5, dtype="S32"), rule)
+        assert (set(got[0].tolist()), got[1], got[2]) == want, (trial, rows)

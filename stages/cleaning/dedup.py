@@ -45,12 +45,11 @@ class LineDedupConfig:
 URL_RULES = ("newest", "tfds")
 
 
-def url_dedup(rows: Iterable[tuple], rule: str = "newest", *, normalized: bool = False) -> tuple[set[int], int, int]:
+def url_dedup(rows: Iterable[tuple], rule: str = "newest") -> tuple[set[int], int, int]:
     """Which rows URL and exact-duplicate dedup drop, row by row (the reference :func:`url_dedup_arrays` is tested
-    against): (indices, URL duplicates, exact duplicates). ``rows``: (index,
-    id, url, timestamp[, text MD5 hex for "tfds"]); ``normalized``: the urls are already :func:`normalize_url`'s
-    keys (the shard workers make them). Per normalised URL, ``newest`` keeps the latest timestamp (ties: smaller
-    id; C4's paper), ``tfds`` the largest MD5 (TFDS)."""
+    against): (indices, URL duplicates, exact duplicates). ``rows``: (index, id, url, timestamp[, text MD5 hex for
+    "tfds"]). Per normalised URL, ``newest`` keeps the latest timestamp (ties: smaller id; C4's paper), ``tfds``
+    the largest MD5 (TFDS)."""
     if rule not in URL_RULES:
         raise ValueError(f"url_dedup_rule: {rule!r} is not one of {', '.join(URL_RULES)}")
     best_by_url: dict[str, tuple] = {}
@@ -66,7 +65,7 @@ def url_dedup(rows: Iterable[tuple], rule: str = "newest", *, normalized: bool =
         first_by_id[did] = idx
         if not url:
             continue
-        key = url if normalized else normalize_url(url)
+        key = normalize_url(url)
         cand = (ts or "", did, idx) if rule == "newest" else (row[4], did, idx)
         cur = best_by_url.setdefault(key, cand)
         if cur is cand:

@@ -2,7 +2,7 @@
 memory bounded. Every step that touches text is a task over shards; the main process keeps only the decisions that
 need the whole corpus, made from hashes, ids and counts. Phases (C4's order, then the extras):
 
-0. workers read pieces of the input into shards; main: URL and exact-duplicate decisions (ids, normalised URLs);
+0. workers read pieces of the input into shards; main: URL and exact-duplicate decisions (ids, digests of normalised URLs);
 1. workers: page length, C4 line rules, line-hash pairs;
 2. workers: the line-dedup table, one hash bucket each;
 3. workers: line dedup, language, bad words, Gopher, MinHash bands, the gate's features, the task guard's
@@ -232,7 +232,7 @@ def _write_shard(docs: list[Doc], path: Path) -> Path:
 def phase0(piece: Piece | Iterable[dict[str, Any]], work: Path, prefix: str, shard_docs: int,
            text_md5: bool) -> dict[str, Any]:
     """Read one piece of the input into shard files of at most ``shard_docs`` documents; return what URL and
-    exact-duplicate dedup need (ids, normalised URLs, timestamps, with ``text_md5`` the texts' MD5 hex digests),
+    exact-duplicate dedup need (ids, digests of normalised URLs, timestamps, with ``text_md5`` the texts' MD5 hex digests),
     the texts' lengths and UTF-8 bytes, and the records skipped by reason (a text that is not a string:
     ``invalid_text``)."""
     import numpy as np
@@ -299,12 +299,12 @@ def phase1(shard_in: Path, shard_out: Path, pairs_out: Path, drop: frozenset[int
 @dataclass(frozen=True)
 class GuardSpec:
     """What a phase-3 worker checks for the task guard and TAPT: the task file, its held-out splits, whether the
-    guard is on, and the content ids of the task's training texts (TAPT: which of them the corpus holds)."""
+    guard is on, and whether TAPT is (then it reports which of the task's training texts the corpus holds)."""
 
     task: Path
     holdout_splits: tuple[str, ...]
     guard: bool
-    tapt_ids: frozenset[str]
+    tapt: bool
 
 
 def phase3(shard_in: Path, shard_out: Path, bands_out: Path, table: Path | None, words: list[str],
@@ -317,7 +317,7 @@ def phase3(shard_in: Path, shard_out: Path, bands_out: Path, table: Path | None,
     import numpy as np
 
     from stages.cleaning.features import document_features, write_line_hashes
-    from stages.cleaning.task_guard import held_out
+    from stages.cleaning.task_guard import held_out, train_ids
 
     n = cfg.reject_samples
     filters = [make() for on, make in (
@@ -337,10 +337,11 @@ def phase3(shard_in: Path, shard_out: Path, bands_out: Path, table: Path | None,
     tapt: list[tuple[int, str]] = []
     if guard is not None:
         held = held_out(guard.task, guard.holdout_splits)
+        tapt_ids = train_ids(guard.task) if guard.tapt else frozenset()
         for i, d in enumerate(kept):  # on the text and meta as they will be published
             if guard.guard and (why := held.reason(d.text, _with_raw_id(d.meta, d.raw_id or d.id))):
                 leaks.append((i, why))
-            if guard.tapt_ids and (cid := doc_id(d.text)) in guard.tapt_ids:
+            if tapt_ids and (cid := doc_id(d.text)) in tapt_ids:
                 tapt.append((i, cid))
     for path in done:
         path.unlink(missing_ok=True)
@@ -552,8 +553,7 @@ def clean_corpus(records: Path | Iterable[dict[str, Any]], cfg: CleanerConfig, *
         english_rate = min(1.0, sample / n_in) if sample else 1.0
         spec = None
         if task is not None:
-            spec = GuardSpec(task.path, tuple(task.cfg.holdout_splits), task.cfg.guard,
-                             frozenset(task_guard.tapt_candidates(task_df)) if task.cfg.tapt else frozenset())
+            spec = GuardSpec(task.path, tuple(task.cfg.holdout_splits), task.cfg.guard, task.cfg.tapt)
         p3 = [(a[1], work / f"p3-{i:06d}.parquet", work / f"bands-{i:06d}.npy", table, words, cfg,
                work / f"feat-{i:06d}.parquet", work / f"lines-{i:06d}.npy", english_rate, spec, (a[0], a[2]))
               for i, a in enumerate(p1)]

@@ -72,25 +72,36 @@ def read_task(path: Path):
     return df
 
 
+def _stamp(path: Path) -> tuple[str, int, int]:
+    st = Path(path).stat()
+    return str(path), st.st_mtime_ns, st.st_size
+
+
 @lru_cache(maxsize=4)
-def _held_out(path: str, stamp: tuple[int, int], holdout_splits: tuple[str, ...]) -> HeldOut:
-    return HeldOut(read_task(Path(path)), holdout_splits)
+def _held_out(stamp: tuple[str, int, int], holdout_splits: tuple[str, ...]) -> HeldOut:
+    return HeldOut(read_task(Path(stamp[0])), holdout_splits)
 
 
 def held_out(task_path: Path, holdout_splits: tuple[str, ...]) -> HeldOut:
     """The task's held-out index, read once per process (each shard worker asks for it per shard)."""
-    st = Path(task_path).stat()
-    return _held_out(str(task_path), (st.st_mtime_ns, st.st_size), tuple(holdout_splits))
+    return _held_out(_stamp(task_path), tuple(holdout_splits))
 
 
-def tapt_candidates(task) -> set[str]:
-    """The content ids of the task's training texts (a shard reports which of its documents carry one)."""
-    return {doc_id(t) for t in task.loc[task["split"] == "train", "text"]}
+@lru_cache(maxsize=4)
+def _train_ids(stamp: tuple[str, int, int]) -> frozenset[str]:
+    task = read_task(Path(stamp[0]))
+    return frozenset(doc_id(t) for t in task.loc[task["split"] == "train", "text"])
+
+
+def train_ids(task_path: Path) -> frozenset[str]:
+    """The content ids of the task's training texts, read once per process: a shard reports which of its
+    documents carry one (the TAPT texts already in the corpus)."""
+    return _train_ids(_stamp(task_path))
 
 
 def tapt_rows(cfg: TaskConfig, task, held: HeldOut, present: set[str]) -> list[dict]:
     """The task's training texts to append, in the task's order: each once, none already in the corpus
-    (``present``: the published documents' ids among :func:`tapt_candidates`), none equal to a held-out text."""
+    (``present``: the published documents' ids among :func:`train_ids`), none equal to a held-out text."""
     rows: list[dict] = []
     seen = set(present)
     for t in task.loc[task["split"] == "train"].itertuples(index=False):

@@ -20,6 +20,7 @@ import numpy as np
 
 from stages.cleaning.base import Doc, Filter
 from stages.cleaning.c4 import line_key, normalize_url, page_key
+from stages.cleaning.scratch import Scratch
 from stages.cleaning.sentences import count_sentences
 from stages.config import check, check_seed
 
@@ -118,43 +119,54 @@ def line_pairs(doc: Doc) -> np.ndarray:
     return np.array([(line_key(line), key) for line in doc.text.split("\n")], dtype=np.uint64).reshape(-1, 2)
 
 
-def write_shard_pairs(pairs: list[np.ndarray], path: Path) -> None:
-    """Save one shard's pairs sorted by line hash as a (2, n) array (rows: hashes, page keys, each contiguous)."""
+def write_shard_pairs(pairs: list[np.ndarray], path: Path, buckets: int = 1) -> list[int]:
+    """Save one shard's pairs sorted by line hash as a (2, n) array (rows: hashes, page keys, each contiguous);
+    return where each of ``buckets`` hash buckets starts in it (:func:`bucket_bounds`)."""
     arr = np.concatenate(pairs) if pairs else np.empty((0, 2), dtype=np.uint64)
-    np.save(path, np.ascontiguousarray(arr[np.argsort(arr[:, 0], kind="stable")].T))
+    arr = np.ascontiguousarray(arr[np.argsort(arr[:, 0], kind="stable")].T)
+    np.save(path, arr)
+    return bucket_bounds(arr[0], buckets)
 
 
 def _edges(buckets: int) -> list[int]:
     return [(2**64 * b) // buckets for b in range(buckets + 1)]
 
 
-def _bucket(files: list[Path], lo: int, hi: int) -> np.ndarray | None:
-    """The entries of every file in the hash range [lo, hi), concatenated (None when there are none); files hold
-    sorted 1-D hashes or (2, n) arrays sorted by row 0."""
-    chunks = []
-    for f in files:  # opened per bucket and released: thousands of shards, few open files
-        arr = np.load(f, mmap_mode="r")
-        col = arr[0] if arr.ndim == 2 else arr
-        i = np.searchsorted(col, np.uint64(lo), side="left")
-        j = len(col) if hi >= 2**64 else np.searchsorted(col, np.uint64(hi), side="left")
-        if j > i:
-            chunks.append(np.array(arr[..., i:j]))
-        del arr, col
+def bucket_bounds(hashes: np.ndarray, buckets: int) -> list[int]:
+    """Where each hash bucket starts in sorted ``hashes``, and the end: bucket b is [bounds[b], bounds[b + 1]).
+    A task then reads only its bucket's range of each file (a byte range when the file is remote)."""
+    inner = np.searchsorted(hashes, np.array(_edges(buckets)[1:-1], dtype=np.uint64), side="left")
+    return [0, *inner.tolist(), len(hashes)]
+
+
+Entry = tuple[str, int, int]  # a file's name and the range [start, stop) of its entries in one bucket
+
+
+def bucket_entries(files: list[str], bounds: list[list[int]], bucket: int) -> list[Entry]:
+    """Each file's non-empty range in ``bucket``, from the bounds its writer returned."""
+    return [(f, b[bucket], b[bucket + 1]) for f, b in zip(files, bounds) if b[bucket + 1] > b[bucket]]
+
+
+def _bucket(scratch: Scratch, entries: list[Entry]) -> np.ndarray | None:
+    """The entries' ranges concatenated (None when there are none); files hold sorted 1-D hashes or (2, n)
+    arrays sorted by row 0."""
+    with scratch.files() as io:
+        chunks = [io.rows(name, i, j) for name, i, j in entries]
     return np.concatenate(chunks, axis=-1) if chunks else None
 
 
-def select_bucket(shard_files: list[Path], bucket: int, buckets: int, out: Path) -> int:
+def select_bucket(scratch: Scratch, entries: list[Entry], out: str) -> int:
     """One bucket of the line-dedup selection (a task of its own, so workers build the table): for each distinct
-    line whose hash falls in the bucket, the smallest page key holding it, sorted by hash, saved to ``out`` as a
-    (2, n) array. Returns n."""
-    edges = _edges(buckets)
-    data = _bucket(shard_files, edges[bucket], edges[bucket + 1])
+    line whose hash falls in the bucket (``entries``: the bucket's range of each shard's pairs), the smallest page
+    key holding it, sorted by hash, saved as ``out``, a (2, n) array. Returns n."""
+    data = _bucket(scratch, entries)
     if data is None:
         data = np.empty((2, 0), dtype=np.uint64)
     data = data[:, np.lexsort((data[1], data[0]))]  # by line hash, then page key ascending
     first = np.ones(data.shape[1], dtype=bool)
     first[1:] = data[0, 1:] != data[0, :-1]
-    np.save(out, np.ascontiguousarray(data[:, first]))
+    with scratch.files() as io:
+        np.save(io.write(out), np.ascontiguousarray(data[:, first]))
     return int(first.sum())
 
 
@@ -165,7 +177,8 @@ def new_table(out: Path, size: int) -> None:
 
 def place_bucket(part: Path, table: Path, offset: int) -> None:
     """Copy one bucket's selection into the table at ``offset`` and delete it: buckets are ranges of the hash, so
-    their concatenation in bucket order stays sorted."""
+    their concatenation in bucket order stays sorted. (A folder every worker writes in place: a URL scratch has
+    each process join the buckets itself, :meth:`stages.cleaning.scratch.Files.table`.)"""
     data = np.load(part, mmap_mode="r")
     final = np.load(table, mmap_mode="r+")
     final[:, offset:offset + data.shape[1]] = data
@@ -178,19 +191,21 @@ def build_selection(shard_files: list[Path], out: Path, buckets: int) -> int:
     """Merge shards' pairs into one table sorted by line hash: for each distinct line, the smallest page
     key holding it. Bucket by bucket (here, one after another; the clean stage runs the buckets as tasks) to
     bound memory. Returns distinct lines."""
+    local = Scratch(str(out.parent))
+    bounds = [bucket_bounds(np.load(f, mmap_mode="r")[0], buckets) for f in shard_files]
+    names = [str(f) for f in shard_files]
     parts = [out.parent / f"{out.stem}.part{b}.npy" for b in range(buckets)]
-    sizes = [select_bucket(shard_files, b, buckets, part) for b, part in enumerate(parts)]
+    sizes = [select_bucket(local, bucket_entries(names, bounds, b), str(part)) for b, part in enumerate(parts)]
     new_table(out, sum(sizes))
     for part, offset in zip(parts, np.cumsum([0, *sizes[:-1]]).tolist()):
         place_bucket(part, out, offset)
     return sum(sizes)
 
 
-def count_bucket(files: list[Path], bucket: int, buckets: int) -> int:
-    """How many entries of the sorted 1-D uint64 arrays in ``files`` (all files together) whose hash falls in the
-    bucket repeat another: the gate's re-check of line dedup, one bucket per task so memory stays bounded."""
-    edges = _edges(buckets)
-    data = _bucket(files, edges[bucket], edges[bucket + 1])
+def count_bucket(scratch: Scratch, entries: list[Entry]) -> int:
+    """How many of the entries (one bucket's range of each sorted 1-D uint64 array) repeat another: the gate's
+    re-check of line dedup, one bucket per task so memory stays bounded."""
+    data = _bucket(scratch, entries)
     return 0 if data is None else int(np.count_nonzero(np.diff(np.sort(data)) == 0))
 
 

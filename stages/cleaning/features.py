@@ -44,7 +44,11 @@ def document_features(docs: list[Doc], cfg: CleanerConfig, *, english_rate: floa
     return pd.DataFrame(rows, columns=FEATURE_COLUMNS)
 
 
-def write_line_hashes(docs: list[Doc], path: Path) -> None:
-    """The output lines' identities (C4's line key: stripped, lower-cased, hashed), sorted."""
-    hashes = [line_key(ln) for d in docs for ln in d.text.split("\n")]
-    np.save(path, np.sort(np.array(hashes, dtype=np.uint64)))
+def write_line_hashes(docs: list[Doc], path: Path, buckets: int = 1) -> list[int]:
+    """The output lines' identities (C4's line key: stripped, lower-cased, hashed), sorted; returns where each
+    hash bucket starts (:func:`stages.cleaning.dedup.bucket_bounds`)."""
+    from stages.cleaning.dedup import bucket_bounds
+
+    hashes = np.sort(np.array([line_key(ln) for d in docs for ln in d.text.split("\n")], dtype=np.uint64))
+    np.save(path, hashes)
+    return bucket_bounds(hashes, buckets)

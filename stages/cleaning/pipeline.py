@@ -21,21 +21,28 @@ import json
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass, field
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from stages.cleaning.base import Doc, Filter, FilterStats, meta_dict
 from stages.cleaning.c4 import BadWordsFilter, C4LinesFilter, PageLengthFilter
 from stages.cleaning.config import CleanerConfig
-from stages.cleaning.dedup import (LineDedupFilter, band_hashes, duplicates, line_pairs, url_dedup_arrays, url_key,
-                                   write_shard_pairs)
+from stages.cleaning.dedup import (
+    LineDedupFilter,
+    band_hashes,
+    duplicates,
+    line_pairs,
+    url_dedup_arrays,
+    url_key,
+    write_shard_pairs,
+)
 from stages.cleaning.gopher import GopherQualityFilter, GopherRepetitionFilter
 from stages.cleaning.langid import is_english
+from stages.cleaning.scratch import Files, Scratch
 from stages.common.documents import arrow_schema, doc_id, open_parquet
 from stages.common.shards import open_shards
-from stages.sources.files import _open_binary
 
 SHARD_COLUMNS = ("id", "text", "source", "url", "meta", "timestamp", "raw_id")
 
@@ -150,19 +157,25 @@ def plan_pieces(path: Path, rows: int, split_bytes: int | None = None) -> list[P
     return pieces
 
 
-def piece_records(piece: Piece, drops: Counter) -> Iterator[dict[str, Any]]:
-    """The records of one piece. Undecodable or non-object lines are counted in ``drops`` and skipped: cleaning
-    never crashes on junk input. A line with invalid UTF-8 is kept, each bad byte sequence replaced by U+FFFD, and
-    counted under ``REPAIRED_UTF8``."""
+def _open(path: Path) -> BinaryIO:
+    return open(path, "rb")
+
+
+def piece_records(piece: Piece, drops: Counter, opener: Callable[[Path], BinaryIO] = _open
+                  ) -> Iterator[dict[str, Any]]:
+    """The records of one piece (its file opened with ``opener``). Undecodable or non-object lines are counted in
+    ``drops`` and skipped: cleaning never crashes on junk input. A line with invalid UTF-8 is kept, each bad byte
+    sequence replaced by U+FFFD, and counted under ``REPAIRED_UTF8``."""
     f = piece.path
     if piece.row_groups is not None:
-        pf = open_parquet(f)
-        cols = [c for c in ("id", "text", "source", "url", "meta", "timestamp") if c in pf.schema_arrow.names]
-        for batch in pf.iter_batches(batch_size=2048, columns=cols, row_groups=list(piece.row_groups)):
-            yield from batch.to_pylist()
+        with ExitStack() as stack:  # a local file is read by Arrow itself
+            pf = open_parquet(f if opener is _open else stack.enter_context(opener(f)))
+            cols = [c for c in ("id", "text", "source", "url", "meta", "timestamp") if c in pf.schema_arrow.names]
+            for batch in pf.iter_batches(batch_size=2048, columns=cols, row_groups=list(piece.row_groups)):
+                yield from batch.to_pylist()
         return
     try:
-        yield from _jsonl(piece, drops)
+        yield from _jsonl(piece, drops, opener)
     except (OSError, EOFError) as exc:  # truncated or not-really-gzip input
         raise ValueError(f"{f}: cannot read compressed stream ({exc})") from None
     except Exception as exc:
@@ -174,12 +187,12 @@ def piece_records(piece: Piece, drops: Counter) -> Iterator[dict[str, Any]]:
 REPAIRED_UTF8 = "invalid_utf8_replaced"  # a count in ``drops`` of records kept, not dropped
 
 
-def _lines(piece: Piece) -> Iterator[bytes]:
+def _lines(piece: Piece, opener: Callable[[Path], BinaryIO] = _open) -> Iterator[bytes]:
     if piece.end is None:
-        with _open_binary(piece.path) as fh:
+        with opener(piece.path) as raw, _decompressed(raw, piece.path.name) as fh:
             yield from fh
         return
-    with open(piece.path, "rb") as fh:  # the lines whose first byte lies in [start, end)
+    with opener(piece.path) as fh:  # the lines whose first byte lies in [start, end)
         if piece.start:
             fh.seek(piece.start - 1)
             fh.readline()  # the end of the line the previous range owns (or the newline just before start)
@@ -190,8 +203,21 @@ def _lines(piece: Piece) -> Iterator[bytes]:
             yield raw
 
 
-def _jsonl(piece: Piece, drops) -> Iterator[dict[str, Any]]:
-    for raw in _lines(piece):
+def _decompressed(fh: BinaryIO, name: str) -> BinaryIO:
+    name = name.lower()
+    if name.endswith(".gz"):
+        import gzip
+
+        return gzip.GzipFile(fileobj=fh, mode="rb")  # type: ignore[return-value]
+    if name.endswith(".zst"):
+        import zstandard
+
+        return io.BufferedReader(zstandard.ZstdDecompressor().stream_reader(fh, closefd=True))
+    return fh
+
+
+def _jsonl(piece: Piece, drops, opener: Callable[[Path], BinaryIO] = _open) -> Iterator[dict[str, Any]]:
+    for raw in _lines(piece, opener):
         if not raw.strip():
             continue
         try:
@@ -229,12 +255,18 @@ def _write_shard(docs: list[Doc], path: Path) -> Path:
     return path
 
 
-def phase0(piece: Piece | Iterable[dict[str, Any]], work: Path, prefix: str, shard_docs: int,
+def phase0(scratch: Scratch, piece: Piece | Iterable[dict[str, Any]], prefix: str, shard_docs: int,
            text_md5: bool) -> dict[str, Any]:
-    """Read one piece of the input into shard files of at most ``shard_docs`` documents; return what URL and
+    """Read one piece of the input into shard files of at most ``shard_docs`` documents (named in ``shards``); return what URL and
     exact-duplicate dedup need (ids, digests of normalised URLs, timestamps, with ``text_md5`` the texts' MD5 hex digests),
     the texts' lengths and UTF-8 bytes, and the records skipped by reason (a text that is not a string:
     ``invalid_text``)."""
+    with scratch.files() as files:
+        return _read_piece(files, piece, prefix, shard_docs, text_md5)
+
+
+def _read_piece(files: Files, piece: Piece | Iterable[dict[str, Any]], prefix: str, shard_docs: int,
+                text_md5: bool) -> dict[str, Any]:
     import numpy as np
 
     drops: Counter = Counter()
@@ -243,11 +275,14 @@ def phase0(piece: Piece | Iterable[dict[str, Any]], work: Path, prefix: str, sha
     batch: list[Doc] = []
 
     def flush() -> None:
-        out["shards"].append(_write_shard(batch, work / f"in-{prefix}-{len(out['shards']):05d}.parquet"))
+        name = f"in-{prefix}-{len(out['shards']):05d}.parquet"
+        _write_shard(batch, files.write(name))
+        out["shards"].append(name)
         out["sizes"].append(len(batch))
         batch.clear()
 
-    for rec in piece_records(piece, drops) if isinstance(piece, Piece) else piece:
+    opener = (lambda path: files.open(str(path))) if files.scratch.url else _open
+    for rec in piece_records(piece, drops, opener) if isinstance(piece, Piece) else piece:
         text = rec.get("text")
         if not isinstance(text, str):
             drops["invalid_text"] += 1
@@ -283,17 +318,19 @@ def phase0(piece: Piece | Iterable[dict[str, Any]], work: Path, prefix: str, sha
     return out
 
 
-def phase1(shard_in: Path, shard_out: Path, pairs_out: Path, drop: frozenset[int], cfg: CleanerConfig,
-           with_pairs: bool) -> dict:
+def phase1(scratch: Scratch, shard_in: str, shard_out: str, pairs_out: str, drop: frozenset[int],
+           cfg: CleanerConfig, with_pairs: bool) -> dict:
     """Page length, the main process's URL-dedup decision, then C4's line rules (C4's order). Returns each
-    filter's stats and rejects. Like every task here it leaves its input alone (the main process deletes it once
-    the result is in), so a task run again after its worker died finds what it needs."""
+    filter's stats and rejects (``filters``) and where each line-dedup bucket starts in the pairs file
+    (``bounds``). Like every task here it leaves its input alone (a later task deletes it), so a task run again
+    after its worker died finds what it needs."""
     length, c4 = PageLengthFilter(cfg.c4, cfg.reject_samples), C4LinesFilter(cfg.c4, cfg.reject_samples)
-    kept = [d for i, d in enumerate(_read_shard(shard_in)) if length(d) and i not in drop and c4(d)]
-    _write_shard(kept, shard_out)
-    if with_pairs:
-        write_shard_pairs([line_pairs(d) for d in kept], pairs_out)
-    return {f.name: (f.stats, f.rejects) for f in (length, c4)}
+    with scratch.files() as files:
+        kept = [d for i, d in enumerate(_read_shard(files.read(shard_in))) if length(d) and i not in drop and c4(d)]
+        _write_shard(kept, files.write(shard_out))
+        bounds = write_shard_pairs([line_pairs(d) for d in kept], files.write(pairs_out), cfg.line_dedup.buckets) \
+            if with_pairs else None
+    return {"filters": {f.name: (f.stats, f.rejects) for f in (length, c4)}, "bounds": bounds}
 
 
 @dataclass(frozen=True)
@@ -301,59 +338,63 @@ class GuardSpec:
     """What a phase-3 worker checks for the task guard and TAPT: the task file, its held-out splits, whether the
     guard is on, and whether TAPT is (then it reports which of the task's training texts the corpus holds)."""
 
-    task: Path
+    task: str  # its name in the scratch
     holdout_splits: tuple[str, ...]
     guard: bool
     tapt: bool
 
 
-def phase3(shard_in: Path, shard_out: Path, bands_out: Path, table: Path | None, words: list[str],
-           cfg: CleanerConfig, feats_out: Path, lines_out: Path, english_rate: float,
-           guard: GuardSpec | None = None, done: tuple[Path, ...] = ()) -> dict:
-    """Line dedup, language, bad words, Gopher; then the gate's per-document features and line hashes, and for
-    each kept document its length, whether it has a URL, the task guard's reason to drop it (if any) and whether
-    it is one of the task's training texts. ``done``: files of finished phases this task deletes (the work
-    folder then holds about two copies of the corpus; a task run again finds them gone, which is fine)."""
+def phase3(scratch: Scratch, shard_in: str, shard_out: str, bands_out: str, table: tuple[str, ...] | None,
+           words: list[str], cfg: CleanerConfig, feats_out: str, lines_out: str, english_rate: float,
+           guard: GuardSpec | None = None, done: tuple[str, ...] = ()) -> dict:
+    """Line dedup (``table``: the selection's file, or its buckets' files), language, bad words, Gopher; then the
+    gate's per-document features and line hashes (and where each hash bucket starts in them, ``line_bounds``), and
+    for each kept document its length, whether it has a URL, the task guard's reason to drop it (if any) and
+    whether it is one of the task's training texts. ``done``: files of finished phases this task deletes (the
+    scratch then holds about two copies of the corpus; a task run again finds them gone, which is fine)."""
     import numpy as np
 
     from stages.cleaning.features import document_features, write_line_hashes
     from stages.cleaning.task_guard import held_out, train_ids
 
     n = cfg.reject_samples
-    filters = [make() for on, make in (
-        (cfg.line_dedup.enabled and table is not None, lambda: LineDedupFilter(table, cfg.line_dedup, n)),
-        (cfg.language.enabled, lambda: LanguageFilter(cfg.language, n)),
-        (cfg.badwords.enabled, lambda: BadWordsFilter(words, n)),
-        (cfg.gopher_quality.enabled, lambda: GopherQualityFilter(cfg.gopher_quality, n)),
-        (cfg.gopher_repetition.enabled, lambda: GopherRepetitionFilter(cfg.gopher_repetition, n))) if on]
-    kept = [d for d in _read_shard(shard_in) if all(f(d) for f in filters)]  # all() stops at the first drop
-    _write_shard(kept, shard_out)
-    document_features(kept, cfg, english_rate=english_rate).to_parquet(feats_out, index=False)
-    write_line_hashes(kept, lines_out)
-    if cfg.minhash.enabled:
-        np.save(bands_out, np.stack([band_hashes(d.text, cfg.minhash) for d in kept]) if kept
-                else np.empty((0, cfg.minhash.bands), dtype=np.uint64))
-    leaks: list[tuple[int, str]] = []
-    tapt: list[tuple[int, str]] = []
-    if guard is not None:
-        held = held_out(guard.task, guard.holdout_splits)
-        tapt_ids = train_ids(guard.task) if guard.tapt else frozenset()
-        for i, d in enumerate(kept):  # on the text and meta as they will be published
-            if guard.guard and (why := held.reason(d.text, _with_raw_id(d.meta, d.raw_id or d.id))):
-                leaks.append((i, why))
-            if tapt_ids and (cid := doc_id(d.text)) in tapt_ids:
-                tapt.append((i, cid))
-    for path in done:
-        path.unlink(missing_ok=True)
+    with scratch.files() as files:
+        filters = [make() for on, make in (
+            (cfg.line_dedup.enabled and table is not None,
+             lambda: LineDedupFilter(files.table(table), cfg.line_dedup, n)),
+            (cfg.language.enabled, lambda: LanguageFilter(cfg.language, n)),
+            (cfg.badwords.enabled, lambda: BadWordsFilter(words, n)),
+            (cfg.gopher_quality.enabled, lambda: GopherQualityFilter(cfg.gopher_quality, n)),
+            (cfg.gopher_repetition.enabled, lambda: GopherRepetitionFilter(cfg.gopher_repetition, n))) if on]
+        kept = [d for d in _read_shard(files.read(shard_in)) if all(f(d) for f in filters)]  # all(): first drop
+        _write_shard(kept, files.write(shard_out))
+        document_features(kept, cfg, english_rate=english_rate).to_parquet(files.write(feats_out), index=False)
+        line_bounds = write_line_hashes(kept, files.write(lines_out), cfg.line_dedup.buckets)
+        if cfg.minhash.enabled:
+            np.save(files.write(bands_out), np.stack([band_hashes(d.text, cfg.minhash) for d in kept]) if kept
+                    else np.empty((0, cfg.minhash.bands), dtype=np.uint64))
+        leaks: list[tuple[int, str]] = []
+        tapt: list[tuple[int, str]] = []
+        if guard is not None:
+            task = files.read(guard.task, keep=True)
+            held = held_out(task, guard.holdout_splits)
+            tapt_ids = train_ids(task) if guard.tapt else frozenset()
+            for i, d in enumerate(kept):  # on the text and meta as they will be published
+                if guard.guard and (why := held.reason(d.text, _with_raw_id(d.meta, d.raw_id or d.id))):
+                    leaks.append((i, why))
+                if tapt_ids and (cid := doc_id(d.text)) in tapt_ids:
+                    tapt.append((i, cid))
+    with scratch.files() as files:  # once this task's files are uploaded
+        files.delete(done)
     return {"filters": {f.name: (f.stats, f.rejects) for f in filters},
             "lengths": np.array([len(d.text) for d in kept], dtype=np.int64),
             "has_url": np.array([d.url is not None for d in kept], dtype=bool), "leaks": leaks, "tapt": tapt,
-            "seq": np.array([d.seq for d in kept], dtype=np.int64)}
+            "seq": np.array([d.seq for d in kept], dtype=np.int64), "line_bounds": line_bounds}
 
 
-def write_part(runs: list[tuple[Path, Any, Any, Path]], extra: list[dict[str, Any]], out: Path,
-               check: tuple[Path, tuple[str, ...]] | None, row_group_rows: int | None,
-               done: tuple[Path, ...] = ()) -> dict[str, Any]:
+def write_part(scratch: Scratch, runs: list[tuple[str, Any, Any, str]], extra: list[dict[str, Any]], out: str,
+               check: tuple[str, tuple[str, ...]] | None, row_group_rows: int | None,
+               done: tuple[str, ...] = ()) -> dict[str, Any]:
     """Write one part of the published file: the rows ``runs`` picks from phase-3 shards ((shard, row indices,
     each row's block, the shard's gate features)), then the ``extra`` rows (the TAPT texts), in row groups of
     ``row_group_rows`` (None: one); return the rows' gate features and delete the ``done`` files.
@@ -361,35 +402,37 @@ def write_part(runs: list[tuple[Path, Any, Any, Path]], extra: list[dict[str, An
     dictionary encoding) at chunk boundaries too, so the bytes depend on the blocks, never on which worker wrote
     which part. With ``check`` (the task file and its held-out splits), the part is re-read and each leaking row
     reported for the gate."""
+    import pandas as pd
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     from stages.cleaning.task_guard import held_out, leak_reasons
 
-    import pandas as pd
-
     schema = arrow_schema(False)
     chunks: list[list[dict[str, Any]]] = []
     features = []
     last = None
-    for shard, index, blocks, feats in runs:
-        features.append(pd.read_parquet(feats).iloc[index].drop(columns=["source_id"]))
-        docs = _read_shard(shard)
-        for i, block in zip(index.tolist(), blocks.tolist()):
-            d = docs[i]
-            if block != last or not chunks:
-                chunks.append([])
-                last = block
-            chunks[-1].append({"id": doc_id(d.text), "text": d.text, "source": d.source, "url": d.url,
-                               "meta": _with_raw_id(d.meta, d.raw_id or d.id)})
-    if extra:
-        chunks.append(extra)
-    table = pa.concat_tables([pa.Table.from_pylist(c, schema=schema) for c in chunks]) if chunks \
-        else schema.empty_table()
-    pq.write_table(table, out, compression="zstd", row_group_size=row_group_rows)
-    for path in done:
-        path.unlink(missing_ok=True)
-    return {"rows": table.num_rows, "leaks": leak_reasons(out, held_out(*check)) if check is not None else [],
+    with scratch.files() as files:
+        for shard, index, blocks, feats in runs:
+            features.append(pd.read_parquet(files.read(feats)).iloc[index].drop(columns=["source_id"]))
+            docs = _read_shard(files.read(shard))
+            for i, block in zip(index.tolist(), blocks.tolist()):
+                d = docs[i]
+                if block != last or not chunks:
+                    chunks.append([])
+                    last = block
+                chunks[-1].append({"id": doc_id(d.text), "text": d.text, "source": d.source, "url": d.url,
+                                   "meta": _with_raw_id(d.meta, d.raw_id or d.id)})
+        if extra:
+            chunks.append(extra)
+        table = pa.concat_tables([pa.Table.from_pylist(c, schema=schema) for c in chunks]) if chunks \
+            else schema.empty_table()
+        path = files.write(out)
+        pq.write_table(table, path, compression="zstd", row_group_size=row_group_rows)
+        leaks = leak_reasons(path, held_out(files.read(check[0], keep=True), check[1])) if check is not None else []
+    with scratch.files() as files:
+        files.delete(done)
+    return {"rows": table.num_rows, "leaks": leaks,
             "features": pd.concat(features, ignore_index=True) if features else None}
 
 
@@ -427,6 +470,36 @@ def _worker_deaths(name: str) -> Iterator[None]:
         raise
 
 
+@contextmanager
+def _cleared(scratch: Scratch) -> Iterator[None]:
+    """The run's files removed from a URL scratch when the stage ends, whether it succeeded or not (the work folder
+    removes itself)."""
+    try:
+        yield
+    finally:
+        scratch.clear()
+
+
+@contextmanager
+def _input_named(pieces: list[Piece], scratch: Scratch) -> Iterator[list[Piece]]:
+    """The pieces as the workers read them: the input's own files (a local scratch), or the copies this process
+    uploads to a URL scratch, with errors that name a copy naming the input's file again."""
+    if not scratch.url:
+        yield pieces
+        return
+    names: dict[Path, str] = {}
+    for pc in pieces:
+        if pc.path not in names:
+            names[pc.path] = scratch.stage(pc.path, f"input/{len(names):05d}/{pc.path.name}")
+    try:
+        yield [replace(pc, path=Path(names[pc.path])) for pc in pieces]
+    except ValueError as exc:
+        message = str(exc)
+        for path, name in names.items():
+            message = message.replace(name, str(path))
+        raise ValueError(message) from None
+
+
 class EmptyInput(ValueError):
     """No record of the input has a text string; ``args[0]`` counts the skipped records by reason."""
 
@@ -455,17 +528,20 @@ def _pandas_schema(has_url: bool, tapt: list[dict[str, Any]] | None):
 
 def clean_corpus(records: Path | Iterable[dict[str, Any]], cfg: CleanerConfig, *, work: Path, out_parquet: Path,
                  words: list[str], log: Callable[[str], None] = print, name: str = "clean",
-                 while_mapping: Callable[[], None] | None = None, task: TaskInput | None = None) -> CleanResult:
+                 while_mapping: Callable[[], None] | None = None, task: TaskInput | None = None,
+                 scratch: Scratch | None = None) -> CleanResult:
     """Clean ``records`` (a Parquet or JSONL file or folder, read by the workers piece by piece, or dicts with text,
     optional id, url, source, meta, timestamp) into ``out_parquet``. With ``task``, its guard and TAPT texts are
-    applied and its leak re-check made. Under Dask, ``work`` must be on a filesystem every worker sees at the same
-    path. ``while_mapping`` is called once the shards go to other processes, for work that can overlap theirs."""
+    applied and its leak re-check made. The tasks exchange their files through ``scratch`` (default:
+    ``LMPIPE_SCRATCH``'s URL, else ``work`` itself, which under Dask must then be on a file system every worker sees
+    at the same path); this process keeps its own files in ``work``. ``while_mapping`` is called once the shards go
+    to other processes, for work that can overlap theirs."""
     import numpy as np
     import pandas as pd
     import pyarrow.parquet as pq
 
     from stages.cleaning import task_guard
-    from stages.cleaning.dedup import count_bucket, new_table, place_bucket, select_bucket
+    from stages.cleaning.dedup import bucket_entries, count_bucket, new_table, place_bucket, select_bucket
     from stages.cleaning.parquet_concat import concat
 
     t_start = time.perf_counter()
@@ -477,16 +553,20 @@ def clean_corpus(records: Path | Iterable[dict[str, Any]], cfg: CleanerConfig, *
     task_df = task_guard.read_task(task.path) if task is not None else None
     filters: dict[str, FilterStats] = {}
     rejects: dict[str, list] = {}
+    scratch = scratch or Scratch.for_run(work, name)
+    scratch.check()
 
-    with _worker_deaths(name), open_shards(cfg.workers, name=name) as engine:
+    with _worker_deaths(name), _cleared(scratch), open_shards(cfg.workers, name=name) as engine:
+        task_name = scratch.stage(task.path, f"task/{task.path.name}") if task is not None else None
         if while_mapping is not None and engine.engine != "local":
             while_mapping()  # this process only waits on the workers from here on (the stage imports GX)
         reads: list[dict[str, Any]] = []
         if pieces is None:  # records in memory: this process writes the shards
-            reads.append(phase0(records, work, "000000", cfg.shard_docs, text_md5))
+            reads.append(phase0(scratch, records, "000000", cfg.shard_docs, text_md5))
         else:
-            engine.map(phase0, [(pc, work, f"{k:06d}", cfg.shard_docs, text_md5) for k, pc in enumerate(pieces)],
-                       reads.append, desc="clean 0/3 read")
+            with _input_named(pieces, scratch) as sent:
+                engine.map(phase0, [(scratch, pc, f"{k:06d}", cfg.shard_docs, text_md5) for k, pc in enumerate(sent)],
+                           reads.append, desc="clean 0/3 read")
         input_drops: Counter = sum((r["drops"] for r in reads), Counter())
         repaired = input_drops.pop(REPAIRED_UTF8, 0)
         shards = [s for r in reads for s in r["shards"]]
@@ -524,9 +604,16 @@ def clean_corpus(records: Path | Iterable[dict[str, Any]], cfg: CleanerConfig, *
         phase_s["read"] = time.perf_counter() - t_start
 
         t0 = time.perf_counter()
-        p1 = [(s, work / f"p1-{i:06d}.parquet", work / f"pairs-{i:06d}.npy", frozenset(per_shard[i]), cfg,
+        p1 = [(scratch, s, f"p1-{i:06d}.parquet", f"pairs-{i:06d}.npy", frozenset(per_shard[i]), cfg,
                cfg.line_dedup.enabled) for i, s in enumerate(shards)]
-        engine.map(phase1, p1, _merger(filters, rejects, cfg.reject_samples), desc="clean 1/3 c4 rules")
+        merge = _merger(filters, rejects, cfg.reject_samples)
+        pair_bounds: list[list[int]] = []
+
+        def consume1(report: dict[str, Any]) -> None:
+            merge(report["filters"])
+            pair_bounds.append(report["bounds"])
+
+        engine.map(phase1, p1, consume1, desc="clean 1/3 c4 rules")
         if url_stats is not None:  # report in C4's order: page length, URL dedup, line rules
             filters = {"page_length": filters["page_length"], "url_dedup": url_stats,
                        **{k: v for k, v in filters.items() if k != "page_length"}}
@@ -535,15 +622,20 @@ def clean_corpus(records: Path | Iterable[dict[str, Any]], cfg: CleanerConfig, *
         t0 = time.perf_counter()
         table = None
         if cfg.line_dedup.enabled:  # one task per hash bucket, then each placed in the table
-            table, buckets = work / "line-selection.npy", cfg.line_dedup.buckets
-            parts = [work / f"line-selection.part{b}.npy" for b in range(buckets)]
+            buckets = cfg.line_dedup.buckets
+            parts = [f"line-selection.part{b}.npy" for b in range(buckets)]
             counts: list[int] = []
-            engine.map(select_bucket, [([a[2] for a in p1], b, buckets, parts[b]) for b in range(buckets)],
-                       counts.append, desc="clean line table")
-            new_table(table, sum(counts))
-            offsets = np.cumsum([0, *counts[:-1]]).tolist()
-            engine.map(place_bucket, [(parts[b], table, offsets[b]) for b in range(buckets)], lambda _: None,
-                       desc="clean line table")
+            pair_files = [a[3] for a in p1]
+            engine.map(select_bucket, [(scratch, bucket_entries(pair_files, pair_bounds, b), parts[b])
+                                       for b in range(buckets)], counts.append, desc="clean line table")
+            if scratch.url:  # no file to write in place: each worker process joins the buckets itself
+                table = tuple(parts)
+            else:
+                table = ("line-selection.npy",)
+                new_table(Path(scratch.where(table[0])), sum(counts))
+                offsets = np.cumsum([0, *counts[:-1]]).tolist()
+                engine.map(place_bucket, [(Path(scratch.where(parts[b])), Path(scratch.where(table[0])), offsets[b])
+                                          for b in range(buckets)], lambda _: None, desc="clean line table")
             log(f"[clean] line dedup table: {sum(counts):,} distinct lines")
         phase_s["line_table"] = time.perf_counter() - t0
 
@@ -553,11 +645,11 @@ def clean_corpus(records: Path | Iterable[dict[str, Any]], cfg: CleanerConfig, *
         english_rate = min(1.0, sample / n_in) if sample else 1.0
         spec = None
         if task is not None:
-            spec = GuardSpec(task.path, tuple(task.cfg.holdout_splits), task.cfg.guard, task.cfg.tapt)
-        p3 = [(a[1], work / f"p3-{i:06d}.parquet", work / f"bands-{i:06d}.npy", table, words, cfg,
-               work / f"feat-{i:06d}.parquet", work / f"lines-{i:06d}.npy", english_rate, spec, (a[0], a[2]))
+            spec = GuardSpec(task_name, tuple(task.cfg.holdout_splits), task.cfg.guard, task.cfg.tapt)
+        p3 = [(scratch, a[2], f"p3-{i:06d}.parquet", f"bands-{i:06d}.npy", table, words, cfg,
+               f"feat-{i:06d}.parquet", f"lines-{i:06d}.npy", english_rate, spec, (a[1], a[3]))
               for i, a in enumerate(p1)]
-        merge = _merger(filters, rejects, cfg.reject_samples)
+        merge = _merger(filters, rejects, cfg.reject_samples)  # ``filters`` was reordered
         kept: list[dict[str, Any]] = []
 
         def consume3(report: dict[str, Any]) -> None:
@@ -568,7 +660,8 @@ def clean_corpus(records: Path | Iterable[dict[str, Any]], cfg: CleanerConfig, *
         duplicate_lines = None
         if cfg.line_dedup.enabled:  # the gate's independent count of repeated output lines, a bucket per task
             found: list[int] = []
-            engine.map(count_bucket, [([a[7] for a in p3], b, cfg.line_dedup.buckets)
+            line_files, line_bounds = [a[8] for a in p3], [k["line_bounds"] for k in kept]
+            engine.map(count_bucket, [(scratch, bucket_entries(line_files, line_bounds, b))
                                       for b in range(cfg.line_dedup.buckets)], found.append, desc="clean line check")
             duplicate_lines = sum(found)
         phase_s["dedup_language_badwords"] = time.perf_counter() - t0
@@ -576,9 +669,12 @@ def clean_corpus(records: Path | Iterable[dict[str, Any]], cfg: CleanerConfig, *
         t0 = time.perf_counter()
         keep = [np.ones(len(k["lengths"]), dtype=bool) for k in kept]
         if cfg.minhash.enabled:
-            shard_ids = [pq.read_table(a[1], columns=["id"])["id"].to_pylist() for a in p3]
+            with scratch.files() as files:
+                shard_ids = [pq.read_table(files.read(a[2]), columns=["id"])["id"].to_pylist() for a in p3]
+                bands = np.concatenate([np.load(files.read(a[3])) for a in p3])  # p3: one entry per shard
             ids = [i for s in shard_ids for i in s]
-            near_dups = duplicates(ids, np.concatenate([np.load(a[2]) for a in p3]))  # p3: one entry per shard
+            near_dups = duplicates(ids, bands)
+            del bands
             filters["minhash"] = FilterStats(docs_in=len(ids), docs_out=len(ids) - len(near_dups),
                                              dropped=Counter({"near_duplicate": len(near_dups)} if near_dups else {}))
             for m, shard in zip(keep, shard_ids):
@@ -587,7 +683,9 @@ def clean_corpus(records: Path | Iterable[dict[str, Any]], cfg: CleanerConfig, *
             # Without line dedup two pages can clean to the same text (same id): keep the first.
             final, seen = FilterStats(), set()
             for m, a in zip(keep, p3):
-                for j, cid in enumerate(pq.read_table(a[6], columns=["id"])["id"].to_pylist()):
+                with scratch.files() as files:
+                    cids = pq.read_table(files.read(a[7]), columns=["id"])["id"].to_pylist()
+                for j, cid in enumerate(cids):
                     if not m[j]:
                         continue
                     final.docs_in += 1
@@ -625,7 +723,7 @@ def clean_corpus(records: Path | Iterable[dict[str, Any]], cfg: CleanerConfig, *
         runs_all = []
         for i, (a, m, k) in enumerate(zip(p3, keep, kept)):
             ix = np.flatnonzero(m)
-            runs_all.append((a[1], ix, (shard_offset[i] + k["seq"][ix]) // cfg.shard_docs, a[6]))
+            runs_all.append((a[2], ix, (shard_offset[i] + k["seq"][ix]) // cfg.shard_docs, a[7]))
         if task is not None and task.cfg.guard and guarded:
             runs_all = [(path, ix, np.zeros(len(ix), dtype=np.int64), f) for path, ix, _, f in runs_all]
         extra_rows = tapt or []
@@ -640,7 +738,7 @@ def clean_corpus(records: Path | Iterable[dict[str, Any]], cfg: CleanerConfig, *
             bounds, group_rows = [*range(per_part, total, per_part), total] if total else [], ROW_GROUP_ROWS
         jobs: list[tuple] = []
         cursor, s, off = 0, 0, 0  # the next row: run s, its off-th row
-        check = (task.path, tuple(task.cfg.holdout_splits)) if task is not None else None
+        check = (task_name, tuple(task.cfg.holdout_splits)) if task is not None else None
         for hi in bounds:
             runs, extra = [], []
             while cursor < hi and s < len(runs_all):
@@ -655,24 +753,24 @@ def clean_corpus(records: Path | Iterable[dict[str, Any]], cfg: CleanerConfig, *
             if cursor < hi:  # the TAPT rows come last
                 extra = extra_rows[cursor - n_docs:hi - n_docs]
                 cursor = hi
-            jobs.append((runs, extra, work / f"part-{len(jobs):06d}.parquet", check, group_rows))
+            jobs.append((scratch, runs, extra, f"part-{len(jobs):06d}.parquet", check, group_rows))
         # Files no task reads any more (the C4-rules shards, the line hashes): each write task deletes a share.
-        spent = [f for a in p3 for f in (a[0], a[7])]
+        spent = [f for a in p3 for f in (a[1], a[8])]
         jobs = [(*job, tuple(spent[j::len(jobs)])) for j, job in enumerate(jobs)]
         written: list[dict[str, Any]] = []
         engine.map(write_part, jobs, written.append, desc="clean 3/3 write")
 
-    template = work / "template.parquet"
-    schema = _pandas_schema(has_url, tapt if task.cfg.tapt else None) if task is not None else arrow_schema(False)
-    pq.write_table(schema.empty_table(), template, compression="zstd")
-    if jobs:
-        concat([j[2] for j in jobs], out_parquet, like=template)
-    else:
-        template.replace(out_parquet)
-
-    frames = [w["features"] for w in written if w["features"] is not None]
-    features = pd.concat(frames, ignore_index=True) if frames else \
-        pd.read_parquet(p3[0][6]).iloc[:0].drop(columns=["source_id"])
+        template = work / "template.parquet"
+        schema = _pandas_schema(has_url, tapt if task.cfg.tapt else None) if task is not None else arrow_schema(False)
+        pq.write_table(schema.empty_table(), template, compression="zstd")
+        with scratch.files() as files:  # the parts joined by copying their bytes (a URL's parts copied here first)
+            if jobs:
+                concat([files.read(j[3]) for j in jobs], out_parquet, like=template)
+            else:
+                template.replace(out_parquet)
+            frames = [w["features"] for w in written if w["features"] is not None]
+            features = pd.concat(frames, ignore_index=True) if frames else \
+                pd.read_parquet(files.read(p3[0][7])).iloc[:0].drop(columns=["source_id"])
     task_summary = leaks = None
     if task is not None:
         ids = features["id"].tolist() + [r["id"] for r in tapt]

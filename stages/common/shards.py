@@ -14,7 +14,7 @@ import os
 import sys
 from collections import deque
 from collections.abc import Callable, Iterable
-from contextlib import ExitStack
+from contextlib import ExitStack, suppress
 from functools import partial
 from types import SimpleNamespace
 from typing import Any
@@ -52,18 +52,26 @@ class Shards:
 
     def _ordered(self, submit: Callable[[Callable, tuple], Any], fn: Callable, arg_lists: Iterable[tuple],
                  consume: Callable[[Any], None], desc: str) -> None:
-        """Submit with at most ``window`` in flight; consume in order. A failed shard raises here."""
+        """Submit with at most ``window`` in flight; consume in order. A failed shard raises here, once the shards
+        still running have finished (they may write files the caller removes on the error)."""
         pending: deque = deque()
         n = len(arg_lists) if hasattr(arg_lists, "__len__") else None
         with tqdm(total=n, desc=desc, unit="shard", file=sys.stderr, disable=None, mininterval=1.0) as bar:
-            for args in arg_lists:
-                if len(pending) >= self.window:
+            try:
+                for args in arg_lists:
+                    if len(pending) >= self.window:
+                        consume(pending.popleft().result())
+                        bar.update()
+                    pending.append(submit(fn, args))
+                while pending:
                     consume(pending.popleft().result())
                     bar.update()
-                pending.append(submit(fn, args))
-            while pending:
-                consume(pending.popleft().result())
-                bar.update()
+            except Exception:
+                for future in pending:
+                    if self.engine != "local":  # in this process a shard only runs when its result is taken
+                        with suppress(Exception):
+                            future.result()
+                raise
 
 
 class ProcessShards(Shards):

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import operator
+import time
+from pathlib import Path
 
 import pytest
 
@@ -46,6 +48,23 @@ def test_a_failed_shard_raises_its_own_error(monkeypatch):
     monkeypatch.delenv(shards.ENV, raising=False)
     with shards.open_shards(2, name="t") as e, pytest.raises(ValueError, match="invalid literal for int"):
         e.map(int, [("1",), ("x",)], lambda r: None, desc="int")
+
+
+def _fail_or_write_late(kind: str, path: str) -> None:
+    if kind == "fail":
+        raise ValueError("shard 0 is bad")
+    time.sleep(1.0)
+    Path(path).write_text("written after the failure")
+
+
+def test_a_failure_is_raised_once_the_shards_still_running_have_finished(tmp_path, monkeypatch):
+    # A caller removes its files on the error: a shard still running must not write into them afterwards.
+    monkeypatch.delenv(shards.ENV, raising=False)
+    late = tmp_path / "late.txt"
+    with shards.open_shards(2, name="t") as e:
+        with pytest.raises(ValueError, match="shard 0 is bad"):
+            e.map(_fail_or_write_late, [("fail", ""), ("write", str(late))], lambda _: None, desc="t")
+        assert late.read_text() == "written after the failure"
 
 
 def test_a_bad_or_unreachable_dask_address_is_a_clear_error(monkeypatch):

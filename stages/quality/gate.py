@@ -165,6 +165,7 @@ def validate(gate: str, tables: Mapping[str, pandas.DataFrame], expectations: Se
         datasource = context.data_sources.add_or_update_pandas(name="gate")
         index_by_id: dict[str, int] = {}
         results: dict[int, Any] = {}
+        rendered: list[Any] = []  # each stored validation and its suite, for one Data Docs build at the end
         for table in dict.fromkeys(expect.table for expect in expectations):  # first-seen order: deterministic
             # One GX batch per table; the suite replaces the stored one of its name (today's checks, nothing older).
             name = f"{gate}.{table}"
@@ -184,14 +185,16 @@ def validate(gate: str, tables: Mapping[str, pandas.DataFrame], expectations: Se
                 definition = context.validation_definitions.add_or_update(
                     gx.ValidationDefinition(name=name, data=batch_definition, suite=suite))
                 checkpoint = context.checkpoints.add_or_update(gx.Checkpoint(
-                    name=name, validation_definitions=[definition], result_format="SUMMARY",
-                    actions=[gx.checkpoint.UpdateDataDocsAction(name="data_docs")]))
+                    name=name, validation_definitions=[definition], result_format="SUMMARY", actions=[]))
                 run = checkpoint.run(batch_parameters={"dataframe": tables[table]})
-                validation = next(iter(run.run_results.values()))
+                identifier, validation = next(iter(run.run_results.items()))
+                rendered += [identifier, _suite_identifier(name)]
             else:
                 batch = batch_definition.get_batch(batch_parameters={"dataframe": tables[table]})
                 validation = batch.validate(suite, result_format="SUMMARY")
             results.update((index_by_id[result.expectation_config.id], result) for result in validation.results)
+        if rendered:  # the pages of this gate's validations and suites, and the index, rendered once
+            context.build_data_docs(resource_identifiers=rendered, dry_run=False, build_index=True)
 
     # A check GX returned nothing for must not pass by omission.
     checks = tuple(
@@ -303,6 +306,12 @@ def _prune_history(gx_root: Path, gate: str, table: str, keep: int = KEEP_VALIDA
         runs = sorted((base / gate / table).glob("*/*T*Z"), key=lambda p: p.name)
         for old in runs[:-keep] if keep else runs:
             shutil.rmtree(old, ignore_errors=True)
+
+
+def _suite_identifier(name: str) -> Any:
+    from great_expectations.data_context.types.resource_identifiers import ExpectationSuiteIdentifier
+
+    return ExpectationSuiteIdentifier(name=name)
 
 
 def _get_or_add(get: Any, add: Any) -> Any:

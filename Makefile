@@ -45,14 +45,16 @@ else
 endif
 
 # A local Prefect server (SQLite under .prefect/) and the scheduled deployment of the pipeline flow;
-# the UI is at http://127.0.0.1:$(UI_PORT). CRON, UI_PROFILE, UI_TARGET, UI_DASK (a Dask scheduler address) and
-# UI_TRAIN_PROCESSES set the deployment's schedule and default parameters.
+# the UI is at http://127.0.0.1:$(UI_PORT). CRON, UI_PROFILE, UI_TARGET, UI_DASK (a Dask scheduler address),
+# UI_SCRATCH (an fsspec URL for cleaning's shards) and UI_TRAIN_PROCESSES set the deployment's schedule and
+# default parameters.
 UI_PORT    ?= 4200
 CRON       ?= 0 3 * * *
 ui: $(VENV)/.installed-run
 	PATH="$(abspath $(VENV))/bin:$$PATH" $(PY) -m flows.ui --port $(UI_PORT) --cron "$(CRON)" \
 		$(if $(UI_PROFILE),--profile $(UI_PROFILE)) $(if $(UI_TARGET),--target $(UI_TARGET)) \
-		$(if $(UI_DASK),--dask $(UI_DASK)) $(if $(UI_TRAIN_PROCESSES),--train-processes $(UI_TRAIN_PROCESSES))
+		$(if $(UI_DASK),--dask $(UI_DASK)) $(if $(UI_SCRATCH),--scratch $(UI_SCRATCH)) \
+		$(if $(UI_TRAIN_PROCESSES),--train-processes $(UI_TRAIN_PROCESSES))
 
 test: $(VENV)/.installed-dev
 	PATH="$(abspath $(VENV))/bin:$$PATH" $(PY) -m pytest tests

@@ -5,7 +5,8 @@ graph ``dvc.yaml`` defines (with ``experiments/compare/dvc.yaml``'s comparison s
 Each task runs ``dvc repro --single-item <stage>`` (DVC's cache skips what is unchanged; the flow holds no stage
 logic). A failed stage fails its task with its own error line and nothing downstream runs; each stage's reports
 are published as artifacts (``flows.artifacts``). Scale-out goes through the environment, which DVC does not
-track: ``LMPIPE_DASK`` (``stages.common.shards``) and ``LMPIPE_TRAIN_*`` (``stages.training.launch``).
+track: ``LMPIPE_DASK`` (``stages.common.shards``), ``LMPIPE_SCRATCH`` (``stages.cleaning.scratch``) and
+``LMPIPE_TRAIN_*`` (``stages.training.launch``).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from prefect.task_runners import ThreadPoolTaskRunner
 from flows.artifacts import publish_run, publish_stage
 from flows.graph import closure, read_pipeline
 from flows.ui import stop
+from stages.cleaning.scratch import ENV as SCRATCH
 from stages.common.atomic import write_bytes_atomic
 from stages.common.hashing import sha256_file
 from stages.common.shards import ENV as DASK
@@ -43,11 +45,14 @@ class StageFailed(RuntimeError):
 
 
 def stage_env(stage: str, *, dask: str | None = None, train_processes: int = 1, launcher: str = "torchrun",
-              launch_args: str = "") -> dict[str, str]:
-    """The variables a stage gets on top of the flow's environment: where its shards and processes run."""
+              launch_args: str = "", scratch: str | None = None) -> dict[str, str]:
+    """The variables a stage gets on top of the flow's environment: where its shards and processes run, and
+    where cleaning's shards exchange their files."""
     env: dict[str, str] = {}
     if dask:
         env[DASK] = dask
+    if scratch and stage.split("@", 1)[0] == "clean":
+        env[SCRATCH] = scratch
     if stage.split("@", 1)[0] in TRAINING_STAGES and (train_processes > 1 or launch_args):
         launch.launch_command("stages.pretrain", [], train_processes, launcher)  # a bad value fails here, early
         env.update({launch.PROCESSES: str(train_processes), launch.LAUNCHER: launcher, launch.LAUNCH_ARGS: launch_args})
@@ -250,7 +255,8 @@ def restore_params(root: Path) -> str | None:
 @flow(name="lm-pipeline", log_prints=True, task_runner=ThreadPoolTaskRunner(max_workers=1))
 def pipeline(target: str | None = None, profile: str | None = None, root: str = ".", dask: str | None = None,
              train_processes: int = 1, launcher: str = "torchrun", launch_args: str = "",
-             stage_timeout_hours: float | None = None, force: list[str] | None = None) -> dict:
+             stage_timeout_hours: float | None = None, force: list[str] | None = None,
+             scratch: str | None = None) -> dict:
     """Run ``target`` (a stage, a ``foreach`` group, or everything when empty) and what it needs, one task
     per stage; ``profile`` applies ``profiles/<profile>.yaml`` for the run. The other arguments are those of
     `main`'s options. A second run on the same workspace fails at once (`workspace_lock`)."""
@@ -275,7 +281,7 @@ def pipeline(target: str | None = None, profile: str | None = None, root: str = 
             futures = {}
             for stage in order:
                 env = stage_env(stage, dask=dask, train_processes=train_processes, launcher=launcher,
-                                launch_args=launch_args)
+                                launch_args=launch_args, scratch=scratch)
                 futures[stage] = run_stage.with_options(**task_options(stage)).submit(
                     stage, str(base), outs.get(stage, []), env, stage_timeout_hours, stage in forced, targets[stage],
                     wait_for=[futures[d] for d in graph[stage] if d in futures])
@@ -299,6 +305,8 @@ def run_options(ap: argparse.ArgumentParser) -> None:
                     "params.yaml for this run (restored after)")
     ap.add_argument("--root", default=".", help="the project folder the runs work in")
     ap.add_argument("--dask", help="Dask scheduler address (tcp://host:8786) or local[:N] for cleaning and tokenization")
+    ap.add_argument("--scratch", help="fsspec URL (s3://bucket/prefix, a shared folder) through which cleaning's "
+                    "shards go, for Dask workers that share no folder with this machine")
     ap.add_argument("--train-processes", type=int, default=1, help="processes per machine for pre-training and DAPT")
     ap.add_argument("--launcher", choices=("torchrun", "accelerate"), default="torchrun")
     ap.add_argument("--launch-args", default="", help='extra launcher arguments, e.g. "--nnodes 2 --node_rank 0 '

@@ -483,7 +483,7 @@ def _cleared(scratch: Scratch) -> Iterator[None]:
 @contextmanager
 def _input_named(pieces: list[Piece], scratch: Scratch) -> Iterator[list[Piece]]:
     """The pieces as the workers read them: the input's own files (a local scratch), or the copies this process
-    uploads to a URL scratch, with errors that name a copy naming the input's file again."""
+    uploads to a URL scratch (removed once read), with errors that name a copy naming the input's file again."""
     if not scratch.url:
         yield pieces
         return
@@ -498,6 +498,8 @@ def _input_named(pieces: list[Piece], scratch: Scratch) -> Iterator[list[Piece]]
         for path, name in names.items():
             message = message.replace(name, str(path))
         raise ValueError(message) from None
+    with scratch.files() as files:  # read into shards: the copies are spent
+        files.delete(names.values())
 
 
 class EmptyInput(ValueError):

@@ -231,6 +231,9 @@ def test_scale_out_reaches_only_the_stages_it_is_for():
         assert stage_env("ingest") == {}  # stages never talk to Prefect: nothing of the flow's API leaks in
         assert stage_env("clean@general", dask="tcp://sched:8786", train_processes=4) == {
             "LMPIPE_DASK": "tcp://sched:8786"}
+        assert stage_env("clean@domain", dask="tcp://sched:8786", scratch="s3://bucket/lm") == {
+            "LMPIPE_DASK": "tcp://sched:8786", "LMPIPE_SCRATCH": "s3://bucket/lm"}
+        assert "LMPIPE_SCRATCH" not in stage_env("tokens@bert", scratch="s3://bucket/lm")  # cleaning's shards only
         train = stage_env("dapt@t5", dask="local:2", train_processes=4, launcher="accelerate")
         assert train == {
             "LMPIPE_DASK": "local:2", "LMPIPE_TRAIN_PROCESSES": "4", "LMPIPE_TRAIN_LAUNCHER": "accelerate",

@@ -1,7 +1,8 @@
 """A clean-stage worker killed (SIGKILL) in the middle of a shard. With the local process pool the stage fails
 with one error line and publishes nothing (the previous output stays), and the next run's output is the
 uninterrupted run's, byte for byte. On Dask the scheduler runs the lost task again on another worker (every task
-leaves its inputs for the main process to delete), so the same run finishes with the same bytes."""
+leaves its inputs for a later task to delete), so the same run finishes with the same bytes, also when the shards
+go through a scratch URL."""
 
 from __future__ import annotations
 
@@ -87,15 +88,22 @@ def test_a_killed_pool_worker_fails_the_stage_cleanly_and_the_next_run_matches(t
     assert _files(out) == before
 
 
-def test_a_killed_dask_worker_is_replaced_and_the_run_gives_the_same_bytes(tmp_path, monkeypatch):
+@pytest.mark.parametrize("through", ["work folder", "scratch URL"])
+def test_a_killed_dask_worker_is_replaced_and_the_run_gives_the_same_bytes(tmp_path, monkeypatch, through):
     distributed = pytest.importorskip("distributed")
     from stages.clean import main
+    from stages.cleaning.scratch import ENV as SCRATCH
     from stages.common.shards import ENV, environ_kept
 
     seed_badwords(tmp_path / "cache")
     inp = _corpus(tmp_path)
     monkeypatch.delenv(ENV, raising=False)
+    monkeypatch.delenv(SCRATCH, raising=False)
     assert main(_command(tmp_path, inp, tmp_path / "local", _params(tmp_path, 1))[3:]) == 0
+    shared = tmp_path / "shared"  # through fsspec, as an object store would be
+    if through == "scratch URL":
+        shared.mkdir()
+        monkeypatch.setenv(SCRATCH, f"file://{shared}")
 
     with environ_kept(), distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
                                                   dashboard_address=None) as cluster, \
@@ -114,3 +122,5 @@ def test_a_killed_dask_worker_is_replaced_and_the_run_gives_the_same_bytes(tmp_p
         run.join(timeout=600)
     assert codes == [0]
     assert _files(tmp_path / "dask") == _files(tmp_path / "local")
+    if through == "scratch URL":
+        assert list(shared.iterdir()) == []

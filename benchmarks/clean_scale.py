@@ -154,7 +154,10 @@ def main() -> None:
             r["mb_per_s"] = round(size / 1e6 / r["wall_s"], 2)
             runs.append(r)
             print(json.dumps(r), flush=True)
-    result = {"input": str(args.input), "code": str(args.code), "corpus": args.corpus, "documents": docs, "mb": round(size / 1e6, 1), "made_s": round(made_s, 1),
+    commit = subprocess.run(["git", "-C", str(args.code), "rev-parse", "--short", "HEAD"], capture_output=True,
+                            text=True).stdout.strip()
+    result = {"input": str(args.input), "code": f"{args.code} ({commit})" if commit else str(args.code),
+              "scratch": os.environ.get("LMPIPE_SCRATCH") or "the work folder", "corpus": args.corpus, "documents": docs, "mb": round(size / 1e6, 1), "made_s": round(made_s, 1),
               "cpus": os.cpu_count(), "runs": runs}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")

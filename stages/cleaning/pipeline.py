@@ -29,15 +29,8 @@ from typing import Any, BinaryIO
 from stages.cleaning.base import Doc, Filter, FilterStats, meta_dict
 from stages.cleaning.c4 import BadWordsFilter, C4LinesFilter, PageLengthFilter
 from stages.cleaning.config import CleanerConfig
-from stages.cleaning.dedup import (
-    LineDedupFilter,
-    band_hashes,
-    duplicates,
-    line_pairs,
-    url_dedup_arrays,
-    url_key,
-    write_shard_pairs,
-)
+from stages.cleaning.dedup import (LineDedupFilter, band_hashes, duplicates, line_pairs, url_dedup_arrays, url_key,
+                                   write_shard_pairs)
 from stages.cleaning.gopher import GopherQualityFilter, GopherRepetitionFilter
 from stages.cleaning.langid import is_english
 from stages.cleaning.scratch import Files, Scratch
@@ -114,7 +107,8 @@ ROW_GROUP_ROWS = 2048  # rows per row group of the published documents.parquet
 @dataclass(frozen=True)
 class Piece:
     """A part of the input one worker reads: row groups of a Parquet file, or the lines of a JSONL file that start
-    in the byte range [start, end) (a compressed file is one piece)."""
+    in the byte range [start, end) (a compressed file is one piece). Sent to the workers, ``path`` is the name of
+    the file's copy when the scratch is a URL."""
 
     path: Path
     row_groups: tuple[int, ...] | None = None
@@ -257,10 +251,10 @@ def _write_shard(docs: list[Doc], path: Path) -> Path:
 
 def phase0(scratch: Scratch, piece: Piece | Iterable[dict[str, Any]], prefix: str, shard_docs: int,
            text_md5: bool) -> dict[str, Any]:
-    """Read one piece of the input into shard files of at most ``shard_docs`` documents (named in ``shards``); return what URL and
-    exact-duplicate dedup need (ids, digests of normalised URLs, timestamps, with ``text_md5`` the texts' MD5 hex digests),
-    the texts' lengths and UTF-8 bytes, and the records skipped by reason (a text that is not a string:
-    ``invalid_text``)."""
+    """Read one piece of the input into shard files of at most ``shard_docs`` documents (their names: ``shards``);
+    return what URL and exact-duplicate dedup need (ids, digests of normalised URLs, timestamps, with
+    ``text_md5`` the texts' MD5 hex digests), the texts' lengths and UTF-8 bytes, and the records skipped by
+    reason (a text that is not a string: ``invalid_text``)."""
     with scratch.files() as files:
         return _read_piece(files, piece, prefix, shard_docs, text_md5)
 
@@ -368,7 +362,8 @@ def phase3(scratch: Scratch, shard_in: str, shard_out: str, bands_out: str, tabl
             (cfg.gopher_repetition.enabled, lambda: GopherRepetitionFilter(cfg.gopher_repetition, n))) if on]
         kept = [d for d in _read_shard(files.read(shard_in)) if all(f(d) for f in filters)]  # all(): first drop
         _write_shard(kept, files.write(shard_out))
-        document_features(kept, cfg, english_rate=english_rate).to_parquet(files.write(feats_out), index=False)
+        feats = document_features(kept, cfg, english_rate=english_rate)
+        feats.to_parquet(files.write(feats_out), index=False)
         line_bounds = write_line_hashes(kept, files.write(lines_out), cfg.line_dedup.buckets)
         if cfg.minhash.enabled:
             np.save(files.write(bands_out), np.stack([band_hashes(d.text, cfg.minhash) for d in kept]) if kept
@@ -389,7 +384,10 @@ def phase3(scratch: Scratch, shard_in: str, shard_out: str, bands_out: str, tabl
     return {"filters": {f.name: (f.stats, f.rejects) for f in filters},
             "lengths": np.array([len(d.text) for d in kept], dtype=np.int64),
             "has_url": np.array([d.url is not None for d in kept], dtype=bool), "leaks": leaks, "tapt": tapt,
-            "seq": np.array([d.seq for d in kept], dtype=np.int64), "line_bounds": line_bounds}
+            "seq": np.array([d.seq for d in kept], dtype=np.int64), "line_bounds": line_bounds,
+            # what the main process's MinHash clusters and (without line dedup) exact-text dedup need
+            "ids": [d.id for d in kept] if cfg.minhash.enabled else None,
+            "cleaned_ids": None if cfg.line_dedup.enabled else feats["id"].tolist()}
 
 
 def write_part(scratch: Scratch, runs: list[tuple[str, Any, Any, str]], extra: list[dict[str, Any]], out: str,
@@ -671,8 +669,8 @@ def clean_corpus(records: Path | Iterable[dict[str, Any]], cfg: CleanerConfig, *
         t0 = time.perf_counter()
         keep = [np.ones(len(k["lengths"]), dtype=bool) for k in kept]
         if cfg.minhash.enabled:
+            shard_ids = [k["ids"] for k in kept]
             with scratch.files() as files:
-                shard_ids = [pq.read_table(files.read(a[2]), columns=["id"])["id"].to_pylist() for a in p3]
                 bands = np.concatenate([np.load(files.read(a[3])) for a in p3])  # p3: one entry per shard
             ids = [i for s in shard_ids for i in s]
             near_dups = duplicates(ids, bands)
@@ -684,10 +682,8 @@ def clean_corpus(records: Path | Iterable[dict[str, Any]], cfg: CleanerConfig, *
         if not cfg.line_dedup.enabled:
             # Without line dedup two pages can clean to the same text (same id): keep the first.
             final, seen = FilterStats(), set()
-            for m, a in zip(keep, p3):
-                with scratch.files() as files:
-                    cids = pq.read_table(files.read(a[7]), columns=["id"])["id"].to_pylist()
-                for j, cid in enumerate(cids):
+            for m, k in zip(keep, kept):
+                for j, cid in enumerate(k["cleaned_ids"]):
                     if not m[j]:
                         continue
                     final.docs_in += 1

@@ -35,6 +35,24 @@ from typing import Any, BinaryIO
 ENV = "LMPIPE_SCRATCH"
 
 
+class ScratchError(ValueError):
+    """A file of a URL scratch could not be read or written (credentials, network, space); names the file."""
+
+
+@contextmanager
+def _named(scratch: Scratch, what: str, name: str) -> Iterator[None]:
+    """A URL scratch's failure as one :class:`ScratchError` naming the file (a local folder's errors pass as they
+    are)."""
+    try:
+        yield
+    except ScratchError:
+        raise
+    except Exception as exc:
+        if not scratch.url:
+            raise
+        raise ScratchError(f"{ENV}: cannot {what} {scratch.root}/{name} ({type(exc).__name__}: {exc})") from exc
+
+
 @dataclass(frozen=True)
 class Scratch:
     """``root``: a local folder whose files are used in place (``url`` False), or an fsspec URL whose files each
@@ -83,7 +101,8 @@ class Scratch:
         """Make the main process's file ``local`` readable by the workers; the name to read it by."""
         if not self.url:
             return str(local.absolute())
-        _put(self.filesystem()[0], local, self.where(name))
+        with _named(self, "upload to", name):
+            _put(self.filesystem()[0], local, self.where(name))
         return name
 
     def check(self) -> None:
@@ -104,11 +123,14 @@ class Scratch:
     def clear(self) -> None:
         """Remove the run's prefix (URL roots; the stage's work folder removes itself) and this process's copies."""
         if self.url:
-            fs, _ = self.filesystem()
             try:
+                fs, _ = self.filesystem()
                 fs.rm(self.where("").rstrip("/"), recursive=True)
             except FileNotFoundError:
                 pass
+            except Exception as exc:  # never hides the stage's own error; says what is left behind
+                print(f"warning: {ENV}: could not remove {self.root} ({type(exc).__name__}: {exc}); remove it by "
+                      "hand", file=sys.stderr)
             _forget(self.root)
 
 
@@ -128,6 +150,10 @@ class Files:
         and is made once."""
         if self._tmp is None:
             return self._local(name)
+        with _named(self.scratch, "download", name):
+            return self._download(name, keep)
+
+    def _download(self, name: str, keep: bool) -> Path:
         fs, _ = self.scratch.filesystem()
         if keep:
             with _LOCK:
@@ -155,8 +181,9 @@ class Files:
         """The file opened for reading bytes (a remote file reads only the ranges asked for)."""
         if self._tmp is None:
             return open(self._local(name), "rb")
-        fs, _ = self.scratch.filesystem()
-        return fs.open(self.scratch.where(name), "rb")
+        with _named(self.scratch, "open", name):
+            fs, _ = self.scratch.filesystem()
+            return fs.open(self.scratch.where(name), "rb")
 
     def rows(self, name: str, start: int, stop: int):
         """Columns [start, stop) of a saved 1-D or (k, n) C-ordered NumPy array (ranges of a remote file only)."""
@@ -169,10 +196,11 @@ class Files:
             return out
         fs, _ = self.scratch.filesystem()
         path = self.scratch.where(name)
-        shape, dtype, offset = _npy_header(fs.cat_file(path, start=0, end=4096), name)
-        n, size = shape[-1], dtype.itemsize
-        rows = [fs.cat_file(path, start=offset + size * (r * n + start), end=offset + size * (r * n + stop))
-                for r in range(shape[0] if len(shape) == 2 else 1)]
+        with _named(self.scratch, "read", name):
+            shape, dtype, offset = _npy_header(fs.cat_file(path, start=0, end=4096), name)
+            n, size = shape[-1], dtype.itemsize
+            rows = [fs.cat_file(path, start=offset + size * (r * n + start), end=offset + size * (r * n + stop))
+                    for r in range(shape[0] if len(shape) == 2 else 1)]
         out = np.stack([np.frombuffer(b, dtype=dtype) for b in rows])
         return out if len(shape) == 2 else out[0]
 
@@ -211,16 +239,18 @@ class Files:
             return
         fs, _ = self.scratch.filesystem()
         for name in names:
-            try:
-                fs.rm_file(self.scratch.where(name))
-            except FileNotFoundError:
-                pass
+            with _named(self.scratch, "delete", name):
+                try:
+                    fs.rm_file(self.scratch.where(name))
+                except FileNotFoundError:
+                    pass
 
     def upload(self) -> None:
         fs, _ = self.scratch.filesystem()
         for local, name in self._written:
             if local.exists():
-                _put(fs, local, self.scratch.where(name))
+                with _named(self.scratch, "upload to", name):
+                    _put(fs, local, self.scratch.where(name))
         self._written.clear()
 
 

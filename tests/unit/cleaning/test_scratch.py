@@ -127,3 +127,53 @@ def test_an_input_error_seen_by_a_worker_names_the_input_file_not_its_copy(tmp_p
     assert rc == 1 and f"{folder / 'b.jsonl.gz'}: cannot read compressed stream" in err, err
     assert "input/00001" not in err
     assert list((tmp_path / "store").iterdir()) == []
+
+
+def test_a_url_scratch_that_fails_mid_run_is_one_error_line_naming_the_file(tmp_path, monkeypatch, capsys):
+    import fsspec.implementations.local as local_fs
+
+    put = local_fs.LocalFileSystem.put_file
+
+    def refuse_parts(self, lpath, rpath, *args, **kwargs):
+        if "/part-" in str(rpath):
+            raise PermissionError("access denied by the store")
+        return put(self, lpath, rpath, *args, **kwargs)
+
+    monkeypatch.setattr(local_fs.LocalFileSystem, "put_file", refuse_parts)
+    monkeypatch.setattr(local_fs.LocalFileSystem, "rm", lambda self, *a, **k: (_ for _ in ()).throw(
+        PermissionError("no delete either")))
+    store = tmp_path / "store"
+    store.mkdir()
+    monkeypatch.setenv(ENV, str(store))
+    assert _stage(tmp_path, "out") == 1
+    err = capsys.readouterr().err
+    line = next(ln for ln in err.splitlines() if ln.startswith("error:"))
+    assert f"{ENV}: cannot upload to {store}/clean-out-" in line and "/part-000000.parquet" in line, line
+    assert "PermissionError: access denied by the store" in line and "Traceback" not in err
+    assert f"warning: {ENV}: could not remove {store}/clean-out-" in err  # the stage's error is the one reported
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("through", ["work folder", "scratch URL"])
+def test_minhash_decides_from_the_ids_the_tasks_return(tmp_path, monkeypatch, through):
+    from stages.clean import main
+    from tests.helpers import english_page, seed_badwords
+
+    pages = [english_page(i, sentences=12) for i in range(12)]
+    near = pages[3].replace(".", " indeed.", 1)  # one word added: a near duplicate of page 3
+    rows = [{"text": t, "url": f"http://s{i}.example/"} for i, t in enumerate([*pages, near, pages[5] + "\nMenu"])]
+    inp = tmp_path / "in.jsonl"
+    inp.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    params = tmp_path / "params.yaml"
+    params.write_text(yaml.safe_dump({"clean": {"defaults": {"workers": 1, "shard_docs": 3, "minhash": {"enabled": True},
+                                                             "line_dedup": {"enabled": False}}, "near": {}}}))
+    seed_badwords(tmp_path / "cache")
+    monkeypatch.delenv(ENV, raising=False)
+    if through == "scratch URL":
+        (tmp_path / "store").mkdir()
+        monkeypatch.setenv(ENV, str(tmp_path / "store"))
+    assert main(["--input", str(inp), "--output", str(tmp_path / "out"), "--corpus", "near", "--params", str(params),
+                 "--cache-dir", str(tmp_path / "cache"), "--report", str(tmp_path / "gate.json")]) == 0
+    stats = json.loads((tmp_path / "out" / "stats.json").read_text())
+    assert stats["filters"]["minhash"]["dropped_by_reason"] == {"near_duplicate": 2}  # page 3's pair, page 5's
+    assert stats["documents_out"] == 12 and "exact_dedup" not in stats["filters"]  # MinHash took both first

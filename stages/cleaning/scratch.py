@@ -109,16 +109,17 @@ class Scratch:
         """Fail now, naming the URL, when it cannot be written (before any work is sent out)."""
         if not self.url:
             return
+        probe = Path(tempfile.mkdtemp()) / "probe"
         try:
             fs, _ = self.filesystem()
-            probe = Path(tempfile.mkdtemp()) / "probe"
             probe.write_bytes(b"")
             _put(fs, probe, self.where(".probe"))
-            shutil.rmtree(probe.parent)
             fs.rm_file(self.where(".probe"))
         except Exception as exc:  # fsspec backends raise their own types
             raise ValueError(f"{ENV}={self.root.rsplit('/', 1)[0]}: cannot write there ({type(exc).__name__}: {exc})"
                              ) from None
+        finally:
+            shutil.rmtree(probe.parent, ignore_errors=True)
 
     def clear(self) -> None:
         """Remove the run's prefix (URL roots; the stage's work folder removes itself) and this process's copies."""
@@ -282,15 +283,16 @@ def _npy_header(head: bytes, name: str):
 
 
 _LOCK = threading.RLock()  # re-entrant: a kept copy is made while holding it
-_DIRS: dict[str, Path] = {}  # this process's local folder for the copies of one run's files
+_DIRS: dict[str, Path] = {}  # this process's local folders for the copies of recent runs' files, oldest first
+_RUNS_KEPT = 4  # runs a worker serves at once (stages of several users on one cluster) before the oldest goes
 
 
 def _process_dir(root: str) -> Path:
     """This process's folder for ``root``'s copies (under the Dask worker's local directory when in one); the
-    folders of earlier runs are removed, and this one when the process exits."""
+    folder of the oldest of more than ``_RUNS_KEPT`` runs is removed, and every one when the process exits."""
     with _LOCK:
         if root not in _DIRS:
-            for old in list(_DIRS):
+            for old in list(_DIRS)[:max(0, len(_DIRS) - _RUNS_KEPT + 1)]:
                 _forget_locked(old)
             base = None
             if "distributed" in sys.modules:

@@ -177,3 +177,16 @@ def test_minhash_decides_from_the_ids_the_tasks_return(tmp_path, monkeypatch, th
     stats = json.loads((tmp_path / "out" / "stats.json").read_text())
     assert stats["filters"]["minhash"]["dropped_by_reason"] == {"near_duplicate": 2}  # page 3's pair, page 5's
     assert stats["documents_out"] == 12 and "exact_dedup" not in stats["filters"]  # MinHash took both first
+
+
+def test_a_worker_keeps_the_copies_of_its_four_latest_runs():
+    from stages.cleaning import scratch
+
+    folders = [scratch._process_dir(f"memory://run-{i}") for i in range(6)]
+    try:
+        assert [f.exists() for f in folders] == [False, False, True, True, True, True]
+        assert scratch._process_dir("memory://run-5") == folders[5]  # the same folder while its run lasts
+    finally:
+        for i in range(6):
+            scratch._forget(f"memory://run-{i}")
+    assert not any(f.exists() for f in folders)

@@ -73,7 +73,9 @@ def read_task(path: Path):
 
 
 def _stamp(path: Path) -> tuple[str, int, int]:
-    st = Path(path).stat()
+    """The cache key of a task file: one entry however its path is spelled (the workers get it absolute)."""
+    path = Path(path).resolve()
+    st = path.stat()
     return str(path), st.st_mtime_ns, st.st_size
 
 

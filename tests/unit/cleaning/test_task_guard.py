@@ -107,3 +107,11 @@ def test_held_out_index_and_normalisation():
 def test_unwrap_joins_wrapped_paragraph_lines_only():
     body = "A tool that\nwraps its lines.\n\nFeatures:\n* one\n* two\n  verbatim"
     assert unwrap(body) == "A tool that wraps its lines.\n\nFeatures:\n* one\n* two\n  verbatim"
+
+
+def test_the_held_out_index_is_built_once_however_the_task_path_is_spelled(tmp_path, monkeypatch):
+    from stages.cleaning.task_guard import held_out
+
+    task = task_file(tmp_path / "task.parquet", TASK)
+    monkeypatch.chdir(tmp_path)
+    assert held_out(task.relative_to(tmp_path), ("test",)) is held_out(task, ("test",))

@@ -20,6 +20,7 @@ from stages.evaluation.evaluate import curve_tsv, evaluate_all, metrics_json
 from stages.evaluation.report import figures, markdown
 from stages.finetuning.core import read_task
 from stages.finetuning.runs import load_adapt_config
+from stages.published.config import load_published
 
 
 def _arguments(ap: argparse.ArgumentParser) -> None:
@@ -43,9 +44,10 @@ def _arguments(ap: argparse.ArgumentParser) -> None:
 def _run(args: argparse.Namespace, log) -> dict:
     cfg = load_evaluate_config(args.params)
     adapt_runs = tuple(load_adapt_config(args.params).runs)
+    published = load_published(args.params)
     check_folders(args.finetuned, args.pretrained, args.dapt)  # every saved model read below, checked first
     result = evaluate_all(cfg, df=read_task(args.task), finetuned=args.finetuned, pretrained=args.pretrained,
-                          dapt=args.dapt, tokens=args.tokens, adapt_runs=adapt_runs, log=log)
+                          dapt=args.dapt, tokens=args.tokens, adapt_runs=adapt_runs, bases=tuple(published.bases), base_runs=tuple(published.runs), log=log)
     rel = Path(os.path.relpath(args.figures, args.report.parent or ".")).as_posix()
     timings_md = None
     if args.timings:

@@ -18,9 +18,10 @@ from pathlib import Path
 
 from stages.common.cli import Stage, entry
 from stages.config import ConfigError
+from stages.published.config import load_base
 from stages.tokenization.trainers import PARADIGMS
 from stages.training.checkpoint import CheckpointError
-from stages.training.config import load_config, match_flops
+from stages.training.config import load_base_config, load_config, match_flops
 from stages.training.launch import relaunch
 from stages.training.loop import TrainingDiverged
 from stages.training.pretrain import run
@@ -34,6 +35,8 @@ def _arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--corpus", default="general", help="corpus inside the token dataset")
     ap.add_argument("--tokenizer", type=Path, required=True)
     ap.add_argument("--init", type=Path, help="continue this saved model (DAPT) instead of a fresh one")
+    ap.add_argument("--base", help="a key of published.bases: DAPT of that published checkpoint (--init its folder), "
+                                   "with dapt.defaults and the base's own dapt settings")
     ap.add_argument("--output", type=Path, required=True, help="model folder (replaced atomically)")
     ap.add_argument("--checkpoints", type=Path, help="checkpoint folder (resumed when the run matches)")
     ap.add_argument("--metrics", type=Path)
@@ -58,7 +61,16 @@ def _run(args: argparse.Namespace, log) -> dict | int:
     code = relaunch("stages.pretrain", args.argv)  # LMPIPE_TRAIN_PROCESSES > 1: N processes under torchrun
     if code is not None:
         return code
-    cfg = load_config(args.params, args.section, args.paradigm, args.variant)
+    if args.base is not None:
+        if args.section != "dapt" or args.init is None or args.variant is not None:
+            raise ValueError("--base takes --section dapt and --init (the base's folder), not --variant")
+        paradigm = load_base(args.params, args.base, "paradigm").get("paradigm")
+        if paradigm != args.paradigm:
+            raise ValueError(f"--base {args.base}: published.bases.{args.base}.paradigm is {paradigm}, "
+                             f"not --paradigm {args.paradigm}")
+        cfg = load_base_config(args.params, args.base)
+    else:
+        cfg = load_config(args.params, args.section, args.paradigm, args.variant)
     if args.match_flops is not None:
         cfg = match_flops(cfg, args.match_flops)
     try:

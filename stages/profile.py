@@ -114,11 +114,14 @@ def validate(params: dict[str, Any]) -> None:
 
     from stages.cleaning.config import load_config as clean_config
     from stages.evaluation.config import load_compare_config, load_evaluate_config
+    from stages.finetuning.core import load_base_config as base_finetune_config
     from stages.finetuning.core import load_config as finetune_config
     from stages.finetuning.runs import load_adapt_config, run_config
     from stages.serving.config import load_config as package_config
     from stages.tokenization.config import load_tokens_config
     from stages.tokenization.tokenizer import load_tokenizer_config
+    from stages.published.config import load_published
+    from stages.training.config import load_base_config as base_dapt_config
     from stages.training.config import load_config as pretrain_config
 
     for corpus, data in params.get("ingest", {}).items():
@@ -138,6 +141,9 @@ def validate(params: dict[str, Any]) -> None:
                     pretrain_config(path, name, entry["paradigm"], entry["name"])
         for name in load_adapt_config(path).runs:  # each adaptation run, as its stage builds it
             run_config(path, name)
+        for name in load_published(path).bases:  # each published base's DAPT and fine-tuning, as their stages do
+            base_dapt_config(path, name)
+            base_finetune_config(path, name)
         for name, loader in (("evaluate", load_evaluate_config), ("package", package_config)):
             if name in params:
                 loader(path)

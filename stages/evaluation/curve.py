@@ -69,16 +69,18 @@ def small_runs(cfg, series: dict[str, tuple[str, str, dict, Path]], df, log, int
 
 
 def data_efficiency_plan(cfg, runs: dict[str, dict], df, model_dirs: dict[str, Path], log,
-                         adapted: dict[str, dict] | None = None) -> Plan:
+                         adapted: dict[str, dict] | None = None, published: dict[str, dict] | None = None) -> Plan:
     """The curve's runs; finished: series name -> curve points (:func:`summarised`), smallest first, the finetune
     stage's seeds the last. ``adapted``: adaptation runs (name -> record) of the curve's paradigms, each a series of
-    its method."""
+    its method; ``published``: the published bases' runs, each a series from the folder its record started from."""
     series = {f"{p}-{init}": (p, init, runs[f"{p}-{init}"], source(model_dirs, p, init))
               for p in cfg.curve.paradigms for init in cfg.curve.inits}
     for name, record in (adapted or {}).items():
         p, init = record["metrics"]["paradigm"], record["init"]
         if p in cfg.curve.paradigms:
             series[name] = (p, init, record, source(model_dirs, p, init))
+    for name, record in (published or {}).items():
+        series[name] = (record["metrics"]["paradigm"], record["init"], record, Path(record["model"]))
     def points(done: dict[str, dict]) -> dict:
         out = {name: [summarised(n, rs) for n, rs in by_n.items()] for name, by_n in done.items()}
         for name, (_, _, record, _) in series.items():

@@ -17,7 +17,7 @@ from stages.evaluation.icl import icl_accuracy
 from stages.evaluation.summary import (curve_gains, gains, paradigm_row, read_record, read_training, run_row,
                                       versus_baselines)
 from stages.evaluation.verdict import verdict
-from stages.finetuning.core import INITS
+from stages.finetuning.core import INITS, PUBLISHED_INITS
 from stages.objectives import for_paradigm
 from stages.tokenization.layout import BlockLayout
 from stages.tokenization.trainers import PARADIGMS
@@ -108,13 +108,22 @@ def curve_tsv(points: list[dict]) -> str:
     return "\n".join(rows) + "\n"
 
 
+def published_runs(bases, runs=()) -> dict[str, str]:
+    """The runs of the published bases (names of params ``published.bases``, then of ``published.runs``): folder
+    name -> stage."""
+    return {f"{b}-{i}": f"finetune-{i}@{b}" for b in bases for i in PUBLISHED_INITS} | {
+        name: f"adapt-published@{name}" for name in runs}
+
+
 def evaluate_all(cfg: EvaluateConfig, *, df, finetuned: Path, pretrained: Path, dapt: Path, tokens: Path,
-                 adapt_runs: tuple[str, ...] = (), log=print) -> dict:
-    """``adapt_runs``: the names of params ``adapt.runs`` (their folders under ``finetuned`` beside the
-    ``<paradigm>-<init>`` ones)."""
+                 adapt_runs: tuple[str, ...] = (), bases: tuple[str, ...] = (), base_runs: tuple[str, ...] = (),
+                 log=print) -> dict:
+    """``adapt_runs``: the names of params ``adapt.runs``, ``bases`` and ``base_runs`` those of ``published.bases``
+    and ``published.runs`` (their folders under ``finetuned`` beside the ``<paradigm>-<init>`` ones)."""
     runs = {f"{p}-{i}": read_record(finetuned / f"{p}-{i}", f"finetune@{p}-{i}") for p in PARADIGMS for i in INITS}
     adapted = {name: read_record(finetuned / name, f"adapt@{name}") for name in adapt_runs}
-    every = runs | adapted  # the model gate's candidates
+    published = {name: read_record(finetuned / name, stage) for name, stage in published_runs(bases, base_runs).items()}
+    every = runs | adapted | published  # the model gate's candidates
     model_dirs = {f"{stage}-{p}": root / p for stage, root in (("pretrain", pretrained), ("dapt", dapt))
                   for p in PARADIGMS}
     for key, path in model_dirs.items():
@@ -143,7 +152,8 @@ def evaluate_all(cfg: EvaluateConfig, *, df, finetuned: Path, pretrained: Path, 
     if cfg.icl.inits:
         plans["in-context learning"] = in_context_plan(cfg, runs, df, model_dirs, read_layout(tokens / "gpt").seq_len,
                                                        log)
-    plans["data-efficiency curve"] = data_efficiency_plan(cfg, runs, df, model_dirs, log, adapted=adapted)
+    plans["data-efficiency curve"] = data_efficiency_plan(cfg, runs, df, model_dirs, log, adapted=adapted,
+                                                          published=published)
     workers = min(cfg.curve.workers, sum(len(plan.jobs) for plan in plans.values()) or 1)
     done, job_seconds = timed(f"{', '.join(plans)} ({workers} at a time, one pool)",
                               lambda: run_plans(plans, workers=cfg.curve.workers))
@@ -156,6 +166,8 @@ def evaluate_all(cfg: EvaluateConfig, *, df, finetuned: Path, pretrained: Path, 
     result = {
         "finetune": table,
         "adapted": {name: adaptation.adapted_row(r, finetuned / name) for name, r in adapted.items()},
+        "published": {name: run_row(r) | {"paradigm": r["metrics"]["paradigm"], "init": r["init"], "base": r["base"],
+                                          "method": r["config"].get("method", "full")} for name, r in published.items()},
         "majority": majority,
         "gains": gain,
         "gate": gate,
@@ -167,7 +179,7 @@ def evaluate_all(cfg: EvaluateConfig, *, df, finetuned: Path, pretrained: Path, 
         "intrinsic": timed("intrinsic scores", lambda: intrinsic(cfg, model_dirs, tokens, log)),
         "icl": done.get("in-context learning", {}),
         "data_efficiency": de,
-        "curve_gains": curve_gains({n: pts for n, pts in neural_de.items() if n not in adapted},
+        "curve_gains": curve_gains({n: pts for n, pts in neural_de.items() if n not in adapted and n not in published},
                                    {p: g["best_init"] for p, g in gain.items()}),
         "curves": {name: r["curve"] for name, r in every.items()},
         "labels": list(next(iter(runs.values()))["labels"]),
@@ -190,6 +202,7 @@ def metrics_json(result: dict) -> dict:
         **({"adapted": result["adapted"], "adaptation": {p: {"init": t["init"], "use": {
             str(v["train_examples"]): v["use"] for v in t["verdict"]}} for p, t in result["adaptation"].items()}}
            if result["adapted"] else {}),
+        **({"published": result["published"]} if result.get("published") else {}),
         "baselines": {name: {str(pt["train_examples"]): {
             "test_macro_f1": pt["macro_f1"]["mean"], "test_macro_f1_std": pt["macro_f1"]["std"],
             "test_accuracy": pt["accuracy"]["mean"], "test_accuracy_std": pt["accuracy"]["std"],

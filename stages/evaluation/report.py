@@ -294,10 +294,29 @@ def icl_section(result: dict) -> list[str]:
     return lines + ["", "(The majority class is scored on the whole test split.)"]
 
 
+def published_section(result: dict) -> list[str]:
+    """The published checkpoints' runs with all labels (their curves and the baselines: the sections below)."""
+    published = result.get("published") or {}
+    if not published:
+        return []
+    lines = ["", "## Published checkpoints (test split)", "",
+             "Published checkpoints (params `published.bases`) fine-tuned as published (`published`) and after "
+             "domain-adaptive pre-training on the domain corpus (`published-dapt`), with their own tokenizer and "
+             "architecture (method `full`: every weight trained; `probe`: the body fixed, a logistic-regression head "
+             "chosen on validation; `frozen`, `lora`: as in the adaptation table); mean ± std over the seeds:", "",
+             "| run | base | paradigm | init | method | test macro-F1 | test accuracy | validation macro-F1 | seeds |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for name, r in published.items():
+        lines.append(f"| {name} | {r['base']} | {r['paradigm']} | {r['init']} | {r['method']} | "
+                     f"{pm(r, 'test_macro_f1')} | {pm(r, 'test_accuracy')} | {pm(r, 'best_val_macro_f1')} | "
+                     f"{r['seeds']} |")
+    return lines
+
+
 def shipped_vs_baseline(result: dict) -> list[str]:
     """How the model the gate ships compares with the best baseline on the same training sample."""
     versus, won = result.get("versus_baselines") or {}, result["gate"]["selected"]
-    row = (result["finetune"] | result.get("adapted", {}))[won]
+    row = (result["finetune"] | result.get("adapted", {}) | result.get("published", {}))[won]
     key = str(row["train_examples"])
     best, d = versus.get("best", {}).get(key), versus.get("series", {}).get(won, {}).get(key)
     if best is None or d is None:
@@ -322,9 +341,13 @@ def markdown(result: dict, *, figures_dir: str) -> str:
     lines += ["", f"![training loss]({figures_dir}/finetune-loss.svg)", "",
               f"![validation macro-F1]({figures_dir}/finetune-val-f1.svg)", ""]
     lines += paradigm_section(result)
+    lines += published_section(result)
     won = gate["selected"]
+    published = result.get("published", {})
     how = (f"method `{result['adapted'][won]['method']}` on initialisation `{result['adapted'][won]['init']}`"
-           if won in result.get("adapted", {}) else f"initialisation `{won.split('-', 1)[1]}`")
+           if won in result.get("adapted", {}) else
+           f"published checkpoint `{published[won]['base']}`, initialisation `{published[won]['init']}`"
+           if won in published else f"initialisation `{won.split('-', 1)[1]}`")
     lines += ["", "## Model quality gate", "",
               f"Selected for packaging: **{won}** ({how}), chosen on the "
               f"validation split ({gate['selected_by']} among {', '.join(gate['candidates'])}); the test split "

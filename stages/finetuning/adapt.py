@@ -1,5 +1,6 @@
 """How a pre-trained body is adapted to the task (``method``): ``full`` trains every weight; ``frozen`` keeps the body
-fixed and trains the pooled head only; ``lora`` trains low-rank adapters on the body's attention and feed-forward
+fixed and trains the pooled head only; ``probe`` keeps it fixed and fits the head as a logistic regression
+(:mod:`stages.finetuning.probe`); ``lora`` trains low-rank adapters on the body's attention and feed-forward
 projections (PEFT) and the head. A ``frozen`` or ``lora`` folder holds the head (and adapter) only, with
 ``adaptation.json`` naming the base folder and its digest, checked when the folder is loaded."""
 
@@ -8,7 +9,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-METHODS = ("full", "frozen", "lora")
+METHODS = ("full", "frozen", "lora", "probe")  # probe: frozen, its head a logistic regression (stages.finetuning.probe)
+FIXED_BODY = ("frozen", "probe")  # the methods whose body no weight of trains
 ADAPTATION_FILE = "adaptation.json"
 # LoRA's targets by the last part of a module's name: each paradigm's attention and feed-forward projections
 LORA_TARGETS = {
@@ -60,7 +62,7 @@ def resolve_base(folder: Path, record: dict, base: Path | None = None) -> Path:
 def adapt_body(body, paradigm: str, options: dict):
     """``body`` for ``options['method']``: ``frozen``: no weight trains; ``lora``: a PeftModel with adapters on
     ``options['targets']`` (empty: the paradigm's projections present in the body), the base weights frozen."""
-    if options["method"] == "frozen":
+    if options["method"] in FIXED_BODY:
         return body.requires_grad_(False)
     from peft import LoraConfig, get_peft_model
 

@@ -15,6 +15,7 @@ from stages.finetuning.adapt import LORA_TARGETS, METHODS, effective_method
 from stages.training.config import PRECISIONS
 
 INITS = ("pretrained", "dapt", "random")
+PUBLISHED_INITS = ("published", "published-dapt")  # a published checkpoint (params published.bases), then its DAPT
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -115,7 +116,9 @@ class FinetuneConfig:
     """The labeled task's check."""
     method: str = "full"
     """How a pre-trained body (init ``pretrained``, ``dapt``) is adapted: ``full``: every weight trains;
-    ``frozen``: the body fixed (and without dropout), the pooled head trains; ``lora``: low-rank adapters on the
+    ``frozen``: the body fixed (and without dropout), the pooled head trains; ``probe``: the body fixed, the pooled head
+    fit as a logistic regression, its regularisation and class weights chosen on validation; ``lora``: low-rank
+    adapters on the
     body's projections and the head train. ``frozen`` and ``lora`` need head ``pooled``; their folder holds the head
     (and adapter) only and names the base folder it needs. Init ``random`` has no base to adapt: it trains in full."""
     lora: LoraConfig = field(default_factory=LoraConfig)
@@ -191,6 +194,16 @@ def load_config(params_path: Path, paradigm: str) -> FinetuneConfig:
         raise ConfigError(f"finetune.{paradigm}.lora.targets: {', '.join(map(repr, bad))} is not a module of the "
                           f"{paradigm} model (one of {', '.join(LORA_TARGETS.get(paradigm, ()))})")
     return cfg
+
+
+def load_base_config(params_path: Path, name: str) -> FinetuneConfig:
+    """The fine-tuning config of published base ``name``: ``finetune.defaults`` with the base's ``finetune`` over
+    it (the paradigm's ``finetune.<paradigm>`` is the from-scratch models' recipe)."""
+    from stages.published.config import load_base
+
+    merged = deep_merge(section(load_params(params_path), "finetune.defaults"),
+                        load_base(params_path, name, "finetune").get("finetune") or {})
+    return build(FinetuneConfig, merged, f"published.bases.{name}.finetune")
 
 
 def read_task(path: Path):
@@ -285,6 +298,11 @@ def finetune(cfg: FinetuneConfig, *, paradigm: str, init: str, model_dir: Path, 
 
     from stages.common.memory import current_mib, peak_mib, reset_peak
 
+    if effective_method(cfg.method, init) == "probe":  # no training loop: a regression on the frozen features
+        from stages.finetuning.probe import probe
+
+        return probe(cfg, paradigm=paradigm, init=init, model_dir=model_dir, df=df, train_examples=train_examples,
+                     log=log)
     reset_peak()  # the run's own peak memory, for the live log (a worker process runs several)
     started = time.perf_counter()
     if cfg.threads:

@@ -267,7 +267,7 @@ class PooledClassifier(_Classifier):
                     else adapt.adapt_body(body, paradigm, options))
         model = _Pooled(body, d_model, len(labels))
         if options is not None:
-            model.frozen = options["method"] == "frozen"
+            model.frozen = options["method"] in adapt.FIXED_BODY
             model.adaptation = saved or {"method": options["method"], "base": str(model_dir),
                                          **({"lora": {k: options[k] for k in ("r", "alpha", "dropout", "targets")}}
                                             if options["method"] == "lora" else {})}

@@ -17,7 +17,7 @@ from stages.finetuning.core import INITS, FinetuneConfig, load_config
 from stages.tokenization.trainers import PARADIGMS
 
 PRETRAINED_INITS = ("pretrained", "dapt")
-ADAPT_METHODS = ("full", "frozen", "lora")
+ADAPT_METHODS = ("full", "frozen", "lora", "probe")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -27,7 +27,8 @@ class AdaptRun:
     paradigm: str
     """The paradigm whose pre-trained body is adapted (`bert`, `gpt`, `t5`)."""
     method: str
-    """``frozen`` (the body fixed, the pooled head trained), ``lora`` (low-rank adapters and the head) or ``full``."""
+    """``frozen`` (the body fixed, the pooled head trained), ``probe`` (the body fixed, the head a logistic regression
+    chosen on validation), ``lora`` (low-rank adapters and the head) or ``full``."""
     init: str = "best"
     """The body it starts from: ``best`` (of ``pretrained`` and ``dapt``, the one whose full fine-tuning scored best
     on validation), ``pretrained`` or ``dapt``."""
@@ -100,3 +101,37 @@ def choose_init(run: AdaptRun, records: dict[str, dict]) -> str:
     if not have:
         raise FileNotFoundError("no full fine-tuning run of init pretrained or dapt given (--choose-from)")
     return max(have, key=lambda i: (records[i]["metrics"]["best_val_macro_f1"], f"{run.paradigm}-{i}"))
+
+
+def published_run_config(params_path: Path, name: str):
+    """Run ``name`` of ``published.runs``, its paradigm and its fine-tuning config (``finetune.defaults``, the base's
+    ``finetune``, the run's ``finetune``, its method); an invalid setting names ``published.runs.<name>``."""
+    from stages.finetuning.core import load_base_config
+    from stages.published.config import load_run
+
+    run, paradigm = load_run(params_path, name)
+    base = load_base_config(params_path, run.base)
+    merged = deep_merge(config_dict(base), run.finetune)
+    merged["method"] = run.method
+    return run, paradigm, build(FinetuneConfig, merged, f"published.runs.{name}.finetune")
+
+
+def config_dict(cfg: FinetuneConfig) -> dict:
+    """``cfg`` as params data (tuples as lists)."""
+    import json
+    from dataclasses import asdict
+
+    return json.loads(json.dumps(asdict(cfg)))
+
+
+def choose_published_init(init: str, records: dict[str, dict], base: str) -> str:
+    """The init a published run starts from: its own, or for ``best`` the one of ``records`` (init -> the base's
+    full fine-tuning ``finetune.json``) with the best mean validation macro-F1."""
+    if init != "best":
+        if init not in records:
+            raise FileNotFoundError(f"no full fine-tuning run of init {init} of base {base} given (--choose-from)")
+        return init
+    have = [i for i in ("published", "published-dapt") if i in records]
+    if not have:
+        raise FileNotFoundError(f"no full fine-tuning run of base {base} given (--choose-from)")
+    return max(have, key=lambda i: (records[i]["metrics"]["best_val_macro_f1"], i))

@@ -6,6 +6,7 @@ from stages.cleaning.config import CleanConfig, CleanerConfig
 from stages.evaluation.config import CompareConfig, EvaluateConfig
 from stages.finetuning.core import FinetuneConfig
 from stages.finetuning.runs import AdaptConfig
+from stages.published.config import BaseSource, PublishedBase, PublishedConfig
 from stages.serving.config import PackageConfig
 from stages.sources.config import CorpusConfig
 from stages.tokenization.config import TokensConfig
@@ -26,6 +27,8 @@ SECTIONS: tuple[tuple[str, str, str, tuple[type, ...]], ...] = (
     ("finetune", "finetune.<paradigm>", "finetune.defaults, with each paradigm's section merged over it", (FinetuneConfig,)),
     ("adapt", "adapt", "adaptation runs beside the finetune stage's (frozen, LoRA), each a stage of its own",
      (AdaptConfig,)),
+    ("published", "published", "published checkpoints beside the from-scratch models; profiles/published.yaml fills it",
+     (PublishedConfig,)),
     ("evaluate", "evaluate", "one section", (EvaluateConfig,)),
     ("compare", "compare", "the objective comparison; profiles/compare.yaml fills it", (CompareConfig,)),
     ("package", "package", "one section", (PackageConfig,)),

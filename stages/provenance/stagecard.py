@@ -370,12 +370,17 @@ def render(f: dict) -> str:
                            generative_sections(f))
 
 
+def write_facts(folder: Path, facts: dict) -> None:
+    """``card.json`` alone (a published base keeps its own ``README.md``)."""
+    write_bytes_atomic(Path(folder) / FACTS_FILE,
+                       (json.dumps(facts, indent=2, sort_keys=True, ensure_ascii=False) + "\n").encode("utf-8"))
+
+
 def write(folder: Path, facts: dict) -> None:
     """``card.json`` and the ``README.md`` rendered from it, into ``folder`` (a stage's temporary output folder,
     published atomically with the weights)."""
     folder = Path(folder)
-    write_bytes_atomic(folder / FACTS_FILE,
-                       (json.dumps(facts, indent=2, sort_keys=True, ensure_ascii=False) + "\n").encode("utf-8"))
+    write_facts(folder, facts)
     write_bytes_atomic(folder / CARD_FILE, render(read_facts(folder)).encode("utf-8"))
 
 

@@ -15,7 +15,8 @@ from stages.sources.base import SourceError
 PINS = Path("pins.yaml")
 REMOTE_KINDS = ("debian_docs", "debian_descriptions", "npm_spamassassin", "npm_brown")
 HEADER = ("# What each remote source fetched, per corpus and source (params order); ingest checks it on every run.\n"
-          "# Accept an upstream's new state with: lm-pipeline pin CORPUS (docs/sources.md#pins)\n")
+          "# base-<name>: every file of a published checkpoint (params published.bases); the base stage checks it.\n"
+          "# Accept an upstream's new state with: lm-pipeline pin CORPUS (or base-<name>) (docs/reproducibility.md#pinned-sources)\n")
 
 
 def load(path: Path = PINS) -> dict[str, list[dict[str, Any] | None]]:

@@ -52,6 +52,8 @@ def tokenizer_from_json(text: str):
 
     tok = Tokenizer.from_str(text)
     tok.encode_special_tokens = True
+    tok.no_padding()  # a published tokenizer.json may pad and cut every text (sentence-transformers' do): blocks
+    tok.no_truncation()  # are packed from whole documents
     return tok
 
 
@@ -76,24 +78,38 @@ def load_layout(tokenizer_dir: Path, paradigm: str, *, seq_len: int, noise_densi
         return {f"{key.removesuffix('_token')}_id": need(token) for key, token in specials.items()}
 
     common = {"paradigm": paradigm, "seq_len": seq_len, "vocab_size": size}
+    config_path = Path(tokenizer_dir) / "tokenizer_config.json"
+    config = json.loads(config_path.read_text(encoding="utf-8")) if config_path.is_file() else {}
     if paradigm == "bert":
-        layout = BlockLayout(**common, block_len=seq_len, **ids(BERT_SPECIALS))
+        layout = BlockLayout(**common, block_len=seq_len, **ids(named_specials(config, BERT_SPECIALS)))
     elif paradigm == "gpt":
-        layout = BlockLayout(**common, block_len=seq_len, eos_id=need(GPT_EOT))
+        layout = BlockLayout(**common, block_len=seq_len,
+                             eos_id=need(named_specials(config, {"eos_token": GPT_EOT})["eos_token"]))
     elif paradigm == "t5":
         from stages.objectives.span_corruption import input_and_target_lengths
 
-        config = json.loads((Path(tokenizer_dir) / "tokenizer_config.json").read_text(encoding="utf-8"))
-        sentinels = len(config.get("extra_special_tokens") or [])
+        sentinels = len(config.get("extra_special_tokens") or config.get("additional_special_tokens") or [])
         raw, targets = input_and_target_lengths(seq_len, noise_density, mean_span)
         top = need(sentinel(0))
         if sentinels < 1 or top != size - 1:
             raise ValueError(f"{path}: <extra_id_0> must be the last id ({size - 1}), found {top}")
-        layout = BlockLayout(**common, block_len=raw, **ids(T5_SPECIALS), sentinel_top=top, sentinels=sentinels,
-                             targets_len=targets, noise_density=noise_density, mean_span=mean_span)
+        layout = BlockLayout(**common, block_len=raw, **ids(named_specials(config, T5_SPECIALS)), sentinel_top=top,
+                             sentinels=sentinels, targets_len=targets, noise_density=noise_density, mean_span=mean_span)
     else:
         raise ValueError(f"paradigm: expected bert, gpt or t5, got {paradigm!r}")
     return layout, tok
+
+
+def special_token(config: dict, key: str) -> str | None:
+    """A special token's text in a ``tokenizer_config.json`` (a string, or an ``AddedToken`` record)."""
+    value = config.get(key)
+    return value.get("content") if isinstance(value, dict) else value
+
+
+def named_specials(config: dict, defaults: dict[str, str]) -> dict[str, str]:
+    """``defaults`` (``{"pad_token": "[PAD]", ...}``) with the tokens the tokenizer's config names instead (a
+    published tokenizer's own: RoBERTa's ``<mask>``, GPT-2's ``<|endoftext|>``)."""
+    return {key: special_token(config, key) or token for key, token in defaults.items()}
 
 
 def sentence_end_ids(tok) -> list[int]:

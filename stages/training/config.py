@@ -144,6 +144,37 @@ class DaptConfig:
     """The run."""
 
 
+@dataclass(frozen=True, kw_only=True)
+class BaseDaptConfig(DaptConfig):
+    """A published base's DAPT (``published.bases.<name>.dapt`` over ``dapt.defaults``)."""
+
+    head_warmup_tokens: int = 0
+    """A base without its language-model head (a fresh one): input tokens spent first training the fresh weights
+    alone, the body fixed, so the random head does not disturb the body (LP-FT, Kumar et al. 2022); 0 = off."""
+    head_warmup_lr: float = 1e-3
+    """The fresh head's constant learning rate during the warm-up."""
+    replay_fraction: float = 0.0
+    """Share of the training blocks drawn from ``replay_corpus`` (general text mixed into the domain corpus against
+    forgetting, as in continual pre-training), in [0, 1); 0 = the domain corpus alone."""
+    replay_corpus: str = "general"
+    """The token dataset's corpus the replayed blocks come from."""
+
+    def __post_init__(self) -> None:
+        check(0 <= self.head_warmup_tokens <= MAX_TOKENS, "head_warmup_tokens: must be in [0, 10^13]")
+        check(self.head_warmup_lr > 0, "head_warmup_lr: must be > 0")
+        check(0 <= self.replay_fraction < 1, "replay_fraction: must be in [0, 1)")
+
+
+def load_base_config(params_path: Path, name: str) -> BaseDaptConfig:
+    """The DAPT config of published base ``name``: ``dapt.defaults`` with the base's ``dapt`` over it (the paradigm's
+    ``dapt.<paradigm>`` is the from-scratch models' recipe)."""
+    from stages.published.config import load_base
+
+    merged = deep_merge(section(load_params(params_path), "dapt.defaults"),
+                        load_base(params_path, name, "dapt").get("dapt") or {})
+    return build(BaseDaptConfig, merged, f"published.bases.{name}.dapt")
+
+
 def load_config(params_path: Path, section_name: str, paradigm: str, variant: str | None = None):
     """The section's config; with ``variant``, that ``compare.objectives`` entry's objective and ``train``
     settings over it (the objective comparison's runs: the same model and budget, another objective)."""

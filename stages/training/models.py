@@ -110,12 +110,17 @@ def _with_loss(model, paradigm: str):
     return model
 
 
-def load_model(path, paradigm: str):
-    """A saved model of this paradigm (e.g. the general checkpoint that DAPT continues)."""
+def load_model(path, paradigm: str, *, fresh: list | None = None):
+    """A saved model of this paradigm (e.g. the general checkpoint that DAPT continues); ``fresh``, when given, is
+    filled with the names of the weights the folder lacked (a published body's new LM head)."""
     from transformers import AutoModelForCausalLM, AutoModelForMaskedLM, AutoModelForSeq2SeqLM
 
     cls = {"bert": AutoModelForMaskedLM, "gpt": AutoModelForCausalLM, "t5": AutoModelForSeq2SeqLM}[paradigm]
-    return _with_loss(cls.from_pretrained(str(path)), paradigm)
+    if fresh is None:
+        return _with_loss(cls.from_pretrained(str(path)), paradigm)
+    model, info = cls.from_pretrained(str(path), output_loading_info=True)
+    fresh.extend(sorted(info["missing_keys"]))
+    return _with_loss(model, paradigm)
 
 
 def flops_per_token(model, layout: "BlockLayout", *, predicted_fraction: float = 1.0,

@@ -21,6 +21,7 @@ from stages.provenance import stagecard
 from stages.sources.base import sha256_file
 from stages.tokenization.layout import load_layout
 from stages.training import distributed
+from stages.training.config import BaseDaptConfig
 from stages.training.loop import train
 from stages.training.models import build_model, flops_per_token, load_model, save_model
 
@@ -46,6 +47,19 @@ def plot_tsv(history: list[dict], evals: list[dict]) -> str:
     return buf.getvalue()
 
 
+# The files of a tokenizer inside a published model's folder (AutoTokenizer's; the rest is the model's)
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
+                   "vocab.txt", "vocab.json", "merges.txt", "spiece.model", "sentencepiece.bpe.model")
+
+
+def tokenizer_files(tokenizer_dir: Path) -> list[Path]:
+    """The files to copy beside the model: all of a tokenizer stage's folder, a model folder's tokenizer files."""
+    files = sorted(f for f in tokenizer_dir.iterdir() if f.is_file())
+    if (tokenizer_dir / "config.json").is_file():  # a published checkpoint's folder (stages.base)
+        files = [f for f in files if f.name in TOKENIZER_FILES]
+    return files
+
+
 def read_inputs(tokens_dir: Path, tokenizer_dir: Path, paradigm: str, corpus: str):
     """The token dataset's manifest, the block layout (checked against the tokenizer) and the corpus's train and
     held-out blocks."""
@@ -69,10 +83,15 @@ def read_inputs(tokens_dir: Path, tokenizer_dir: Path, paradigm: str, corpus: st
 def model_and_objective(cfg, layout, paradigm: str, init: Path | None, tokenizer_dir: Path):
     """The model (fresh, or ``init`` continued), the objective's batch builder, and the FLOPs per token once the
     objective's own heads are attached (``stages.objectives``)."""
+    fresh: list[str] = []
     if init is not None:
-        model = load_model(check_folder(init), paradigm)
-        if model.config.vocab_size != layout.vocab_size:
-            raise ValueError(f"{init}: vocabulary {model.config.vocab_size} != the tokenizer's {layout.vocab_size}")
+        model = load_model(check_folder(init), paradigm, fresh=fresh)
+        if model.config.vocab_size < layout.vocab_size:  # a published model's rows may exceed its tokenizer's (T5)
+            raise ValueError(f"{init}: vocabulary {model.config.vocab_size} < the tokenizer's {layout.vocab_size}")
+        positions = getattr(model.config, "max_position_embeddings", None) or getattr(model.config, "n_positions", None)
+        if positions and layout.seq_len > positions:
+            raise ValueError(f"{init}: tokens.*.seq_len {layout.seq_len} is longer than the model's {positions} "
+                             "positions")
     else:
         model = build_model(layout, cfg.model, seed=cfg.train.seed)
     objective = objectives.get(paradigm, cfg.train.objective)
@@ -81,9 +100,50 @@ def model_and_objective(cfg, layout, paradigm: str, init: Path | None, tokenizer
         settings["sentence_ends"] = sentence_end_ids((tokenizer_dir / "tokenizer.json").read_text(encoding="utf-8"))
     builder = objective.make(layout, **settings)
     if objective.setup is not None:
-        return model, builder, objective.setup(model, layout, builder, cfg.train, init)
+        return model, builder, objective.setup(model, layout, builder, cfg.train, init), fresh
     return model, builder, flops_per_token(model, layout, predicted_fraction=getattr(builder, "select", 1.0),
-                                           targets_len=getattr(builder, "targets_len", None))
+                                           targets_len=getattr(builder, "targets_len", None)), fresh
+
+
+def with_replay(train_blocks, tokens_dir: Path, manifest: dict, cfg, log=None):
+    """``train_blocks`` with blocks of ``cfg.replay_corpus`` mixed in to make ``cfg.replay_fraction`` of the whole,
+    drawn without replacement (with, when the corpus is smaller) by ``cfg.train.seed``; rows of both kept in order
+    (the sampler shuffles)."""
+    import numpy as np
+
+    if cfg.replay_corpus not in manifest["corpora"]:
+        raise ValueError(f"replay_corpus: {cfg.replay_corpus!r} is not a corpus of {tokens_dir} "
+                         f"(has: {', '.join(manifest['corpora'])})")
+    other = load_npy(tokens_dir / cfg.replay_corpus / "train.npy")
+    n = round(len(train_blocks) * cfg.replay_fraction / (1 - cfg.replay_fraction))
+    rng = np.random.default_rng(cfg.train.seed)
+    rows = np.sort(rng.choice(len(other), size=n, replace=n > len(other)))
+    if log is not None:
+        log(f"[replay] {n:,} blocks of {cfg.replay_corpus} beside {len(train_blocks):,} ({cfg.replay_fraction:.0%})")
+    return np.concatenate([np.asarray(train_blocks), np.asarray(other)[rows]])
+
+
+def head_warmup(model, objective, train_blocks, cfg, fresh: list[str], *, fpt: float, seq_len: int, dist, log):
+    """Train the ``fresh`` weights alone (the rest fixed) for ``cfg.head_warmup_tokens`` at a constant
+    ``cfg.head_warmup_lr`` (no checkpoints: a resumed run repeats it, the same steps); returns the tokens."""
+    from dataclasses import replace
+
+    names = set(fresh)
+    trainable = [p for n, p in model.named_parameters() if n in names]
+    if not trainable:
+        return 0
+    for n, p in model.named_parameters():
+        p.requires_grad_(n in names)
+    warm = replace(cfg.train, budget_tokens=cfg.head_warmup_tokens, budget_flops=0.0, lr=cfg.head_warmup_lr,
+                   warmup_fraction=0.0, min_lr_ratio=1.0, eval_every=10**9, checkpoint_every=10**9)
+    log(f"[head warm-up] {len(trainable)} fresh tensors ({sum(p.numel() for p in trainable):,} weights) alone")
+    try:
+        result = train(model, objective, train_blocks, None, warm, flops_per_token=fpt, seq_len=seq_len, dist=dist,
+                       checkpoint_dir=None, fingerprint="", log=log, progress=False)
+    finally:
+        for p in model.parameters():
+            p.requires_grad_(True)
+    return result.tokens
 
 
 def run(cfg, *, paradigm: str, stage: str, tokens_dir: Path, corpus: str, tokenizer_dir: Path, init: Path | None,
@@ -94,7 +154,13 @@ def run(cfg, *, paradigm: str, stage: str, tokens_dir: Path, corpus: str, tokeni
     manifest, layout, train_blocks, eval_blocks = read_inputs(tokens_dir, tokenizer_dir, paradigm, corpus)
     corpora = stagecard.corpora(list(sources))
     dist = distributed.init()
-    model, objective, fpt = model_and_objective(cfg, layout, paradigm, init, tokenizer_dir)
+    if isinstance(cfg, BaseDaptConfig) and cfg.replay_fraction:
+        train_blocks = with_replay(train_blocks, tokens_dir, manifest, cfg, log=log if dist.main else None)
+    model, objective, fpt, fresh = model_and_objective(cfg, layout, paradigm, init, tokenizer_dir)
+    warm_tokens = 0
+    if isinstance(cfg, BaseDaptConfig) and cfg.head_warmup_tokens and fresh:
+        warm_tokens = head_warmup(model, objective, train_blocks, cfg, fresh, fpt=fpt, seq_len=layout.seq_len,
+                                  dist=dist, log=log if dist.main else (lambda m: None))
     init_sha = _file_sha(init / "model.safetensors") if init else None
     run_id = fingerprint(stage, paradigm, corpus, asdict(cfg), dist.world, manifest["corpora"][corpus],
                          manifest["tokenizer"]["sha256"], init_sha)
@@ -113,13 +179,13 @@ def run(cfg, *, paradigm: str, stage: str, tokens_dir: Path, corpus: str, tokeni
         metrics = {"paradigm": paradigm, "stage": stage, "corpus": corpus, "steps": result.steps,
                    "tokens": result.tokens, "parameters": sum(p.numel() for p in model.parameters()),
                    "flops_per_token": fpt, "devices": dist.world,
+                   **({"fresh_weights": fresh, "head_warmup_tokens": warm_tokens} if fresh else {}),
                    "train_loss": result.history[-1]["loss"] if result.history else None,
                    **{k: v for k, v in final_eval.items() if k.startswith("eval_")}}
         tmp = out()  # the model, its tokenizer, ``training.json`` and the model card
         save_model(model, tmp)
-        for f in sorted(tokenizer_dir.iterdir()):
-            if f.is_file():
-                shutil.copy2(f, tmp / ("tokenizer_provenance.json" if f.name == "provenance.json" else f.name))
+        for f in tokenizer_files(tokenizer_dir):
+            shutil.copy2(f, tmp / ("tokenizer_provenance.json" if f.name == "provenance.json" else f.name))
         write_json_atomic(tmp / "training.json", {
             "stage": stage, "paradigm": paradigm, "corpus": corpus, "fingerprint": run_id,
             "config": asdict(cfg), "layout": layout.to_json(),

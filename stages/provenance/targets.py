@@ -17,8 +17,8 @@ from pathlib import Path
 from stages.finetuning.adapt import ADAPTATION_FILE
 from stages.provenance.hashing import CHUNK, IGNORED_DIRS, folder_manifest, md5_file
 from stages.provenance.manifest import MANIFEST_FILE, SIGNATURE_FILE, bento_layout, folder_files, model_tags, sha256_path
-from stages.provenance.record import (CLASSIFIER_STAGES, SCHEMA, LineageError, Lock, classifier_stage, collect,
-                                      find_workspace, stored)
+from stages.provenance.record import (CLASSIFIER_STAGES, MODEL_STAGES, SCHEMA, LineageError, Lock, classifier_stage,
+                                      collect, find_workspace, stored)
 from stages.provenance.signing import PROVENANCE_FILE
 
 
@@ -179,7 +179,6 @@ def from_model_folder(folder: Path, tag: str | None = None) -> Target:
                   packaged=[_packaged_item(tag, files, model_yaml, _adaptation_text(folder))], irregular=irregular)
 
 
-MODEL_STAGES = ("finetune", "adapt", "pretrain", "dapt")
 
 
 def is_classifier(stage: str | None) -> bool:
@@ -203,7 +202,7 @@ def from_workspace_model(folder: Path, evaluate_stage: str = "evaluate") -> Targ
 
     stage = lock.writer(rel)
     if stage is None or stage.split("@", 1)[0] not in MODEL_STAGES:
-        raise LineageError(f"{rel}: not a model folder a finetune, adapt, pretrain or dapt stage wrote "
+        raise LineageError(f"{rel}: not a model folder a finetune, adapt, pretrain, dapt or base stage wrote "
                            f"(per {root / 'dvc.lock'})")
     if evaluate_stage not in lock.stages:
         raise LineageError(f"{root / 'dvc.lock'}: no {evaluate_stage} stage, so no model gate to record")
@@ -212,7 +211,7 @@ def from_workspace_model(folder: Path, evaluate_stage: str = "evaluate") -> Targ
     if gate is None:
         raise LineageError(f"{root / 'dvc.lock'}: the {evaluate_stage} stage writes no model-gate.json")
     if is_classifier(stage):
-        name, model_dir = stage.split("@", 1)[1], rel
+        name, model_dir = Path(rel).name, rel  # the run's name is its folder's (data/models/finetune/<name>)
     else:
         report = json.loads((root / gate).read_text(encoding="utf-8")) if (root / gate).is_file() else {}
         finetunes = [s for s in lock.stages if s.startswith("finetune@") and model_out(s)]

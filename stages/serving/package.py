@@ -23,7 +23,7 @@ from stages.provenance.hashing import folder_manifest, md5_file
 from stages.provenance import signing
 from stages.provenance.manifest import (MANIFEST_FILE, model_tags, sha256_path, sha256_stream,
                                         write_manifest)
-from stages.provenance.record import LineageError, Lock, collect
+from stages.provenance.record import MODEL_STAGES, LineageError, Lock, collect
 from stages.provenance.record import stored as as_stored
 from stages.serving.config import EXPORT_SUFFIX, PackageConfig
 
@@ -294,7 +294,7 @@ def attest(bento, record: dict, *, root: Path, hashes: dict[str, str], models: d
     lock = Lock(stages=record["stages"])
     model_dir = record["model"]["path"]  # listed even when it holds no config.json (a frozen or lora head)
     upstream = {path: signing.folder_files_digest(root / path) for path in sorted(record["files"])
-                if (lock.writer(path) or "").split("@", 1)[0] in ("pretrain", "dapt", "finetune")
+                if (lock.writer(path) or "").split("@", 1)[0] in MODEL_STAGES
                 and (root / path / "config.json").is_file() or path == model_dir}
     adaptation = record["model"].get("adaptation")
     roles = {} if not (adaptation and base) else {  # the base a frozen or lora classifier was fine-tuned on

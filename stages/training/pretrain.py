@@ -87,7 +87,8 @@ def model_and_objective(cfg, layout, paradigm: str, init: Path | None, tokenizer
     if init is not None:
         model = load_model(check_folder(init), paradigm, fresh=fresh)
         if model.config.vocab_size < layout.vocab_size:  # a published model's rows may exceed its tokenizer's (T5)
-            raise ValueError(f"{init}: vocabulary {model.config.vocab_size} < the tokenizer's {layout.vocab_size}")
+            raise ValueError(f"{init}: vocabulary {model.config.vocab_size} != the tokenizer's {layout.vocab_size} "
+                             "(the model has fewer rows than the tokenizer has ids)")
         positions = getattr(model.config, "max_position_embeddings", None) or getattr(model.config, "n_positions", None)
         if positions and layout.seq_len > positions:
             raise ValueError(f"{init}: tokens.*.seq_len {layout.seq_len} is longer than the model's {positions} "

@@ -237,7 +237,7 @@ def test_every_stage_declares_the_params_sections_its_config_reads(monkeypatch, 
 
     import stages.config
     from stages.finetuning.core import load_base_config as load_base_finetune
-    from stages.finetuning.runs import load_adapt_config, run_config
+    from stages.finetuning.runs import load_adapt_config, published_run_config, run_config
     from stages.published.config import load_base, load_published
     from stages.training.config import load_base_config as load_base_dapt
 
@@ -257,11 +257,13 @@ def test_every_stage_declares_the_params_sections_its_config_reads(monkeypatch, 
         for mod in [m for n, m in list(sys.modules.items()) if n.startswith("stages") and m is not None]:
             if getattr(mod, "section", None) is real:
                 monkeypatch.setattr(mod, "section", recording)
-        arg = {k: v for k, v in re.findall(r"--(corpus|paradigm|section|variant|base|name) (\S+)", cmd)}
+        arg = {k: v for k, v in re.findall(r"--(corpus|paradigm|section|variant|base|name|published-run) (\S+)", cmd)}
         read.clear()
         load = _loader(module.__name__)
         if module.__name__ == "stages.base":
             load(params, arg["name"], "paradigm", "source")
+        elif "published-run" in arg:  # a run of published.runs: its entry, its base's paradigm and settings
+            published_run_config(params, arg["published-run"])
         elif "base" in arg:  # a published base's DAPT or fine-tuning: its paradigm and its own settings
             load_base(params, arg["base"], "paradigm")
             (load_base_dapt if module.__name__ == "stages.pretrain" else load_base_finetune)(params, arg["base"])

@@ -228,3 +228,47 @@ def test_adaptation_runs_join_the_curve_the_gate_and_the_report(models, workspac
         assert f"BERT at {n} labels: use **" in section
     assert set(metrics["adaptation"]["bert"]["use"]) == {"10", "30", str(full_n)}
     assert all(v in every for v in metrics["adaptation"]["bert"]["use"].values())
+
+
+def test_published_runs_join_the_curve_the_gate_and_the_report(models, workspace, tmp_path):
+    """A published base's full fine-tuning and its probe run: rows in the report's section, curve series from the
+    folder each started from, lines against the best baseline, candidates of the gate."""
+    import shutil
+
+    root, params = workspace
+    finetuned = tmp_path / "finetune"
+    shutil.copytree(root / "finetune", finetuned)
+    base = models.models["bert"]  # stands in for a published folder: the stages read only its model and tokenizer
+    data = yaml.safe_load(params.read_text())
+    data["published"] = {"bases": {"tiny": {"paradigm": "bert", "source": {"kind": "folder", "path": str(base)},
+                                            "finetune": {"head": "pooled"}}},
+                         "runs": {"tiny-probe": {"base": "tiny", "method": "probe", "init": "published"}}}
+    data["evaluate"] = {**EVALUATE, "icl": {**EVALUATE["icl"], "inits": []}}
+    published = tmp_path / "params.yaml"
+    published.write_text(yaml.safe_dump(data))
+    for init in ("published", "published-dapt"):
+        assert finetune_main(["--paradigm", "bert", "--base", "tiny", "--init", init, "--params", str(published),
+                              "--task", str(models.task), "--model", str(base), "--output",
+                              str(finetuned / f"tiny-{init}"), "--report", str(tmp_path / "gate.json"),
+                              "--no-progress"]) == 0
+    assert finetune_main(["--published-run", "tiny-probe", "--params", str(published), "--task", str(models.task),
+                          "--choose-from", str(finetuned / "tiny-published"), str(finetuned / "tiny-published-dapt"),
+                          "--output", str(finetuned / "tiny-probe"), "--report", str(tmp_path / "gate.json"),
+                          "--no-progress"]) == 0
+    assert evaluate_main(args(models, tmp_path, published, finetuned=finetuned)) == 0
+    out = tmp_path / "out"
+    metrics = json.loads((out / "evaluation.json").read_text())
+    rows = metrics["published"]
+    assert set(rows) == {"tiny-published", "tiny-published-dapt", "tiny-probe"}
+    assert rows["tiny-probe"]["method"] == "probe" and rows["tiny-published"]["method"] == "full"
+    full_n = metrics["finetune"]["bert-pretrained"]["train_examples"]
+    for name in rows:
+        tsv = [line.split("\t") for line in (out / "plots" / f"{name}.tsv").read_text().splitlines()]
+        assert [int(r[0]) for r in tsv[1:]] == [10, 30, full_n]
+        assert float(tsv[-1][1]) == pytest.approx(rows[name]["test_macro_f1"], abs=1e-5)
+        assert name in metrics["versus_baselines"]["series"]
+    gate = json.loads((out / "gate.json").read_text())
+    assert set(rows) <= set(gate["candidates"])
+    report = (out / "evaluation.md").read_text()
+    section = report.split("## Published checkpoints", 1)[1].split("\n## ", 1)[0]
+    assert "| tiny-probe | tiny | bert | published | probe |" in section

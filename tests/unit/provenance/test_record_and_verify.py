@@ -415,7 +415,7 @@ def test_a_workspace_model_folder_gets_its_record_its_card_and_a_check_against_i
     assert main([str(m2), "--verify"]) == 2  # the record cannot be built from a workspace that disagrees
     assert "data/ingested/task" in capsys.readouterr().err
     assert main([str(root / "data/ingested/task")]) == 2  # not a model folder
-    assert "data/ingested/task: not a model folder a finetune, adapt, pretrain or dapt stage wrote" in capsys.readouterr().err
+    assert "data/ingested/task: not a model folder a finetune, adapt, pretrain, dapt or base stage wrote" in capsys.readouterr().err
 
 
 def test_verify_on_a_workspace_folder_checks_the_card_its_stage_wrote(tmp_path, monkeypatch, capsys):

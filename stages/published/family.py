@@ -83,10 +83,3 @@ def inspect(folder: Path, paradigm: str, where: str) -> dict:
     return {"model_type": config.model_type, "architectures": architectures,
             "fresh_head": not any(a.endswith(family.heads) for a in architectures),
             "max_positions": positions, "vocab_size": config.vocab_size, "special_tokens": tokens}
-
-
-def check_seq_len(facts: dict, seq_len: int, where: str) -> None:
-    """A block of ``seq_len`` tokens must fit the checkpoint's positions."""
-    if facts.get("max_positions") and seq_len > facts["max_positions"]:
-        raise BaseError(f"{where}: seq_len {seq_len} is longer than the checkpoint's {facts['max_positions']} "
-                        "positions")

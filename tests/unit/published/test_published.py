@@ -255,24 +255,23 @@ def test_base_names_cannot_be_a_paradigm():
               "published")
 
 
-def test_a_probe_run_on_a_published_base_fits_its_head_on_validation_and_serves_as_a_frozen_folder(workspace):
-    import numpy as np
-
+@pytest.fixture(scope="module")
+def fine_tuned_base(workspace):
+    """A tiny published base, its runs of published.runs (a probe and a LoRA run) and its two full fine-tunings."""
     from stages.base import main as base_main
     from stages.finetune import main as finetune_main
-    from stages.finetuning.core import load_base_config, predict, read_task
-    from stages.finetuning.heads import make_classifier
-    from stages.finetuning.probe import C_GRID
 
     root, ds, task = workspace
-    work = root / "probe"
+    work = root / "runs"
     ckpt = make_checkpoint("bert", ds, work / "upstream")
     params = work / "params.yaml"
     params.write_text(yaml.safe_dump(params_for({"tiny": {
         "paradigm": "bert", "source": {"kind": "folder", "path": str(ckpt)}, "finetune": {"epochs": 1}}}) | {}))
     data = yaml.safe_load(params.read_text())
     data["published"]["runs"] = {"tiny-probe": {"base": "tiny", "method": "probe", "init": "best",
-                                                  "finetune": {"head": "pooled"}}}
+                                                  "finetune": {"head": "pooled"}},
+                                 "tiny-lora": {"base": "tiny", "method": "lora", "init": "published",
+                                               "finetune": {"head": "pooled", "lr_grid": [0.003]}}}
     params.write_text(yaml.safe_dump(data))
     base = work / "base"
     assert base_main(["--name", "tiny", "--params", str(params), "--pins", str(work / "pins.yaml"), "--pin",
@@ -283,6 +282,19 @@ def test_a_probe_run_on_a_published_base_fits_its_head_on_validation_and_serves_
         assert finetune_main(["--paradigm", "bert", "--base", "tiny", "--init", init, "--params", str(params),
                               "--task", str(task), "--model", str(base), "--output", str(folders[init]),
                               "--no-progress"]) == 0
+    return work, params, task, folders
+
+
+def test_a_probe_run_on_a_published_base_fits_its_head_on_validation_and_serves_as_a_frozen_folder(
+        fine_tuned_base):
+    import numpy as np
+
+    from stages.finetune import main as finetune_main
+    from stages.finetuning.core import load_base_config, predict, read_task
+    from stages.finetuning.heads import make_classifier
+    from stages.finetuning.probe import C_GRID
+
+    work, params, task, folders = fine_tuned_base
     out = work / "tiny-probe"
     assert finetune_main(["--published-run", "tiny-probe", "--params", str(params), "--task", str(task),
                           "--choose-from", str(folders["published"]), str(folders["published-dapt"]),
@@ -309,6 +321,26 @@ def test_a_probe_run_on_a_published_base_fits_its_head_on_validation_and_serves_
     assert scores(gold, pred, len(cfg.labels))["macro_f1"] == pytest.approx(record["metrics"]["test_macro_f1"])
     assert record["metrics"]["test_macro_f1"] > record["metrics"]["majority_test_macro_f1"]
     assert np.isfinite(pred).all()
+
+
+def test_a_lora_run_on_a_published_base_trains_adapters_on_the_init_it_names(fine_tuned_base):
+    from stages.finetune import main as finetune_main
+    from stages.serving.inference import TextClassifier
+
+    work, params, task, folders = fine_tuned_base
+    out = work / "tiny-lora"
+    assert finetune_main(["--published-run", "tiny-lora", "--params", str(params), "--task", str(task),
+                          "--choose-from", str(folders["published"]), str(folders["published-dapt"]),
+                          "--output", str(out), "--no-progress"]) == 0
+    record = read_json(out / "finetune.json")
+    assert record["published_run"] == "tiny-lora" and record["init"] == "published"
+    assert record["config"]["method"] == "lora" and record["metrics"]["steps"] > 0
+    adaptation = read_json(out / "adaptation.json")
+    assert adaptation["method"] == "lora" and Path(adaptation["base"]) == work / "base"
+    assert 0 < adaptation["trainable_parameters"] < adaptation["total_parameters"]
+    assert not (out / "model.safetensors").exists()      # the adapter and head: the body is the base it names
+    answers = TextClassifier(out).classify(["a text to label", "another"])
+    assert len(answers) == 2 and all(a["label"] in record["labels"] for a in answers)
 
 
 def test_the_probe_head_equals_the_regression_it_was_fit_as():

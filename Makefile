@@ -28,20 +28,20 @@ $(VENV)/.installed-dev: $(VENV)/.installed-run
 	touch $@
 
 # `make run` is `dvc repro`: the root's dvc.yaml, the product's pipeline (experiments/compare/dvc.yaml, the
-# objective comparison, is not its target). PROFILE=gpu applies profiles/gpu.yaml as a DVC experiment
-# (dvc exp run -S ...) instead of plain repro; PROFILE="gpu gpu-quick" applies both, the later over the earlier.
-# A profile that names comparison runs (PROFILE=compare) also gets both files as targets, from stages.profile:
-# dvc exp run -S ... dvc.yaml experiments/compare/dvc.yaml.
+# objective comparison, is not its target). PROFILE=gpu applies profiles/gpu.yaml for that run only
+# (stages.profile_run): its params.yaml, dvc.lock and reports go to reports/profiles/gpu/ and the workspace's are
+# put back, so the next plain `make run` runs the default pipeline. PROFILE="gpu gpu-quick" applies both, the later
+# over the earlier; a profile that names comparison runs (PROFILE=compare) runs both DVC project files.
 PROFILE ?=
 
 run: $(VENV)/.installed-run
 	@test -d .dvc || (echo "not a DVC project: run from the repository root" && exit 1)
 	$(PY) -m stages.config params.yaml   # one line for a params file DVC would choke on (alias bombs, NaN)
 ifeq ($(PROFILE),)
+	$(PY) -m stages.profile_run --restore   # what a killed profile run left in the workspace, put back
 	PATH="$(abspath $(VENV))/bin:$$PATH" $(VENV)/bin/dvc repro
 else
-	set -e; args="$$($(PY) -m stages.profile $(PROFILE))"; \
-	PATH="$(abspath $(VENV))/bin:$$PATH" eval $(VENV)/bin/dvc exp run $$args
+	PATH="$(abspath $(VENV))/bin:$$PATH" $(PY) -m stages.profile_run $(PROFILE)
 endif
 
 # A local Prefect server (SQLite under .prefect/) and the scheduled deployment of the pipeline flow;

@@ -1,6 +1,7 @@
 """``lm-pipeline``: the project's console command, one entry point over the commands the README documents
 (``lm-pipeline`` alone lists them, ``HELP``). Each subcommand is its module's own command line (same arguments and
-exit codes; ``--help`` shows them); ``run`` wraps ``dvc repro`` / ``dvc exp run`` and ``serve`` ``bentoml serve``."""
+exit codes; ``--help`` shows them); ``run`` wraps ``dvc repro`` (a profile's run: ``stages.profile_run``) and
+``serve`` ``bentoml serve``."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ from pathlib import Path
 
 from stages.common.cli import entry
 from stages.config import ConfigError, load_params
-from stages.profile import load_checked, run_args
+from stages.profile_run import restore_after_kill
+from stages.profile_run import run as run_profile
 
 MODULES = {  # subcommand -> module whose main(argv) it runs
     "flow": "flows.pipeline", "ui": "flows.ui", "deploy": "flows.deploy", "files": "flows.files",
@@ -21,12 +23,13 @@ MODULES = {  # subcommand -> module whose main(argv) it runs
     "package": "stages.package", "lineage": "stages.lineage", "profile": "stages.profile", "pin": "stages.pin",
 }
 HELP = {
-    "run": "the whole pipeline with dvc repro (--profile NAME: dvc exp run with profiles/NAME.yaml)",
+    "run": "the whole pipeline with dvc repro (--profile NAME: profiles/NAME.yaml applied for the run, its results in "
+           "reports/profiles/NAME/, the workspace put back)",
     "serve": "bentoml serve a packaged pipeline (default lm-pipeline:latest) with bentoml's own options",
     "flow": "the pipeline as a Prefect flow", "ui": "local Prefect UI, scheduled deployment, reports server",
     "deploy": "only the scheduled deployment", "files": "the reports file server",
     "lineage": "print or --verify what made a packaged model or a model folder (--card: its model card)",
-    "profile": "a profile's dvc exp run arguments (and targets)",
+    "profile": "a profile's dvc exp run -S arguments (and targets), for a DVC experiment of your own",
     "pin": "fetch the remote sources as served now and record them in pins.yaml (accepts a moved upstream)",
     "clean": "C4 cleaning (a stage, or anyone's JSONL / Parquet)",
 }
@@ -40,11 +43,10 @@ def _tool(name: str) -> str:
 
 def run(argv: list[str]) -> int:
     import argparse
-    import shlex
 
     ap = argparse.ArgumentParser(prog="lm-pipeline run", description=HELP["run"])
     ap.add_argument("--profile", help="profiles under profiles/ (e.g. gpu, or \"gpu gpu-quick\": later names win), "
-                    "applied as a DVC experiment")
+                    "applied for this run only: its results in reports/profiles/NAME/, the workspace put back")
     args = ap.parse_args(argv)
     if not Path(".dvc").is_dir():
         print("error: not a DVC project: run from the repository root", file=sys.stderr)
@@ -53,14 +55,14 @@ def run(argv: list[str]) -> int:
     try:
         if not args.profile:
             load_params("params.yaml")  # before DVC reads it: one line for what would make DVC choke
+            if said := restore_after_kill(Path(".")):
+                print(f"[profile] {said}", file=sys.stderr)
             return subprocess.call([_tool("dvc"), "repro"], env=env)
-        profile, params = load_checked(args.profile)
+        load_params("params.yaml")
+        return run_profile(args.profile, dvc=_tool("dvc"), env=env)  # the workspace put back afterwards
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    command = [_tool("dvc"), "exp", "run", *run_args(profile, params)]  # + both dvc.yaml files for a comparison
-    print("+ " + " ".join(shlex.quote(c) for c in command), file=sys.stderr, flush=True)
-    return subprocess.call(command, env=env)
 
 
 def serve(argv: list[str]) -> int:

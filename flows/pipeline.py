@@ -28,11 +28,9 @@ from flows.artifacts import publish_run, publish_stage
 from flows.graph import closure, read_pipeline
 from flows.ui import stop
 from stages.cleaning.scratch import ENV as SCRATCH
-from stages.common.atomic import write_bytes_atomic
-from stages.common.hashing import sha256_file
 from stages.common.shards import ENV as DASK
 from stages.config import load_params
-from stages.profile import apply, load_checked
+from stages.profile_run import RESULTS, label, profile_workspace, restore_after_kill
 from stages.training import launch
 
 NETWORK_STAGES = {"ingest", "clean"}  # they fetch packages on a cold cache; a retry rides out a flaky mirror
@@ -174,16 +172,6 @@ def run_stage(stage: str, root: str, outs: list[str], env: dict[str, str] | None
     return {"stage": stage, "skipped": skipped, "artifacts": publish_stage(stage, outs, Path(root))}
 
 
-def apply_profile(root: Path, name: str) -> dict:
-    """Set the profile's keys in params.yaml, keeping its comments and layout (as ``dvc exp run -S`` does)."""
-    from dvc.utils.serialize import modify_yaml
-
-    profile, _ = load_checked(name, root)
-    with modify_yaml(root / "params.yaml") as data:
-        apply(data, profile, inplace=True)
-    return profile
-
-
 LOCK = ".dvc/tmp/lm-pipeline-flow.lock"
 
 
@@ -212,45 +200,6 @@ def workspace_lock(root: Path):
         os.close(fd)  # releases the lock
 
 
-# The user's params.yaml during a profile run (and a hash of the profiled one), for `restore_params`.
-SAVED_PARAMS = ".dvc/tmp/lm-pipeline-params.before-profile"
-
-
-@contextmanager
-def profile_applied(root: Path, name: str):
-    """``params.yaml`` with the profile's keys set while the block runs, restored exactly afterwards
-    (after a SIGKILL, by the next run's :func:`restore_params`)."""
-    path, saved = root / "params.yaml", root / SAVED_PARAMS
-    original = path.read_bytes()
-    write_bytes_atomic(saved, original)
-    try:
-        profile = apply_profile(root, name)
-        write_bytes_atomic(saved.with_suffix(".applied"), sha256_file(path).encode())
-        yield profile
-    finally:
-        write_bytes_atomic(path, original)
-        saved.with_suffix(".applied").unlink(missing_ok=True)
-        saved.unlink(missing_ok=True)
-
-
-def restore_params(root: Path) -> str | None:
-    """After a killed profile run: put the user's ``params.yaml`` back if unedited since, else keep the
-    edited one and say where the saved one is. Returns the message, or None."""
-    path, saved = root / "params.yaml", root / SAVED_PARAMS
-    if not saved.is_file():
-        return None
-    applied = saved.with_suffix(".applied")
-    expected = applied.read_text(encoding="utf-8").strip() if applied.is_file() else None
-    current = sha256_file(path) if path.is_file() else None
-    unedited = expected is None or current in (expected, sha256_file(saved))
-    os.replace(saved, path if unedited else root / "params.yaml.before-profile")
-    applied.unlink(missing_ok=True)
-    if unedited:
-        return f"params.yaml restored from {SAVED_PARAMS}: a profile run was killed before it could restore it"
-    return ("params.yaml was edited after a profile run was killed; kept as it is, the params from before that "
-            "run are in params.yaml.before-profile")
-
-
 # One stage at a time: each stage uses all cores, and concurrent `dvc repro`s would race on dvc.lock.
 @flow(name="lm-pipeline", log_prints=True, task_runner=ThreadPoolTaskRunner(max_workers=1))
 def pipeline(target: str | None = None, profile: str | None = None, root: str = ".", dask: str | None = None,
@@ -266,12 +215,12 @@ def pipeline(target: str | None = None, profile: str | None = None, root: str = 
     if (base / "params.yaml").is_file():
         load_params(base / "params.yaml")  # and a params file DVC would choke on (an alias bomb, a NaN)
     with workspace_lock(base):
-        if restored := restore_params(base):
+        if restored := restore_after_kill(base):
             logger.warning(restored)
-        with (profile_applied(base, profile) if profile else nullcontext()) as applied:
+        with (profile_workspace(base, profile, log=logger.info) if profile else nullcontext()) as applied:
             if profile:
                 logger.info(f"profile {profile}: {len(applied)} params set in params.yaml for this run "
-                            "(restored afterwards)")
+                            f"(its results go to {RESULTS}/{label(profile)}/, the workspace is put back afterwards)")
             graph, outs, targets = read_pipeline(base)
             order = closure(graph, [target] if target else None)
             force = list(force or [])

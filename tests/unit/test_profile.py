@@ -131,9 +131,9 @@ def test_only_a_profile_that_names_comparison_runs_targets_the_comparisons_dvc_f
 
 
 def test_dvc_exp_run_runs_a_second_dvc_files_stages_only_when_it_is_a_target(tmp_path):
-    """What `make run` relies on, on a project shaped like this one: a second DVC file (its stages run from the
-    root: wdir ../.., vars ../../params.yaml) with an empty foreach is accepted and left out by `dvc exp run`
-    with no target; with the params set, its stages run when both files are the targets."""
+    """What `python -m stages.profile`'s arguments rely on, on a project shaped like this one: a second DVC file
+    (its stages run from the root: wdir ../.., vars ../../params.yaml) with an empty foreach is accepted and left
+    out by `dvc exp run` with no target; with the params set, its stages run when both files are the targets."""
     import os
     import subprocess
     import sys

@@ -159,67 +159,41 @@ def test_a_second_dvc_files_stages_join_the_graph_and_run_by_their_address(prefe
     assert pipeline(root=str(project))["ran"] == []  # everything, both files: up to date
 
 
-def test_a_profile_is_applied_to_params_keeping_comments(tmp_path):
-    from stages.config import ConfigError
-
-    from flows.pipeline import apply_profile
-
-    (tmp_path / "profiles").mkdir()
-    (tmp_path / "params.yaml").write_text("split:\n  heldout_fraction: 0.05   # held out\n  salt: ''\n")
-    (tmp_path / "profiles" / "small.yaml").write_text("split.heldout_fraction: 0.1\n")
-    assert apply_profile(tmp_path, "small") == {"split.heldout_fraction": 0.1}
-    text = (tmp_path / "params.yaml").read_text()
-    assert "heldout_fraction: 0.1" in text and "# held out" in text
-    (tmp_path / "profiles" / "bad.yaml").write_text("split.nope: 1\n")
-    with pytest.raises(ConfigError, match="split.nope: no such key"):
-        apply_profile(tmp_path, "bad")
-
-
-
 def test_a_profile_holds_for_the_run_only_and_params_come_back_byte_for_byte(prefect_harness, project):
-    from flows.pipeline import pipeline, profile_applied
+    from flows.pipeline import pipeline
 
     original = "split:\n  heldout_fraction: 0.05   # held out\n  salt: ''\n"
     (project / "params.yaml").write_text(original)
     (project / "profiles").mkdir()
     (project / "profiles" / "small.yaml").write_text("split.heldout_fraction: 0.1\n")
-    with pytest.raises(RuntimeError, match="a stage broke"):
-        with profile_applied(project, "small"):
-            assert "heldout_fraction: 0.1" in (project / "params.yaml").read_text()
-            raise RuntimeError("a stage broke")
-    assert (project / "params.yaml").read_text() == original  # restored after a failure too
     out = pipeline(root=str(project), profile="small")
     assert out["ran"] == ["make@a", "make@b", "join"]
     assert (project / "params.yaml").read_text() == original
     assert not list(project.glob(".params.yaml.*"))
+    results = project / "reports" / "profiles" / "small"
+    assert "heldout_fraction: 0.1" in (results / "params.yaml").read_text()  # the run's, kept beside
+    assert (results / "reports" / "metrics" / "join.json").is_file() and (results / "dvc.lock").is_file()
+    assert not (project / "reports" / "metrics" / "join.json").exists()  # the run's reports left the workspace
+    assert not (project / "dvc.lock").exists()                            # as before it
 
 
 def test_params_of_a_killed_profile_run_come_back_with_the_next_run(prefect_harness, project):
     """SIGKILL skips the context manager's restore: the profile's params stay in params.yaml, with the user's
-    saved beside them. The next flow run on the workspace puts them back; an edit made since is kept."""
-    from flows.pipeline import SAVED_PARAMS, pipeline, profile_applied, restore_params
+    saved beside them. The next flow run on the workspace puts them back before any stage runs."""
+    from flows.pipeline import pipeline
+    from stages.profile_run import SNAPSHOT, profile_workspace, restore_after_kill
 
     original = "split:\n  heldout_fraction: 0.05   # held out\n  salt: ''\n"
     (project / "params.yaml").write_text(original)
     (project / "profiles").mkdir()
     (project / "profiles" / "small.yaml").write_text("split.heldout_fraction: 0.1\n")
-    killed = profile_applied(project, "small")
+    killed = profile_workspace(project, "small")
     killed.__enter__()  # ... and never exited, as after a SIGKILL
     assert "heldout_fraction: 0.1" in (project / "params.yaml").read_text()
-    assert (project / SAVED_PARAMS).read_text() == original
     out = pipeline(root=str(project))
     assert (project / "params.yaml").read_text() == original  # restored before any stage ran
-    assert out["ran"] == ["make@a", "make@b", "join"] and not (project / SAVED_PARAMS).exists()
-    assert restore_params(project) is None  # nothing left to restore
-
-    killed = profile_applied(project, "small")
-    killed.__enter__()
-    (project / "params.yaml").write_text("split:\n  heldout_fraction: 0.2\n  salt: ''\n")  # the user's edit
-    message = restore_params(project)
-    assert "kept as it is" in message and "params.yaml.before-profile" in message
-    assert "0.2" in (project / "params.yaml").read_text()
-    assert (project / "params.yaml.before-profile").read_text() == original
-    assert not list((project / ".dvc" / "tmp").glob("lm-pipeline-params*"))
+    assert out["ran"] == ["make@a", "make@b", "join"] and not (project / SNAPSHOT).exists()
+    assert restore_after_kill(project) is None  # nothing left to restore
 
 
 def test_scale_out_reaches_only_the_stages_it_is_for():

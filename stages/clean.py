@@ -25,9 +25,10 @@ from stages.sources.base import SourceError
 
 
 def clean(cfg: CleanConfig, *, input_path: Path, out: Path, cache_dir: Path, task_path: Path | None = None,
-          name: str = "clean", log=print) -> tuple[CleanResult, Gate]:
+          name: str = "clean", where: str = "", log=print) -> tuple[CleanResult, Gate]:
     """Clean ``input_path`` into the folder ``out``; the result and the gate ``clean-<name>`` that must pass before
-    it is published. ``task_path``: a labeled task's documents for ``cfg.task``'s guard and TAPT texts."""
+    it is published. ``task_path``: a labeled task's documents for ``cfg.task``'s guard and TAPT texts; ``where``:
+    the params section of the gate's bounds, named by a failure."""
     from stages.quality.clean_suite import cleaned_suite
 
     words: list[str] = []
@@ -62,7 +63,7 @@ def clean(cfg: CleanConfig, *, input_path: Path, out: Path, cache_dir: Path, tas
         tables, expectations = cleaned_suite(result.gate_features, columns=pq.read_schema(documents).names,
                                              duplicate_lines=result.duplicate_lines, cfg=cfg,
                                              kept_fraction=result.stats_json()["kept_fraction"],
-                                             task_leaks=result.task_leaks)
+                                             task_leaks=result.task_leaks, where=where)
     return result, Gate(f"clean-{name}", tables, expectations)
 
 
@@ -86,7 +87,8 @@ def _run(args: argparse.Namespace, log) -> dict:
         cfg = dataclasses.replace(cfg, cleaner=dataclasses.replace(cfg.cleaner, workers=args.workers))
     report = args.report or args.output.parent / f"{args.output.name}.gate.json"
     result, gate = clean(cfg, input_path=args.input, out=args.staged.path, cache_dir=args.cache_dir,
-                         task_path=args.task, name=args.output.name, log=log)
+                         task_path=args.task, name=args.output.name,
+                         where=f"clean.{args.corpus}.gate" if args.corpus else "", log=log)
     return {report: gate, args.metrics: result.stats_json(), args.plot: result.drops_csv()}
 
 

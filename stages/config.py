@@ -35,9 +35,35 @@ MAX_YAML_VALUES = 100_000  # params.yaml holds a few hundred; more, once aliases
 MAX_YAML_BYTES = 10 << 20
 
 
+def _refuse_duplicate_keys(p: Path, node, where: str = "", seen_nodes: set | None = None) -> None:
+    """A key given twice in one mapping is a ConfigError naming it and both lines (YAML loaders keep the last one
+    silently, DVC refuses the file later with a traceback)."""
+    import yaml
+
+    seen_nodes = set() if seen_nodes is None else seen_nodes
+    if id(node) in seen_nodes:
+        return
+    seen_nodes.add(id(node))
+    if isinstance(node, yaml.MappingNode):
+        lines: dict[str, int] = {}
+        for key, value in node.value:
+            name = key.value if isinstance(key, yaml.ScalarNode) else None
+            dotted = f"{where}.{name}" if where else str(name)
+            if name is not None and name != "<<":
+                if name in lines:
+                    raise ConfigError(f"{p}: line {key.start_mark.line + 1}: key {dotted} is given twice (first on "
+                                      f"line {lines[name]}); keep one")
+                lines[name] = key.start_mark.line + 1
+            _refuse_duplicate_keys(p, value, dotted, seen_nodes)
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            _refuse_duplicate_keys(p, item, f"{where}[{i}]", seen_nodes)
+
+
 def load_yaml(p: Path) -> Any:
     """A params or profile file's YAML, refused with one line naming it when it is not UTF-8, not YAML, larger
-    than 10 MiB, or expands (through aliases) to more than 100,000 values, or holds a non-finite number."""
+    than 10 MiB, or expands (through aliases) to more than 100,000 values, gives a key twice in one mapping, or
+    holds a non-finite number."""
     import yaml
 
     if p.stat().st_size > MAX_YAML_BYTES:
@@ -58,6 +84,8 @@ def load_yaml(p: Path) -> Any:
         if node is not None and size(node) > MAX_YAML_VALUES:
             raise ConfigError(f"{p}: its YAML aliases expand to {size(node):,} values (at most {MAX_YAML_VALUES:,}); "
                               "an alias that nests others multiplies them")
+        if node is not None:
+            _refuse_duplicate_keys(p, node)
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise ConfigError(f"{p}: invalid YAML: {exc}".replace("\n", " ")) from None

@@ -23,7 +23,8 @@ def gate_task(df, cfg: FinetuneConfig, report: Path) -> None:
 
     tables, expectations = labeled_suite(df, labels=list(cfg.labels), splits=["train", "validation", "test"],
                                          min_class_share=cfg.gate.min_class_share,
-                                         max_class_share=cfg.gate.max_class_share)
+                                         max_class_share=cfg.gate.max_class_share,
+                                         where="finetune.defaults.gate", labels_key="finetune.defaults.labels")
     enforce("finetune-task", tables, expectations, report)
 
 

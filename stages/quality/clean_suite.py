@@ -8,7 +8,7 @@ import pandas as pd
 
 from stages.cleaning.config import CleanConfig
 from stages.common.documents import DOCUMENT_COLUMNS
-from stages.quality.gate import Expect
+from stages.quality.gate import Expect, set_by
 
 SCHEMA = "clean_schema"
 FEATURES = "clean_features"
@@ -17,19 +17,21 @@ TASK_GUARD = "task_guard"
 
 
 def cleaned_suite(features: pd.DataFrame, *, columns: list[str], duplicate_lines: int | None,
-                  cfg: CleanConfig, kept_fraction: float, task_leaks: pd.DataFrame | None = None):
-    """``task_leaks``: `stages.cleaning.task_guard.leaks` of the output, when a task is guarded against."""
+                  cfg: CleanConfig, kept_fraction: float, task_leaks: pd.DataFrame | None = None, where: str = ""):
+    """``task_leaks``: `stages.cleaning.task_guard.leaks` of the output, when a task is guarded against; ``where``:
+    the params section of the gate's bounds (``clean.domain.gate``), named by a failure."""
     rules, gate = cfg.cleaner.c4, cfg.gate
     feats = features.reset_index(drop=True)
     feats.index = pd.Index(feats["id"].to_numpy(), name="doc")  # failures name the document
 
-    def values_in(column: str, allowed: list, table: str = FEATURES, mostly: float = 1.0) -> Expect:
+    def values_in(column: str, allowed: list, table: str = FEATURES, mostly: float = 1.0, param: str = "") -> Expect:
         return Expect(table, "ExpectColumnValuesToBeInSet",
-                      {"column": column, "value_set": allowed, **({"mostly": mostly} if mostly < 1.0 else {})})
+                      {"column": column, "value_set": allowed, **({"mostly": mostly} if mostly < 1.0 else {})}, param)
 
     checks = [
         Expect(SCHEMA, "ExpectTableColumnsToMatchSet", {"column_set": list(DOCUMENT_COLUMNS), "exact_match": True}),
-        Expect(FEATURES, "ExpectTableRowCountToBeBetween", {"min_value": gate.min_rows}),
+        Expect(FEATURES, "ExpectTableRowCountToBeBetween", {"min_value": gate.min_rows},
+               set_by(where, min_rows=gate.min_rows)),
         Expect(FEATURES, "ExpectColumnValuesToBeUnique", {"column": "id"}),
         Expect(FEATURES, "ExpectColumnValuesToBeBetween", {"column": "text_chars", "min_value": 1}),
         values_in("meta_is_json", [True]),
@@ -41,10 +43,12 @@ def cleaned_suite(features: pd.DataFrame, *, columns: list[str], duplicate_lines
         checks.append(Expect(FEATURES, "ExpectColumnValuesToBeBetween",
                              {"column": "sentences_up_to_min", "min_value": rules.min_sentences}))
     if cfg.cleaner.language.enabled and len(feats):
-        checks.append(values_in("english_second_opinion", [True], mostly=gate.min_english_agreement))
+        checks.append(values_in("english_second_opinion", [True], mostly=gate.min_english_agreement,
+                                param=set_by(where, min_english_agreement=gate.min_english_agreement)))
     summary = {"kept_fraction": [kept_fraction]}
     checks.append(Expect(SUMMARY, "ExpectColumnValuesToBeBetween", {
-        "column": "kept_fraction", "min_value": gate.min_kept_fraction, "max_value": gate.max_kept_fraction}))
+        "column": "kept_fraction", "min_value": gate.min_kept_fraction, "max_value": gate.max_kept_fraction},
+        set_by(where, min_kept_fraction=gate.min_kept_fraction, max_kept_fraction=gate.max_kept_fraction)))
     if duplicate_lines is not None:
         summary["duplicate_lines"] = [duplicate_lines]
         checks.append(values_in("duplicate_lines", [0], table=SUMMARY))

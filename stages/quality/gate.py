@@ -48,6 +48,12 @@ class GateFailed(RuntimeError):
     """Raised by `enforce` when at least one check of a gate failed; the report is already written."""
 
 
+def set_by(where: str, **values) -> str:
+    """:attr:`Expect.param` for bounds under the params section ``where``: ``where.key=value, ...``; "" without
+    a section (a suite used outside a stage)."""
+    return ", ".join(f"{where}.{key}={value!r}" for key, value in values.items()) if where else ""
+
+
 @dataclass(frozen=True)
 class Expect:
     """One expectation without GX objects: ``table`` (a key of `tables`), ``kind`` (a GX expectation
@@ -56,6 +62,9 @@ class Expect:
     table: str
     kind: str
     kwargs: dict = field(default_factory=dict)
+    param: str = ""
+    """The params keys that set this check's bounds, with their values (``clean.domain.gate.max_kept_fraction=0.8``):
+    a failure names them, so the user knows what to change."""
 
     def __post_init__(self) -> None:
         if not self.table or not isinstance(self.table, str):
@@ -81,6 +90,8 @@ class CheckResult:
     kwargs: dict
     success: bool
     observed: object
+    param: str = ""
+    """As :attr:`Expect.param`; in error lines, not in the report (its checks list the bounds as kwargs)."""
 
     @property
     def name(self) -> str:
@@ -111,7 +122,7 @@ class CheckResult:
         return _clip(", ".join(parts) or "failed")
 
     def to_json(self) -> dict:
-        return {"name": self.name, **dataclasses.asdict(self)}
+        return {"name": self.name, **{k: v for k, v in dataclasses.asdict(self).items() if k != "param"}}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -200,7 +211,8 @@ def validate(gate: str, tables: Mapping[str, pandas.DataFrame], expectations: Se
     checks = tuple(
         CheckResult(table=expect.table, expectation=expect.kind, kwargs=_jsonable(expect.kwargs),
                     success=result is not None and bool(result.success),
-                    observed=_NO_RESULT if result is None else _observed(result.result, result.exception_info))
+                    observed=_NO_RESULT if result is None else _observed(result.result, result.exception_info),
+                    param=expect.param)
         for expect, result in ((expect, results.get(i)) for i, expect in enumerate(expectations)))
     return GateResult(gate=gate, success=all(check.success for check in checks), checks=checks,
                       stats={table: int(len(frame)) for table, frame in tables.items()},
@@ -219,7 +231,8 @@ def enforce(gate: str, tables: Mapping[str, pandas.DataFrame], expectations: Seq
     result = validate(gate, tables, expectations, gx_project())
     write_report(result, report_path)
     if not result.success:
-        reasons = "; ".join(f"{check.name}: {check.why()}" for check in result.failures())
+        reasons = "; ".join(f"{check.name}: {check.why()}" + (f" (set by {check.param})" if check.param else "")
+                            for check in result.failures())
         docs = f"; Data Docs: {result.data_docs}" if result.data_docs else ""
         raise GateFailed(f"gate {gate} failed: {reasons} (report: {report_path}{docs})")
     return result

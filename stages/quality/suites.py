@@ -11,7 +11,7 @@ import pandas as pd
 
 from stages.common.documents import DOCUMENT_COLUMNS, is_json_text
 from stages.config import check
-from stages.quality.gate import Expect
+from stages.quality.gate import Expect, set_by
 
 Suite = tuple[dict[str, pd.DataFrame], list[Expect]]
 
@@ -27,12 +27,14 @@ SPLIT_OVERLAP = "split_overlap"
 
 def documents_suite(df: pd.DataFrame, *, min_rows: int, max_rows: int, min_nonempty_ratio: float,
                     extra_columns: Sequence[str] = (), text_chars: Sequence[int] | None = None,
-                    meta_is_json: Sequence[bool] | None = None, columns: Sequence[str] | None = None) -> Suite:
+                    meta_is_json: Sequence[bool] | None = None, columns: Sequence[str] | None = None,
+                    where: str = "") -> Suite:
     """Checks for a documents table (id, text, source, url, meta [+ extra_columns]), and why: columns exactly as
     listed (read by name); rows in [min_rows, max_rows] (a truncated or exploded corpus); id unique and not null
     (dedup, lineage); at least `min_nonempty_ratio` non-blank texts; source not null; meta parses as JSON.
     Too large for memory: pass ``df`` without text plus ``text_chars`` (stripped length per row),
-    ``meta_is_json`` and ``columns`` (the written file's columns)."""
+    ``meta_is_json`` and ``columns`` (the written file's columns). ``where``: the params section of the bounds
+    (``ingest.task.gate``), named by a failure."""
     check(0 <= min_rows <= max_rows, f"need 0 <= min_rows <= max_rows, got {min_rows}, {max_rows}")
     check(0.0 <= min_nonempty_ratio <= 1.0, f"min_nonempty_ratio must be in [0, 1], got {min_nonempty_ratio}")
 
@@ -50,23 +52,26 @@ def documents_suite(df: pd.DataFrame, *, min_rows: int, max_rows: int, min_nonem
     expectations = [
         Expect(schema_table, "ExpectTableColumnsToMatchSet",
                {"column_set": [*DOCUMENT_COLUMNS, *extra_columns], "exact_match": True}),
-        Expect(DOCUMENTS, "ExpectTableRowCountToBeBetween", {"min_value": min_rows, "max_value": max_rows}),
+        Expect(DOCUMENTS, "ExpectTableRowCountToBeBetween", {"min_value": min_rows, "max_value": max_rows},
+               set_by(where, min_rows=min_rows, max_rows=max_rows)),
         Expect(DOCUMENTS, "ExpectColumnValuesToBeUnique", {"column": "id"}),
         Expect(DOCUMENTS, "ExpectColumnValuesToNotBeNull", {"column": "id"}),
         Expect(DOCUMENTS, "ExpectColumnValuesToNotBeNull", {"column": "source"}),
         Expect(DOCUMENT_FEATURES, "ExpectColumnValuesToBeBetween",
-               {"column": "text_chars", "min_value": 1, "mostly": min_nonempty_ratio}),
+               {"column": "text_chars", "min_value": 1, "mostly": min_nonempty_ratio},
+               set_by(where, min_nonempty_ratio=min_nonempty_ratio)),
         Expect(DOCUMENT_FEATURES, "ExpectColumnValuesToBeInSet", {"column": "meta_is_json", "value_set": [True]}),
     ]
     return tables, expectations
 
 
 def labeled_suite(df: pd.DataFrame, *, labels: Sequence[str], splits: Sequence[str], min_class_share: float,
-                  max_class_share: float, train_split: str = "train") -> Suite:
+                  max_class_share: float, train_split: str = "train", where: str = "", labels_key: str = "") -> Suite:
     """Checks for labeled examples (text, label, split), and why: label and split not null (in-set checks skip
     nulls) and in `labels` / `splits` (the head's label map); every label in the `train_split` rows; each label's
     share of all rows in [min_class_share, max_class_share] (a dominant class misleads accuracy); each normalised
-    text in exactly one split (a leak inflates scores)."""
+    text in exactly one split (a leak inflates scores). ``where``: the params section of the class-share bounds,
+    ``labels_key`` the key of ``labels``, named by a failure."""
     check(bool(labels), "labels must not be empty")
     check(bool(splits), "splits must not be empty")
     check(train_split in splits, f"train_split {train_split!r} is not among splits {list(splits)}")
@@ -94,12 +99,13 @@ def labeled_suite(df: pd.DataFrame, *, labels: Sequence[str], splits: Sequence[s
     expectations = [
         Expect(LABELED, "ExpectColumnValuesToNotBeNull", {"column": "label"}),
         Expect(LABELED, "ExpectColumnValuesToNotBeNull", {"column": "split"}),
-        Expect(LABELED, "ExpectColumnValuesToBeInSet", {"column": "label", "value_set": list(labels)}),
+        Expect(LABELED, "ExpectColumnValuesToBeInSet", {"column": "label", "value_set": list(labels)}, labels_key),
         Expect(LABELED, "ExpectColumnValuesToBeInSet", {"column": "split", "value_set": list(splits)}),
         # ContainSet, not EqualSet: unknown labels are the in-set check's failure, not this one's.
         Expect(LABELED_TRAIN, "ExpectColumnDistinctValuesToContainSet", {"column": "label", "value_set": list(labels)}),
         Expect(CLASS_SHARES, "ExpectColumnValuesToBeBetween",
-               {"column": "share", "min_value": min_class_share, "max_value": max_class_share}),
+               {"column": "share", "min_value": min_class_share, "max_value": max_class_share},
+               set_by(where, min_class_share=min_class_share, max_class_share=max_class_share)),
         Expect(SPLIT_OVERLAP, "ExpectColumnValuesToBeInSet", {"column": "n_splits", "value_set": [1]}),
     ]
     return tables, expectations

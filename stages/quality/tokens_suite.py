@@ -13,7 +13,7 @@ import pandas as pd
 
 from stages.config import check
 from stages.objectives.span_corruption import corrupt
-from stages.quality.gate import Expect
+from stages.quality.gate import Expect, set_by
 from stages.tokenization.layout import BlockLayout
 
 CORRUPTION = "t5_corruption"
@@ -81,22 +81,26 @@ def corruption_lengths(blocks: np.ndarray, layout: "BlockLayout", sample: int, s
     return pd.DataFrame(out, columns=["block", "input_len", "target_len"]).set_index("block")
 
 
-def tokens_suite(files: Mapping[str, np.ndarray], layout: "BlockLayout", gate: TokensGateConfig):
-    """(tables, expectations) for every block file, keyed ``<corpus>_<split>``."""
+def tokens_suite(files: Mapping[str, np.ndarray], layout: "BlockLayout", gate: TokensGateConfig, where: str = ""):
+    """(tables, expectations) for every block file, keyed ``<corpus>_<split>``; ``where``: the params section of
+    the gate's bounds (``tokens.defaults.gate``), named by a failure."""
     tables: dict[str, pd.DataFrame] = {}
     checks: list[Expect] = []
     for name, blocks in files.items():
         tables[name] = block_features(blocks, layout)
         least = gate.min_heldout_blocks if name.endswith("_heldout") else gate.min_train_blocks
         checks += [
-            Expect(name, "ExpectTableRowCountToBeBetween", {"min_value": least}),
+            Expect(name, "ExpectTableRowCountToBeBetween", {"min_value": least},
+                   set_by(where, **{"min_heldout_blocks" if name.endswith("_heldout") else "min_train_blocks": least})),
             Expect(name, "ExpectColumnValuesToBeBetween",
                    {"column": "max_id", "min_value": 0, "max_value": layout.vocab_size - 1}),
             Expect(name, "ExpectColumnValuesToBeInSet", {"column": "reserved_tokens", "value_set": [0]}),
             Expect(name, "ExpectColumnMeanToBeBetween",
-                   {"column": "unk_fraction", "min_value": 0, "max_value": gate.max_unk_fraction}),
+                   {"column": "unk_fraction", "min_value": 0, "max_value": gate.max_unk_fraction},
+                   set_by(where, max_unk_fraction=gate.max_unk_fraction)),
             Expect(name, "ExpectColumnMeanToBeBetween",
-                   {"column": "pad_fraction", "min_value": 0, "max_value": gate.max_pad_fraction}),
+                   {"column": "pad_fraction", "min_value": 0, "max_value": gate.max_pad_fraction},
+                   set_by(where, max_pad_fraction=gate.max_pad_fraction)),
         ]
         if layout.paradigm == "bert":
             checks += [Expect(name, "ExpectColumnValuesToBeInSet", {"column": c, "value_set": [True]})

@@ -231,10 +231,10 @@ class RequestGuard:
         if ctype.startswith("multipart/") and "boundary=" not in ctype:
             return await _reject(send, 400, "multipart body without a boundary in its Content-Type; the APIs take "
                                             "JSON (content-type: application/json)")
-        if ctype.strip() and not is_json(ctype):
+        if not is_json(ctype):  # none at all included: a client that sends JSON says so
             media = ctype.split(";", 1)[0].strip()[:100]
-            return await _reject(send, 415, f"unsupported media type {media!r}: the APIs take JSON "
-                                            "(content-type: application/json)")
+            return await _reject(send, 415, (f"unsupported media type {media!r}" if media else "no Content-Type")
+                                 + ": the APIs take JSON (content-type: application/json)")
         length = headers.get(b"content-length")
         if length is not None:
             try:

@@ -162,9 +162,11 @@ def ingest(cfg: CorpusConfig, *, corpus: str, cache_dir: Path, out: Path, log=pr
         labels = gate_labels(cfg) or tuple(sorted(df["label"].unique()))
         tables, expectations = combine(
             documents_suite(df, min_rows=g.min_rows, max_rows=g.max_rows,
-                            min_nonempty_ratio=g.min_nonempty_ratio, extra_columns=LABELED_COLUMNS[5:]),
+                            min_nonempty_ratio=g.min_nonempty_ratio, extra_columns=LABELED_COLUMNS[5:],
+                            where=f"ingest.{corpus}.gate"),
             labeled_suite(df, labels=labels, splits=SPLITS, min_class_share=g.min_class_share,
-                          max_class_share=g.max_class_share))
+                          max_class_share=g.max_class_share, where=f"ingest.{corpus}.gate",
+                          labels_key=f"ingest.{corpus}.gate.labels" if g.labels else ""))
         counts = _counts(len(rows), sum(len(r["text"]) for r in rows), [r["source"] for r in rows],
                          [r["split"] for r in rows], [r["label"] for r in rows])
         del rows, table, df
@@ -172,7 +174,8 @@ def ingest(cfg: CorpusConfig, *, corpus: str, cache_dir: Path, out: Path, log=pr
         provs, dropped, light, text_chars, meta_ok, counts = stream_documents(cfg, ctx, path, log=log)
         tables, expectations = documents_suite(
             light, min_rows=g.min_rows, max_rows=g.max_rows, min_nonempty_ratio=g.min_nonempty_ratio,
-            text_chars=text_chars, meta_is_json=meta_ok, columns=pq.read_schema(path).names)
+            text_chars=text_chars, meta_is_json=meta_ok, columns=pq.read_schema(path).names,
+            where=f"ingest.{corpus}.gate")
     manifest = build_manifest(cfg, corpus, counts, provs, dropped, path)
     write_json_atomic(out / "manifest.json", manifest)
     # No wall-clock figures in metrics: the same input and params give byte-identical files.

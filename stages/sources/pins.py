@@ -32,7 +32,10 @@ def load(path: Path = PINS) -> dict[str, list[dict[str, Any] | None]]:
 
 
 def pin_for(pins: dict, corpus: str, index: int, kind: str, path: Path = PINS) -> dict[str, Any] | None:
-    """The pin of source ``index`` of ``corpus``; none for a remote source, or another kind's, is an error."""
+    """The pin of source ``index`` of ``corpus``; none for a remote source, or another kind's, is an error. A local
+    source needs none: a pin left there by a remote source it replaced is not its own, and is ignored."""
+    if kind not in REMOTE_KINDS:
+        return None
     entries = pins.get(corpus) or []
     pin = entries[index] if index < len(entries) else None
     where = f"ingest.{corpus}.sources[{index}] ({kind})"

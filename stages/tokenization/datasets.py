@@ -118,7 +118,7 @@ def make_token_datasets(cfg: TokensConfig, split: SplitConfig, *, paradigm: str,
                 f"{s} {r[s]['documents']} docs -> {r[s]['blocks']} blocks of {layout.block_len}" for s in SPLITS)
                 + f"; {speed:,} tokens/s")
     files = {k: open_blocks(p) for k, p in paths_of(out, list(corpora)).items()}
-    tables, checks = tokens_suite(files, layout, cfg.gate)
+    tables, checks = tokens_suite(files, layout, cfg.gate, where="tokens.defaults.gate")
     for key, table in tables.items():
         corpus, _, s = key.rpartition("_")
         if corpus in results and s in SPLITS and len(table):

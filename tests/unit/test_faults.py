@@ -44,6 +44,23 @@ def test_an_alias_bomb_in_params_or_a_profile_is_refused_in_one_line(tmp_path):
     assert load_params(tmp_path / "params.yaml")["pretrain"]["bert"]["train"] == {"lr": 0.001}  # aliases still work
 
 
+def test_a_key_given_twice_in_params_or_a_profile_is_refused_naming_it_and_both_lines(tmp_path):
+    from stages.config import load_params, main
+    from stages.profile import load_profile
+
+    (tmp_path / "params.yaml").write_text("finetune:\n  defaults:\n    lr: 0.001\n    seeds: [0]\n    lr: 0.003\n")
+    with pytest.raises(ConfigError, match=r"params.yaml: line 5: key finetune.defaults.lr is given twice \(first on "
+                                          r"line 3\)"):
+        load_params(tmp_path / "params.yaml")
+    assert main([str(tmp_path / "params.yaml")]) == 1  # what `make run` runs before DVC reads the file
+    (tmp_path / "profiles").mkdir()
+    (tmp_path / "profiles/twice.yaml").write_text("tokens.defaults.seq_len: 64\ntokens.defaults.seq_len: 128\n")
+    with pytest.raises(ConfigError, match=r"twice.yaml: line 2: key tokens.defaults.seq_len is given twice"):
+        load_profile("twice", tmp_path)
+    (tmp_path / "params.yaml").write_text("a: &a {x: 1}\nb: {<<: *a, y: 2}\nc: [{x: 1}, {x: 2}]\n")
+    assert load_params(tmp_path / "params.yaml")["b"] == {"x": 1, "y": 2}  # merge keys and lists are not repeats
+
+
 @pytest.mark.parametrize("text, key", [
     ("pretrain:\n  bert:\n    train: {lr: .inf}\n", "pretrain.bert.train.lr: inf"),
     ("finetune:\n  seeds: [1, .nan]\n", "finetune.seeds[1]: nan"),

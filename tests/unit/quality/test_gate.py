@@ -275,6 +275,22 @@ def test_enforce_raises_naming_the_failed_check_and_still_writes_report(tmp_path
     assert body["failed"] == [UNIQUE_ID]
 
 
+def test_a_failed_bound_names_the_params_key_and_value_that_set_it(tmp_path: Path) -> None:
+    """Three balanced classes against the default max_class_share 0.3: the error line says which key to change;
+    the report holds the bounds as the check's kwargs, as before."""
+    df = pd.DataFrame({"text": [f"text {i}" for i in range(9)], "label": ["a", "b", "c"] * 3,
+                       "split": ["train"] * 3 + ["validation"] * 3 + ["test"] * 3})
+    tables, expectations = labeled_suite(df, labels=["a", "b", "c"], splits=["train", "validation", "test"],
+                                         min_class_share=0.005, max_class_share=0.3, where="finetune.defaults.gate")
+    report = tmp_path / "task.json"
+    with pytest.raises(GateFailed) as raised:
+        enforce("finetune-task", tables, expectations, report)
+    assert "(set by finetune.defaults.gate.min_class_share=0.005, finetune.defaults.gate.max_class_share=0.3)" \
+        in str(raised.value)
+    body = json.loads(report.read_text())
+    assert all("param" not in check for check in body["checks"])
+
+
 def test_enforce_writes_report_and_returns_result_on_success(tmp_path: Path) -> None:
     tables, expectations = documents_suite(documents(), **DOC_LIMITS)
     report = tmp_path / "ok.json"

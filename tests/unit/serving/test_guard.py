@@ -23,8 +23,10 @@ async def _echo(scope, receive, send):
     await send({"type": "http.response.body", "body": str(size).encode()})
 
 
-def _exchange(app, *, method="POST", path="/classify", headers=(), chunks=(b"",)) -> list[dict]:
-    """Every ASGI message ``app`` sends for one request whose body arrives in ``chunks``."""
+def _exchange(app, *, method="POST", path="/classify", headers=(("content-type", "application/json"),),
+              chunks=(b"",)) -> list[dict]:
+    """Every ASGI message ``app`` sends for one request whose body arrives in ``chunks`` (JSON unless
+    ``headers`` say otherwise)."""
     sent, queue = [], list(chunks)
 
     async def receive():
@@ -37,6 +39,9 @@ def _exchange(app, *, method="POST", path="/classify", headers=(), chunks=(b"",)
     scope = {"type": "http", "method": method, "path": path, "headers": [(k.encode(), v.encode()) for k, v in headers]}
     asyncio.run(app(scope, receive, send))
     return sent
+
+
+JSON = ("content-type", "application/json")
 
 
 def _call(app, **request):
@@ -55,9 +60,9 @@ def test_a_body_within_the_limit_reaches_the_app():
 
 def test_oversized_bodies_get_413_by_length_or_as_they_stream():
     app = RequestGuard(_echo, max_bytes=10)
-    status, body = _call(app, headers=[("content-length", "11")], chunks=[b"x" * 11])
+    status, body = _call(app, headers=[JSON, ("content-length", "11")], chunks=[b"x" * 11])
     assert status == 413 and "11 bytes is over the limit of 10" in json.loads(body)["error"]
-    status, body = _call(app, headers=[("transfer-encoding", "chunked")], chunks=[b"x" * 6, b"x" * 6])
+    status, body = _call(app, headers=[JSON, ("transfer-encoding", "chunked")], chunks=[b"x" * 6, b"x" * 6])
     assert status == 413 and "over the limit of 10" in json.loads(body)["error"]
 
 
@@ -72,9 +77,9 @@ def test_an_oversized_chunked_body_gets_413_from_a_framework_that_answers_errors
         return PlainTextResponse(str(len(await request.body())))
 
     app = RequestGuard(Starlette(routes=[Route("/classify", size, methods=["POST"])]), max_bytes=10)
-    status, body = _call(app, headers=[("transfer-encoding", "chunked")], chunks=[b"x" * 6, b"x" * 6])
+    status, body = _call(app, headers=[JSON, ("transfer-encoding", "chunked")], chunks=[b"x" * 6, b"x" * 6])
     assert status == 413 and "over the limit of 10" in json.loads(body)["error"]
-    assert _call(app, headers=[("transfer-encoding", "chunked")], chunks=[b"x" * 4, b"x" * 6]) == (200, b"10")
+    assert _call(app, headers=[JSON, ("transfer-encoding", "chunked")], chunks=[b"x" * 4, b"x" * 6]) == (200, b"10")
 
 
 def test_multipart_without_boundary_and_a_bad_length_get_400():
@@ -83,7 +88,7 @@ def test_multipart_without_boundary_and_a_bad_length_get_400():
     assert status == 400 and "boundary" in json.loads(body)["error"]
     status, body = _call(app, headers=[("content-type", "multipart/form-data; boundary=x")])
     assert status == 415 and "application/json" in json.loads(body)["error"]  # a boundary: still not JSON
-    status, body = _call(app, headers=[("content-length", "ten")])
+    status, body = _call(app, headers=[JSON, ("content-length", "ten")])
     assert status == 400 and "Content-Length" in json.loads(body)["error"]
 
 
@@ -107,10 +112,14 @@ def test_a_body_that_is_not_json_gets_415_in_the_error_shape(ctype):
 
 
 @pytest.mark.parametrize("ctype", ["application/json", "application/json; charset=utf-8", "APPLICATION/JSON",
-                                   "application/merge-patch+json", None])
-def test_json_bodies_and_bodies_without_a_type_pass(ctype):
-    headers = [("content-type", ctype)] if ctype else []
-    assert _call(RequestGuard(_echo, max_bytes=100), headers=headers, chunks=[b"{}"]) == (200, b"2")
+                                   "application/merge-patch+json"])
+def test_json_bodies_pass(ctype):
+    assert _call(RequestGuard(_echo, max_bytes=100), headers=[("content-type", ctype)], chunks=[b"{}"]) == (200, b"2")
+
+
+def test_a_body_without_a_content_type_gets_415_naming_what_to_send():
+    status, body = _call(RequestGuard(_echo, max_bytes=100), headers=[], chunks=[b"{}"])
+    assert status == 415 and json.loads(body)["error"].startswith("no Content-Type: the APIs take JSON")
 
 
 def test_the_default_limit_admits_the_largest_valid_request():
@@ -125,9 +134,9 @@ def test_with_a_token_every_request_but_the_probes_needs_it():
     for path in ("/classify", "/docs.json", "/lineage", "/metrics"):
         status, body = _call(app, path=path)
         assert status == 401 and "bearer token" in json.loads(body)["error"]
-        assert _call(app, path=path, headers=[("authorization", "Bearer wrong-token-of-24-chars")])[0] == 401
-        assert _call(app, path=path, headers=[("authorization", f"Basic {token}")])[0] == 401
-        assert _call(app, path=path, headers=[("authorization", f"Bearer {token}")])[0] == 200
+        assert _call(app, path=path, headers=[JSON, ("authorization", "Bearer wrong-token-of-24-chars")])[0] == 401
+        assert _call(app, path=path, headers=[JSON, ("authorization", f"Basic {token}")])[0] == 401
+        assert _call(app, path=path, headers=[JSON, ("authorization", f"Bearer {token}")])[0] == 200
     for probe in ("/livez", "/readyz", "/healthz"):
         assert _call(app, method="GET", path=probe)[0] == 200
     assert _call(RequestGuard(_echo, max_bytes=10), path="/classify")[0] == 200  # no token: no auth

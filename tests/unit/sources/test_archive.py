@@ -187,3 +187,14 @@ def test_a_dated_snapshot_of_the_archive_serves_as_the_mirror(tmp_path):
     with serve(root) as url:
         recs, prov = read(descriptions(url + "archive/debian/20260711T101637Z/"), tmp_path / "c")
     assert len(recs) == 3 and prov.extra["pin"]["date"] == "Sat, 11 Jul 2026 10:16:37 UTC"
+
+
+def test_a_local_source_that_replaced_a_remote_one_needs_no_pin_and_a_remote_one_of_another_kind_does():
+    from stages.sources import pins as pin_file
+
+    left = {"general": [{"kind": "npm_spamassassin", "package": "spamassassin"}]}  # the default's pin, left behind
+    assert pin_file.pin_for(left, "general", 0, "files") is None
+    assert pin_file.pin_for(left, "general", 0, "hf") is None
+    with pytest.raises(SourceError, match=r"ingest\.general\.sources\[0\] \(npm_brown\): pins.yaml pins a "
+                                          r"npm_spamassassin source there .*`lm-pipeline pin general`"):
+        pin_file.pin_for(left, "general", 0, "npm_brown")

@@ -173,8 +173,7 @@ def _read_parquet(cfg: FilesSource, path: Path, name: str, prov: Provenance) -> 
         raise SourceError(f"{path}: not a readable Parquet file ({exc})") from None
     if cfg.text_field not in pf.schema_arrow.names:
         raise SourceError(f"{path}: no column {cfg.text_field!r} (columns: {', '.join(pf.schema_arrow.names)})")
-    rows = (obj for batch in pf.iter_batches(batch_size=4096) for obj in batch.to_pylist())
-    for row, obj in enumerate(rows, 1):
+    for row, obj in enumerate(_parquet_rows(pf, path), 1):
         if (rec := _record(cfg, prov, obj, f"{path}: row {row}", name)) is None:
             continue
         if "meta" in rec.meta and isinstance(rec.meta["meta"], str):
@@ -184,6 +183,24 @@ def _read_parquet(cfg: FilesSource, path: Path, name: str, prov: Provenance) -> 
                 rec.meta.update(inner if isinstance(inner, dict) else {"meta": inner})
         rec.meta.pop("id", None)  # ids are content hashes, recomputed downstream
         yield rec
+
+
+def _parquet_rows(pf, path: Path) -> Iterator[dict]:
+    """The file's rows; a page that cannot be read (corrupt, truncated) is a SourceError naming the file and the
+    rows read before it."""
+    import pyarrow as pa
+
+    done = 0
+    batches = pf.iter_batches(batch_size=4096)
+    while True:
+        try:
+            batch = next(batches)
+        except StopIteration:
+            return
+        except (OSError, pa.ArrowException) as exc:
+            raise SourceError(f"{path}: not a readable Parquet file after row {done:,} ({exc})") from None
+        done += batch.num_rows
+        yield from batch.to_pylist()
 
 
 def _read_txt(cfg: FilesSource, path: Path, name: str, prov: Provenance) -> Iterator[Record]:

@@ -38,6 +38,15 @@ def assign_split(group: str, cfg: SplitConfig) -> str:
     return "test" if h < cfg.test else "validation" if h < cfg.test + cfg.validation else "train"
 
 
+def without_nul(rec: Record, prov: Provenance) -> Record:
+    """``rec`` without NUL characters (a JSON ``\u0000`` escape decodes to one; C tools and Parquet readers
+    elsewhere stop at it), their count in the source's manifest entry (``nul_characters_removed``)."""
+    if "\x00" not in rec.text:
+        return rec
+    prov.extra["nul_characters_removed"] = prov.extra.get("nul_characters_removed", 0) + rec.text.count("\x00")
+    return dataclasses.replace(rec, text=rec.text.replace("\x00", ""))
+
+
 def read_all(cfg: CorpusConfig, ctx: SourceContext, provs: list[Provenance], dropped: Counter,
              log=print) -> Iterator[Record]:
     """Every record of every source up to ``max_docs`` in all, each source's Provenance appended to ``provs``."""
@@ -54,7 +63,7 @@ def read_all(cfg: CorpusConfig, ctx: SourceContext, provs: list[Provenance], dro
                     break
                 prov.records += 1
                 total += 1
-                yield rec
+                yield without_nul(rec, prov)
             if pin is not None and prov.extra.get("pin") not in (None, pin):
                 raise PinMismatch(src.kind, pins.describe(pin), pins.describe(prov.extra["pin"]))
         except PinMismatch as exc:

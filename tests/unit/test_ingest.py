@@ -62,6 +62,19 @@ def test_documents_follow_the_schema_with_content_hash_ids_and_exact_dedup(tmp_p
     assert report["success"] is True
 
 
+def test_nul_characters_are_removed_at_ingest_and_counted_in_the_manifest(tmp_path):
+    src = tmp_path / "in.jsonl"
+    src.write_text('{"text": "one\\u0000 two\\u0000"}\n{"text": "clean text"}\n')  # JSON escapes of NUL
+    _run(_cfg(src), tmp_path)
+    df = pd.read_parquet(tmp_path / "out" / "documents.parquet")
+    assert df["text"].tolist() == ["one two", "clean text"]
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    assert manifest["sources"][0]["nul_characters_removed"] == 2
+    clean = _write_jsonl(tmp_path / "clean.jsonl", [{"text": "clean text"}])
+    _run(_cfg(clean), tmp_path, "plain")
+    assert "nul_characters_removed" not in json.loads((tmp_path / "plain" / "manifest.json").read_text())["sources"][0]
+
+
 def test_same_input_gives_byte_identical_outputs(tmp_path):
     src = _write_jsonl(tmp_path / "in.jsonl", [{"text": f"Document number {i}."} for i in range(50)])
     _run(_cfg(src), tmp_path, "a")

@@ -156,3 +156,15 @@ def test_unpaired_surrogate_is_invalid_text(tmp_path):
         _read(path)
     recs, prov = _read(path, on_error="skip")
     assert [r.text for r in recs] == ["ok"] and prov.skipped == {"bad_field": 1}
+
+
+def test_a_parquet_file_with_corrupt_pages_is_refused_naming_it(tmp_path):
+    path = tmp_path / "task.parquet"
+    texts = [f"document {i} " + "word " * (i % 50) for i in range(20000)]
+    pq.write_table(pa.table({"text": texts}), path, row_group_size=5000, compression="snappy")
+    data = bytearray(path.read_bytes())
+    middle = len(data) // 2
+    data[middle: middle + 4096] = bytes(4096)  # pages of a middle row group zeroed, the footer intact
+    path.write_bytes(bytes(data))
+    with pytest.raises(SourceError, match=r"task\.parquet: not a readable Parquet file after row [\d,]+ \("):
+        _read(path)

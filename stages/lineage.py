@@ -28,28 +28,40 @@ from stages.provenance.targets import is_classifier, model_dirs, open_target
 from stages.provenance.verify import Standard, verify
 
 
-def report(verdict, with_workspace: bool) -> str:
-    """The verdict as text: notes, what binds the Bento, every file nothing binds, the result and each mismatch."""
-    lines = [f"checked: {what}" for what in verdict.verified]
-    lines += [f"note: {note}" for note in verdict.notes]
+def verdict_line(verdict, with_workspace: bool) -> list[str]:
+    """The result first: OK (bound or not) or the mismatches, each named."""
+    scope = "" if with_workspace else ", packaged files only"
+    if not verdict.ok:
+        return [f"verify: {len(verdict.mismatches)} mismatch(es) in {verdict.checked} checks",
+                *[f"  MISMATCH {m}" for m in verdict.mismatches]]
+    if verdict.pinned or verdict.unverified is None:
+        bound = "; every file of the Bento bound" if verdict.pinned else ""
+        return [f"verify: OK ({verdict.checked} checks{scope}{bound})"]
+    return [f"verify: OK, UNPINNED ({verdict.checked} checks{scope}): the Bento agrees with itself; this proves "
+            "consistency, not origin (someone who can rewrite the Bento can rewrite all it holds together). Exit "
+            "status 0, as documented for an audit without --pin or --public-key; pin the manifest_sha256 of "
+            "reports/metrics/package.json to prove origin"]
+
+
+def report(verdict, with_workspace: bool, details: bool = False) -> str:
+    """The verdict as text, the result first: then the workspace, what binds the Bento, and either every check,
+    note and file nothing binds (``details``) or their counts."""
+    lines = verdict_line(verdict, with_workspace)
+    lines += [f"note: {note}" for note in verdict.notes if note.startswith("workspace:")]
     lines += [f"bound: {how}" for how in verdict.bound_by]
+    if not details:
+        unbound = len(verdict.unverified or ())
+        lines.append(f"details: {len(verdict.verified)} checks passed, {len(verdict.notes) - 1} notes"
+                     + (f", {unbound} file(s) of the Bento that nothing outside it binds (UNVERIFIED)" if unbound
+                        else "") + "; --details lists them")
+        return "\n".join(lines)
+    lines += [f"checked: {what}" for what in verdict.verified]
+    lines += [f"note: {note}" for note in verdict.notes if not note.startswith("workspace:")]
     if verdict.unverified:
         lines.append(f"unverified: {len(verdict.unverified)} file(s) of the Bento that neither the lineage record "
                      "covers nor a pinned or signed manifest binds (each agrees with the Bento's own manifest where "
                      "it has one, which vouches only for itself):")
         lines += [f"  UNVERIFIED {rel}" for rel in verdict.unverified]
-    scope = "" if with_workspace else ", packaged files only"
-    if not verdict.ok:
-        lines.append(f"verify: {len(verdict.mismatches)} mismatch(es) in {verdict.checked} checks")
-        lines += [f"  MISMATCH {m}" for m in verdict.mismatches]
-    elif verdict.pinned or verdict.unverified is None:
-        bound = "; every file of the Bento bound" if verdict.pinned else ""
-        lines.append(f"verify: OK ({verdict.checked} checks{scope}{bound})")
-    else:
-        lines.append(f"verify: OK, UNPINNED ({verdict.checked} checks{scope}): the Bento agrees with itself; this "
-                     "proves consistency, not origin (someone who can rewrite the Bento can rewrite all it holds "
-                     "together). Exit status 0, as documented for an audit without --pin or --public-key; pin the "
-                     "manifest_sha256 of reports/metrics/package.json to prove origin")
     return "\n".join(lines)
 
 
@@ -70,6 +82,8 @@ def main(argv: Iterable[str] | None = None) -> int:
     ap.add_argument("--strict", action="store_true",
                     help="with --verify: exit 1 unless every file of a Bento is bound by --pin or --public-key and "
                          "the Bento carries signed standard provenance (an audit that must prove origin)")
+    ap.add_argument("--details", action="store_true", help="with --verify: every check, note and unbound file after "
+                    "the verdict (without it: their counts)")
     ap.add_argument("--json", action="store_true", help="print the record (and the verdict) as JSON")
     ap.add_argument("--card", action="store_true", help="print the model card rendered from the record (for a "
                     "pre-trained or DAPT folder of a workspace, that model's)")
@@ -128,13 +142,15 @@ def main(argv: Iterable[str] | None = None) -> int:
         elif args.card:
             print(classifier_card(target.record, by=by), end="")
         else:
+            if verdict is not None:  # the verdict first, then the chain it checked
+                print(report(verdict, workspace is not None, details=args.details) + "\n")
             if target.folder:
                 print(f"Workspace model folder {target.folder} (written by {target.stage}); the record of the "
                       f"classifier {target.record['model']['name']}" + ("" if is_classifier(target.stage)
                                                                        else ", which it is upstream of") + ":")
             print(render(target.record, target.bento))
-        if verdict is not None:
-            print("\n" + report(verdict, workspace is not None))
+        if verdict is not None and args.card:
+            print("\n" + report(verdict, workspace is not None, details=args.details))
     if verdict is not None and verdict.ok and args.strict and not verdict.pinned and verdict.unverified is not None:
         print("error: --strict: the Bento agrees with itself but nothing outside it binds it; give --pin SHA256 "
               "(package.json manifest_sha256) or --public-key PEM", file=sys.stderr)

@@ -371,7 +371,7 @@ def test_the_imported_models_pass_the_stock_signature_verifier_and_the_key_binds
         proc = _run([str(Path(PY).parent / "model_signing"), "verify", "key", str(folder), "--signature",
                      str(folder / "model.sig"), "--public_key", str(pub)], elsewhere, store)
         assert proc.returncode == 0 and "Verification succeeded" in proc.stdout + proc.stderr, proc.stderr[-2000:]
-    proc = _run([PY, "-m", "stages.lineage", "lm-pipeline:latest", "--verify", "--public-key", str(pub), "--strict"],
+    proc = _run([PY, "-m", "stages.lineage", "lm-pipeline:latest", "--verify", "--details", "--public-key", str(pub), "--strict"],
                 elsewhere, store)
     assert proc.returncode == 0 and "every file of the Bento bound" in proc.stdout, proc.stdout[-3000:]
     assert proc.stdout.count("checked: standard: OpenSSF model signature") == len(tags)

@@ -133,7 +133,7 @@ def test_a_package_run_writes_model_cards_and_declares_the_image_and_resources(t
     bert_card = (tmp_path / "store/models" / bert_name / bert_version / "README.md").read_text()
     assert bert_card == generative_card(record, "data/models/pretrain/bert")
     assert "| parameters | 4,321 |" in bert_card and "| training tokens | 98,765 |" in bert_card
-    check = subprocess.run([sys.executable, "-m", "stages.lineage", made["exported"], "--verify", "--workspace",
+    check = subprocess.run([sys.executable, "-m", "stages.lineage", made["exported"], "--verify", "--details", "--workspace",
                             str(root)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert check.returncode == 0 and "verify: OK" in check.stdout, check.stdout[-3000:] + check.stderr[-2000:]
 
@@ -157,7 +157,7 @@ def test_a_package_run_writes_model_cards_and_declares_the_image_and_resources(t
             f"models/{bert_name}/{bert_version}/config.json"} <= set(listed)
 
     def lineage(*args):
-        return subprocess.run([sys.executable, "-m", "stages.lineage", *args, "--verify"], cwd=tmp_path, env=env,
+        return subprocess.run([sys.executable, "-m", "stages.lineage", *args, "--verify", "--details"], cwd=tmp_path, env=env,
                               capture_output=True, text=True, timeout=300)
 
     for target, args in ((made["exported"], ["--pin", made["sha256"]]),

@@ -77,17 +77,17 @@ def test_a_sealed_bento_passes_pinned_by_its_manifest_or_archive_digest(ws, tmp_
     files = bento_files(ws)
     manifest = manifest_of(files)
     bento = archive(tmp_path / "lm-v1.bento", files, manifest=manifest)
-    code, out = run(capsys, bento, "--verify")
+    code, out = run(capsys, bento, "--verify", "--details")
     assert code == 0 and "verify: OK, UNPINNED" in out and "consistency, not origin" in out
     assert f"agree with its own {MANIFEST_FILE} (SHA-256 {hashlib.sha256(manifest).hexdigest()})" in out
     assert "  UNVERIFIED bento.yaml" in out and "  UNVERIFIED env/docker/entrypoint.sh" in out
     for pin in (hashlib.sha256(manifest).hexdigest(), hashlib.sha256(bento.read_bytes()).hexdigest()):
-        code, out = run(capsys, bento, "--verify", "--pin", pin)
+        code, out = run(capsys, bento, "--verify", "--details", "--pin", pin)
         assert code == 0 and "every file of the Bento bound" in out and "UNVERIFIED" not in out, out
-    code, out = run(capsys, bento, "--verify", "--pin", "0" * 64)
+    code, out = run(capsys, bento, "--verify", "--details", "--pin", "0" * 64)
     assert code == 1 and f"pinned {'0' * 64}, but the manifest's SHA-256 is" in out
     # --strict also asks for the standard signatures and provenance, which a Bento of this format lacks
-    code, out = run(capsys, bento, "--verify", "--strict", "--pin", hashlib.sha256(manifest).hexdigest())
+    code, out = run(capsys, bento, "--verify", "--details", "--strict", "--pin", hashlib.sha256(manifest).hexdigest())
     assert code == 1 and "every file of the Bento bound" not in out
     assert "MISMATCH no provenance/provenance.intoto.json in this Bento (packaged before the standard formats)" in out
 
@@ -98,7 +98,7 @@ def test_any_tampered_file_is_a_mismatch_naming_it(ws, tmp_path, capsys, rel):
     files = bento_files(ws)
     manifest = manifest_of(files)
     files[rel] = files[rel] + b"\n# tampered\n"
-    code, out = run(capsys, archive(tmp_path / "t.bento", files, manifest=manifest), "--verify")
+    code, out = run(capsys, archive(tmp_path / "t.bento", files, manifest=manifest), "--verify", "--details")
     assert code == 1 and f"MISMATCH Bento {rel}: sha256 " in out and "the manifest lists" in out
 
 
@@ -128,14 +128,14 @@ def test_a_forged_weight_file_lineage_and_manifest_fail_against_the_pin(ws, tmp_
     pin = hashlib.sha256(manifest_of(good)).hexdigest()
     forged = forge(ws, good)
     # the old manifest left in place: the weight file and lineage.json are named
-    code, out = run(capsys, archive(tmp_path / "f1.bento", forged, manifest=manifest_of(good)), "--verify")
+    code, out = run(capsys, archive(tmp_path / "f1.bento", forged, manifest=manifest_of(good)), "--verify", "--details")
     assert code == 1 and "MISMATCH Bento models/lm-classifier/v1/model.safetensors: sha256" in out
     assert "MISMATCH Bento models/lm-classifier/v1/lineage.json: sha256" in out
     # the manifest rewritten too: consistent, and the audit says that this is all it can say
     bento = archive(tmp_path / "f2.bento", forged, manifest=manifest_of(forged))
-    code, out = run(capsys, bento, "--verify")
+    code, out = run(capsys, bento, "--verify", "--details")
     assert code == 0 and "verify: OK, UNPINNED" in out and "consistency, not origin" in out
-    code, out = run(capsys, bento, "--verify", "--pin", pin)
+    code, out = run(capsys, bento, "--verify", "--details", "--pin", pin)
     assert code == 1 and f"pinned {pin}, but the manifest's SHA-256 is" in out
 
 
@@ -145,17 +145,17 @@ def test_unlisted_files_byte_code_native_extensions_and_links_are_mismatches(ws,
              "src/__pycache__/service.cpython-311.pyc": b"\x00"}
     # even listed in a (rewritten) manifest, byte-code and native code are mismatches
     bento = archive(tmp_path / "x.bento", extra, manifest=manifest_of({**files, SO: b"\x7fELF"}))
-    code, out = run(capsys, bento, "--verify")
+    code, out = run(capsys, bento, "--verify", "--details")
     assert code == 1
     assert f"MISMATCH Bento {SO}: a native extension module in the Bento" in out
     assert "MISMATCH Bento src/__pycache__/service.cpython-311.pyc: byte-code in the Bento" in out
     assert "MISMATCH Bento src/stages/sitecustomize.py: not in the manifest" in out
     missing = dict(files)
     del missing["env/docker/Dockerfile"]
-    code, out = run(capsys, archive(tmp_path / "m.bento", missing, manifest=manifest_of(files)), "--verify")
+    code, out = run(capsys, archive(tmp_path / "m.bento", missing, manifest=manifest_of(files)), "--verify", "--details")
     assert code == 1 and "MISMATCH Bento env/docker/Dockerfile: missing" in out
     code, out = run(capsys, archive(tmp_path / "l.bento", files, manifest=manifest_of(files), latest=False),
-                    "--verify")
+                    "--verify", "--details")
     assert code == 0  # BentoML's models/<name>/latest pointer is not needed; a wrong one is a mismatch:
     bad = archive(tmp_path / "b.bento", files, manifest=manifest_of(files), latest=False)
     with tarfile.open(bad, "w:xz") as tar:
@@ -166,7 +166,7 @@ def test_unlisted_files_byte_code_native_extensions_and_links_are_mismatches(ws,
         link = tarfile.TarInfo("src/stages/evil.py")
         link.type, link.linkname = tarfile.SYMTYPE, "/etc/passwd"
         tar.addfile(link)
-    code, out = run(capsys, bad, "--verify")
+    code, out = run(capsys, bad, "--verify", "--details")
     assert code == 1 and "MISMATCH Bento models/lm-classifier/latest: not in the manifest" in out
     assert "MISMATCH Bento src/stages/evil.py: not a regular file" in out
 
@@ -183,10 +183,10 @@ def test_a_bento_folder_is_checked_and_pinned_like_an_archive(ws, tmp_path, caps
     manifest = manifest_of(files)
     folder = folder_bento(tmp_path / "bento", {**files, MANIFEST_FILE: manifest})
     pin = hashlib.sha256(manifest).hexdigest()
-    code, out = run(capsys, folder, "--verify", "--pin", pin)
+    code, out = run(capsys, folder, "--verify", "--details", "--pin", pin)
     assert code == 0 and "every file of the Bento bound" in out, out
     folder_bento(folder, {SO: b"\x7fELF", "src/bento_config.json": b'{"classifier": "other:v9"}'})
-    code, out = run(capsys, folder, "--verify", "--pin", pin)
+    code, out = run(capsys, folder, "--verify", "--details", "--pin", pin)
     assert code == 1 and f"MISMATCH Bento {SO}: a native extension module" in out
     assert "MISMATCH Bento src/bento_config.json: sha256" in out
 
@@ -217,10 +217,10 @@ def test_a_bento_in_the_store_reads_its_models_from_the_model_store(ws, tmp_path
     monkeypatch.setattr(importlib.import_module("bentoml.bentos"), "get", bento_get)
     monkeypatch.setattr(importlib.import_module("bentoml.models"), "get", lambda tag: Stored(model_dir, str(tag)))
     pin = hashlib.sha256(manifest).hexdigest()
-    code, out = run(capsys, "lm:v1", "--verify", "--pin", pin)
+    code, out = run(capsys, "lm:v1", "--verify", "--details", "--pin", pin)
     assert code == 0 and "every file of the Bento bound" in out, out
     (model_dir / "model.safetensors").write_bytes(b"other weights")
-    code, out = run(capsys, "lm:v1", "--verify", "--pin", pin)
+    code, out = run(capsys, "lm:v1", "--verify", "--details", "--pin", pin)
     assert code == 1 and "MISMATCH Bento models/lm-classifier/v1/model.safetensors: sha256" in out
 
 
@@ -262,19 +262,19 @@ def test_a_signed_manifest_binds_the_bento_to_the_operators_key(ws, tmp_path, ca
     files = bento_files(ws)
     manifest = manifest_of(files)
     signed = archive(tmp_path / "s.bento", files, manifest=manifest, signature=sign(manifest, operator))
-    code, out = run(capsys, signed, "--verify")
+    code, out = run(capsys, signed, "--verify", "--details")
     assert code == 0 and "UNPINNED" in out and "give --public-key PEM to check it" in out
-    code, out = run(capsys, signed, "--verify", "--public-key", tmp_path / "operator.pub.pem")
+    code, out = run(capsys, signed, "--verify", "--details", "--public-key", tmp_path / "operator.pub.pem")
     assert code == 0 and "bound: signature:" in out and "every file of the Bento bound" in out, out
-    code, out = run(capsys, signed, "--verify", "--public-key", tmp_path / "other.pub.pem")
+    code, out = run(capsys, signed, "--verify", "--details", "--public-key", tmp_path / "other.pub.pem")
     assert code == 1 and f"{SIGNATURE_FILE} is not a signature of this manifest" in out
     forged = forge(ws, files)  # re-signing needs the operator's private key
     code, out = run(capsys, archive(tmp_path / "f.bento", forged, manifest=manifest_of(forged),
                                     signature=sign(manifest, operator)),
-                    "--verify", "--public-key", tmp_path / "operator.pub.pem")
+                    "--verify", "--details", "--public-key", tmp_path / "operator.pub.pem")
     assert code == 1 and "is not a signature of this manifest" in out
     code, out = run(capsys, archive(tmp_path / "u.bento", files, manifest=manifest),
-                    "--verify", "--public-key", tmp_path / "operator.pub.pem")
+                    "--verify", "--details", "--public-key", tmp_path / "operator.pub.pem")
     assert code == 1 and f"{SIGNATURE_FILE} is missing" in out
-    code, out = run(capsys, signed, "--verify", "--public-key", tmp_path / "operator.pem")
+    code, out = run(capsys, signed, "--verify", "--details", "--public-key", tmp_path / "operator.pem")
     assert code == 2 and "not a PEM public key" in out

@@ -199,7 +199,7 @@ def test_links_and_special_files_in_a_model_folder_are_named_not_followed(tmp_pa
     (model / "config.json").unlink()
     (model / "config.json").symlink_to(root / "data/models/finetune/m1/config.json")  # same bytes, but a link
     os.mkfifo(model / "pipe.jsonl")
-    assert main([str(model), "--verify", "--workspace", str(root)]) == 1
+    assert main([str(model), "--verify", "--details", "--workspace", str(root)]) == 1
     out = capsys.readouterr().out
     assert "config.json: not a regular file" in out and "pipe.jsonl: not a regular file" in out
 
@@ -225,13 +225,13 @@ def test_lineage_command_on_a_model_folder(tmp_path, capsys):
 
     root = make_workspace(tmp_path / "ws")
     model = packaged_copy(root, tmp_path / "packaged")
-    assert main([str(model), "--verify", "--workspace", str(root)]) == 0
+    assert main([str(model), "--verify", "--details", "--workspace", str(root)]) == 0
     out = capsys.readouterr().out
     assert "verify: OK" in out and "Model m1: bert, random initialisation, 2 labels" in out
     assert main([str(model), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["record"]["model"]["name"] == "m1"
     write(root / "stages/evaluate.py", "# changed\n")
-    assert main([str(model), "--verify", "--workspace", str(root)]) == 1
+    assert main([str(model), "--verify", "--details", "--workspace", str(root)]) == 1
     assert "MISMATCH stages/evaluate.py: md5" in capsys.readouterr().out
     assert main([str(tmp_path / "nothing-here")]) == 2
 
@@ -293,6 +293,24 @@ def _bento_file(path: Path, record: dict, model_files: dict[str, bytes]) -> Path
     return path
 
 
+def test_verify_says_its_verdict_first_and_counts_the_detail_that_details_lists(tmp_path, capsys, monkeypatch):
+    from stages.lineage import main
+
+    root = make_workspace(tmp_path / "ws")
+    model = root / "data/models/finetune/m1"
+    bento = _bento_file(tmp_path / "lm-v1.bento", record_of(root),
+                        {f.name: f.read_bytes() for f in model.iterdir()})
+    monkeypatch.chdir(tmp_path)
+    assert main([str(bento), "--verify"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("verify: OK, UNPINNED (") and "UNVERIFIED " not in out and "checked: " not in out
+    assert "note: workspace: none" in out.split("\n")[1]
+    assert "file(s) of the Bento that nothing outside it binds (UNVERIFIED); --details lists them" in out
+    assert "Bento lm:v1" in out  # the chain after the verdict
+    assert main([str(bento), "--verify", "--details"]) == 0
+    assert "  UNVERIFIED bento.yaml\n" in capsys.readouterr().out
+
+
 def test_an_exported_bento_is_read_in_place_and_a_broken_one_is_a_clear_error(tmp_path, capsys, monkeypatch):
     from stages.lineage import main
 
@@ -301,7 +319,7 @@ def test_an_exported_bento_is_read_in_place_and_a_broken_one_is_a_clear_error(tm
     bento = _bento_file(tmp_path / "lm-v1.bento", record_of(root),
                         {f.name: f.read_bytes() for f in model.iterdir()})
     monkeypatch.chdir(tmp_path)  # no dvc.lock here or above: packaged files and the record only
-    assert main([str(bento), "--verify"]) == 0
+    assert main([str(bento), "--verify", "--details"]) == 0
     out = capsys.readouterr().out
     assert "Bento lm:v1" in out and "packaged files only" in out
     # what could not be verified is listed in full, and the verdict says what an unpinned pass is worth
@@ -309,7 +327,7 @@ def test_an_exported_bento_is_read_in_place_and_a_broken_one_is_a_clear_error(tm
     for rel in ("bento.yaml", "models/lm-classifier/v1/lineage.json", "models/lm-classifier/v1/model.yaml"):
         assert f"  UNVERIFIED {rel}\n" in out, rel
     assert "more" not in out.split("unverified:", 1)[1]
-    assert main([str(bento), "--verify", "--workspace", str(root)]) == 0
+    assert main([str(bento), "--verify", "--details", "--workspace", str(root)]) == 0
     capsys.readouterr()
     (tmp_path / "broken.bento").write_bytes(bento.read_bytes()[: bento.stat().st_size // 2])
     assert main([str(tmp_path / "broken.bento")]) == 2
@@ -346,7 +364,7 @@ def test_a_forged_model_with_a_matching_record_passes_alone_and_fails_against_a_
     good = _bento_file(tmp_path / "lm-v1.bento", record_of(root), files)
     pin = hashlib.sha256(good.read_bytes()).hexdigest()
     monkeypatch.chdir(tmp_path)
-    assert main([str(good), "--verify", "--pin", pin]) == 0
+    assert main([str(good), "--verify", "--details", "--pin", pin]) == 0
     out = capsys.readouterr().out
     assert "archive's SHA-256 is the pinned one" in out
     # the forgery: a changed weight file and a record rewritten to match it
@@ -367,17 +385,17 @@ def test_a_forged_model_with_a_matching_record_passes_alone_and_fails_against_a_
                         e["md5"] = info["md5"]
     forged = _bento_file(tmp_path / "forged.bento", forged_record, files)
     # consistent with itself: unpinned, the audit cannot tell, and says so instead of a plain OK
-    assert main([str(forged), "--verify"]) == 0
+    assert main([str(forged), "--verify", "--details"]) == 0
     out = capsys.readouterr().out
     assert "verify: OK, UNPINNED" in out and "consistency, not origin" in out
     assert "verify: OK (" not in out
     assert "  UNVERIFIED models/lm-classifier/v1/lineage.json" in out and "  UNVERIFIED bento.yaml" in out
-    assert main([str(forged), "--verify", "--pin", pin]) == 1
+    assert main([str(forged), "--verify", "--details", "--pin", pin]) == 1
     assert f"pinned {pin}" in capsys.readouterr().out
     folder = tmp_path / "model-folder"
     folder.mkdir()
     (folder / "lineage.json").write_text(json.dumps(record_of(root)))
-    assert main([str(folder), "--verify", "--pin", pin]) == 2  # a model folder is no Bento: nothing to pin
+    assert main([str(folder), "--verify", "--details", "--pin", pin]) == 2  # a model folder is no Bento: nothing to pin
     assert "--pin check a Bento" in capsys.readouterr().err
 
 
@@ -407,12 +425,13 @@ def test_a_workspace_model_folder_gets_its_record_its_card_and_a_check_against_i
     assert "Generated by `python -m stages.lineage --card` from this model's lineage record" in card
     assert "Note: the gate selected `m1`, not this model (`m2`)." in card
     assert "licence: each package's own licence" in card
-    assert main([str(m2), "--verify"]) == 0
+    assert main([str(m2), "--verify", "--details"]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("Workspace model folder data/models/finetune/m2 (written by finetune@m2)")
-    assert f"note: workspace: {root.resolve()}" in out and "verify: OK (" in out
+    assert out.startswith("verify: OK (")  # the verdict first, then the folder's record
+    assert "\nWorkspace model folder data/models/finetune/m2 (written by finetune@m2)" in out
+    assert f"note: workspace: {root.resolve()}" in out
     write(root / "data/ingested/task/documents.parquet", "other rows\n")  # upstream data changed since dvc.lock
-    assert main([str(m2), "--verify"]) == 2  # the record cannot be built from a workspace that disagrees
+    assert main([str(m2), "--verify", "--details"]) == 2  # the record cannot be built from a workspace that disagrees
     assert "data/ingested/task" in capsys.readouterr().err
     assert main([str(root / "data/ingested/task")]) == 2  # not a model folder
     assert "data/ingested/task: not a model folder a finetune, adapt, pretrain, dapt or base stage wrote" in capsys.readouterr().err
@@ -442,14 +461,14 @@ def test_verify_on_a_workspace_folder_checks_the_card_its_stage_wrote(tmp_path, 
 
     card(root / "data/ingested/task/manifest.json")
     relock()
-    assert main([str(m2), "--verify"]) == 0
+    assert main([str(m2), "--verify", "--details"]) == 0
     out = capsys.readouterr().out
     assert "data/models/finetune/m2/README.md: the card its card.json renders" in out
     assert "the sources and licences of 1 corpora against their ingest manifests" in out
 
     (m2 / "README.md").write_text((m2 / "README.md").read_text().replace("each package's own licence", "CC0"))
     relock()  # an edited card that was committed: the hashes agree, the card does not
-    assert main([str(m2), "--verify"]) == 1
+    assert main([str(m2), "--verify", "--details"]) == 1
     assert "README.md: not the card its card.json renders" in capsys.readouterr().out
 
     other = tmp_path / "other/task"
@@ -459,6 +478,6 @@ def test_verify_on_a_workspace_folder_checks_the_card_its_stage_wrote(tmp_path, 
     (other / "manifest.json").write_text(json.dumps(facts))
     card(other / "manifest.json")  # a card whose licence is not the ingest manifest's
     relock()
-    assert main([str(m2), "--verify"]) == 1
+    assert main([str(m2), "--verify", "--details"]) == 1
     assert "the sources of corpus 'task' (licences included) differ from its ingest manifest's" in \
         capsys.readouterr().out

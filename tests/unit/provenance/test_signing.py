@@ -205,7 +205,7 @@ def test_the_provenance_is_slsa_v1_and_verifies_with_code_that_is_not_the_projec
 
 
 def lineage(signed, *args) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "stages.lineage", *map(str, args), "--verify", "--workspace",
+    return subprocess.run([sys.executable, "-m", "stages.lineage", *map(str, args), "--verify", "--details", "--workspace",
                            signed["tmp"] / "ws"], cwd=signed["tmp"], env=signed["env"], capture_output=True,
                           text=True, timeout=300)
 
@@ -237,7 +237,7 @@ def test_lineage_names_a_model_file_changed_in_a_store_bento(signed, tmp_path):
     tag = signed["made"]["models"]["classifier"]
     folder = store / "models" / tag.split(":")[0] / tag.split(":")[1]
     (folder / "config.json").write_text('{"name": "m2"}')
-    proc = subprocess.run([sys.executable, "-m", "stages.lineage", signed["made"]["bento"], "--verify",
+    proc = subprocess.run([sys.executable, "-m", "stages.lineage", signed["made"]["bento"], "--verify", "--details",
                            "--public-key", str(signed["pub"])], cwd=tmp_path, env=env, capture_output=True,
                           text=True, timeout=300)
     name, version = tag.split(":")
@@ -256,7 +256,7 @@ def test_an_unsigned_package_says_so_and_strict_refuses_it(tmp_path):
     bento = tmp_path / "store/bentos" / name / version
     assert "**Unsigned**" in (bento / "README.md").read_text()
     assert not list((tmp_path / "config").rglob("*.pem")) if (tmp_path / "config").exists() else True
-    run = [sys.executable, "-m", "stages.lineage", made["exported"], "--verify", "--pin", made["manifest_sha256"]]
+    run = [sys.executable, "-m", "stages.lineage", made["exported"], "--verify", "--details", "--pin", made["manifest_sha256"]]
     proc = subprocess.run(run, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0 and "note: unsigned:" in proc.stdout, proc.stdout[-2000:]
     proc = subprocess.run([*run, "--strict"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)

@@ -81,7 +81,7 @@ def _serve(bento: Path, env: dict) -> dict:
 
 
 def _lineage(env: dict, cwd: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "stages.lineage", *args, "--verify"], cwd=cwd, env=env,
+    return subprocess.run([sys.executable, "-m", "stages.lineage", *args, "--verify", "--details"], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=300)
 
 

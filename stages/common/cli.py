@@ -167,22 +167,41 @@ def describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {message}" if message else type(exc).__name__
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where the stage is, so that what it made so far is undone as on Ctrl-C (its ``finally`` and
+    ``except BaseException`` blocks run: staged folders discarded, models put in the store removed)."""
+
+
+def _terminated(signum, frame) -> None:
+    raise Terminated()
+
+
 def entry(main: Callable[[], int]) -> int:
-    """Run ``main``: an error is ``error: ...`` and exit 1 (the traceback with ``--debug`` or ``LMPIPE_DEBUG=1``)."""
+    """Run ``main``: an error is ``error: ...`` and exit 1 (the traceback with ``--debug`` or ``LMPIPE_DEBUG=1``);
+    Ctrl-C exits 130 and SIGTERM 143, each after the stage's own cleanup."""
+    import signal
+    import threading
+
     debug = os.environ.get("LMPIPE_DEBUG", "") not in ("", "0") or "--debug" in sys.argv[1:]
     if "--debug" in sys.argv[1:]:
         sys.argv.remove("--debug")
     if Path("dvc.yaml").is_file():  # a workspace: what killed runs left behind goes first
         for p in sweep_dead(["data", "reports", "dist"]):
             print(f"removed {p}: left by a run that was killed", file=sys.stderr)
+    main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _terminated) if main_thread else None
     try:
         return main()
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:
+        terminated = isinstance(exc, Terminated)
+        print("terminated (SIGTERM)" if terminated else "interrupted", file=sys.stderr)
+        return 143 if terminated else 130
     except Exception as exc:  # noqa: BLE001 (every error becomes one line, the traceback on request)
         if debug:
             raise
         print(f"error: {describe(exc)}", file=sys.stderr)
         print("(run with --debug or LMPIPE_DEBUG=1 for the traceback)", file=sys.stderr)
         return 1
+    finally:
+        if main_thread:
+            signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)

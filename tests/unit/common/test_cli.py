@@ -170,3 +170,29 @@ def test_other_errors_and_exit_statuses_pass_through(tmp_path):
     with pytest.raises(KeyError):
         _stage(crash).main(["--input", str(tmp_path / "in")])
     assert _stage(lambda args, log: 3).main(["--input", str(tmp_path / "in")]) == 3
+
+
+def test_sigterm_runs_the_stages_own_cleanup_and_exits_143(tmp_path):
+    """What a stopped packaging run relies on: its `except BaseException` removes what it put in the store."""
+    script = tmp_path / "stage.py"
+    script.write_text(
+        "import pathlib, sys, time\n"
+        "from stages.common.cli import entry\n"
+        "def main():\n"
+        "    made = pathlib.Path(sys.argv[1])\n"
+        "    made.write_text('half done')\n"
+        "    try:\n"
+        "        print('ready', flush=True)\n"
+        "        time.sleep(60)\n"
+        "    except BaseException:\n"
+        "        made.unlink()\n"
+        "        raise\n"
+        "    return 0\n"
+        "sys.exit(entry(main))\n")
+    made = tmp_path / "made"
+    proc = subprocess.Popen([sys.executable, str(script), str(made)], cwd=tmp_path, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "ready" and made.exists()
+    proc.terminate()
+    assert proc.wait(timeout=30) == 143
+    assert not made.exists() and "terminated (SIGTERM)" in proc.stderr.read()

@@ -6,6 +6,7 @@ params, raw sources, metrics and gates, and the model gate's verdict (:func:`col
 from __future__ import annotations
 
 import configparser
+import os
 import json
 import subprocess
 from dataclasses import dataclass
@@ -144,16 +145,21 @@ def hash_entries(root: Path, entries: list[tuple[str, str, dict]]) -> dict[str, 
         elif files[path]["md5"] != entry["md5"]:
             edits = edited_files(root, entry["md5"], files[path]["files"])
             if edits:
-                edited.append((stage, path, edits))
+                edited.append((stage, path, edits, entry["md5"]))
             else:
                 stale.append(f"{stage} {kind} {path}: {files[path]['md5']} in the workspace, {entry['md5']} in "
                              "dvc.lock")
     if edited:  # DVC itself misses an edit that keeps a file's size and time: name the files and a fix that works
-        where = "; ".join(f"{stage}: {path}: {', '.join(edits)}" for stage, path, edits in edited)
-        paths, stages = " ".join(sorted({p for _, p, _ in edited})), " ".join(sorted({s for s, _, _ in edited}))
-        raise LineageError(f"the workspace's files differ from the bytes dvc.lock records ({where}); restore them "
-                           f"from the DVC cache by deleting them and running `dvc checkout {paths}`, or rebuild "
-                           f"with `dvc repro --force {stages}`" + "".join(f"; also {line}" for line in stale))
+        where = "; ".join(f"{stage}: {path}: {', '.join(edits)}" for stage, path, edits, _ in edited)
+        paths, stages = " ".join(sorted({e[1] for e in edited})), " ".join(sorted({e[0] for e in edited}))
+        corrupt = [obj for *_, recorded in edited for obj in corrupt_cache_objects(root, recorded)]
+        fix = (f"the DVC cache's copy is damaged too ({', '.join(corrupt[:3])}{', ...' if len(corrupt) > 3 else ''}:"
+               f" `dvc checkout` would write the same bytes); rebuild with `dvc repro --force {stages}`, or delete "
+               f"those objects and `dvc pull {paths}` from a remote that holds them" if corrupt else
+               f"restore them from the DVC cache by deleting them and running `dvc checkout {paths}`, or rebuild "
+               f"with `dvc repro --force {stages}`")
+        raise LineageError(f"the workspace's files differ from the bytes dvc.lock records ({where}); {fix}"
+                           + "".join(f"; also {line}" for line in stale))
     if stale:
         raise LineageError("the workspace differs from dvc.lock (run `dvc repro` or `dvc checkout`): "
                            + "; ".join(stale))
@@ -172,6 +178,26 @@ def dvc_cache(root: Path) -> Path:
         if parser.has_option("cache", "dir"):
             folder = (root / ".dvc" / parser.get("cache", "dir")).resolve()
     return folder
+
+
+def corrupt_cache_objects(root: Path, recorded: str) -> list[str]:
+    """The DVC cache objects of a path that dvc.lock records as ``recorded`` (a file's MD5, or a folder's
+    ``.dir`` listing) whose bytes no longer have the MD5 they are stored under, relative to ``root``."""
+    from stages.provenance.hashing import md5_file
+
+    cache = dvc_cache(root) / "files" / "md5"
+    wanted = [recorded] if recorded and not recorded.endswith(".dir") else []
+    if recorded.endswith(".dir"):
+        try:
+            wanted = [e["md5"] for e in json.loads((cache / recorded[:2] / recorded[2:]).read_text(encoding="utf-8"))]
+        except (OSError, ValueError, TypeError, KeyError):
+            return []
+    bad = []
+    for md5 in wanted:
+        obj = cache / md5[:2] / md5[2:]
+        if obj.is_file() and md5_file(obj) != md5:
+            bad.append(os.path.relpath(obj, root))
+    return bad
 
 
 def edited_files(root: Path, recorded: str, now: dict[str, str]) -> list[str]:

@@ -176,6 +176,26 @@ def test_an_edited_output_file_is_named_with_a_fix_that_works(tmp_path):
         record_of(root)
 
 
+def test_a_damaged_cache_object_is_named_and_the_advice_is_a_rebuild_not_a_checkout(tmp_path):
+    """`dvc checkout` from a damaged cache writes the damaged bytes again: the advice must not be to delete and
+    check out."""
+    root = make_workspace(tmp_path)
+    recorded = yaml.safe_load((root / "dvc.lock").read_text())["stages"]["finetune@m2"]["outs"][0]
+    folder = root / "data/models/finetune/m2"
+    good = folder_manifest(folder)
+    cache = root / ".dvc/cache/files/md5"
+    listing = [{"md5": md5, "relpath": rel} for rel, md5 in sorted(good.items())]
+    write(cache / recorded["md5"][:2] / recorded["md5"][2:], json.dumps(listing))
+    md5 = good["config.json"]
+    write(cache / md5[:2] / md5[2:], "damaged bytes")          # the cache's copy of config.json
+    write(folder / "config.json", "damaged bytes")              # and what `dvc checkout` put back from it
+    with pytest.raises(LineageError) as err:
+        record_of(root)
+    message = str(err.value)
+    assert "config.json changed" in message and f".dvc/cache/files/md5/{md5[:2]}/{md5[2:]}" in message
+    assert "dvc repro --force finetune@m2" in message and "running `dvc checkout" not in message
+
+
 def test_an_edited_licence_in_the_record_is_caught_against_the_workspace(tmp_path):
     root = make_workspace(tmp_path)
     record = record_of(root)

@@ -485,6 +485,29 @@ def verify_sources(record: dict, workspace: Path, lock: Lock, verdict: Verdict) 
                 verdict.mismatches.append(f"record: sources of {corpus}: {key} differ from {where}")
 
 
+def verify_source_files(record: dict, workspace: Path, verdict: Verdict) -> None:
+    """Each local file a ``files`` source read at ingest (its path relative to the workspace, ``~/`` or absolute)
+    still has the SHA-256 the record holds: DVC does not track a user's own files, so an edit since is named here."""
+    import os
+
+    from stages.common.hashing import sha256_file
+
+    for corpus, info in sorted((record.get("sources") or {}).items()):
+        for src in info.get("sources") or []:
+            for f in src.get("files") or [] if src.get("kind") == "files" else []:
+                path = Path(os.path.expanduser(f["path"]))
+                path = path if path.is_absolute() else workspace / path
+                if not path.is_file():
+                    verdict.notes.append(f"source file {f['path']} of {corpus}: not on this machine, not checked")
+                    continue
+                verdict.checked += 1
+                now = sha256_file(path)
+                if now != f.get("sha256"):
+                    verdict.mismatches.append(
+                        f"{f['path']}: sha256 {now}, recorded {f.get('sha256')} when {corpus} was ingested: the "
+                        f"source file changed since (`dvc repro --force ingest@{corpus}` ingests it again)")
+
+
 def verify(record: dict, *, packaged: list[dict] | None = None, workspace: Path | None = None,
            src: dict[str, str] | None = None, all_files: list[str] | None = None, bento: dict | None = None,
            pin: str | None = None, files: dict[str, str] | None = None, manifest: bytes | None = None,
@@ -525,6 +548,7 @@ def verify(record: dict, *, packaged: list[dict] | None = None, workspace: Path 
         verify_lock(record, lock, verdict)
         verify_files(record, workspace, verdict)
         verify_sources(record, workspace, lock, verdict)
+        verify_source_files(record, workspace, verdict)
         verdict.verified.append(f"the record against the workspace: its dvc.lock and the {len(record['files'])} "
                                 "paths the upstream stages read or wrote")
         verdict.verified.append("the record's raw sources (licences, pins) against the workspace's ingest manifests")

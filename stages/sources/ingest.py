@@ -204,12 +204,15 @@ def pin_sources(cfg: CorpusConfig, *, corpus: str, cache_dir: Path, pin_file: Pa
 
 
 def _portable(path: str) -> str:
-    """A manifest path, relative to the working directory when inside it (the same on every clone)."""
+    """A manifest path, relative to the working directory when inside it (the same on every clone), else under
+    the home folder as ``~/...`` (no user name in records, cards and Bentos), else as it is."""
     p = Path(path)
-    try:
-        return p.resolve().relative_to(Path.cwd().resolve()).as_posix()
-    except ValueError:
-        return p.as_posix()
+    for base, prefix in ((Path.cwd(), ""), (Path.home(), "~/")):
+        try:
+            return prefix + p.resolve().relative_to(base.resolve()).as_posix()
+        except (ValueError, RuntimeError):  # RuntimeError: no home folder to resolve
+            continue
+    return p.as_posix()
 
 
 def build_manifest(cfg, corpus, counts, provs, dropped, parquet_path: Path) -> dict[str, Any]:

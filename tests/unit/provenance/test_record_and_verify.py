@@ -501,3 +501,43 @@ def test_verify_on_a_workspace_folder_checks_the_card_its_stage_wrote(tmp_path, 
     assert main([str(m2), "--verify", "--details"]) == 1
     assert "the sources of corpus 'task' (licences included) differ from its ingest manifest's" in \
         capsys.readouterr().out
+
+
+def test_verify_names_a_users_source_file_that_changed_since_ingest(tmp_path):
+    """A user's own files are no DVC dependency: the record's SHA-256 of each is checked against the file."""
+    import hashlib
+
+    from tests.unit.provenance.workspace import relock
+
+    root = make_workspace(tmp_path / "ws")
+    own = root / "own" / "tickets.jsonl"
+    write(own, '{"text": "a ticket", "label": "bug"}\n')
+    manifest_path = root / "data/ingested/task/manifest.json"
+    manifest = json.loads(manifest_path.read_text())
+    manifest["sources"].append({"kind": "files", "description": "own/tickets.jsonl", "licence": "", "records": 1,
+                                "files": [{"path": "own/tickets.jsonl", "role": "input", "bytes": own.stat().st_size,
+                                           "sha256": hashlib.sha256(own.read_bytes()).hexdigest()},
+                                          {"path": "~/elsewhere/absent.jsonl", "role": "input", "bytes": 1,
+                                           "sha256": "0" * 64}]})
+    write(manifest_path, json.dumps(manifest))
+    relock(root)
+    rec = record_of(root)
+    verdict = verify(rec, packaged=packaged(root), workspace=root)
+    assert verdict.ok, verdict.mismatches
+    assert any("~/elsewhere/absent.jsonl of task: not on this machine" in n for n in verdict.notes)
+    write(own, '{"text": "a ticket", "label": "billing"}\n')  # relabelled after ingest; dvc status sees nothing
+    verdict = verify(rec, packaged=packaged(root), workspace=root)
+    assert [m for m in verdict.mismatches if m.startswith("own/tickets.jsonl: sha256 ")], verdict.mismatches
+    assert "`dvc repro --force ingest@task`" in " ".join(verdict.mismatches)
+
+
+def test_manifest_paths_are_relative_to_the_workspace_or_the_home_folder(tmp_path, monkeypatch):
+    from stages.sources.ingest import _portable
+
+    home, work = tmp_path / "home" / "someone", tmp_path / "home" / "someone" / "project"
+    work.mkdir(parents=True)
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir(work)
+    assert _portable(str(work / "data" / "x.parquet")) == "data/x.parquet"
+    assert _portable(str(home / "corpora" / "x.jsonl")) == "~/corpora/x.jsonl"
+    assert _portable("/srv/shared/x.jsonl") == "/srv/shared/x.jsonl"

@@ -206,6 +206,11 @@ def validate(gate: str, tables: Mapping[str, pandas.DataFrame], expectations: Se
             results.update((index_by_id[result.expectation_config.id], result) for result in validation.results)
         if rendered:  # the pages of this gate's validations and suites, and the index, rendered once
             context.build_data_docs(resource_identifiers=rendered, dry_run=False, build_index=True)
+            if os.environ.get("LMPIPE_DOCS_ASSETS", "npm") != "cdn":  # their CSS and JS from the workspace
+                from stages.quality.docs_assets import vendor_site
+
+                vendor_site((project / DATA_DOCS_INDEX).parent, cache_dir=project.parent / ".cache" / "sources",
+                            log=lambda line: print(line, file=sys.stderr))
 
     # A check GX returned nothing for must not pass by omission.
     checks = tuple(

@@ -13,6 +13,7 @@ def _ephemeral_gates():
     not at import, so the integration tests' processes, which run first, never inherit it."""
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("LMPIPE_GX_PROJECT", "")
+        mp.setenv("LMPIPE_DOCS_ASSETS", "cdn")  # offline: Data Docs keep their CDN addresses (no npm fetch)
         yield
 
 

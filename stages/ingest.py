@@ -15,7 +15,7 @@ from stages.common.cli import Stage, entry
 from stages.config import ConfigError
 from stages.quality.gate import GateFailed
 from stages.sources import SourceError
-from stages.sources.config import load_config
+from stages.sources.config import head_labels, load_config
 from stages.sources.ingest import ingest, local_source_paths
 
 
@@ -33,7 +33,11 @@ def _run(args: argparse.Namespace, log) -> dict:
     # Local sources named in params are inputs too: an output over them would delete the user's files.
     refuse_overlap({"output": args.output, "report": args.report, "metrics": args.metrics},
                    local_source_paths(cfg, f"ingest.{args.corpus}"))
-    result = ingest(cfg, corpus=args.corpus, cache_dir=args.cache_dir, out=args.staged.path, log=log)
+    # the head's label set: in a labeled corpus, a label fine-tuning would refuse is refused here, before training
+    labels = head_labels(args.params)
+    task_labels = labels if cfg.labeled else ()
+    result = ingest(cfg, corpus=args.corpus, cache_dir=args.cache_dir, out=args.staged.path, log=log,
+                    task_labels=task_labels)
     c = result.metrics
     log(f"[ingest] {args.corpus}: {c['documents']} documents, {c['characters']:,} characters -> {args.output}")
     return {args.report: result.gate, args.metrics: result.metrics}

@@ -78,3 +78,15 @@ class CorpusConfig:
 def load_config(params_path: Path, corpus: str) -> CorpusConfig:
     key = f"ingest.{corpus}"
     return build(CorpusConfig, section(load_params(params_path), key), key)
+
+
+def head_labels(params_path: Path) -> tuple[str, ...]:
+    """``finetune.defaults.labels``, the classifier head's label set (ingest checks a labeled corpus against it
+    when the corpus's gate names none); () when params have none."""
+    from stages.config import ConfigError
+
+    try:
+        labels = section(load_params(params_path), "finetune.defaults.labels")
+    except ConfigError:
+        return ()
+    return tuple(str(label) for label in labels or ())

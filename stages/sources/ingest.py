@@ -150,9 +150,11 @@ def _counts(documents: int, characters: int, sources: list[str], splits=None, la
 
 
 def ingest(cfg: CorpusConfig, *, corpus: str, cache_dir: Path, out: Path, log=print,
-           pin_file: Path | None = pins.PINS) -> IngestResult:
+           pin_file: Path | None = pins.PINS, task_labels: tuple[str, ...] = ()) -> IngestResult:
     """Read and normalise one corpus into the folder ``out``; returns its metrics, manifest and gate. Labeled
-    corpora, which need a global view for label conflicts and class balance, are built in memory."""
+    corpora, which need a global view for label conflicts and class balance, are built in memory; their labels
+    are checked against the gate's, else ``task_labels`` (``finetune.defaults.labels``: the head's label set, so
+    a label fine-tuning would refuse is caught here, before any training)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -168,14 +170,17 @@ def ingest(cfg: CorpusConfig, *, corpus: str, cache_dir: Path, out: Path, log=pr
             arrow_schema(True).empty_table()
         pq.write_table(table, path, compression="zstd", row_group_size=2048)
         df = table.to_pandas()
-        labels = gate_labels(cfg) or tuple(sorted(df["label"].unique()))
+        own = gate_labels(cfg)
+        labels = own or tuple(task_labels) or tuple(sorted(df["label"].unique()))
+        labels_key = (f"ingest.{corpus}.gate.labels" if cfg.gate.labels else "" if own else
+                      "finetune.defaults.labels" if task_labels else "")
         tables, expectations = combine(
             documents_suite(df, min_rows=g.min_rows, max_rows=g.max_rows,
                             min_nonempty_ratio=g.min_nonempty_ratio, extra_columns=LABELED_COLUMNS[5:],
                             where=f"ingest.{corpus}.gate"),
             labeled_suite(df, labels=labels, splits=SPLITS, min_class_share=g.min_class_share,
                           max_class_share=g.max_class_share, where=f"ingest.{corpus}.gate",
-                          labels_key=f"ingest.{corpus}.gate.labels" if g.labels else ""))
+                          labels_key=labels_key))
         counts = _counts(len(rows), sum(len(r["text"]) for r in rows), [r["source"] for r in rows],
                          [r["split"] for r in rows], [r["label"] for r in rows])
         del rows, table, df

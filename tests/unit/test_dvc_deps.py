@@ -239,6 +239,7 @@ def test_every_stage_declares_the_params_sections_its_config_reads(monkeypatch, 
     from stages.finetuning.core import load_base_config as load_base_finetune
     from stages.finetuning.runs import load_adapt_config, published_run_config, run_config
     from stages.published.config import load_base, load_published
+    from stages.sources.config import head_labels
     from stages.training.config import load_base_config as load_base_dapt
 
     read: list[str] = []
@@ -269,6 +270,8 @@ def test_every_stage_declares_the_params_sections_its_config_reads(monkeypatch, 
             (load_base_dapt if module.__name__ == "stages.pretrain" else load_base_finetune)(params, arg["base"])
         elif module.__name__ in ("stages.ingest", "stages.clean"):
             load(params, arg["corpus"])
+            if module.__name__ == "stages.ingest":
+                head_labels(params)  # a labeled corpus is checked against the head's label set
         elif module.__name__ == "stages.pretrain":
             load(params, arg["section"], arg["paradigm"], arg.get("variant"))
         elif module.__name__ == "stages.finetune" and "variant" in arg:  # an adaptation run (adapt.runs)

@@ -127,6 +127,23 @@ def test_failed_gate_keeps_previous_good_output(tmp_path):
     assert report["success"] is False  # the failing report is kept for the reader
 
 
+def test_a_label_outside_the_heads_label_set_is_refused_at_ingest_naming_the_key(tmp_path, capsys):
+    rows = [{"text": f"ticket {i}", "label": lab} for i, lab in enumerate(["billing", "bug", "feature", "other"] * 5)]
+    src = _write_jsonl(tmp_path / "tickets.jsonl", rows)
+    params = tmp_path / "params.yaml"
+    params.write_text(yaml.safe_dump({
+        "ingest": {"task": {"labeled": True, "sources": [{"kind": "files", "path": str(src), "label_field": "label"}],
+                            "gate": {"min_rows": 1, "max_class_share": 0.5}}},
+        "finetune": {"defaults": {"labels": ["billing", "bug", "feature"]}}}))
+    args = ["--corpus", "task", "--params", str(params), "--cache-dir", str(tmp_path / "c"),
+            "--output", str(tmp_path / "out"), "--report", str(tmp_path / "r.json"),
+            "--metrics", str(tmp_path / "m.json")]
+    assert main(args) == 1
+    err = capsys.readouterr().err
+    assert "ExpectColumnValuesToBeInSet(label)" in err and "(set by finetune.defaults.labels)" in err
+    assert not (tmp_path / "out").exists()
+
+
 def test_cli_reports_one_line_errors_and_writes_nothing(tmp_path, capsys):
     params = tmp_path / "params.yaml"
     src = _write_jsonl(tmp_path / "in.jsonl", [{"text": "ok."}])

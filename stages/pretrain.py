@@ -73,17 +73,17 @@ def _run(args: argparse.Namespace, log) -> dict | int:
         cfg = load_config(args.params, args.section, args.paradigm, args.variant)
     if args.match_flops is not None:
         cfg = match_flops(cfg, args.match_flops)
+    import torch
+
     try:
         outcome = run(cfg, paradigm=args.paradigm, stage=args.section, tokens_dir=args.tokens, corpus=args.corpus,
                       tokenizer_dir=args.tokenizer, init=args.init, out=lambda: args.staged.path,
                       checkpoint_dir=args.checkpoints, log=log, progress=not args.no_progress,
                       live_dir=args.live, sources=args.sources)
-    except Exception as exc:  # GPU out of memory: say which setting to lower
-        if type(exc).__name__ == "OutOfMemoryError":
-            raise _OutOfMemory(f"out of GPU memory ({str(exc).splitlines()[0]}); lower {args.section}."
-                               f"{args.paradigm}.train.micro_batch and raise grad_accum to keep the global batch"
-                               ) from None
-        raise
+    except torch.OutOfMemoryError as exc:  # GPU out of memory: say which setting to lower
+        raise _OutOfMemory(f"out of GPU memory ({str(exc).splitlines()[0]}); lower {args.section}."
+                           f"{args.paradigm}.train.micro_batch and raise grad_accum to keep the global batch"
+                           ) from None
     if outcome is None:  # a process other than the first of a multi-process run: the first one publishes
         return {}
     metrics, plot = outcome

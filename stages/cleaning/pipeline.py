@@ -26,6 +26,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, BinaryIO
 
+import zstandard
+
 from stages.cleaning.base import Doc, Filter, FilterStats, meta_dict
 from stages.cleaning.c4 import BadWordsFilter, C4LinesFilter, PageLengthFilter
 from stages.cleaning.config import CleanerConfig
@@ -172,10 +174,8 @@ def piece_records(piece: Piece, drops: Counter, opener: Callable[[Path], BinaryI
         yield from _jsonl(piece, drops, opener)
     except (OSError, EOFError) as exc:  # truncated or not-really-gzip input
         raise ValueError(f"{f}: cannot read compressed stream ({exc})") from None
-    except Exception as exc:
-        if type(exc).__name__ == "ZstdError":
-            raise ValueError(f"{f}: cannot read zstd stream ({exc})") from None
-        raise
+    except zstandard.ZstdError as exc:
+        raise ValueError(f"{f}: cannot read zstd stream ({exc})") from None
 
 
 REPAIRED_UTF8 = "invalid_utf8_replaced"  # a count in ``drops`` of records kept, not dropped
@@ -461,7 +461,9 @@ def _worker_deaths(name: str) -> Iterator[None]:
     try:
         yield
     except Exception as exc:
-        if isinstance(exc, BrokenProcessPool) or type(exc).__name__ == "KilledWorker":
+        from distributed import KilledWorker  # here: importing Dask costs a second a local run need not pay
+
+        if isinstance(exc, (BrokenProcessPool, KilledWorker)):
             raise WorkerLost(f"{name}: a worker process died while the stage ran (killed, or out of memory: see the "
                              "system log); nothing was published and the previous output is as it was. Run the "
                              "stage again (with fewer workers, clean.defaults.workers, if memory ran out)") from None

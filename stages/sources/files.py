@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+import zstandard
+
 from stages.common.documents import Record
 from stages.sources.base import FieldsSource, Provenance, SourceError
 
@@ -151,10 +153,8 @@ def _read_jsonl(cfg: FilesSource, path: Path, name: str, prov: Provenance) -> It
                         yield rec
     except (OSError, EOFError, zlib.error) as exc:
         raise SourceError(f"{path}: cannot read compressed stream ({exc})") from None
-    except Exception as exc:  # zstandard raises its own ZstdError
-        if type(exc).__name__ == "ZstdError":
-            raise SourceError(f"{path}: cannot read zstd stream ({exc})") from None
-        raise
+    except zstandard.ZstdError as exc:
+        raise SourceError(f"{path}: cannot read zstd stream ({exc})") from None
 
 
 def printable(text: str, limit: int = 160) -> str:

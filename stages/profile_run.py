@@ -72,7 +72,7 @@ def save(root: Path, spec: str | list[str]) -> Path:
     for rel in files:
         (snap / "files" / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(root / rel, snap / "files" / rel)
-    write_json_atomic(snap / "manifest.json", {"profile": label(spec), "files": files})
+    write_json_atomic(snap / "manifest.json", {"profile": label(spec), "files": files, "pid": os.getpid()})
     return snap
 
 
@@ -122,9 +122,23 @@ def restore_after_kill(root: Path) -> str | None:
         shutil.rmtree(snap, ignore_errors=True)  # killed while saving: nothing was changed yet
         return None
     manifest = json.loads((snap / "manifest.json").read_text(encoding="utf-8"))
+    pid = manifest.get("pid")
+    if pid not in (None, os.getpid()) and _alive(pid):
+        raise ConfigError(f"a profile run ({manifest['profile']}, pid {pid}) is using this workspace; wait for it to "
+                          "finish (it puts params.yaml, dvc.lock and reports/ back when it ends)")
     said = restore(root, manifest.get("applied_sha256"))
     return f"a profile run ({manifest['profile']}) was killed before it restored the workspace: {said}, " \
            "dvc.lock and reports/ put back"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
 
 
 def results_lines(root: Path, dest: Path) -> list[str]:

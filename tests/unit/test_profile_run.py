@@ -132,3 +132,17 @@ def test_the_command_runs_dvc_repro_under_the_profile_and_puts_the_workspace_bac
     after.pop("ran")
     assert after == before
     assert "[profile] results: reports/profiles/small/" in proc.stderr
+
+
+def test_a_profile_run_still_going_is_not_undone_by_another_run(workspace):
+    import json
+    import os
+
+    running = profile_workspace(workspace, "small", log=lambda line: None)
+    running.__enter__()
+    manifest = workspace / SNAPSHOT / "manifest.json"
+    parent = os.getppid()  # a live process other than this one stands in for the profile run
+    manifest.write_text(json.dumps({**json.loads(manifest.read_text()), "pid": parent}))
+    with pytest.raises(ConfigError, match=rf"pid {parent}\) is using this workspace"):
+        restore_after_kill(workspace)
+    assert "heldout_fraction: 0.1" in (workspace / "params.yaml").read_text()  # left as the running profile set it

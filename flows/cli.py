@@ -58,7 +58,6 @@ def run(argv: list[str]) -> int:
             if said := restore_after_kill(Path(".")):
                 print(f"[profile] {said}", file=sys.stderr)
             return subprocess.call([_tool("dvc"), "repro"], env=env)
-        load_params("params.yaml")
         return run_profile(args.profile, dvc=_tool("dvc"), env=env)  # the workspace put back afterwards
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -285,21 +285,28 @@ def fine_tuned_base(workspace):
     return work, params, task, folders
 
 
+def run_published(fine_tuned_base, name: str) -> tuple[Path, dict]:
+    """``finetune --published-run name`` over the base's two full fine-tunings: its folder and record."""
+    from stages.finetune import main as finetune_main
+
+    work, params, task, folders = fine_tuned_base
+    out = work / name
+    assert finetune_main(["--published-run", name, "--params", str(params), "--task", str(task),
+                          "--choose-from", str(folders["published"]), str(folders["published-dapt"]),
+                          "--output", str(out), "--no-progress"]) == 0
+    return out, read_json(out / "finetune.json")
+
+
 def test_a_probe_run_on_a_published_base_fits_its_head_on_validation_and_serves_as_a_frozen_folder(
         fine_tuned_base):
     import numpy as np
 
-    from stages.finetune import main as finetune_main
     from stages.finetuning.core import load_base_config, predict, read_task
     from stages.finetuning.heads import make_classifier
     from stages.finetuning.probe import C_GRID
 
-    work, params, task, folders = fine_tuned_base
-    out = work / "tiny-probe"
-    assert finetune_main(["--published-run", "tiny-probe", "--params", str(params), "--task", str(task),
-                          "--choose-from", str(folders["published"]), str(folders["published-dapt"]),
-                          "--output", str(out), "--no-progress"]) == 0
-    record = read_json(out / "finetune.json")
+    work, params, task, _ = fine_tuned_base
+    out, record = run_published(fine_tuned_base, "tiny-probe")
     assert record["base"] == "tiny" and record["published_run"] == "tiny-probe"
     assert record["config"]["method"] == "probe" and record["metrics"]["steps"] == 0
     assert record["metrics"]["probe"]["C"] in C_GRID and record["metrics"]["probe"]["fits"] == 2 * len(C_GRID)
@@ -324,15 +331,10 @@ def test_a_probe_run_on_a_published_base_fits_its_head_on_validation_and_serves_
 
 
 def test_a_lora_run_on_a_published_base_trains_adapters_on_the_init_it_names(fine_tuned_base):
-    from stages.finetune import main as finetune_main
     from stages.serving.inference import TextClassifier
 
-    work, params, task, folders = fine_tuned_base
-    out = work / "tiny-lora"
-    assert finetune_main(["--published-run", "tiny-lora", "--params", str(params), "--task", str(task),
-                          "--choose-from", str(folders["published"]), str(folders["published-dapt"]),
-                          "--output", str(out), "--no-progress"]) == 0
-    record = read_json(out / "finetune.json")
+    work, _, _, _ = fine_tuned_base
+    out, record = run_published(fine_tuned_base, "tiny-lora")
     assert record["published_run"] == "tiny-lora" and record["init"] == "published"
     assert record["config"]["method"] == "lora" and record["metrics"]["steps"] > 0
     adaptation = read_json(out / "adaptation.json")

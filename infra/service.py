@@ -155,5 +155,6 @@ class LMPipeline:
 from stages.serving.guard import RequestGuard, api_token, body_limit, install_log_filter  # noqa: E402
 
 LMPipeline.add_asgi_middleware(RequestGuard, max_bytes=body_limit(LIMITS), token=api_token(),
-                               retry_after_s=max(1, -(-BATCHING["max_latency_ms"] // 1000)))  # the batch latency
+                               retry_after_s=max(1, -(-BATCHING["max_latency_ms"] // 1000)),  # the batch latency
+                               api_paths=frozenset(api.route for api in LMPipeline.apis.values()))
 install_log_filter()  # a rejected request is one log line, without its content

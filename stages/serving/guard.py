@@ -211,9 +211,17 @@ def install_log_filter() -> None:
 class RequestGuard:
     """ASGI middleware (``Service.add_asgi_middleware(RequestGuard, max_bytes=..., token=...)``)."""
 
-    def __init__(self, app, max_bytes: int, token: str | None = None, retry_after_s: int = 1) -> None:
+    def __init__(self, app, max_bytes: int, token: str | None = None, retry_after_s: int = 1,
+                 api_paths: frozenset[str] | None = None) -> None:
         self.app, self.max_bytes, self.retry_after_s = app, max_bytes, retry_after_s
         self.expected = f"Bearer {token}".encode("utf-8") if token else None
+        self.api_paths = api_paths  # the POST routes that take a body; None: every POST
+
+    def _takes_body(self, scope) -> bool:
+        """The APIs are POST only: a PUT or a POST to a probe is the app's 405, not a media-type error."""
+        if scope.get("method") != "POST":
+            return False
+        return scope.get("path") in self.api_paths if self.api_paths is not None else True
 
     async def __call__(self, scope, receive, send):
         if scope.get("type") != "http":
@@ -225,7 +233,7 @@ class RequestGuard:
                                      ((b"www-authenticate", b'Bearer realm="lmpipe"'),))
         if scope.get("method") == "GET" and scope.get("path") == "/docs.json":
             return await self.app(scope, receive, _rewrite_json(send, lambda status: status == 200, openapi_fixed))
-        if scope.get("method") not in ("POST", "PUT", "PATCH"):
+        if not self._takes_body(scope):  # other methods and paths: the app's own 404 or 405
             return await self.app(scope, receive, send)
         ctype = headers.get(b"content-type", b"").decode("latin-1").lower()
         if ctype.startswith("multipart/") and "boundary=" not in ctype:

@@ -284,3 +284,24 @@ def test_the_openapi_spec_marks_bodies_with_required_fields_required():
     declared = fixed["paths"]["/classify"]["post"]["responses"]["415"]  # the guard's answer is in the spec
     assert declared["content"]["application/json"]["schema"]["required"] == ["error"]
     assert openapi_fixed(json.dumps(spec).encode()) == sent[1]["body"]
+
+
+def test_an_undeclared_method_or_path_gets_the_apps_405_not_a_media_type_error():
+    """Only the POST APIs take a body: a PUT to an API or a probe, or a POST to a probe, is the app's 405
+    (schemathesis checks it), whatever the Content-Type."""
+    from starlette.applications import Starlette
+    from starlette.responses import PlainTextResponse
+    from starlette.routing import Route
+
+    async def ok(request):
+        return PlainTextResponse("ok")
+
+    app = RequestGuard(Starlette(routes=[Route("/classify", ok, methods=["POST"]),
+                                         Route("/readyz", ok, methods=["GET"])]),
+                       max_bytes=100, api_paths=frozenset({"/classify"}))
+    for method, path in (("PUT", "/classify"), ("PATCH", "/classify"), ("PUT", "/readyz"), ("POST", "/readyz")):
+        status, _ = _call(app, method=method, path=path, headers=[], chunks=[b"{}"])
+        assert status == 405, (method, path, status)
+    status, body = _call(app, path="/classify", headers=[], chunks=[b"{}"])
+    assert status == 415 and "no Content-Type" in json.loads(body)["error"]
+    assert _call(app, path="/classify", headers=[JSON], chunks=[b"{}"]) == (200, b"ok")

@@ -208,7 +208,7 @@ def pin_sources(cfg: CorpusConfig, *, corpus: str, cache_dir: Path, pin_file: Pa
     return entries
 
 
-def _portable(path: str) -> str:
+def portable_path(path: str) -> str:
     """A manifest path, relative to the working directory when inside it (the same on every clone), else under
     the home folder as ``~/...`` (no user name in records, cards and Bentos), else as it is."""
     p = Path(path)
@@ -226,7 +226,7 @@ def build_manifest(cfg, corpus, counts, provs, dropped, parquet_path: Path) -> d
 
     sources = [p.to_json() for p in provs]
     for f in [f for entry in sources for f in entry["files"]]:
-        f["path"] = _portable(f["path"])
+        f["path"] = portable_path(f["path"])
     skipped = sum((p.skipped for p in provs), Counter())
     return {
         "corpus": corpus,

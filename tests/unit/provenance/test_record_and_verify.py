@@ -532,12 +532,12 @@ def test_verify_names_a_users_source_file_that_changed_since_ingest(tmp_path):
 
 
 def test_manifest_paths_are_relative_to_the_workspace_or_the_home_folder(tmp_path, monkeypatch):
-    from stages.sources.ingest import _portable
+    from stages.sources.ingest import portable_path
 
     home, work = tmp_path / "home" / "someone", tmp_path / "home" / "someone" / "project"
     work.mkdir(parents=True)
     monkeypatch.setenv("HOME", str(home))
     monkeypatch.chdir(work)
-    assert _portable(str(work / "data" / "x.parquet")) == "data/x.parquet"
-    assert _portable(str(home / "corpora" / "x.jsonl")) == "~/corpora/x.jsonl"
-    assert _portable("/srv/shared/x.jsonl") == "/srv/shared/x.jsonl"
+    assert portable_path(str(work / "data" / "x.parquet")) == "data/x.parquet"
+    assert portable_path(str(home / "corpora" / "x.jsonl")) == "~/corpora/x.jsonl"
+    assert portable_path("/srv/shared/x.jsonl") == "/srv/shared/x.jsonl"

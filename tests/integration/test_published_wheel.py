@@ -43,7 +43,8 @@ def _published_params(params: dict) -> dict:
     base = dict(profile["published.bases"]["minilm"])
     base["dapt"] = {"head_warmup_tokens": 2000, "train": {"budget_tokens": 6000, "micro_batch": 8,
                                                            "eval_blocks": 4, "lr": 0.0001}}
-    base["finetune"] = {"lr_grid": [], "lr": 0.0003, "max_train_examples": 120, "max_eval_examples": 40}
+    base["finetune"] = {"lr_grid": [], "lr": 0.0003, "max_train_examples": 120, "max_eval_examples": 40,
+                        "max_len": 128}  # the published profile's (the default's): the Bento serves that shape
     params["published"] = {"bases": {"minilm": base}, "runs": {
         "minilm-probe": {"base": "minilm", "method": "probe", "init": "published"},
         SHIPPED: {"base": "minilm", "method": "lora", "init": "published-dapt", "finetune": {"lr_grid": []}}}}

@@ -41,10 +41,11 @@ def summary(latencies: list[float], seconds: float, texts_per_request: int) -> d
             "mean_ms": round(1000 * statistics.fmean(latencies), 1)}
 
 
-def in_process(model_dir: Path, texts: list[str], per_request: int, seconds: float, batch: int) -> dict:
+def in_process(model_dir: Path, texts: list[str], per_request: int, seconds: float, batch: int,
+               base: Path | None = None) -> dict:
     from stages.serving.inference import TextClassifier
 
-    clf = TextClassifier(model_dir, device="cpu", batch_size=batch)
+    clf = TextClassifier(model_dir, device="cpu", batch_size=batch, base=base)  # base: a frozen or LoRA classifier's
     clf.classify(texts[:per_request])  # warm-up
     lat, i, start = [], 0, time.perf_counter()
     while time.perf_counter() - start < seconds:
@@ -148,12 +149,13 @@ def main(argv: list[str] | None = None) -> int:
         config = json.loads((Path(bento.path) / "src" / "bento_config.json").read_text())
         model_dir = Path(bentoml.models.get(config["classifier"]).path)
         max_batch = config["batching"]["max_batch_size"]
+        base = Path(bentoml.models.get(config["base"]).path) if config.get("base") else None
         result = {
             "bento": str(bento.tag), "model": json.loads((model_dir / "lineage.json").read_text())["model"]["name"],
             "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},
             "clients": args.clients, "texts_per_request": args.texts_per_request, "seconds": args.seconds,
             "batching": config["batching"],
-            "in_process": in_process(model_dir, texts, args.texts_per_request, args.seconds, max_batch),
+            "in_process": in_process(model_dir, texts, args.texts_per_request, args.seconds, max_batch, base),
             "served_adaptive_batching": served(bentoml_cli, str(bento.tag), env, texts, args, True),
             "served_no_batching": served(bentoml_cli, str(bento.tag), env, texts, args, False),
         }

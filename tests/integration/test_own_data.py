@@ -6,7 +6,6 @@ as a reason to ingest again.
 
 from __future__ import annotations
 
-import gzip
 import io
 import json
 import random

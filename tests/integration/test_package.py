@@ -7,7 +7,6 @@ and see it named.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
@@ -16,21 +15,14 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.integration.conftest import free_port
+from tests.integration.conftest import bento_env as _env
+from tests.integration.conftest import free_port, serving
+from tests.integration.conftest import run_with_store as _run
 from tests.integration.test_ingest_pipeline import _dvc
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(1800)]  # the tiny pipeline runs in the first test
 
 PY = sys.executable
-
-
-def _env(store: Path) -> dict:
-    return {**os.environ, "PATH": f"{Path(PY).parent}:{os.environ['PATH']}", "BENTOML_HOME": str(store),
-            "BENTOML_DO_NOT_TRACK": "True", "GX_ANALYTICS_ENABLED": "false", "HF_HUB_OFFLINE": "1"}
-
-
-def _run(args: list[str], cwd: Path, store: Path, timeout: int = 300) -> subprocess.CompletedProcess:
-    return subprocess.run(args, cwd=cwd, env=_env(store), capture_output=True, text=True, timeout=timeout)
 
 
 @pytest.fixture(scope="module")
@@ -157,26 +149,8 @@ def test_lineage_verifies_on_the_fresh_run_and_names_a_changed_file(project, exp
 def served(project, exported, tmp_path_factory):
     """The exported file imported into an empty store elsewhere and served there."""
     elsewhere = tmp_path_factory.mktemp("deploy")
-    store = elsewhere / "bentoml"
-    bentoml_cli = str(Path(PY).parent / "bentoml")
-    proc = _run([bentoml_cli, "import", str(exported)], elsewhere, store)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    port = free_port()
-    log = open(elsewhere / "serve.log", "wb")  # a file, not a pipe nobody reads: the server logs every request
-    # no --host: the service's own default (loopback) is what a user who copies the README gets
-    server = subprocess.Popen([bentoml_cli, "serve", "lm-pipeline:latest", "--port", str(port)], cwd=elsewhere,
-                              env=_env(store), stdout=log, stderr=subprocess.STDOUT)
-    import bentoml
-
-    from flows.ui import stop
-
-    try:
-        client = bentoml.SyncHTTPClient(f"http://127.0.0.1:{port}", timeout=60, server_ready_timeout=180)
+    with serving(exported, elsewhere) as (client, store):  # no --host: what a user who copies the README gets
         yield client, elsewhere, store
-        client.close()
-    finally:
-        stop(server)
-        log.close()
 
 
 def test_every_endpoint_answers_over_http(served):

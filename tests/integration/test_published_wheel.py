@@ -8,33 +8,21 @@ base's files and licence in the lineage, ``lineage --verify``, the stock signatu
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
-from tests.integration.conftest import free_port
+from tests.integration.conftest import BIN, serving
+from tests.integration.conftest import run_with_store as _run
 from tests.integration.test_ingest_pipeline import ROOT
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(3600)]
 
 PY = sys.executable
-BIN = Path(PY).parent
 SHIPPED = "minilm-dapt-lora"  # the gate's only candidate: the Bento must carry the base and the adapter
-
-
-def _env(store: Path) -> dict:
-    return {**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}", "BENTOML_HOME": str(store),
-            "BENTOML_DO_NOT_TRACK": "True", "GX_ANALYTICS_ENABLED": "false", "HF_HUB_OFFLINE": "1"}
-
-
-def _run(args: list, cwd: Path, store: Path, timeout: int = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([str(a) for a in args], cwd=cwd, env=_env(store), capture_output=True, text=True,
-                          timeout=timeout)
 
 
 def _published_params(params: dict) -> dict:
@@ -105,24 +93,8 @@ def test_the_lineage_verifies_and_names_the_base(project, exported):
 @pytest.fixture(scope="module")
 def served(project, exported, tmp_path_factory):
     elsewhere = tmp_path_factory.mktemp("published-deploy")
-    store = elsewhere / "bentoml"
-    proc = _run([BIN / "bentoml", "import", exported], elsewhere, store)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    port = free_port()
-    log = open(elsewhere / "serve.log", "wb")
-    server = subprocess.Popen([str(BIN / "bentoml"), "serve", "lm-pipeline:latest", "--port", str(port)],
-                              cwd=elsewhere, env=_env(store), stdout=log, stderr=subprocess.STDOUT)
-    import bentoml
-
-    from flows.ui import stop
-
-    try:
-        client = bentoml.SyncHTTPClient(f"http://127.0.0.1:{port}", timeout=60, server_ready_timeout=240)
+    with serving(exported, elsewhere, ready_timeout=240) as (client, store):
         yield client, elsewhere, store
-        client.close()
-    finally:
-        stop(server)
-        log.close()
 
 
 def test_the_served_bento_classifies_and_says_what_it_adapted(served):

@@ -49,7 +49,7 @@ def _arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--variant", help="an adaptation run of params adapt.runs: its method and settings over "
                                       "finetune.<paradigm>")
     ap.add_argument("--published-run", help="a run of params published.runs (probe, frozen or LoRA on a published "
-                                            "base), with --choose-from the base's two full fine-tuning folders")
+                                            "base), with --choose-from the base's full fine-tuning folder of its init")
     ap.add_argument("--choose-from", type=Path, nargs="+",
                     help="with --variant: the paradigm's full fine-tuning folders (pretrained, dapt); the run starts "
                          "from the base model of the one its entry's init names (best: best on validation)")

@@ -125,13 +125,8 @@ def config_dict(cfg: FinetuneConfig) -> dict:
 
 
 def choose_published_init(init: str, records: dict[str, dict], base: str) -> str:
-    """The init a published run starts from: its own, or for ``best`` the one of ``records`` (init -> the base's
-    full fine-tuning ``finetune.json``) with the best mean validation macro-F1."""
-    if init != "best":
-        if init not in records:
-            raise FileNotFoundError(f"no full fine-tuning run of init {init} of base {base} given (--choose-from)")
-        return init
-    have = [i for i in ("published", "published-dapt") if i in records]
-    if not have:
-        raise FileNotFoundError(f"no full fine-tuning run of base {base} given (--choose-from)")
-    return max(have, key=lambda i: (records[i]["metrics"]["best_val_macro_f1"], i))
+    """The init a published run starts from (``published`` or ``published-dapt``), checked against ``records``
+    (init -> the base's full fine-tuning ``finetune.json``)."""
+    if init not in records:
+        raise FileNotFoundError(f"no full fine-tuning run of init {init} of base {base} given (--choose-from)")
+    return init

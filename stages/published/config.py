@@ -88,15 +88,15 @@ class PublishedRun:
     method: str
     """``probe`` (the body fixed, a logistic-regression head chosen on validation), ``frozen`` (the body fixed, the
     pooled head trained) or ``lora`` (low-rank adapters and the head)."""
-    init: str = "best"
-    """The body it starts from: ``best`` (of ``published`` and ``published-dapt``, the one whose full fine-tuning
-    scored best on validation), ``published`` or ``published-dapt``."""
+    init: str
+    """The body it starts from: ``published`` (the base as published) or ``published-dapt`` (after its DAPT); the
+    stage waits only for that body's full fine-tuning (a run on each is two entries)."""
     finetune: dict[str, Any] = field(default_factory=dict)
     """Fine-tuning settings over ``finetune.defaults`` and the base's ``finetune``."""
 
     def __post_init__(self) -> None:
         check(self.method in ("probe", "frozen", "lora"), "method: one of probe, frozen, lora")
-        check(self.init in ("best", "published", "published-dapt"), "init: one of best, published, published-dapt")
+        check(self.init in ("published", "published-dapt"), "init: one of published, published-dapt")
         check("method" not in self.finetune, "finetune.method: set the run's method with its own key, method")
 
 
@@ -109,7 +109,7 @@ class PublishedConfig:
     """``<name>: {paradigm, source[, dapt, finetune]}``; {} = none (``make run PROFILE=published`` adds
     all-MiniLM-L6-v2). A name holds lower-case letters, digits and ``-`` (it names stages and folders)."""
     runs: dict[str, PublishedRun] = field(default_factory=dict)
-    """``<name>: {base, method[, init, finetune]}``: probe, frozen or LoRA runs on a base, each a stage and a
+    """``<name>: {base, method, init[, finetune]}``: probe, frozen or LoRA runs on a base, each a stage and a
     candidate of the model gate; {} = none. A name as a base's, and not ``<base>-published[-dapt]``."""
 
     def __post_init__(self) -> None:

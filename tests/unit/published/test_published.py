@@ -249,6 +249,25 @@ def test_a_pinned_hub_revision_is_accepted():
     assert src.revision.startswith("e2da")
 
 
+@pytest.mark.parametrize("run, words", [
+    ({"base": "b", "method": "probe"}, "runs.r.init"),                       # required: it picks the stage's deps
+    ({"base": "b", "method": "probe", "init": "best"}, "init: one of published, published-dapt"),
+])
+def test_a_published_run_names_the_body_it_starts_from(run, words):
+    base = {"paradigm": "bert", "source": {"kind": "folder", "path": "x"}}
+    with pytest.raises(ConfigError, match=words):
+        build(PublishedConfig, {"bases": {"b": base}, "runs": {"r": run}}, "published")
+
+
+def test_an_adapt_published_stage_waits_only_for_the_full_fine_tuning_of_its_init():
+    """dvc.yaml's deps and --choose-from follow the run's init: a probe of the base as published does not wait
+    for DAPT."""
+    stage = yaml.safe_load((Path(__file__).parents[3] / "dvc.yaml").read_text())["stages"]["adapt-published"]["do"]
+    assert "--choose-from data/models/finetune/${item.base}-${item.init}" in " ".join(stage["cmd"].split())
+    assert "data/models/finetune/${item.base}-${item.init}" in stage["deps"]
+    assert not [d for d in stage["deps"] if "dapt" in d], stage["deps"]
+
+
 def test_base_names_cannot_be_a_paradigm():
     with pytest.raises(ConfigError, match="bases.bert"):
         build(PublishedConfig, {"bases": {"bert": {"paradigm": "bert", "source": {"kind": "folder", "path": "x"}}}},
@@ -268,7 +287,7 @@ def fine_tuned_base(workspace):
     params.write_text(yaml.safe_dump(params_for({"tiny": {
         "paradigm": "bert", "source": {"kind": "folder", "path": str(ckpt)}, "finetune": {"epochs": 1}}}) | {}))
     data = yaml.safe_load(params.read_text())
-    data["published"]["runs"] = {"tiny-probe": {"base": "tiny", "method": "probe", "init": "best",
+    data["published"]["runs"] = {"tiny-probe": {"base": "tiny", "method": "probe", "init": "published-dapt",
                                                   "finetune": {"head": "pooled"}},
                                  "tiny-lora": {"base": "tiny", "method": "lora", "init": "published",
                                                "finetune": {"head": "pooled", "lr_grid": [0.003]}}}

@@ -15,7 +15,10 @@ from typing import Any
 
 from stages.cleaning.c4 import load_words
 from stages.cleaning.config import CleanConfig, load_config
-from stages.cleaning.pipeline import REPAIRED_UTF8, CleanResult, EmptyInput, TaskInput, WorkerLost, clean_corpus
+from stages.cleaning.pipeline import EmptyInput, TaskInput, WorkerLost, clean_corpus
+from stages.cleaning.readers import REPAIRED_UTF8
+from stages.cleaning.recipe import Recipe
+from stages.cleaning.report import CleanResult
 from stages.common.atomic import work_dir, write_bytes_atomic, write_json_atomic
 from stages.common.cli import Stage, entry
 from stages.config import ConfigError
@@ -40,8 +43,8 @@ def clean(cfg: CleanConfig, *, input_path: Path, out: Path, cache_dir: Path, tas
     documents = out / "documents.parquet"
     with work_dir(out) as work:
         try:
-            result = clean_corpus(input_path, cfg.cleaner, work=Path(work), out_parquet=documents, words=words,
-                                  log=log, name=f"clean@{name}", while_mapping=preload_gx,
+            result = clean_corpus(input_path, Recipe(cfg.cleaner, tuple(words)), work=Path(work),
+                                  out_parquet=documents, log=log, name=f"clean@{name}", while_mapping=preload_gx,
                                   task=TaskInput(cfg.task, task_path) if task_path is not None else None)
         except EmptyInput as exc:
             why = ", ".join(f"{v} {k}" for k, v in sorted(exc.args[0].items())) or "the input holds no record"

@@ -56,8 +56,11 @@ class CleanerConfig:
     """Gopher's repetition filter (not in C4)."""
     minhash: MinHashConfig = field(default_factory=MinHashConfig)
     """MinHash near-duplicate page removal (not in C4)."""
+    filters: tuple[str, ...] = ("line_dedup", "language", "badwords", "gopher_quality", "gopher_repetition")
+    """The page filters after the line table, in order (names of `stages.cleaning.recipe.FILTERS`; each one's own
+    switch still applies)."""
     workers: int = 2
-    """Worker processes for the sharded phases; 0 = one per core, 1 = in this process; `LMPIPE_DASK` overrides."""
+    """Worker processes for the sharded steps; 0 = one per core, 1 = in this process; `LMPIPE_DASK` overrides."""
     shard_docs: int = 500
     """Documents per shard, the unit of work handed to a worker."""
     reject_samples: int = 20
@@ -68,6 +71,11 @@ class CleanerConfig:
         check(self.url_dedup_rule in URL_RULES, f"url_dedup_rule: one of {', '.join(URL_RULES)}")
         check(self.shard_docs >= 1, "shard_docs: must be >= 1")
         check(self.reject_samples >= 0, "reject_samples: must be >= 0")
+        from stages.cleaning.recipe import FILTERS  # here: the recipe's filters import their configs from here
+
+        unknown = [n for n in self.filters if n not in FILTERS]
+        check(not unknown, f"filters: unknown filter {unknown[0] if unknown else ''!r} (have: {', '.join(FILTERS)})")
+        check(len(set(self.filters)) == len(self.filters), "filters: a filter is named twice")
 
 
 @dataclass(frozen=True, kw_only=True)

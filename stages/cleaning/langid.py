@@ -11,6 +11,8 @@ import importlib.util
 import os
 import threading
 
+from stages.cleaning.base import Doc, Filter
+
 BACKENDS = ("langdetect", "py3langid")
 
 
@@ -114,3 +116,13 @@ def is_english(text: str, *, min_probability: float = 0.99,
     if lang != "en":
         return False, f"not_english:{lang}"
     return True, "ok"
+
+
+class LanguageFilter(Filter):
+    """C4's English filter: drops a page whose language is not English with ``cfg.min_probability``."""
+
+    name = "language"
+
+    def apply(self, doc: Doc) -> str | None:
+        keep, reason = is_english(doc.text, min_probability=self.cfg.min_probability, backend=self.cfg.backend)
+        return None if keep else reason

@@ -80,7 +80,7 @@ def test_cleaning_through_an_object_store_on_dask_workers_is_byte_identical(tmp_
     import cloudpickle
 
     from stages.clean import main
-    from stages.cleaning import pipeline
+    from stages.cleaning import readers
     from stages.cleaning.scratch import ENV as SCRATCH
     from stages.common.shards import ENV, DaskShards
     from tests.helpers import seed_badwords
@@ -93,7 +93,7 @@ def test_cleaning_through_an_object_store_on_dask_workers_is_byte_identical(tmp_
     params.write_text(yaml.safe_dump({"clean": {"defaults": {"workers": 2, "shard_docs": 4},
                                                 "web": {"task": {"guard": True, "tapt": True}}}}))
     seed_badwords(tmp_path / "cache")
-    monkeypatch.setattr(pipeline, "SPLIT_BYTES", 6000)  # a.jsonl in several byte ranges
+    monkeypatch.setattr(readers, "SPLIT_BYTES", 6000)  # a.jsonl in several byte ranges
 
     def clean(out):
         return main(["--input", str(inp), "--output", str(tmp_path / out), "--corpus", "web", "--params",
@@ -124,8 +124,8 @@ def test_cleaning_through_an_object_store_on_dask_workers_is_byte_identical(tmp_
     assert not [blob for blob in sent if str(tmp_path).encode() in blob]
     # Every kind of exchanged file went through the bucket, and the run's prefix is gone.
     puts = " ".join(r.getMessage() for r in caplog.records if '"PUT /' in r.getMessage())
-    for kind in ("input/00000/a.jsonl", "task/task.parquet", "in-", "p1-", "pairs-", "line-selection.part",
-                 "p3-", "feat-", "lines-", "part-"):
+    for kind in ("input/00000/a.jsonl", "task/task.parquet", "in-", "rules-", "pairs-", "line-selection.part",
+                 "filtered-", "feat-", "lines-", "part-"):
         assert f"/{BUCKET}/runs/" in puts and kind in puts, kind
     assert fs.ls(BUCKET, refresh=True) == []
 

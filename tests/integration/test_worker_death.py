@@ -44,8 +44,8 @@ def _files(folder: Path) -> dict[str, str]:
     return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.iterdir()) if p.is_file()}
 
 
-def _in_phase3(tmp_path: Path) -> bool:
-    return any(tmp_path.rglob("p3-*.parquet"))
+def _in_filters(tmp_path: Path) -> bool:
+    return any(tmp_path.rglob("filtered-*.parquet"))
 
 
 def _command(tmp_path: Path, inp: Path, out: Path, params: Path) -> list[str]:
@@ -67,7 +67,7 @@ def test_a_killed_pool_worker_fails_the_stage_cleanly_and_the_next_run_matches(t
     proc = subprocess.Popen(_command(tmp_path, inp, out, params), cwd=ROOT, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 300
-    while not _in_phase3(tmp_path) and proc.poll() is None and time.monotonic() < deadline:
+    while not _in_filters(tmp_path) and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.01)
     assert proc.poll() is None, "the stage finished before a worker could be killed"
     workers = [c for c in psutil.Process(proc.pid).children(recursive=True)
@@ -115,7 +115,7 @@ def test_a_killed_dask_worker_is_replaced_and_the_run_gives_the_same_bytes(tmp_p
             main(_command(tmp_path, inp, tmp_path / "dask", _params(tmp_path, 1))[3:])))
         run.start()
         deadline = time.monotonic() + 300
-        while not _in_phase3(tmp_path) and run.is_alive() and time.monotonic() < deadline:
+        while not _in_filters(tmp_path) and run.is_alive() and time.monotonic() < deadline:
             time.sleep(0.01)
         assert run.is_alive(), "the stage finished before a worker could be killed"
         os.kill(next(iter(pids.values())), signal.SIGKILL)

@@ -268,7 +268,7 @@ def test_an_unknown_url_dedup_rule_names_the_key(tmp_path, capsys):
 
 
 def test_byte_ranges_of_a_jsonl_file_hold_each_line_once(tmp_path):
-    from stages.cleaning.pipeline import _lines, plan_pieces
+    from stages.cleaning.readers import piece_lines, plan_pieces
 
     path = tmp_path / "in.jsonl"
     lines = [b'{"text": "a"}\n', b"\n", b'{"text": "' + b"b" * 40 + b'"}\n', b"\n", b"\n", b'{"text": "c"}']
@@ -276,19 +276,19 @@ def test_byte_ranges_of_a_jsonl_file_hold_each_line_once(tmp_path):
     for size in range(1, len(path.read_bytes()) + 2):
         pieces = plan_pieces(path, 10, split_bytes=size)
         assert len(pieces) == -(-path.stat().st_size // size)
-        assert b"".join(b"".join(_lines(p)) for p in pieces) == path.read_bytes(), size
+        assert b"".join(b"".join(piece_lines(p)) for p in pieces) == path.read_bytes(), size
 
 
 def test_output_is_the_same_whatever_pieces_the_input_is_read_in(tmp_path, monkeypatch):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from stages.cleaning import pipeline
+    from stages.cleaning import readers
 
     inp = corpus(tmp_path)
     assert run(tmp_path, inp, tmp_path / "whole", "--workers", "1") == 0
-    monkeypatch.setattr(pipeline, "SPLIT_BYTES", 1000)  # the JSONL file read in byte ranges
-    assert len(pipeline.plan_pieces(inp, 4 * 500)) > 10
+    monkeypatch.setattr(readers, "SPLIT_BYTES", 1000)  # the JSONL file read in byte ranges
+    assert len(readers.plan_pieces(inp, 4 * 500)) > 10
     assert run(tmp_path, inp, tmp_path / "ranges", "--workers", "2") == 0
     for name in ("documents.parquet", "stats.json", "rejects.jsonl"):
         assert (tmp_path / "whole" / name).read_bytes() == (tmp_path / "ranges" / name).read_bytes()

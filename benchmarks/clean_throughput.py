@@ -82,22 +82,23 @@ def bench_full(rows: list[dict], words: list[str], workers: int) -> dict:
 
 
 def bench_dedup_memory(occurrences: int, buckets: int) -> dict:
-    from stages.cleaning.dedup import build_selection, write_shard_pairs
+    from stages.cleaning.dedup import line_table, write_shard_pairs
+    from stages.cleaning.scratch import Scratch
 
     rng = np.random.default_rng(0)
     with tempfile.TemporaryDirectory() as tmp:
-        files = []
+        files, bounds = [], []
         per = occurrences // 8
         distinct = rng.integers(0, 2**64 - 1, size=occurrences // 2, dtype=np.uint64, endpoint=True)
         for i in range(8):  # 8 shards drawing from half as many distinct lines: many lines repeat
             pairs = rng.integers(0, 2**63, size=(per, 2), dtype=np.uint64)
             pairs[:, 0] = distinct[rng.integers(0, len(distinct), size=per)]
             f = Path(tmp) / f"p{i}.npy"
-            write_shard_pairs([pairs], f)
-            files.append(f)
+            bounds.append(write_shard_pairs([pairs], f, buckets))
+            files.append(str(f))
         tracemalloc.start()
         t0 = time.perf_counter()
-        distinct = build_selection(files, Path(tmp) / "table.npy", buckets)
+        _, distinct = line_table(Scratch(tmp), files, bounds, buckets)
         dt = time.perf_counter() - t0
         _, peak = tracemalloc.get_traced_memory()
         tracemalloc.stop()

@@ -49,3 +49,16 @@ def seed_badwords(cache_dir: Path, words=("ass", "2 girls 1 cup")) -> None:
     if index.exists() and "naughty-words@1.0.2" in json.loads(index.read_text()):
         return
     seed_npm_cache(cache_dir, "naughty-words@1.0.2", {"package/en.json": json.dumps(list(words)).encode()})
+
+
+def build_line_table(pair_files: list[Path], folder: Path, buckets: int) -> tuple[Path, int]:
+    """The clean stage's line-dedup table of ``pair_files`` (saved by ``write_shard_pairs``), built in this
+    process in ``folder``: its path and distinct lines."""
+    import numpy as np
+
+    from stages.cleaning.dedup import bucket_bounds, line_table
+    from stages.cleaning.scratch import Scratch
+
+    bounds = [bucket_bounds(np.load(f, mmap_mode="r")[0], buckets) for f in pair_files]
+    (table,), distinct = line_table(Scratch(str(folder)), [str(f) for f in pair_files], bounds, buckets)
+    return folder / table, distinct

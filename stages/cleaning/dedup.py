@@ -187,19 +187,30 @@ def place_bucket(part: Path, table: Path, offset: int) -> None:
     part.unlink()
 
 
-def build_selection(shard_files: list[Path], out: Path, buckets: int) -> int:
-    """Merge shards' pairs into one table sorted by line hash: for each distinct line, the smallest page
-    key holding it. Bucket by bucket (here, one after another; the clean stage runs the buckets as tasks) to
-    bound memory. Returns distinct lines."""
-    local = Scratch(str(out.parent))
-    bounds = [bucket_bounds(np.load(f, mmap_mode="r")[0], buckets) for f in shard_files]
-    names = [str(f) for f in shard_files]
-    parts = [out.parent / f"{out.stem}.part{b}.npy" for b in range(buckets)]
-    sizes = [select_bucket(local, bucket_entries(names, bounds, b), str(part)) for b, part in enumerate(parts)]
-    new_table(out, sum(sizes))
-    for part, offset in zip(parts, np.cumsum([0, *sizes[:-1]]).tolist()):
-        place_bucket(part, out, offset)
-    return sum(sizes)
+def sequential_map(fn, arg_lists, consume, *, desc: str = "") -> None:
+    """``engine.map``'s contract in this process, one call after another."""
+    for args in arg_lists:
+        consume(fn(*args))
+
+
+def line_table(scratch: Scratch, pair_files: list[str], pair_bounds: list[list[int]], buckets: int,
+               map_=sequential_map) -> tuple[tuple[str, ...], int]:
+    """C4's corpus-wide line-dedup table from the shards' line-hash pairs (``pair_bounds``: where each bucket
+    starts in each file), one task per hash bucket (``map_``: an engine's ``map``), then each placed in the table
+    in bucket order; bucket by bucket bounds memory. Returns the table's name in ``scratch`` (or, on a URL
+    scratch, its buckets' names, which each worker process joins itself) and its distinct lines."""
+    parts = [f"line-selection.part{b}.npy" for b in range(buckets)]
+    counts: list[int] = []
+    map_(select_bucket, [(scratch, bucket_entries(pair_files, pair_bounds, b), parts[b]) for b in range(buckets)],
+         counts.append, desc="clean line_table")
+    if scratch.url:
+        return tuple(parts), sum(counts)
+    table = "line-selection.npy"
+    new_table(Path(scratch.where(table)), sum(counts))
+    offsets = np.cumsum([0, *counts[:-1]]).tolist()
+    map_(place_bucket, [(Path(scratch.where(parts[b])), Path(scratch.where(table)), offsets[b])
+                        for b in range(buckets)], lambda _: None, desc="clean line_table")
+    return (table,), sum(counts)
 
 
 def count_bucket(scratch: Scratch, entries: list[Entry]) -> int:

@@ -284,30 +284,15 @@ def _c4_rules(run: _Run, corpus: _Corpus, drop: list[frozenset[int]]) -> list[tu
 
 
 def _line_table(run: _Run, rules: list[tuple[RulesJob, list[int] | None]]) -> tuple[str, ...] | None:
-    """C4's corpus-wide line dedup table, one task per hash bucket, then each placed in the table: its file (or,
-    on a URL scratch, its buckets' files, which each worker process joins itself); None without line dedup."""
-    import numpy as np
-
-    from stages.cleaning.dedup import bucket_entries, new_table, place_bucket, select_bucket
+    """C4's corpus-wide line-dedup table built by the workers (``stages.cleaning.dedup.line_table``); None
+    without line dedup."""
+    from stages.cleaning.dedup import line_table
 
     if not run.cfg.line_dedup.enabled:
         return None
-    buckets = run.cfg.line_dedup.buckets
-    parts = [f"line-selection.part{b}.npy" for b in range(buckets)]
-    counts: list[int] = []
-    pair_files = [job.pairs_out for job, _ in rules]
-    pair_bounds = [b for _, b in rules]
-    run.engine.map(select_bucket, [(run.scratch, bucket_entries(pair_files, pair_bounds, b), parts[b])
-                                   for b in range(buckets)], counts.append, desc="clean line_table")
-    if run.scratch.url:
-        table: tuple[str, ...] = tuple(parts)
-    else:
-        table = ("line-selection.npy",)
-        new_table(Path(run.scratch.where(table[0])), sum(counts))
-        offsets = np.cumsum([0, *counts[:-1]]).tolist()
-        run.engine.map(place_bucket, [(Path(run.scratch.where(parts[b])), Path(run.scratch.where(table[0])),
-                                       offsets[b]) for b in range(buckets)], lambda _: None, desc="clean line_table")
-    run.log(f"[clean] line dedup table: {sum(counts):,} distinct lines")
+    table, distinct = line_table(run.scratch, [job.pairs_out for job, _ in rules], [b for _, b in rules],
+                                 run.cfg.line_dedup.buckets, run.engine.map)
+    run.log(f"[clean] line dedup table: {distinct:,} distinct lines")
     return table
 
 

@@ -10,7 +10,8 @@ import pytest
 
 from stages.cleaning.base import Doc
 from stages.cleaning.c4 import line_key
-from stages.cleaning.dedup import LineDedupConfig, LineDedupFilter, build_selection, line_pairs, url_dedup, write_shard_pairs
+from stages.cleaning.dedup import LineDedupConfig, LineDedupFilter, line_pairs, url_dedup, write_shard_pairs
+from tests.helpers import build_line_table
 
 
 def _md5(s):
@@ -44,8 +45,7 @@ def _dedup(pages, tmp_path, buckets=4):
         f = tmp_path / f"pairs-{i}.npy"
         write_shard_pairs([line_pairs(d)], f)
         files.append(f)
-    table = tmp_path / "table.npy"
-    build_selection(files, table, buckets)
+    table, _ = build_line_table(files, tmp_path, buckets)
     filt = LineDedupFilter(table, LineDedupConfig(buckets=buckets))
     out = []
     for d in docs:
@@ -98,8 +98,7 @@ def test_selection_table_is_the_minimum_page_key_per_line(tmp_path):
         f = tmp_path / f"p{i}.npy"
         write_shard_pairs([chunk], f)
         files.append(f)
-    build_selection(files, tmp_path / "t.npy", buckets=8)
-    table = np.load(tmp_path / "t.npy")
+    table = np.load(build_line_table(files, tmp_path, buckets=8)[0])
     expected = {}
     for h, k in pairs.tolist():
         expected[h] = min(k, expected.get(h, k))
@@ -121,14 +120,15 @@ def test_selection_build_keeps_few_files_open(tmp_path):
     script = textwrap.dedent(f"""
         import resource, numpy as np
         from pathlib import Path
-        from stages.cleaning.dedup import build_selection, write_shard_pairs
+        from stages.cleaning.dedup import write_shard_pairs
+        from tests.helpers import build_line_table
         files = []
         for i in range(300):
             f = Path({str(tmp_path)!r}) / f"p{{i}}.npy"
             write_shard_pairs([np.array([[i * 7919 % 1000, i]], dtype=np.uint64)], f)
             files.append(f)
         resource.setrlimit(resource.RLIMIT_NOFILE, (64, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
-        print(build_selection(files, Path({str(tmp_path)!r}) / "t.npy", 4))
+        print(build_line_table(files, Path({str(tmp_path)!r}), 4)[1])
     """)
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=".")
     assert proc.returncode == 0, proc.stderr[-2000:]

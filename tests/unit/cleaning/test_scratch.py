@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 import yaml
 
-from stages.cleaning.dedup import bucket_bounds, build_selection, write_shard_pairs
+from stages.cleaning.dedup import bucket_bounds, write_shard_pairs
 from stages.cleaning.scratch import ENV, Scratch
+from tests.helpers import build_line_table
 
 
 def test_a_url_scratch_reads_ranges_uploads_what_a_task_wrote_and_keeps_nothing_after_a_failed_task(tmp_path):
@@ -51,8 +52,7 @@ def test_each_process_joins_the_line_table_from_its_buckets_as_the_placed_table(
         bounds = write_shard_pairs([rng.integers(0, 2**64 - 1, size=(40, 2), dtype=np.uint64)], f, buckets=4)
         assert bounds == bucket_bounds(np.load(f)[0], 4) and bounds[0] == 0 and bounds[-1] == 40
         shards.append(f)
-    placed = tmp_path / "table.npy"
-    build_selection(shards, placed, buckets=4)
+    placed, _ = build_line_table(shards, tmp_path, buckets=4)
     # the same buckets selected again, then joined by a URL scratch's Files.table
     scratch = Scratch(str(tmp_path / "store"), url=True)
     from stages.cleaning.dedup import bucket_entries, select_bucket

@@ -25,7 +25,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from stages.common.live import RowLog  # noqa: E402
+from rowlog import RowLog  # noqa: E402  (benchmarks/rowlog.py)
 from stages.objectives import for_paradigm  # noqa: E402
 from stages.objectives.span_corruption import input_and_target_lengths  # noqa: E402
 from stages.tokenization.layout import BlockLayout  # noqa: E402

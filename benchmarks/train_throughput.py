@@ -58,7 +58,7 @@ def fresh_model(layout):
 
 
 def run_ours(layout, blocks, objective, steps: int, warm: int) -> dict:
-    from stages.common.live import RowLog
+    from rowlog import RowLog  # benchmarks/rowlog.py
     from stages.training.config import TrainConfig
     from stages.training.distributed import Dist
     from stages.training.loop import train

@@ -83,20 +83,3 @@ def read_summary(folder: Path) -> dict:
         return json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return {}
-
-
-class RowLog:
-    """An in-memory live log (the benchmarks read its ``rows`` back; ``train_rows``: those with ``train/loss``)."""
-
-    def __init__(self) -> None:
-        self.rows: list[dict] = []
-
-    def start(self, resume_step: int = 0) -> None:
-        pass
-
-    def log(self, step: int, values: dict) -> None:
-        self.rows.append({"step": step, **values})
-
-    @property
-    def train_rows(self) -> list[dict]:
-        return [r for r in self.rows if "train/loss" in r]

@@ -3,7 +3,7 @@
     python benchmarks/cpu_bf16.py [--steps 20] [--repeats 3] [--out benchmarks/results/cpu_bf16.json]
 
 `precision: auto` turns bf16 autocast on where the CPU multiplies bf16 natively (AMX or AVX512-BF16,
-``stages.training.loop.native_bf16``). This measures what that buys, on one torch thread (as the fine-tuning
+``stages.training.device.native_bf16``). This measures what that buys, on one torch thread (as the fine-tuning
 workers run) and on all cores (as the pre-training stages run):
 - fine-tuning: the classifier of each paradigm (``make_classifier`` with ``finetune``'s head options from
   ``--params``, over a fresh model of ``pretrain``'s size and architecture) on micro-batches of task-like
@@ -114,7 +114,7 @@ def pretrain_step(paradigm: str, tokens: Path, params: Path):
 def main() -> int:
     import torch
 
-    from stages.training.loop import native_bf16
+    from stages.training.device import native_bf16
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=20)

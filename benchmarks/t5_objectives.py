@@ -55,7 +55,8 @@ def main() -> None:
     from stages.tokenization.layout import load_layout
     from stages.training import distributed
     from stages.training.config import ModelConfig, TrainConfig
-    from stages.training.loop import evaluate, train
+    from stages.training.heldout import evaluate
+    from stages.training.loop import train
     from stages.training.models import build_model, load_model
 
     tok_dir = ROOT / "data/tokenizers/t5"

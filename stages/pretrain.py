@@ -23,7 +23,7 @@ from stages.tokenization.trainers import PARADIGMS
 from stages.training.checkpoint import CheckpointError
 from stages.training.config import load_base_config, load_config, match_flops
 from stages.training.launch import relaunch
-from stages.training.loop import TrainingDiverged
+from stages.training.trainer import TrainingDiverged
 from stages.training.pretrain import run
 
 

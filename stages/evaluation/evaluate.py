@@ -77,7 +77,8 @@ def intrinsic(cfg: EvaluateConfig, model_dirs: dict[str, Path], tokens: Path, lo
     block: both models of a paradigm see the same inputs); on a GPU under bf16 autocast, else on the CPU in fp32."""
     import torch
 
-    from stages.training.loop import evaluate, native_bf16
+    from stages.training.device import native_bf16
+    from stages.training.heldout import evaluate
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     bf16, n = device == "cuda" and native_bf16(device), cfg.intrinsic.eval_blocks

@@ -123,9 +123,15 @@ class FinetuneConfig:
     (and adapter) only and names the base folder it needs. Init ``random`` has no base to adapt: it trains in full."""
     lora: LoraConfig = field(default_factory=LoraConfig)
     """The adapters of method ``lora``."""
-    # The rest of the optimizer recipe (not params): the cosine decays to 0; AdamW's betas are pre-training's default.
-    min_lr_ratio = 0.0
-    betas = (0.9, 0.98)
+
+    @property
+    def optim(self):
+        """The optimizer and schedule (``stages.training.optim``): the cosine decays to 0; AdamW's betas are
+        pre-training's default."""
+        from stages.training.optim import OptimConfig
+
+        return OptimConfig(lr=self.lr, warmup_fraction=self.warmup_fraction, min_lr_ratio=0.0,
+                           weight_decay=self.weight_decay, betas=(0.9, 0.98), scale_lr_by_rms=self.scale_lr_by_rms)
 
     def __post_init__(self) -> None:
         check(len(self.labels) >= 2 and len(set(self.labels)) == len(self.labels), "labels: need 2+ distinct labels")
@@ -268,7 +274,7 @@ def predict(clf, tok, texts: list[str], cfg: FinetuneConfig, paradigm: str) -> n
     in order: each text's score depends on its own tokens only), returned in the order of ``texts``."""
     import torch
 
-    from stages.training.loop import bf16_autocast, bf16_enabled, to_device
+    from stages.training.device import bf16_autocast, bf16_enabled, to_device
 
     clf.model.eval()
     order = np.argsort(token_lengths(tok, texts, cfg, paradigm), kind="stable") if texts else np.empty(0, int)
@@ -293,8 +299,9 @@ def finetune(cfg: FinetuneConfig, *, paradigm: str, init: str, model_dir: Path, 
     from stages.finetuning.heads import make_classifier, reinit_top_layers, rescale_embeddings
     from stages.finetuning.metrics import majority, scores
     from stages.training.distributed import Dist
-    from stages.training.loop import (EarlyStopping, Hooks, LoopConfig, bf16_enabled, lr_at, make_optimizer, peak_flops,
-                                      progress_bar, run_loop)
+    from stages.training.device import bf16_enabled, peak_flops
+    from stages.training.optim import lr_at, make_optimizer
+    from stages.training.trainer import EarlyStopping, Hooks, LoopConfig, Steps, Trainer, progress_bar
 
     from stages.common.memory import current_mib, peak_mib, reset_peak
 
@@ -326,7 +333,7 @@ def finetune(cfg: FinetuneConfig, *, paradigm: str, init: str, model_dir: Path, 
     steps_per_epoch = -(-len(train) // cfg.micro_batch)
     epochs = max(cfg.epochs, -(-cfg.min_steps // steps_per_epoch))
     total = steps_per_epoch * epochs
-    optimizer = make_optimizer(clf.model, cfg, device)
+    optimizer = make_optimizer(clf.model, cfg.optim, device)
     rng = np.random.default_rng(cfg.seed)
     texts = train["text"].tolist()
     lengths = token_lengths(tok, texts, cfg, paradigm)
@@ -354,9 +361,9 @@ def finetune(cfg: FinetuneConfig, *, paradigm: str, init: str, model_dir: Path, 
             hooks = Hooks(row=lambda step: {"epoch": (step - 1) // steps_per_epoch + 1},
                           evaluate=lambda step: {f"val_{k}": v for k, v in score(val).items() if k != "examples"},
                           early=EarlyStopping("val_macro_f1", cfg.patience), live=live, bar=bar, log=log)
-            run = run_loop(clf.model, optimizer, loop_cfg, batches=lambda step: next(stream), loss=clf.loss,
-                           lr=lambda step: lr_at(step, total, cfg), hooks=hooks, dist=Dist(device=device),
-                           tokens=lambda batch: int(batch["attention_mask"].sum()))
+            steps = Steps(batches=lambda step: next(stream), loss=clf.loss, lr=lambda step: lr_at(step, total, cfg.optim),
+                          tokens=lambda batch: int(batch["attention_mask"].sum()))
+            run = Trainer(clf.model, optimizer, loop_cfg, steps, hooks, Dist(device=device)).train()
         curve = [{"step": h["step"], "epoch": h["epoch"], "loss": h["loss"], "val_accuracy": e["val_accuracy"],
                   "val_macro_f1": e["val_macro_f1"]} for h, e in zip(run.history, run.evals)]
         best, step, stopped_early = run.best, run.steps, run.stopped_early

@@ -23,7 +23,7 @@ def features(clf, tok, texts: list[str], cfg, paradigm: str, key: str) -> np.nda
     import torch
 
     from stages.finetuning.core import encode, token_lengths
-    from stages.training.loop import bf16_autocast, bf16_enabled, to_device
+    from stages.training.device import bf16_autocast, bf16_enabled, to_device
 
     todo = sorted({t for t in texts if (key, t) not in _FEATURES})
     if todo:

@@ -151,7 +151,7 @@ class TextClassifier:
         import torch
 
         from stages.finetuning.core import encode
-        from stages.training.loop import to_device
+        from stages.training.device import to_device
 
         out = []
         with torch.inference_mode():

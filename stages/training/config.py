@@ -102,6 +102,15 @@ class TrainConfig:
     scale_lr_by_rms: bool = False
     """Each tensor's step is lr x its RMS (nanoT5's AdamWScale); for T5, whose initialisation expects it."""
 
+    @property
+    def optim(self):
+        """The optimizer and schedule (``stages.training.optim``)."""
+        from stages.training.optim import OptimConfig
+
+        return OptimConfig(lr=self.lr, warmup_fraction=self.warmup_fraction, min_lr_ratio=self.min_lr_ratio,
+                           weight_decay=self.weight_decay, betas=tuple(self.betas),
+                           scale_lr_by_rms=self.scale_lr_by_rms)
+
     def __post_init__(self) -> None:
         check(0 < self.mlm_select < 1, "mlm_select: must be in (0, 1)")
         check(self.objective in ("", *objectives.names()), f"objective: one of '', {', '.join(objectives.names())}")

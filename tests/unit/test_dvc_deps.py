@@ -90,7 +90,7 @@ def test_every_stage_depends_on_all_the_code_it_can_import():
 def test_the_closure_follows_lazy_imports():
     files = closure("stages.finetune")
     assert Path("stages/finetuning/heads.py") in files  # imported inside a function
-    assert Path("stages/training/loop.py") in files
+    assert Path("stages/training/trainer.py") in files
 
 
 def params_with(*profiles: str) -> dict:

@@ -12,7 +12,7 @@ from stages.tokenization.layout import BlockLayout
 from stages.training import checkpoint as ckpt
 from stages.training.checkpoint import CheckpointError
 from stages.training.config import ModelConfig, TrainConfig
-from stages.training.loop import make_optimizer
+from stages.training.optim import make_optimizer
 from stages.training.models import build_model
 
 LAYOUTS = {
@@ -44,7 +44,7 @@ def step(model, optimizer, paradigm: str, seed: int) -> None:
 def trained(paradigm: str, steps: int = 3):
     model = build_model(LAYOUTS[paradigm], SIZE, seed=0)
     model.train()
-    optimizer = make_optimizer(model, TRAIN, "cpu")
+    optimizer = make_optimizer(model, TRAIN.optim, "cpu")
     for s in range(steps):
         step(model, optimizer, paradigm, s)
     return model, optimizer
@@ -72,7 +72,7 @@ def test_round_trip_restores_weights_and_adamw_state_exactly(tmp_path, paradigm)
 
     fresh = build_model(LAYOUTS[paradigm], SIZE, seed=1)                            # other initial weights
     fresh.train()
-    fresh_opt = make_optimizer(fresh, TRAIN, "cpu")
+    fresh_opt = make_optimizer(fresh, TRAIN.optim, "cpu")
     ckpt.load(folder, fresh, fresh_opt)
     assert_same_state(model, fresh)
     # tied weights are still tied after the load
@@ -114,7 +114,7 @@ def test_truncated_tensor_file_is_a_checkpoint_error_naming_it(tmp_path, saved, 
     data = path.read_bytes()
     path.write_bytes(data[: int(len(data) * keep)])
     model = build_model(LAYOUTS["gpt"], SIZE, seed=0)
-    optimizer = make_optimizer(model, TRAIN, "cpu")
+    optimizer = make_optimizer(model, TRAIN.optim, "cpu")
     with pytest.raises(CheckpointError) as err:
         ckpt.load(folder, model, optimizer)
     assert str(path) in str(err.value)                       # which file is broken, not just the folder
@@ -133,7 +133,7 @@ def test_corrupt_state_json_is_a_checkpoint_error_naming_it(tmp_path, saved):
 def test_checkpoint_of_another_model_is_a_checkpoint_error(tmp_path, saved):
     big = build_model(LAYOUTS["gpt"], ModelConfig(layers=2, d_model=32, heads=2, d_ff=64), seed=0)
     with pytest.raises(CheckpointError, match="does not match the model"):
-        ckpt.load(saved, big, make_optimizer(big, TRAIN, "cpu"))
+        ckpt.load(saved, big, make_optimizer(big, TRAIN.optim, "cpu"))
 
 
 def test_failed_save_keeps_the_previous_checkpoint(tmp_path, saved, monkeypatch):
@@ -166,7 +166,7 @@ def test_a_flipped_byte_is_a_checkpoint_error_naming_the_file(tmp_path, saved, n
     path.write_bytes(bytes(data))
     model = build_model(LAYOUTS["gpt"], SIZE, seed=0)
     with pytest.raises(CheckpointError, match="changed after it was written") as err:
-        ckpt.load(folder, model, make_optimizer(model, TRAIN, "cpu"))
+        ckpt.load(folder, model, make_optimizer(model, TRAIN.optim, "cpu"))
     assert str(path) in str(err.value)
 
 
@@ -179,7 +179,7 @@ def test_a_checkpoint_without_digests_is_refused(tmp_path, saved):
     (folder / "state.json").write_text(json.dumps(state))
     model = build_model(LAYOUTS["gpt"], SIZE, seed=0)
     with pytest.raises(CheckpointError, match="records no file digests"):
-        ckpt.load(folder, model, make_optimizer(model, TRAIN, "cpu"))
+        ckpt.load(folder, model, make_optimizer(model, TRAIN.optim, "cpu"))
 
 
 def test_a_step_edited_in_state_json_is_refused_even_within_the_run(tmp_path, saved):
@@ -194,5 +194,5 @@ def test_a_step_edited_in_state_json_is_refused_even_within_the_run(tmp_path, sa
     (folder / "state.json").write_text(json.dumps(state))
     model = build_model(LAYOUTS["gpt"], SIZE, seed=0)
     with pytest.raises(CheckpointError, match="changed after it was written") as err:
-        ckpt.load(folder, model, make_optimizer(model, TRAIN, "cpu"))
+        ckpt.load(folder, model, make_optimizer(model, TRAIN.optim, "cpu"))
     assert str(folder / "state.json") in str(err.value)

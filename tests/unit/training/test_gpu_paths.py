@@ -9,7 +9,8 @@ import torch
 from stages.pretrain import main
 from stages.tokenization.layout import BlockLayout
 from stages.training.config import ModelConfig, TrainConfig
-from stages.training.loop import bf16_enabled, make_optimizer
+from stages.training.device import bf16_enabled
+from stages.training.optim import make_optimizer
 from stages.training.models import build_model
 from tests.unit.training.conftest import read_json, write_params
 
@@ -26,7 +27,7 @@ def test_attention_is_sdpa(layout):
 
 def test_optimizer_is_fused_and_skips_decay_on_biases_and_norms():
     model = build_model(GPT, TINY, seed=0)
-    opt = make_optimizer(model, TrainConfig(weight_decay=0.1), "cpu")
+    opt = make_optimizer(model, TrainConfig(weight_decay=0.1).optim, "cpu")
     assert opt.defaults["fused"] is True
     decay, no_decay = opt.param_groups
     assert decay["weight_decay"] == 0.1 and no_decay["weight_decay"] == 0.0
@@ -34,27 +35,27 @@ def test_optimizer_is_fused_and_skips_decay_on_biases_and_norms():
 
 
 def test_precision_choice(monkeypatch):
-    import stages.training.loop as loop
+    import stages.training.device as dev
 
     assert bf16_enabled(TrainConfig(precision="bf16").precision, "cpu") is True
     assert bf16_enabled(TrainConfig(precision="fp32").precision, "cuda:0") is False
     for native in (False, True):  # auto follows the device's native bf16 support
-        monkeypatch.setattr(loop, "native_bf16", lambda device, native=native: native)
+        monkeypatch.setattr(dev, "native_bf16", lambda device, native=native: native)
         assert bf16_enabled(TrainConfig(precision="auto").precision, "cpu") is native
         assert bf16_enabled(TrainConfig(precision="fp32").precision, "cpu") is False
     with pytest.raises(ValueError, match="precision"):
-        loop.bf16_enabled("fp16", "cpu")
+        dev.bf16_enabled("fp16", "cpu")
 
 
 def test_native_bf16_probes_the_cpu(monkeypatch):
     """On a CPU, auto precision means bf16 only where torch reports AMX or AVX512-BF16."""
-    import stages.training.loop as loop
+    import stages.training.device as dev
 
     for amx, avx in ((False, False), (True, False), (False, True)):
         monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda amx=amx: amx, raising=False)
         monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda avx=avx: avx, raising=False)
-        assert loop.native_bf16("cpu") is (amx or avx)
-    assert loop.native_bf16("mps") is False
+        assert dev.native_bf16("cpu") is (amx or avx)
+    assert dev.native_bf16("mps") is False
 
 
 def test_bf16_autocast_trains(tmp_path, datasets):

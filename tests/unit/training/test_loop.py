@@ -1,4 +1,4 @@
-"""The one training loop (``stages.training.loop.run_loop``) on a tiny regression model: the schedule, gradient
+"""The one training loop (``stages.training.trainer.Trainer``) on a tiny regression model: the schedule, gradient
 accumulation, the evaluation hook, early stopping with the best weights restored, checkpoint and resume,
 divergence and precision. Pre-training, DAPT and fine-tuning all run through it (their own tests cover
 the stages)."""
@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from stages.training import checkpoint as ckpt
-from stages.training.loop import EarlyStopping, Hooks, LoopConfig, TrainingDiverged, run_loop
+from stages.training.trainer import EarlyStopping, Hooks, LoopConfig, Steps, Trainer, TrainingDiverged
 
 X = torch.linspace(-1, 1, 32).reshape(16, 2)
 Y = X @ torch.tensor([[2.0], [-1.0]]) + 0.5
@@ -55,12 +55,14 @@ def whole_batch(step: int) -> list[dict]:
 
 
 def loop(model, optimizer, total: int = 12, **kw):
-    """``run_loop`` with these options, each sent where it belongs: the loop's config, its hooks or a keyword."""
+    """A ``Trainer`` with these options, each sent where it belongs: the loop's config, its steps, its hooks or a
+    keyword."""
     options = {**dict(total=total, batches=whole_batch, loss=mse(model), lr=lambda step: 0.1 / (1 + step), clip=1.0,
                       bf16=False, log_every=4, tokens=lambda batch: len(batch["x"]), log=lambda m: None), **kw}
     cfg = {f.name: options.pop(f.name) for f in fields(LoopConfig) if f.name in options}
     hooks = {f.name: options.pop(f.name) for f in fields(Hooks) if f.name in options}
-    return run_loop(model, optimizer, LoopConfig(**cfg), hooks=Hooks(**hooks), **options)
+    steps = Steps(**{f.name: options.pop(f.name) for f in fields(Steps)})
+    return Trainer(model, optimizer, LoopConfig(**cfg), steps, hooks=Hooks(**hooks), **options).train()
 
 
 def snapshot(model) -> dict:
@@ -200,11 +202,11 @@ def test_the_forward_pass_runs_under_bf16_autocast_only_when_asked(bf16):
 
 
 def test_the_model_moves_to_the_device_and_batches_follow(monkeypatch):
-    from stages.training import loop as loop_module
+    from stages.training import trainer as trainer_module
     from stages.training.distributed import Dist
 
     moved = []
-    monkeypatch.setattr(loop_module, "to_device", lambda batch, device: moved.append(device) or batch)
+    monkeypatch.setattr(trainer_module, "to_device", lambda batch, device: moved.append(device) or batch)
     model, opt = model_and_optimizer()
     loop(model, opt, total=2, dist=Dist(device="cpu"))
     assert moved == ["cpu", "cpu"] and next(model.parameters()).device.type == "cpu"

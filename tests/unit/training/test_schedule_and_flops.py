@@ -10,13 +10,13 @@ import pytest
 from stages.objectives.span_corruption import input_and_target_lengths
 from stages.tokenization.layout import BlockLayout
 from stages.training.config import ModelConfig, TrainConfig
-from stages.training.loop import lr_at
+from stages.training.optim import lr_at
 from stages.training.models import build_model, flops_per_token
 
 
 def schedule(total: int, **kw) -> tuple[TrainConfig, list[float]]:
     cfg = TrainConfig(**kw)
-    return cfg, [lr_at(s, total, cfg) for s in range(total)]
+    return cfg, [lr_at(s, total, cfg.optim) for s in range(total)]
 
 
 def test_warmup_is_linear_up_to_the_peak():
@@ -42,8 +42,8 @@ def test_cosine_decay_is_monotone_and_ends_at_min_lr(total, warmup):
     one_step = (cfg.lr - floor) * 0.5 * (1 - math.cos(math.pi / max(1, total - warm)))
     assert lrs[-1] - floor <= one_step * (1 + 1e-9) + 1e-15
     # ... and the end of the schedule (and anything past it) is the floor exactly.
-    assert lr_at(total, total, cfg) == pytest.approx(floor, rel=1e-12)
-    assert lr_at(total + 5, total, cfg) == pytest.approx(floor, rel=1e-12)
+    assert lr_at(total, total, cfg.optim) == pytest.approx(floor, rel=1e-12)
+    assert lr_at(total + 5, total, cfg.optim) == pytest.approx(floor, rel=1e-12)
 
 
 def test_cosine_midpoint_and_no_warmup():
@@ -93,14 +93,14 @@ def test_rms_scaled_steps_follow_each_tensors_size():
     every step; without it every group takes lr itself. Decay stays off for biases and norms."""
     import torch
 
-    from stages.training.loop import make_optimizer, set_lr
+    from stages.training.optim import make_optimizer, set_lr
 
     model = torch.nn.Sequential(torch.nn.Embedding(50, 8), torch.nn.Linear(8, 8))
     with torch.no_grad():
         model[0].weight.fill_(2.0)
         model[1].weight.fill_(0.5)
         model[1].bias.zero_()
-    opt = make_optimizer(model, TrainConfig(lr=0.01, scale_lr_by_rms=True), "cpu")
+    opt = make_optimizer(model, TrainConfig(lr=0.01, scale_lr_by_rms=True).optim, "cpu")
     set_lr(opt, 0.01)
     lrs = [g["lr"] for g in opt.param_groups]
     assert lrs == pytest.approx([0.02, 0.005, 1e-5])  # RMS 2, 0.5 and 0 (floored at 1e-3)
@@ -109,6 +109,6 @@ def test_rms_scaled_steps_follow_each_tensors_size():
         model[0].weight.fill_(1.0)
     set_lr(opt, 0.01)
     assert opt.param_groups[0]["lr"] == pytest.approx(0.01)
-    plain = make_optimizer(model, TrainConfig(lr=0.01), "cpu")
+    plain = make_optimizer(model, TrainConfig(lr=0.01).optim, "cpu")
     set_lr(plain, 0.003)
     assert [g["lr"] for g in plain.param_groups] == [0.003, 0.003]

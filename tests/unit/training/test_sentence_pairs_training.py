@@ -83,7 +83,7 @@ def test_pretrain_and_dapt_stages_train_sentence_order_prediction(datasets, tmp_
 def test_evaluation_reports_the_pair_heads_accuracy_over_the_held_out_blocks():
     from stages.training.config import TrainConfig
     from stages.training.data import EVAL_KEY
-    from stages.training.loop import evaluate
+    from stages.training.heldout import evaluate
 
     rng = np.random.default_rng(8)
     blocks = rng.integers(5, BERT.vocab_size, size=(10, BERT.block_len)).astype(np.uint32)

@@ -56,7 +56,7 @@ def main() -> None:
     from stages.training import distributed
     from stages.training.config import ModelConfig, TrainConfig
     from stages.training.heldout import evaluate
-    from stages.training.loop import train
+    from stages.training.loop import Blocks, RunIO, train
     from stages.training.models import build_model, load_model
 
     tok_dir = ROOT / "data/tokenizers/t5"
@@ -87,8 +87,8 @@ def main() -> None:
                           min_lr_ratio=0.05, eval_every=10**9, checkpoint_every=10**9, log_every=50, eval_blocks=128,
                           threads=args.threads, scale_lr_by_rms=args.rms, seed=args.seed)
         t0 = time.time()
-        res = train(model, objective, blocks, held, cfg, flops_per_token=1.0, seq_len=128, progress=False,
-                    dist=distributed.init(), checkpoint_dir=None, fingerprint="t5-objectives", log=lambda m: None)
+        res = train(model, objective, Blocks(blocks, held, 128), cfg, flops_per_token=1.0, dist=distributed.init(),
+                    io=RunIO(fingerprint="t5-objectives", log=lambda m: None, progress=False))
         secs = time.time() - t0
         span_eval = evaluate(model, span, np.load(ROOT / "data/tokens/t5/domain/heldout.npy", mmap_mode="r"), cfg,
                              "cpu", False)

@@ -32,7 +32,7 @@ from stages.tokenization.layout import BlockLayout  # noqa: E402
 from stages.training.config import ModelConfig, TrainConfig  # noqa: E402
 from stages.training.data import TRAIN_KEY, BlockSampler, generators, make_batch  # noqa: E402
 from stages.training.distributed import Dist  # noqa: E402
-from stages.training.loop import train  # noqa: E402
+from stages.training.loop import Blocks, RunIO, train  # noqa: E402
 from stages.training.models import build_model, flops_per_token  # noqa: E402
 
 SIZES = {  # paradigm: (model, seq_len, micro_batch) at the seed papers' base sizes
@@ -87,9 +87,8 @@ def measure(paradigm: str, sizes, steps: int, compile_: bool, device: str, micro
     cfg = TrainConfig(budget_tokens=steps * micro * seq_len, micro_batch=micro, lr=3e-4, compile=compile_,
                       eval_every=10**9, checkpoint_every=10**9, log_every=10, warmup_fraction=0.1)
     live = RowLog()
-    res = train(model, objective, blocks, None, cfg, flops_per_token=fpt, seq_len=seq_len,
-                dist=Dist(device=device), checkpoint_dir=None, fingerprint="bench", log=lambda m: None,
-                progress=False, live=live)
+    res = train(model, objective, Blocks(blocks, None, seq_len), cfg, flops_per_token=fpt, dist=Dist(device=device),
+                io=RunIO(fingerprint="bench", log=lambda m: None, progress=False, live=live))
     steady = live.train_rows[1:] or live.train_rows  # the first log row carries compilation and warm-up
     tps = float(np.median([r["train/tokens_per_second"] for r in steady]))
     step_ms = micro * seq_len / tps * 1e3

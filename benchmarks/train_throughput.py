@@ -61,7 +61,7 @@ def run_ours(layout, blocks, objective, steps: int, warm: int) -> dict:
     from rowlog import RowLog  # benchmarks/rowlog.py
     from stages.training.config import TrainConfig
     from stages.training.distributed import Dist
-    from stages.training.loop import train
+    from stages.training.loop import Blocks, RunIO, train
     from stages.training.models import flops_per_token
 
     model = fresh_model(layout)
@@ -69,9 +69,9 @@ def run_ours(layout, blocks, objective, steps: int, warm: int) -> dict:
                       eval_every=10**9, checkpoint_every=10**9, log_every=10, seed=0)
     live = RowLog()
     t0 = time.perf_counter()
-    res = train(model, objective, blocks, None, cfg, flops_per_token=flops_per_token(model, layout, predicted_fraction=getattr(objective, "select", 1.0)),
-                seq_len=SEQ,
-                dist=Dist(), checkpoint_dir=None, fingerprint="bench", log=lambda m: None, progress=False, live=live)
+    res = train(model, objective, Blocks(blocks, None, SEQ), cfg,
+                flops_per_token=flops_per_token(model, layout, predicted_fraction=getattr(objective, "select", 1.0)),
+                dist=Dist(), io=RunIO(fingerprint="bench", log=lambda m: None, progress=False, live=live))
     wall = time.perf_counter() - t0
     assert res.steps == steps
     rows = live.train_rows

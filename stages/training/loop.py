@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -20,11 +22,31 @@ from stages.training.optim import lr_at, make_optimizer
 from stages.training.trainer import Hooks, LoopConfig, RunResult, Steps, Trainer, progress_bar
 
 
-def train(model, objective, train_blocks: np.ndarray, eval_blocks: np.ndarray | None, cfg: TrainConfig, *,
-          flops_per_token: float, seq_len: int, dist: Dist, checkpoint_dir: Path | None, fingerprint: str,
-          log: Callable[[str], None] = print, progress: bool = True, live=None) -> RunResult:
-    """Pre-train (or adapt) ``model`` on ``train_blocks`` until the budget is spent (a :class:`Trainer`). ``history``
-    rows hold what the inputs determine; the timings go to ``live`` and into the result."""
+@dataclass(frozen=True)
+class Blocks:
+    """The token blocks a run trains on and scores (``heldout``: None or empty = no evaluation), ``seq_len``
+    tokens of the model's input each."""
+
+    train: np.ndarray
+    heldout: np.ndarray | None
+    seq_len: int
+
+
+@dataclass(frozen=True)
+class RunIO:
+    """Where a run saves and resumes (``checkpoint_dir`` with the inputs' ``fingerprint``) and reports."""
+
+    checkpoint_dir: Path | None = None
+    fingerprint: str = ""
+    log: Callable[[str], None] = print
+    progress: bool = True
+    live: Any = None
+
+
+def train(model, objective, blocks: Blocks, cfg: TrainConfig, *, flops_per_token: float, dist: Dist,
+          io: RunIO = RunIO()) -> RunResult:
+    """Pre-train (or adapt) ``model`` on ``blocks.train`` until the budget is spent (a :class:`Trainer`).
+    ``history`` rows hold what the inputs determine; the timings go to ``io.live`` and into the result."""
     import torch
 
     from stages.training.distributed import wrap
@@ -34,6 +56,7 @@ def train(model, objective, train_blocks: np.ndarray, eval_blocks: np.ndarray | 
     model.to(dist.device)
     bf16 = bf16_enabled(cfg.precision, dist.device)
     optimizer = make_optimizer(model, cfg.optim, dist.device)
+    train_blocks, eval_blocks, seq_len, log = blocks.train, blocks.heldout, blocks.seq_len, io.log
     sampler = BlockSampler(rows=len(train_blocks), micro_batch=cfg.micro_batch, grad_accum=cfg.grad_accum,
                            world=dist.world, rank=dist.rank, seed=cfg.seed)
     tokens_per_step = sampler.global_batch * seq_len
@@ -51,14 +74,14 @@ def train(model, objective, train_blocks: np.ndarray, eval_blocks: np.ndarray | 
         return [prepare(make_batch(objective, train_blocks, ids, generators(cfg.seed, TRAIN_KEY, epochs, ids)))
                 for ids, epochs in sampler.micro_batches(step)]
 
-    with progress_bar(total, progress and dist.main) as bar:
+    with progress_bar(total, io.progress and dist.main) as bar:
         loop_cfg = LoopConfig(total=total, log_every=cfg.log_every, clip=cfg.clip, bf16=bf16, eval_every=cfg.eval_every,
                               checkpoint_every=cfg.checkpoint_every, flops_per_token=flops_per_token,
                               peak=peak_flops(dist.device, cfg.peak_tflops), sum_dtype="float32")
         hooks = Hooks(row=lambda done: {"tokens": done * tokens_per_step},
                       evaluate=(lambda done: evaluate(model, objective, eval_blocks, cfg, dist.device, bf16))
                       if eval_blocks is not None and len(eval_blocks) else None,
-                      checkpoint_dir=checkpoint_dir, fingerprint=fingerprint, live=live, bar=bar, log=log)
+                      checkpoint_dir=io.checkpoint_dir, fingerprint=io.fingerprint, live=io.live, bar=bar, log=log)
         steps = Steps(batches=batches, loss=lambda batch: step_fn(**batch).loss,
                       lr=lambda step: lr_at(step, total, cfg.optim), tokens=lambda batch: cfg.micro_batch * seq_len)
         result = Trainer(model, optimizer, loop_cfg, steps, hooks, dist, net).train()

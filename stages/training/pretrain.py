@@ -22,7 +22,7 @@ from stages.sources.base import sha256_file
 from stages.tokenization.layout import load_layout
 from stages.training import distributed
 from stages.training.config import BaseDaptConfig
-from stages.training.loop import train
+from stages.training.loop import Blocks, RunIO, train
 from stages.training.models import build_model, flops_per_token, load_model, save_model
 
 
@@ -139,8 +139,8 @@ def head_warmup(model, objective, train_blocks, cfg, fresh: list[str], *, fpt: f
                    warmup_fraction=0.0, min_lr_ratio=1.0, eval_every=10**9, checkpoint_every=10**9)
     log(f"[head warm-up] {len(trainable)} fresh tensors ({sum(p.numel() for p in trainable):,} weights) alone")
     try:
-        result = train(model, objective, train_blocks, None, warm, flops_per_token=fpt, seq_len=seq_len, dist=dist,
-                       checkpoint_dir=None, fingerprint="", log=log, progress=False)
+        result = train(model, objective, Blocks(train_blocks, None, seq_len), warm, flops_per_token=fpt, dist=dist,
+                       io=RunIO(log=log, progress=False))
     finally:
         for p in model.parameters():
             p.requires_grad_(True)
@@ -166,9 +166,9 @@ def run(cfg, *, paradigm: str, stage: str, tokens_dir: Path, corpus: str, tokeni
     run_id = fingerprint(stage, paradigm, corpus, asdict(cfg), dist.world, manifest["corpora"][corpus],
                          manifest["tokenizer"]["sha256"], init_sha)
     with LiveLog(live_dir if dist.main else None) as live:  # the loop starts it where the run starts
-        result = train(model, objective, train_blocks, eval_blocks, cfg.train, flops_per_token=fpt,
-                       seq_len=layout.seq_len, dist=dist, checkpoint_dir=checkpoint_dir, fingerprint=run_id,
-                       log=log if dist.main else (lambda m: None), progress=progress, live=live)
+        result = train(model, objective, Blocks(train_blocks, eval_blocks, layout.seq_len), cfg.train,
+                       flops_per_token=fpt, dist=dist,
+                       io=RunIO(checkpoint_dir, run_id, log if dist.main else (lambda m: None), progress, live))
         live.summary({"tokens": result.tokens, "steps": result.steps, "resumed_from": result.resumed_from,
                       "tokens_per_second": round(result.tokens_per_second, 1),
                       "flops_per_second": float(f"{result.flops_per_second:.4g}"),

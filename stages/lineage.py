@@ -25,7 +25,7 @@ from stages.provenance.manifest import is_ed25519, load_key
 from stages.provenance.record import LineageError, find_workspace
 from stages.provenance.signing import PUBLIC_KEY_SUFFIX, sidecar
 from stages.provenance.targets import is_classifier, model_dirs, open_target
-from stages.provenance.verify import Standard, verify
+from stages.provenance.verify import Standard, Verdict, verify
 
 
 def verdict_line(verdict, with_workspace: bool) -> list[str]:
@@ -65,7 +65,7 @@ def report(verdict, with_workspace: bool, details: bool = False) -> str:
     return "\n".join(lines)
 
 
-def main(argv: Iterable[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m stages.lineage", description=__doc__.split("\n\n")[0])
     ap.add_argument("target", help="an exported .bento file, a Bento or model tag, a Bento or model folder")
     ap.add_argument("--verify", action="store_true", help="recompute hashes; exit 1 on any mismatch")
@@ -87,49 +87,57 @@ def main(argv: Iterable[str] | None = None) -> int:
     ap.add_argument("--json", action="store_true", help="print the record (and the verdict) as JSON")
     ap.add_argument("--card", action="store_true", help="print the model card rendered from the record (for a "
                     "pre-trained or DAPT folder of a workspace, that model's)")
-    args = ap.parse_args(list(argv) if argv is not None else None)
+    return ap
 
-    verdict = None
-    try:
-        target = open_target(args.target)
-        binding = [flag for flag, value in (("--pin", args.pin), ("--public-key", args.public_key)) if value]
-        if binding and not (args.verify and target.files is not None):
-            raise LineageError(f"{' and '.join(binding)} check a Bento (an exported .bento, a Bento folder or a Bento "
-                               f"tag) with --verify; {args.target} is "
-                               f"{'not one' if args.verify else 'given without --verify'}")
-        public_key = load_key(args.public_key) if args.public_key is not None else None
-        standard = None
-        if target.files is not None:  # the standard checks take an EC key: the auditor's, else the one beside
-            key_path, ec_key = args.public_key, public_key  # an archive (which checks, but binds nothing)
-            if key_path is None and target.bento.get("file"):
-                beside = Path(sidecar(target.bento["file"], PUBLIC_KEY_SUFFIX))
-                key_path, ec_key = (beside, load_key(beside)) if beside.is_file() else (None, None)
-            if ec_key is not None and is_ed25519(ec_key):
-                key_path, ec_key = None, None
-            standard = Standard(provenance=target.provenance, model_dirs=lambda: model_dirs(target),
-                                key_path=key_path, key=ec_key, explicit=args.public_key is not None)
-        workspace = (args.workspace or target.workspace or find_workspace(Path.cwd())) if args.verify else None
-        if args.verify and args.workspace is not None and not (workspace / "dvc.lock").is_file():
-            raise LineageError(f"{workspace}: no dvc.lock in this workspace")
-    except LineageError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    if args.verify:
-        verdict = verify(target.record, packaged=target.packaged, workspace=workspace, src=target.src,
-                         all_files=target.all_files, bento=target.bento, pin=args.pin, files=target.files,
-                         manifest=target.manifest, signature=target.signature,
-                         public_key=public_key if public_key is not None and is_ed25519(public_key) else None,
-                         irregular=target.irregular, standard=standard, strict=args.strict)
-        verdict.notes.insert(0, f"workspace: {workspace.resolve()}" if workspace else
-                             "workspace: none (no dvc.lock here or above; only the Bento's own files and the record's "
-                             "own consistency were checked, not the data and code upstream)")
-        if target.folder and target.workspace is not None:  # the card its stage wrote into the folder
-            problems, verified = stagecard.check(target.workspace / target.folder, target.record.get("sources"))
-            verdict.checked += 1 + len((stagecard.read_facts(target.workspace / target.folder) or {}).get("corpora")
-                                       or {})
-            verdict.mismatches += problems
-            verdict.verified += [v for v in verified if not v.endswith("no folder card to check")]
-            verdict.notes += [v for v in verified if v.endswith("no folder card to check")]
+
+def _open(args: argparse.Namespace) -> tuple:
+    """The target, the auditor's public key, the standard checks' inputs and the workspace to verify against;
+    a bad combination of flags is a LineageError."""
+    target = open_target(args.target)
+    binding = [flag for flag, value in (("--pin", args.pin), ("--public-key", args.public_key)) if value]
+    if binding and not (args.verify and target.files is not None):
+        raise LineageError(f"{' and '.join(binding)} check a Bento (an exported .bento, a Bento folder or a Bento "
+                           f"tag) with --verify; {args.target} is "
+                           f"{'not one' if args.verify else 'given without --verify'}")
+    public_key = load_key(args.public_key) if args.public_key is not None else None
+    standard = None
+    if target.files is not None:  # the standard checks take an EC key: the auditor's, else the one beside
+        key_path, ec_key = args.public_key, public_key  # an archive (which checks, but binds nothing)
+        if key_path is None and target.bento.get("file"):
+            beside = Path(sidecar(target.bento["file"], PUBLIC_KEY_SUFFIX))
+            key_path, ec_key = (beside, load_key(beside)) if beside.is_file() else (None, None)
+        if ec_key is not None and is_ed25519(ec_key):
+            key_path, ec_key = None, None
+        standard = Standard(provenance=target.provenance, model_dirs=lambda: model_dirs(target),
+                            key_path=key_path, key=ec_key, explicit=args.public_key is not None)
+    workspace = (args.workspace or target.workspace or find_workspace(Path.cwd())) if args.verify else None
+    if args.verify and args.workspace is not None and not (workspace / "dvc.lock").is_file():
+        raise LineageError(f"{workspace}: no dvc.lock in this workspace")
+    return target, public_key, standard, workspace
+
+
+def _verify(args: argparse.Namespace, target, public_key, standard, workspace: Path | None) -> Verdict:
+    """Every check of ``--verify``, the folder's own card included."""
+    verdict = verify(target.record, packaged=target.packaged, workspace=workspace, src=target.src,
+                     all_files=target.all_files, bento=target.bento, pin=args.pin, files=target.files,
+                     manifest=target.manifest, signature=target.signature,
+                     public_key=public_key if public_key is not None and is_ed25519(public_key) else None,
+                     irregular=target.irregular, standard=standard, strict=args.strict)
+    verdict.notes.insert(0, f"workspace: {workspace.resolve()}" if workspace else
+                         "workspace: none (no dvc.lock here or above; only the Bento's own files and the record's "
+                         "own consistency were checked, not the data and code upstream)")
+    if target.folder and target.workspace is not None:  # the card its stage wrote into the folder
+        problems, verified = stagecard.check(target.workspace / target.folder, target.record.get("sources"))
+        verdict.checked += 1 + len((stagecard.read_facts(target.workspace / target.folder) or {}).get("corpora")
+                                   or {})
+        verdict.mismatches += problems
+        verdict.verified += [v for v in verified if not v.endswith("no folder card to check")]
+        verdict.notes += [v for v in verified if v.endswith("no folder card to check")]
+    return verdict
+
+
+def _print(args: argparse.Namespace, target, verdict: Verdict | None, workspace: Path | None) -> None:
+    """The record (as JSON, a model card or text), with the verdict first when there is one."""
     if args.json and not args.card:
         out = {"bento": target.bento, "record": target.record}
         if verdict is not None:
@@ -151,6 +159,18 @@ def main(argv: Iterable[str] | None = None) -> int:
             print(render(target.record, target.bento))
         if verdict is not None and args.card:
             print("\n" + report(verdict, workspace is not None, details=args.details))
+
+
+def main(argv: Iterable[str] | None = None) -> int:
+    """Print (and with ``--verify`` check) what made a packaged model; exit 1 on a mismatch, 2 on a bad target."""
+    args = _parser().parse_args(list(argv) if argv is not None else None)
+    try:
+        target, public_key, standard, workspace = _open(args)
+    except LineageError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    verdict = _verify(args, target, public_key, standard, workspace) if args.verify else None
+    _print(args, target, verdict, workspace)
     if verdict is not None and verdict.ok and args.strict and not verdict.pinned and verdict.unverified is not None:
         print("error: --strict: the Bento agrees with itself but nothing outside it binds it; give --pin SHA256 "
               "(package.json manifest_sha256) or --public-key PEM", file=sys.stderr)

@@ -288,15 +288,42 @@ def predict(clf, tok, texts: list[str], cfg: FinetuneConfig, paradigm: str) -> n
     return pred
 
 
+def _classifier(cfg: FinetuneConfig, paradigm: str, init: str, model_dir: Path) -> tuple:
+    """The run's classifier on its device (the body as ``init`` and the method say, with its head), its tokenizer
+    and the device."""
+    import torch
+    from transformers import AutoTokenizer
+
+    from stages.finetuning.heads import make_classifier, reinit_top_layers, rescale_embeddings
+
+    tok = AutoTokenizer.from_pretrained(str(model_dir))
+    clf = make_classifier(paradigm, model_dir, list(cfg.labels), tok, init=init, seed=cfg.seed, **head_options(cfg),
+                          **adapt_options(cfg, init))
+    if cfg.embedding_rms:
+        rescale_embeddings(clf.model, cfg.embedding_rms)
+    if cfg.reinit_layers:
+        reinit_top_layers(clf.model, cfg.reinit_layers, seed=cfg.seed)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    clf.to(device)
+    return clf, tok, device
+
+
+def _splits(df, cfg: FinetuneConfig, train_examples: int | None) -> tuple:
+    """The training sample, the validation examples scored during training and all of them, and the test split."""
+    train = sample_train(df, cfg, train_examples)
+    val = val_all = df[df["split"] == "validation"]
+    if cfg.max_eval_examples and cfg.max_eval_examples < len(val):
+        val = val.sample(n=cfg.max_eval_examples, random_state=cfg.seed)
+    return train, val, val_all, df[df["split"] == "test"]
+
+
 def finetune(cfg: FinetuneConfig, *, paradigm: str, init: str, model_dir: Path, df, train_examples: int | None = None,
              log=print, progress: bool = False, live_dir: Path | None = None) -> dict:
     """Train a classifier; returns scores, the curve and the model (best validation state restored).
     ``live_dir``: the run's live log (its curve as it trains, and its wall time; :mod:`stages.common.live`)."""
     import torch
-    from transformers import AutoTokenizer
 
     from stages.common.live import LiveLog
-    from stages.finetuning.heads import make_classifier, reinit_top_layers, rescale_embeddings
     from stages.finetuning.metrics import majority, scores
     from stages.training.distributed import Dist
     from stages.training.device import bf16_enabled, peak_flops
@@ -315,20 +342,8 @@ def finetune(cfg: FinetuneConfig, *, paradigm: str, init: str, model_dir: Path, 
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     label_id = {lab: i for i, lab in enumerate(cfg.labels)}
-    tok = AutoTokenizer.from_pretrained(str(model_dir))
-    clf = make_classifier(paradigm, model_dir, list(cfg.labels), tok, init=init, seed=cfg.seed, **head_options(cfg),
-                          **adapt_options(cfg, init))
-    if cfg.embedding_rms:
-        rescale_embeddings(clf.model, cfg.embedding_rms)
-    if cfg.reinit_layers:
-        reinit_top_layers(clf.model, cfg.reinit_layers, seed=cfg.seed)
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    clf.to(device)
-    train = sample_train(df, cfg, train_examples)
-    val = val_all = df[df["split"] == "validation"]
-    if cfg.max_eval_examples and cfg.max_eval_examples < len(val):
-        val = val.sample(n=cfg.max_eval_examples, random_state=cfg.seed)
-    test = df[df["split"] == "test"]
+    clf, tok, device = _classifier(cfg, paradigm, init, model_dir)
+    train, val, val_all, test = _splits(df, cfg, train_examples)
     y_train = train["label"].map(label_id).to_numpy()
     steps_per_epoch = -(-len(train) // cfg.micro_batch)
     epochs = max(cfg.epochs, -(-cfg.min_steps // steps_per_epoch))
@@ -364,30 +379,35 @@ def finetune(cfg: FinetuneConfig, *, paradigm: str, init: str, model_dir: Path, 
             steps = Steps(batches=lambda step: next(stream), loss=clf.loss, lr=lambda step: lr_at(step, total, cfg.optim),
                           tokens=lambda batch: int(batch["attention_mask"].sum()))
             run = Trainer(clf.model, optimizer, loop_cfg, steps, hooks, Dist(device=device)).train()
-        curve = [{"step": h["step"], "epoch": h["epoch"], "loss": h["loss"], "val_accuracy": e["val_accuracy"],
-                  "val_macro_f1": e["val_macro_f1"]} for h, e in zip(run.history, run.evals)]
-        best, step, stopped_early = run.best, run.steps, run.stopped_early
-        sample_best, val_examples = best, len(val)
+        best, step, val_examples = run.best, run.steps, len(val)
         if cfg.val_select == "full" and len(val) < len(val_all):
-            best = score(val_all)["macro_f1"]
-            val_examples = len(val_all)
+            best, val_examples = score(val_all)["macro_f1"], len(val_all)
         test_scores = score(test)
         clf.to("cpu")  # returned and saved on the CPU
         baseline = majority(y_train, test["label"].map(label_id).to_numpy(), len(cfg.labels))
-        result = {"paradigm": paradigm, "init": init, "train_examples": len(train), "steps": step,
-                  "stopped_early": stopped_early, "best_val_macro_f1": best, "val_examples": val_examples,
-                  **({"sample_val_macro_f1": sample_best} if val_examples != len(val) else {}),
-                  "test_accuracy": test_scores["accuracy"], "test_macro_f1": test_scores["macro_f1"],
-                  "test_examples": test_scores["examples"],
-                  "majority_test_accuracy": baseline["accuracy"], "majority_test_macro_f1": baseline["macro_f1"]}
+        result = _metrics(paradigm, init, len(train), run, (best, val_examples, len(val)), test_scores, baseline)
         log(f"[finetune] {paradigm}-{init}: {len(train)} examples, {step} steps"
-            f"{' (stopped early)' if stopped_early else ''}; best val macro-F1 {best:.3f}; test accuracy "
+            f"{' (stopped early)' if run.stopped_early else ''}; best val macro-F1 {best:.3f}; test accuracy "
             f"{result['test_accuracy']:.3f}, macro-F1 {result['test_macro_f1']:.3f} (majority "
             f"{result['majority_test_accuracy']:.3f})")
         live.summary({"seconds": round(time.perf_counter() - started, 1), "steps": step,
                       "best_val_macro_f1": best, "test_macro_f1": result["test_macro_f1"],
                       "loaded_rss_mib": loaded_mib, **{f"peak_{k}": v for k, v in peak_mib().items()}})
+    curve = [{"step": h["step"], "epoch": h["epoch"], "loss": h["loss"], "val_accuracy": e["val_accuracy"],
+              "val_macro_f1": e["val_macro_f1"]} for h, e in zip(run.history, run.evals)]
     return {"metrics": result, "curve": curve, "classifier": clf, "tokenizer": tok}
+
+
+def _metrics(paradigm: str, init: str, n_train: int, run, val: tuple[float, int, int], test: dict,
+             baseline: dict) -> dict:
+    """A run's record: ``val`` = (the best validation macro-F1, the examples it is over, those scored during
+    training, whose best is the run's own)."""
+    best, val_examples, sampled = val
+    return {"paradigm": paradigm, "init": init, "train_examples": n_train, "steps": run.steps,
+            "stopped_early": run.stopped_early, "best_val_macro_f1": best, "val_examples": val_examples,
+            **({"sample_val_macro_f1": run.best} if val_examples != sampled else {}),
+            "test_accuracy": test["accuracy"], "test_macro_f1": test["macro_f1"], "test_examples": test["examples"],
+            "majority_test_accuracy": baseline["accuracy"], "majority_test_macro_f1": baseline["macro_f1"]}
 
 
 def _mean_std(values: list[float]) -> tuple[float, float]:

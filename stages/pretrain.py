@@ -24,7 +24,7 @@ from stages.training.checkpoint import CheckpointError
 from stages.training.config import load_base_config, load_config, match_flops
 from stages.training.launch import relaunch
 from stages.training.trainer import TrainingDiverged
-from stages.training.pretrain import run
+from stages.training.pretrain import PretrainJob, run
 
 
 def _arguments(ap: argparse.ArgumentParser) -> None:
@@ -76,10 +76,10 @@ def _run(args: argparse.Namespace, log) -> dict | int:
     import torch
 
     try:
-        outcome = run(cfg, paradigm=args.paradigm, stage=args.section, tokens_dir=args.tokens, corpus=args.corpus,
-                      tokenizer_dir=args.tokenizer, init=args.init, out=lambda: args.staged.path,
-                      checkpoint_dir=args.checkpoints, log=log, progress=not args.no_progress,
-                      live_dir=args.live, sources=args.sources)
+        job = PretrainJob(args.paradigm, args.section, args.tokens, args.corpus, args.tokenizer, args.init,
+                          tuple(args.sources or ()))
+        outcome = run(cfg, job, out=lambda: args.staged.path, checkpoint_dir=args.checkpoints, log=log,
+                      progress=not args.no_progress, live_dir=args.live)
     except torch.OutOfMemoryError as exc:  # GPU out of memory: say which setting to lower
         raise _OutOfMemory(f"out of GPU memory ({str(exc).splitlines()[0]}); lower {args.section}."
                            f"{args.paradigm}.train.micro_batch and raise grad_accum to keep the global batch"

@@ -9,7 +9,7 @@ import io
 import json
 import shutil
 from collections.abc import Callable
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from stages import objectives
@@ -147,13 +147,29 @@ def head_warmup(model, objective, train_blocks, cfg, fresh: list[str], *, fpt: f
     return result.tokens
 
 
-def run(cfg, *, paradigm: str, stage: str, tokens_dir: Path, corpus: str, tokenizer_dir: Path, init: Path | None,
-        out: Callable[[], Path], checkpoint_dir: Path | None, log=print, progress: bool = True,
-        live_dir: Path | None = None, sources: list[Path] = ()) -> tuple[dict, str] | None:
+@dataclass(frozen=True)
+class PretrainJob:
+    """What a pre-training or DAPT run reads: its paradigm and stage (``pretrain``, ``dapt``), the token blocks'
+    folder and the corpus in it, the tokenizer, the model it starts from (None: a fresh one) and the ingest
+    manifests whose licences go into the model card."""
+
+    paradigm: str
+    stage: str
+    tokens_dir: Path
+    corpus: str
+    tokenizer_dir: Path
+    init: Path | None = None
+    sources: tuple[Path, ...] = ()
+
+
+def run(cfg, job: PretrainJob, *, out: Callable[[], Path], checkpoint_dir: Path | None, log=print,
+        progress: bool = True, live_dir: Path | None = None) -> tuple[dict, str] | None:
     """Train and save into ``out()`` (asked for by the saving process only); the metrics and the curve's TSV on
-    the main process, None on the others. ``sources``: ingest manifests whose licences go into the model card."""
+    the main process, None on the others."""
+    paradigm, stage, tokens_dir, corpus, tokenizer_dir, init = (job.paradigm, job.stage, job.tokens_dir, job.corpus,
+                                                                job.tokenizer_dir, job.init)
     manifest, layout, train_blocks, eval_blocks = read_inputs(tokens_dir, tokenizer_dir, paradigm, corpus)
-    corpora = stagecard.corpora(list(sources))
+    corpora = stagecard.corpora(list(job.sources))
     dist = distributed.init()
     if isinstance(cfg, BaseDaptConfig) and cfg.replay_fraction:
         train_blocks = with_replay(train_blocks, tokens_dir, manifest, cfg, log=log if dist.main else None)

@@ -243,9 +243,8 @@ def _url_dedup(run: _Run, corpus: _Corpus, reads: list[ReadResult]) -> list[froz
     if cfg.url_dedup:
         limit = cfg.c4.max_page_chars
         fits = np.flatnonzero(lengths <= limit) if limit else np.arange(len(lengths))  # C4: length filter first
-        text_md5 = cfg.url_dedup_rule == "tfds"
         col = {k: np.concatenate([getattr(r, k) for r in reads])[fits] for k in ("ids", "urls", "stamps", "md5")
-               if k != "md5" or text_md5}
+               if k != "md5" or run.recipe.text_md5}
         drop, n_url, n_exact = url_dedup_arrays(col["ids"], col["urls"], col["stamps"], col.get("md5"),
                                                 cfg.url_dedup_rule)
         del col

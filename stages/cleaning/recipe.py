@@ -87,6 +87,11 @@ class Recipe:
               "corpus_dedup": self.cfg.minhash.enabled or not self.cfg.line_dedup.enabled}
         return tuple(s for s in STEPS if on.get(s, True))
 
+    @property
+    def text_md5(self) -> bool:
+        """Whether the read step keeps the texts' MD5 digests (URL dedup's ``tfds`` rule picks by them)."""
+        return self.cfg.url_dedup and self.cfg.url_dedup_rule == "tfds"
+
     def build(self, names: tuple[str, ...], ctx: ShardContext) -> list[Filter]:
         """The filters ``names`` (of :data:`RULES` or :data:`FILTERS`) for one shard."""
         return [(RULES.get(n) or FILTERS[n]).make(self.cfg, ctx) for n in names]

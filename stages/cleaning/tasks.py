@@ -90,7 +90,7 @@ def read_piece(scratch: Scratch, recipe: Recipe, job: ReadJob) -> ReadResult:
     import numpy as np
 
     shard_docs = recipe.cfg.shard_docs
-    text_md5 = recipe.cfg.url_dedup and recipe.cfg.url_dedup_rule == "tfds"  # URL dedup's tfds rule reads them
+    text_md5 = recipe.text_md5
     drops: Counter = Counter()
     shards: list[str] = []
     sizes: list[int] = []

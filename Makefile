@@ -57,8 +57,8 @@ ui: $(VENV)/.installed-run
 		$(if $(UI_DASK),--dask $(UI_DASK)) $(if $(UI_SCRATCH),--scratch $(UI_SCRATCH)) \
 		$(if $(UI_TRAIN_PROCESSES),--train-processes $(UI_TRAIN_PROCESSES))
 
-test: $(VENV)/.installed-dev
-	PATH="$(abspath $(VENV))/bin:$$PATH" $(PY) -m pytest tests
+test: $(VENV)/.installed-dev  # --durations: the slowest tests, named in CI's log
+	PATH="$(abspath $(VENV))/bin:$$PATH" $(PY) -m pytest tests --durations=40
 
 test-unit: $(VENV)/.installed-dev
 	$(PY) -m pytest tests/unit

@@ -1,14 +1,15 @@
 """SIGKILL in the middle of a stage, then run it again (issue 18's fault-injection suite, the kill half).
 
 One stage of every kind (ingest, clean, tokenizer, tokens, pre-training, DAPT, fine-tuning, evaluate,
-package) of the tiny-profile project is run once uninterrupted, then run again with `dvc repro -f` and
-killed (SIGKILL to `dvc repro` and everything it started) at the moment the stage shows that it is at work:
-a checkpoint saved, or a scratch or temporary folder beside one of its outputs (the moment it starts to
-publish, the most delicate one). Then the same command is issued again. Expected: the killed run left each
-output either as it was or absent, never half-written; the next run finishes and its outputs are byte for
-byte those of the uninterrupted run (a training stage resumes from its checkpoint when it saved one); no
-scratch folder is left anywhere (each stage sweeps, when it starts, what dead runs left: see
-``stages.common.atomic.sweep_dead``).
+package) of the tiny-profile project, whose outputs are those of an uninterrupted run, is run again with
+`dvc repro -f` and killed (SIGKILL to `dvc repro` and everything it started) at the moment the stage shows
+that it is at work: a checkpoint saved, or a scratch or temporary folder beside one of its outputs (the moment
+it starts to publish, the most delicate one). A stage that finishes without showing either has made an
+uninterrupted run: its time is taken, and the next run is killed half way through it. Then the same command is
+issued again. Expected: the killed run left each output either as it was or absent, never half-written; the
+next run finishes and its outputs are byte for byte those of the uninterrupted run (a training stage resumes
+from its checkpoint when it saved one); no scratch folder is left anywhere (each stage sweeps, when it starts,
+what dead runs left: see ``stages.common.atomic.sweep_dead``).
 """
 
 from __future__ import annotations
@@ -102,37 +103,51 @@ def workspace(tiny_project, tmp_path_factory):
     return dest
 
 
-@pytest.mark.parametrize("stage", KILLED)
-def test_a_killed_stage_leaves_whole_outputs_and_the_next_run_matches_an_uninterrupted_one(workspace, stage):
-    project = workspace
-    outs = _outs(project, stage)
-    first, started = _run_timed(project, stage)  # uninterrupted: how long the stage's own command takes
-    while first.poll() is None and _stage_process(first.pid) is not None:
-        time.sleep(0.005)
-    took = time.monotonic() - started
-    assert first.wait(timeout=1200) == 0, f"{stage} failed when run uninterrupted:\n" + _log_tail(project, stage)
-    before = {out: _files(out) for out, _ in outs}
-
-    # Killed when it shows it is at work (a checkpoint, a scratch or temporary sibling of an output), or half way
-    # through its command's time, whichever comes first (a stage that computes before writing shows nothing).
+def _kill_when_at_work(project: Path, stage: str, outs: list, deadline: float | None) -> tuple[str | None, float]:
+    """``dvc repro -s -f stage``, killed once it shows it is at work (:func:`_at_work`) or ``deadline`` seconds
+    into its command; returns what it showed (None: it finished first, uninterrupted) and its command's time."""
     proc, started = _run_timed(project, stage)
     marker = None
     while marker is None and proc.poll() is None:
         marker = _at_work(project, stage, outs)
-        if marker is None and time.monotonic() - started >= took / 2:
-            marker = f"{took / 2:.1f} s into its command"
+        if marker is None and deadline is not None and time.monotonic() - started >= deadline:
+            marker = f"{deadline:.1f} s into its command"
         time.sleep(0.005)
-    assert marker is not None, f"{stage} finished before it could be interrupted"
+    took = time.monotonic() - started
+    if marker is None:  # finished: an uninterrupted run
+        assert proc.wait(timeout=1200) == 0, f"{stage} failed when run uninterrupted:\n" + _log_tail(project, stage)
+        return None, took
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait(timeout=60)
+    return marker, took
+
+
+def _same_as_before(stage: str, outs: list, before: dict, when: str) -> None:
+    for out, _ in outs:
+        if stage in NEW_IDENTITY_EACH_RUN:
+            assert set(_files(out)) == set(before[out]), out
+        else:
+            assert _files(out) == before[out], f"{out} differs from the uninterrupted run {when}"
+
+
+@pytest.mark.parametrize("stage", KILLED)
+def test_a_killed_stage_leaves_whole_outputs_and_the_next_run_matches_an_uninterrupted_one(workspace, stage):
+    project = workspace
+    outs = _outs(project, stage)
+    before = {out: _files(out) for out, _ in outs}  # the tiny project's run, uninterrupted
+
+    # Killed when it shows it is at work (a checkpoint, a scratch or temporary sibling of an output); a stage that
+    # computes before writing shows nothing and finishes: then it is killed half way through its command's time.
+    marker, took = _kill_when_at_work(project, stage, outs, deadline=None)
+    if marker is None:
+        _same_as_before(stage, outs, before, f"when {stage} ran again uninterrupted")
+        before = {out: _files(out) for out, _ in outs}  # a package record names the Bento this run built
+        marker, _ = _kill_when_at_work(project, stage, outs, deadline=took / 2)
+        assert marker is not None, f"{stage} finished before it could be interrupted"
     for out, _ in outs:  # as before the killed run, or gone: never half-written
         assert not out.exists() or _files(out) == before[out], f"{out}: half-written by the {stage} killed at {marker}"
 
     again = _repro(project, stage, "-f")  # the command that was killed, issued again
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
-    for out, _ in outs:
-        if stage in NEW_IDENTITY_EACH_RUN:
-            assert set(_files(out)) == set(before[out]), out
-        else:
-            assert _files(out) == before[out], f"{out} differs from the uninterrupted run after {stage} killed at {marker}"
+    _same_as_before(stage, outs, before, f"after {stage} killed at {marker}")
     assert not _leftovers(project), _leftovers(project)

@@ -56,13 +56,13 @@ def finetune_step(paradigm: str, folder: Path, tokens: Path, params: Path):
     """A step of the classifier, as the fine-tuning stage takes it."""
     import torch
 
-    from stages.finetuning.core import head_options, load_config
+    from stages.finetuning.core import head_spec, load_config
     from stages.finetuning.heads import make_classifier
     from stages.training.models import build_model
 
     ft = load_config(params, paradigm)
     build_model(_layout(paradigm, tokens), _pretrain_config(paradigm, params).model, seed=0).save_pretrained(str(folder))
-    clf = make_classifier(paradigm, folder, list(ft.labels), None, init="pretrained", seed=0, **head_options(ft))
+    clf = make_classifier(paradigm, folder, list(ft.labels), None, init="pretrained", seed=0, spec=head_spec(ft))
     opt = torch.optim.AdamW(clf.model.parameters(), lr=1e-3, fused=True)
     gen = torch.Generator().manual_seed(0)
     batch = {"input_ids": torch.randint(5, 8000, (ft.micro_batch, 100), generator=gen),

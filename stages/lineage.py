@@ -21,11 +21,12 @@ from pathlib import Path
 from stages.provenance import stagecard
 from stages.provenance.card import classifier_card, generative_card
 from stages.provenance.chain import render
-from stages.provenance.manifest import is_ed25519, load_key
+from stages.provenance.legacy import is_ed25519
+from stages.provenance.manifest import load_key
 from stages.provenance.record import LineageError, find_workspace
 from stages.provenance.signing import PUBLIC_KEY_SUFFIX, sidecar
 from stages.provenance.targets import is_classifier, model_dirs, open_target
-from stages.provenance.verify import Standard, Verdict, verify
+from stages.provenance.verify import Audit, Standard, Verdict, verify
 
 
 def verdict_line(verdict, with_workspace: bool) -> list[str]:
@@ -118,11 +119,9 @@ def _open(args: argparse.Namespace) -> tuple:
 
 def _verify(args: argparse.Namespace, target, public_key, standard, workspace: Path | None) -> Verdict:
     """Every check of ``--verify``, the folder's own card included."""
-    verdict = verify(target.record, packaged=target.packaged, workspace=workspace, src=target.src,
-                     all_files=target.all_files, bento=target.bento, pin=args.pin, files=target.files,
-                     manifest=target.manifest, signature=target.signature,
-                     public_key=public_key if public_key is not None and is_ed25519(public_key) else None,
-                     irregular=target.irregular, standard=standard, strict=args.strict)
+    legacy_key = public_key if public_key is not None and is_ed25519(public_key) else None
+    verdict = verify(target, workspace=workspace,
+                     audit=Audit(pin=args.pin, standard=standard, legacy_key=legacy_key, strict=args.strict))
     verdict.notes.insert(0, f"workspace: {workspace.resolve()}" if workspace else
                          "workspace: none (no dvc.lock here or above; only the Bento's own files and the record's "
                          "own consistency were checked, not the data and code upstream)")

@@ -166,18 +166,17 @@ class FinetuneConfig:
               f"reinit_layers: not with method {self.method} (the base is kept as saved; set 0)")
 
 
-def head_options(cfg: FinetuneConfig) -> dict:
-    """The classifier's options from the config (``make_classifier``'s keywords), for training and serving."""
-    return {"aux_lm_weight": cfg.aux_lm_weight, "aux_lm_fraction": cfg.aux_lm_fraction, "head": cfg.head}
+def head_spec(cfg: FinetuneConfig, init: str | None = None, base: Path | None = None):
+    """The classifier's :class:`~stages.finetuning.heads.HeadSpec` from the config, for training and serving: the
+    method's ``adapt`` options for ``init`` (none when the run trains in full, or ``init`` is None: a saved
+    folder's own adaptation.json then says), ``base`` a packaged base."""
+    from stages.finetuning.heads import HeadSpec
 
-
-def adapt_options(cfg: FinetuneConfig, init: str) -> dict:
-    """``make_classifier``'s ``adapt`` keyword for ``init`` ({} when the run trains in full)."""
-    method = effective_method(cfg.method, init)
-    if method == "full":
-        return {}
-    return {"adapt": {"method": method, "r": cfg.lora.r, "alpha": cfg.lora.alpha, "dropout": cfg.lora.dropout,
-                      "targets": list(cfg.lora.targets)}}
+    method = "full" if init is None else effective_method(cfg.method, init)
+    adapt = None if method == "full" else {"method": method, "r": cfg.lora.r, "alpha": cfg.lora.alpha,
+                                           "dropout": cfg.lora.dropout, "targets": list(cfg.lora.targets)}
+    return HeadSpec(head=cfg.head, aux_lm_weight=cfg.aux_lm_weight, aux_lm_fraction=cfg.aux_lm_fraction, adapt=adapt,
+                    base=base)
 
 
 def config_record(cfg: FinetuneConfig) -> dict:
@@ -297,8 +296,8 @@ def _classifier(cfg: FinetuneConfig, paradigm: str, init: str, model_dir: Path) 
     from stages.finetuning.heads import make_classifier, reinit_top_layers, rescale_embeddings
 
     tok = AutoTokenizer.from_pretrained(str(model_dir))
-    clf = make_classifier(paradigm, model_dir, list(cfg.labels), tok, init=init, seed=cfg.seed, **head_options(cfg),
-                          **adapt_options(cfg, init))
+    clf = make_classifier(paradigm, model_dir, list(cfg.labels), tok, init=init, seed=cfg.seed,
+                          spec=head_spec(cfg, init))
     if cfg.embedding_rms:
         rescale_embeddings(clf.model, cfg.embedding_rms)
     if cfg.reinit_layers:

@@ -4,6 +4,7 @@ one interface: ``loss(batch)`` for training, ``scores(batch)`` (one per label) a
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -26,6 +27,20 @@ def _load(cls, model_dir: Path, init: str, **kwargs):
         logging.set_verbosity(verbosity)
 
 
+@dataclass(frozen=True)
+class HeadSpec:
+    """How a classifier sits on its body: ``head`` (:func:`make_classifier`), GPT's auxiliary LM loss
+    (``aux_lm_weight``, on a random ``aux_lm_fraction`` of the positions), ``adapt`` (method frozen or lora and its
+    options, :func:`stages.finetuning.core.head_spec`; None: every weight trains) and ``base`` (a frozen or lora
+    folder's packaged base, checked against the digest it records; None: the path it names)."""
+
+    head: str = "stock"
+    aux_lm_weight: float = 0.0
+    aux_lm_fraction: float = 1.0
+    adapt: dict | None = None
+    base: Path | None = None
+
+
 class _Classifier:
     """What every head shares: one constructor (the new head, and for random init everything, starts from
     ``seed``; ``build`` makes the model), the device it runs on, GPT's auxiliary LM loss, and ``predict`` as the
@@ -36,13 +51,13 @@ class _Classifier:
     tensors: tuple[str, ...] = ()  # the attributes that hold tensors to move with the model
 
     def __init__(self, paradigm: str, model_dir: Path, labels: list[str], tokenizer=None, *, init: str, seed: int,
-                 aux_lm_weight: float = 0.0, aux_lm_fraction: float = 1.0, adapt: dict | None = None,
-                 base: Path | None = None) -> None:
+                 spec: HeadSpec | None = None) -> None:
+        spec = spec or HeadSpec()
         torch.manual_seed(seed)
-        self.aux_lm_weight = aux_lm_weight if paradigm == "gpt" else 0.0
-        self.aux_lm_fraction = aux_lm_fraction
-        self.adapt = adapt  # frozen or lora (stages.finetuning.adapt); None: every weight trains
-        self.base = base  # a frozen or lora folder's packaged base (the model store's copy); None: the path it names
+        self.aux_lm_weight = spec.aux_lm_weight if paradigm == "gpt" else 0.0
+        self.aux_lm_fraction = spec.aux_lm_fraction
+        self.adapt = spec.adapt  # frozen or lora (stages.finetuning.adapt); None: every weight trains
+        self.base = spec.base  # a frozen or lora folder's packaged base (the model store's copy); None: the path it names
         self.model = self.build(paradigm, Path(model_dir), labels, tokenizer, init)
 
     def to(self, device: str) -> None:
@@ -296,12 +311,13 @@ HEADS = ("stock", "pooled", "prompt")
 
 
 def make_classifier(paradigm: str, model_dir: Path, labels: list[str], tokenizer, *, init: str, seed: int,
-                    aux_lm_weight: float = 0.0, aux_lm_fraction: float = 1.0, head: str = "stock",
-                    adapt: dict | None = None, base: Path | None = None):
-    """``head``: ``stock`` ([CLS] for BERT, last token for GPT, text to text for T5), ``pooled`` (masked mean,
-    BatchNorm, linear) or ``prompt`` (BERT: a cloze). ``adapt``: method frozen or lora for the pooled head
-    (:func:`stages.finetuning.core.adapt_options`); a folder with ``adaptation.json`` loads its base and adapter
-    (``base``: from that folder, a packaged copy checked against the recorded digest, instead of the path named)."""
+                    spec: HeadSpec | None = None):
+    """``spec.head``: ``stock`` ([CLS] for BERT, last token for GPT, text to text for T5), ``pooled`` (masked mean,
+    BatchNorm, linear) or ``prompt`` (BERT: a cloze). ``spec.adapt``: method frozen or lora for the pooled head;
+    a folder with ``adaptation.json`` loads its base and adapter (``spec.base``: from that folder, a packaged copy
+    checked against the recorded digest, instead of the path named)."""
+    spec = spec or HeadSpec()
+    head, adapt, base = spec.head, spec.adapt, spec.base
     if head not in HEADS:
         raise ValueError(f"head: {head!r} is not one of {', '.join(HEADS)}")
     if adapt is not None and head != "pooled":
@@ -313,8 +329,7 @@ def make_classifier(paradigm: str, model_dir: Path, labels: list[str], tokenizer
                          f"not head {head}")
     stock = TextToTextClassifier if paradigm == "t5" else EncoderClassifier
     cls = {"pooled": PooledClassifier, "prompt": PromptClassifier}.get(head, stock)
-    return cls(paradigm, model_dir, labels, tokenizer, init=init, seed=seed, aux_lm_weight=aux_lm_weight,
-               aux_lm_fraction=aux_lm_fraction, adapt=adapt, base=base)
+    return cls(paradigm, model_dir, labels, tokenizer, init=init, seed=seed, spec=spec)
 
 
 def rescale_embeddings(module, rms: float) -> float:

@@ -81,7 +81,7 @@ def probe(cfg, *, paradigm: str, init: str, model_dir: Path, df, train_examples:
     import torch
     from transformers import AutoTokenizer
 
-    from stages.finetuning.core import adapt_options, head_options, predict, sample_train
+    from stages.finetuning.core import head_spec, predict, sample_train
     from stages.finetuning.heads import make_classifier
     from stages.finetuning.metrics import majority, scores
 
@@ -91,8 +91,8 @@ def probe(cfg, *, paradigm: str, init: str, model_dir: Path, df, train_examples:
     torch.manual_seed(cfg.seed)
     label_id = {lab: i for i, lab in enumerate(cfg.labels)}
     tok = AutoTokenizer.from_pretrained(str(model_dir))
-    clf = make_classifier(paradigm, model_dir, list(cfg.labels), tok, init=init, seed=cfg.seed, **head_options(cfg),
-                          **adapt_options(cfg, init))
+    clf = make_classifier(paradigm, model_dir, list(cfg.labels), tok, init=init, seed=cfg.seed,
+                          spec=head_spec(cfg, init))
     clf.to("cpu")
     train = sample_train(df, cfg, train_examples)
     val, test = df[df["split"] == "validation"], df[df["split"] == "test"]

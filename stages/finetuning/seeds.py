@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from stages.common.pool import WorkerPool
-from stages.finetuning.core import FinetuneConfig, _mean_std, adapt_options, finetune, head_options
+from stages.finetuning.core import FinetuneConfig, _mean_std, finetune, head_spec
 from stages.quality.gate import enforce
 
 
@@ -101,8 +101,8 @@ def finetune_seeds(cfg: FinetuneConfig, *, paradigm: str, init: str, model_dir: 
         f"{metrics['test_macro_f1']:.3f} ± {metrics['test_macro_f1_std']:.3f}, validation "
         f"{metrics['best_val_macro_f1']:.3f}; saved seed {best_seed}")
     tok = AutoTokenizer.from_pretrained(str(model_dir))
-    clf = make_classifier(paradigm, model_dir, list(cfg.labels), tok, init=init, seed=best_seed, **head_options(cfg),
-                          **adapt_options(cfg, init))
+    clf = make_classifier(paradigm, model_dir, list(cfg.labels), tok, init=init, seed=best_seed,
+                          spec=head_spec(cfg, init))
     clf.model.load_state_dict(runs[best_seed]["weights"])
     return {"metrics": metrics, "config": dataclasses.replace(cfg, lr=best_lr), "curve": runs[first]["curve"],
             "classifier": clf, "tokenizer": tok}

@@ -5,7 +5,6 @@ Bentos packaged before that carry an ed25519 signature of the manifest (``manife
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import json
 from pathlib import Path
@@ -96,20 +95,12 @@ def parse_manifest(data: bytes, where: str) -> dict:
     return body
 
 
-# --- ed25519 signatures of the manifest (Bentos packaged before the standard formats) -------------------------
-
-def _crypto():
-    from cryptography.exceptions import InvalidSignature
+def load_key(path: str | Path):
+    """``--public-key``: an elliptic-curve public key (model signatures and signed provenance) or an ed25519 one
+    (the manifest signature of Bentos packaged before those: ``stages.provenance.legacy``), from a PEM file."""
     from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.asymmetric import ec, ed25519
 
-    return serialization, ed25519, InvalidSignature, ec
-
-
-def load_key(path: str | Path):
-    """``--public-key``: an ed25519 public key (for a Bento whose manifest carries ``manifest.json.sig``) or an
-    elliptic-curve one (for model signatures and signed provenance), from a PEM file."""
-    serialization, ed25519, _, ec = _crypto()
     try:
         key = serialization.load_pem_public_key(Path(path).read_bytes())
     except OSError as exc:
@@ -119,26 +110,6 @@ def load_key(path: str | Path):
     if not isinstance(key, (ed25519.Ed25519PublicKey, ec.EllipticCurvePublicKey)):
         raise ManifestError(f"--public-key: {path} is neither an elliptic-curve nor an ed25519 public key")
     return key
-
-
-def is_ed25519(key) -> bool:
-    return isinstance(key, _crypto()[1].Ed25519PublicKey)
-
-
-def key_fingerprint(public_key) -> str:
-    """SHA-256 of the raw 32-byte public key: names the key in package.json and in the audit's output."""
-    serialization = _crypto()[0]
-    raw = public_key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
-    return sha256_bytes(raw)
-
-
-def signature_valid(manifest: bytes, signature: bytes, public_key) -> bool:
-    invalid = _crypto()[2]
-    try:
-        public_key.verify(base64.b64decode(signature.strip(), validate=True), manifest)
-    except (invalid, ValueError):
-        return False
-    return True
 
 
 def write_manifest(bento_dir: Path, tag: str, models: dict[str, Path]) -> tuple[dict, dict[str, str]]:

@@ -10,12 +10,13 @@ from pathlib import Path
 
 from stages.provenance.card import CARD_FILE, expected_card
 from stages.provenance.hashing import IrregularFile, dir_md5, path_hashes
-from stages.provenance.manifest import (MANIFEST_FILE, SEAL_FILES, SIGNATURE_FILE, ManifestError, key_fingerprint,
-                                        parse_manifest, sha256_bytes, signature_valid)
+from stages.provenance import legacy
+from stages.provenance.manifest import MANIFEST_FILE, SEAL_FILES, SIGNATURE_FILE, ManifestError, parse_manifest, sha256_bytes
 from stages.provenance.record import LineageError, Lock, dvc_cache, git_state, sources
 from stages.provenance.signing import (MODEL_SIGNATURE, PROVENANCE_FILE, SLSA_PREDICATE, STORE_FILES, SigningError,
                                        envelope_verified, folder_digest, read_envelope, verify_model_folder)
-from stages.provenance.signing import key_fingerprint as ec_fingerprint
+from stages.provenance.signing import key_fingerprint
+from stages.provenance.targets import Target
 
 # Files BentoML or packaging add to the model folder (README.md is checked against the rendered card; model.sig
 # by model_signing's verifier).
@@ -183,13 +184,14 @@ def _latest_pointer(rel: str, digest: str, listed: dict[str, str]) -> bool:
     return digest in {sha256_bytes(v.encode("utf-8")) for v in versions}
 
 
-def verify_seal(files: dict[str, str], *, manifest: bytes | None, signature: bytes | None, bento: dict,
-                pin: str | None, public_key, irregular: list[str], skip: list[str], verdict: Verdict) -> None:
-    """Every file of the Bento (``files``: ``{relpath: sha256}``) is the one its manifest lists, no more, no
-    fewer; the manifest is bound by ``pin`` (its or the archive's SHA-256) or its signature (``public_key``)."""
+def verify_seal(target: Target, audit: Audit, skip: list[str], verdict: Verdict) -> None:
+    """Every file of the Bento (``target.files``: ``{relpath: sha256}``) is the one its manifest lists, no more,
+    no fewer; the manifest is bound by ``audit.pin`` (its or the archive's SHA-256) or, for a Bento packaged
+    before the standard formats, its ed25519 signature (``audit.legacy_key``)."""
+    files, manifest, bento, pin = target.files, target.manifest, target.bento, audit.pin
     where = bento.get("file") or bento.get("folder") or bento.get("tag") or "the Bento"
     verdict.mismatches += [f"Bento {rel}: not a regular file (a link or special file; no manifest vouches for it)"
-                           for rel in irregular]
+                           for rel in target.irregular]
     archive = bento.get("sha256")
     wanted = pin.strip().lower() if pin else None
     if manifest is None:
@@ -200,7 +202,7 @@ def verify_seal(files: dict[str, str], *, manifest: bytes | None, signature: byt
             verdict.mismatches.append(f"{where}: no {MANIFEST_FILE} for the pin to bind"
                                       + (f"; the archive's SHA-256 is {archive}" if archive else "")
                                       + f", pinned {pin}")
-        if public_key is not None:
+        if audit.legacy_key is not None:
             verdict.mismatches.append(f"{where}: no {MANIFEST_FILE} for a signature to cover")
         verdict.notes.append(f"no {MANIFEST_FILE} in this Bento (packaged before manifests, or removed): its files "
                              "are checked against the lineage record only")
@@ -221,18 +223,11 @@ def verify_seal(files: dict[str, str], *, manifest: bytes | None, signature: byt
         else:
             verdict.mismatches.append(f"{where}: pinned {pin}, but the manifest's SHA-256 is {digest}"
                                       + (f" and the archive's {archive}" if archive else ""))
-    if public_key is not None:
+    if audit.legacy_key is not None:
         verdict.checked += 1
-        fingerprint = key_fingerprint(public_key)
-        if signature is None:
-            verdict.mismatches.append(f"{where}: {SIGNATURE_FILE} is missing: the manifest is not signed")
-        elif signature_valid(manifest, signature, public_key):
-            verdict.bound_by.append(f"signature: {SIGNATURE_FILE} is the manifest's ed25519 signature by the key "
-                                    f"whose SHA-256 is {fingerprint}")
-        else:
-            verdict.mismatches.append(f"{where}: {SIGNATURE_FILE} is not a signature of this manifest by the key "
-                                      f"whose SHA-256 is {fingerprint}")
-    elif signature is not None:
+        ok, line = legacy.check(manifest, target.signature, audit.legacy_key, where, SIGNATURE_FILE)
+        (verdict.bound_by if ok else verdict.mismatches).append(line)
+    elif target.signature is not None:
         verdict.notes.append(f"the manifest is signed ({SIGNATURE_FILE}); give --public-key PEM to check it")
     if body is None:
         return
@@ -270,6 +265,17 @@ class Standard:
     key_path: Path | None = None
     key: object = None
     explicit: bool = False
+
+
+@dataclass(frozen=True)
+class Audit:
+    """What the auditor brings to a Bento: ``pin`` (the SHA-256 of its manifest or of the exported archive), the
+    standard checks' inputs (``standard``), an ed25519 ``legacy_key`` for a manifest signed before those
+    (``stages.provenance.legacy``), and ``strict`` (unsigned standard provenance is a mismatch, not a note)."""
+    pin: str | None = None
+    standard: Standard | None = None
+    legacy_key: object = None
+    strict: bool = False
 
 
 def _subjects_match(statement: dict, files: dict[str, str], verdict: Verdict) -> list[str]:
@@ -328,7 +334,7 @@ def verify_standard(files: dict[str, str], manifest: bytes | None, standard: Sta
         verdict.notes.append(f"signed ({PROVENANCE_FILE}, each model's {MODEL_SIGNATURE}): give --public-key PEM "
                              "(the .pub.pem exported beside the Bento) to check the signatures")
         return
-    fingerprint = ec_fingerprint(standard.key)
+    fingerprint = key_fingerprint(standard.key)
     whose = f"the key sha256 {fingerprint}" + ("" if standard.explicit else
                                                f" (found beside the archive: {standard.key_path})")
     verdict.checked += 1
@@ -508,35 +514,29 @@ def verify_source_files(record: dict, workspace: Path, verdict: Verdict) -> None
                         f"source file changed since (`dvc repro --force ingest@{corpus}` ingests it again)")
 
 
-def verify(record: dict, *, packaged: list[dict] | None = None, workspace: Path | None = None,
-           src: dict[str, str] | None = None, all_files: list[str] | None = None, bento: dict | None = None,
-           pin: str | None = None, files: dict[str, str] | None = None, manifest: bytes | None = None,
-           signature: bytes | None = None, public_key=None, irregular: list[str] | None = None,
-           standard: Standard | None = None, strict: bool = False) -> Verdict:
-    """Check the record, the packaged models, the Bento's code, every file of the Bento against its manifest
-    (bound by ``pin`` or ``signature``), and the workspace when given. Files nothing vouches for are
+def verify(target: Target, *, workspace: Path | None = None, audit: Audit = Audit()) -> Verdict:
+    """Check the target's lineage record, its packaged models, the Bento's code, every file of the Bento against
+    its manifest (bound as ``audit`` says), and the workspace when given. Files nothing vouches for are
     ``verdict.unverified``."""
+    record, packaged, files = target.record, target.packaged, target.files
     verdict = Verdict()
     verify_record(record, verdict)
     if packaged:
         verify_packaged(record, packaged, verdict)
         verify_base(record, packaged, files, verdict)
-    if src is not None:
-        verify_src(record, src, verdict)
-    if files is not None and all_files is None:
-        all_files = sorted(files)
-    uncovered = verify_coverage(record, packaged or [], all_files, verdict) if all_files is not None else None
+    if target.src is not None:
+        verify_src(record, target.src, verdict)
+    all_files = sorted(files) if files is not None and target.all_files is None else target.all_files
+    uncovered = verify_coverage(record, packaged, all_files, verdict) if all_files is not None else None
     if files is not None:
-        if standard is not None:  # first: a signed provenance that lists the manifest binds it
-            verify_standard(files, manifest, standard, strict, verdict)
-        verify_seal(files, manifest=manifest, signature=signature, bento=bento or {}, pin=pin,
-                    public_key=public_key, irregular=irregular or [], skip=executable_extras(all_files),
-                    verdict=verdict)
-    elif pin is not None:
-        verify_pin(bento or {}, pin, verdict)
+        if audit.standard is not None:  # first: a signed provenance that lists the manifest binds it
+            verify_standard(files, target.manifest, audit.standard, audit.strict, verdict)
+        verify_seal(target, audit, executable_extras(all_files), verdict)
+    elif audit.pin is not None:
+        verify_pin(target.bento, audit.pin, verdict)
     if files is None:  # a model folder on its own: it holds regular files only
         verdict.mismatches += [f"{rel}: not a regular file (a link or special file; not followed or read)"
-                               for rel in irregular or []]
+                               for rel in target.irregular]
     if uncovered is not None:
         verdict.unverified = [] if verdict.bound_by else uncovered
     if workspace is not None:

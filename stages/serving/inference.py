@@ -128,7 +128,7 @@ class TextClassifier:
                  base: str | Path | None = None) -> None:
         from transformers import AutoTokenizer
 
-        from stages.finetuning.core import FinetuneConfig, head_options
+        from stages.finetuning.core import FinetuneConfig, head_spec
         from stages.finetuning.heads import make_classifier
 
         model_dir = Path(model_dir)
@@ -141,7 +141,7 @@ class TextClassifier:
         self.labels = list(info["labels"])
         self.tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
         self.head = make_classifier(self.paradigm, model_dir, self.labels, self.tokenizer, init="pretrained", seed=0,
-                                    **head_options(self.cfg), base=None if base is None else Path(base))
+                                    spec=head_spec(self.cfg, base=None if base is None else Path(base)))
         self.head.to(_device(device))
         self.head.model.eval()
         self.batch_size = batch_size

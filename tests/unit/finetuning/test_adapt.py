@@ -32,7 +32,7 @@ def _body(models, paradigm):
 
 def _reload_predictions(models, tmp_path, cfg, out, paradigm):
     """The in-memory classifier's predictions on the test texts and those of its saved folder, reloaded."""
-    from stages.finetuning.heads import make_classifier
+    from stages.finetuning.heads import HeadSpec, make_classifier
 
     clf, tok = out["classifier"], out["tokenizer"]
     texts = read_task(models.task).query("split == 'test'")["text"].tolist()
@@ -40,7 +40,7 @@ def _reload_predictions(models, tmp_path, cfg, out, paradigm):
     saved = tmp_path / "saved"
     clf.model.save_pretrained(str(saved))
     tok.save_pretrained(str(saved))
-    again = make_classifier(paradigm, saved, LABELS, tok, init="pretrained", seed=5, head="pooled")
+    again = make_classifier(paradigm, saved, LABELS, tok, init="pretrained", seed=5, spec=HeadSpec(head="pooled"))
     return before, predict(again, tok, texts, cfg, paradigm), saved
 
 
@@ -93,7 +93,7 @@ def test_lora_trains_adapters_and_head_and_reloads_the_same_predictions(models, 
 
 
 def test_a_changed_base_is_refused_naming_the_folder(models, tmp_path):
-    from stages.finetuning.heads import make_classifier
+    from stages.finetuning.heads import HeadSpec, make_classifier
 
     base = tmp_path / "base"
     shutil.copytree(models.models["bert"], base)
@@ -104,7 +104,7 @@ def test_a_changed_base_is_refused_naming_the_folder(models, tmp_path):
     out["classifier"].model.save_pretrained(str(saved))
     (base / "extra.txt").write_text("changed")
     with pytest.raises(ValueError, match=rf"{saved}: its base model {base} has digest .* not "):
-        make_classifier("bert", saved, LABELS, out["tokenizer"], init="pretrained", seed=0, head="pooled")
+        make_classifier("bert", saved, LABELS, out["tokenizer"], init="pretrained", seed=0, spec=HeadSpec(head="pooled"))
 
 
 def test_random_init_with_lora_trains_in_full(models, tmp_path):
@@ -157,7 +157,7 @@ def test_a_packaged_base_loads_instead_of_the_path_named_and_is_checked_by_diges
     Bento's service loads: the workspace path adaptation.json names is not read; a changed byte is named."""
     import re
 
-    from stages.finetuning.heads import make_classifier
+    from stages.finetuning.heads import HeadSpec, make_classifier
 
     cfg, out = _train(models, tmp_path, "bert", "lora", lora={"r": 4, "alpha": 8, "dropout": 0.0})
     before, _, saved = _reload_predictions(models, tmp_path, cfg, out, "bert")
@@ -169,17 +169,16 @@ def test_a_packaged_base_loads_instead_of_the_path_named_and_is_checked_by_diges
     (stored / "model.sig").write_text("{}")
     tok = out["tokenizer"]
     texts = read_task(models.task).query("split == 'test'")["text"].tolist()
-    again = make_classifier("bert", saved, LABELS, tok, init="pretrained", seed=5, head="pooled", base=stored)
+    again = make_classifier("bert", saved, LABELS, tok, init="pretrained", seed=5, spec=HeadSpec(head="pooled", base=stored))
     np.testing.assert_array_equal(predict(again, tok, texts, cfg, "bert"), before)
     (stored / "config.json").write_text((stored / "config.json").read_text() + " ")
     with pytest.raises(ValueError, match=re.escape(f"{saved}: its base model {stored} (packaged from "
                                                    f"{tmp_path / 'not-here'}) has digest ") + ".* not "
                        + re.escape(f"{rec['base_digest']} as recorded in adaptation.json (the packaged base is not "
                                    "the one it was fine-tuned on)")):
-        make_classifier("bert", saved, LABELS, tok, init="pretrained", seed=5, head="pooled", base=stored)
+        make_classifier("bert", saved, LABELS, tok, init="pretrained", seed=5, spec=HeadSpec(head="pooled", base=stored))
     with pytest.raises(ValueError, match="was given, but the folder has no adaptation.json"):
-        make_classifier("bert", models.models["bert"], LABELS, tok, init="pretrained", seed=5, head="pooled",
-                        base=stored)
+        make_classifier("bert", models.models["bert"], LABELS, tok, init="pretrained", seed=5, spec=HeadSpec(head="pooled", base=stored))
 
 
 ADAPTER_SAVE = """

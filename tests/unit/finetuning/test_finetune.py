@@ -45,11 +45,11 @@ def test_stage_trains_and_saves_a_classifier(models, tmp_path, paradigm):
     from transformers import AutoTokenizer
 
     from stages.finetuning.core import predict
-    from stages.finetuning.heads import make_classifier
+    from stages.finetuning.heads import HeadSpec, make_classifier
 
     cfg = load_config(tmp_path / "params.yaml", paradigm)
     tok = AutoTokenizer.from_pretrained(str(out))
-    again = make_classifier(paradigm, out, LABELS, tok, init="pretrained", seed=0, head=cfg.head)
+    again = make_classifier(paradigm, out, LABELS, tok, init="pretrained", seed=0, spec=HeadSpec(head=cfg.head))
     again.model.eval()
     test = read_task(models.task).query("split == 'test'")
     got = scores(test["label"].map(LABELS.index).to_numpy(), predict(again, tok, test["text"].tolist(), cfg,
@@ -107,15 +107,15 @@ def test_t5_predictions_are_always_labels(models, tmp_path):
 
 def test_gpt_auxiliary_lm_loss_is_added(models, tmp_path):
     from stages.finetuning.core import encode
-    from stages.finetuning.heads import make_classifier
+    from stages.finetuning.heads import HeadSpec, make_classifier
     from transformers import AutoTokenizer
 
     cfg = load_config(write_params(tmp_path / "p.yaml"), "gpt")
     tok = AutoTokenizer.from_pretrained(str(models.models["gpt"]))
     batch = encode(tok, ["The farmer visited the castle.", "A market."], cfg, "gpt")
     batch["labels"] = torch.tensor([2, 1])
-    with_aux = make_classifier("gpt", models.models["gpt"], LABELS, tok, init="pretrained", seed=0, aux_lm_weight=0.5)
-    without = make_classifier("gpt", models.models["gpt"], LABELS, tok, init="pretrained", seed=0, aux_lm_weight=0.0)
+    with_aux = make_classifier("gpt", models.models["gpt"], LABELS, tok, init="pretrained", seed=0, spec=HeadSpec(aux_lm_weight=0.5))
+    without = make_classifier("gpt", models.models["gpt"], LABELS, tok, init="pretrained", seed=0, spec=HeadSpec(aux_lm_weight=0.0))
     a, b = with_aux.loss(batch).item(), without.loss(batch).item()
     assert a > b  # the LM loss of a barely trained model is positive
     # the auxiliary term is exactly the causal-LM loss of the text
@@ -129,7 +129,7 @@ def test_gpt_auxiliary_lm_loss_is_added(models, tmp_path):
 
 def test_sampled_auxiliary_lm_loss_is_unbiased(models, tmp_path):
     from stages.finetuning.core import encode
-    from stages.finetuning.heads import make_classifier
+    from stages.finetuning.heads import HeadSpec, make_classifier
     from transformers import AutoTokenizer
 
     cfg = load_config(write_params(tmp_path / "p.yaml"), "gpt")
@@ -137,9 +137,8 @@ def test_sampled_auxiliary_lm_loss_is_unbiased(models, tmp_path):
     texts = [r["text"] for r in task_rows(4)][:8]
     batch = encode(tok, texts, cfg, "gpt")
     batch["labels"] = torch.zeros(len(texts), dtype=torch.long)
-    full = make_classifier("gpt", models.models["gpt"], LABELS, tok, init="pretrained", seed=0, aux_lm_weight=1.0)
-    sampled = make_classifier("gpt", models.models["gpt"], LABELS, tok, init="pretrained", seed=0, aux_lm_weight=1.0,
-                              aux_lm_fraction=0.25)
+    full = make_classifier("gpt", models.models["gpt"], LABELS, tok, init="pretrained", seed=0, spec=HeadSpec(aux_lm_weight=1.0))
+    sampled = make_classifier("gpt", models.models["gpt"], LABELS, tok, init="pretrained", seed=0, spec=HeadSpec(aux_lm_weight=1.0, aux_lm_fraction=0.25))
     with torch.no_grad():
         exact = full.loss(batch).item()
         draws = np.array([sampled.loss(batch).item() for _ in range(400)])
@@ -235,7 +234,7 @@ def test_task_gate_rejects_unknown_labels_and_leaks(models, tmp_path, capsys):
 @pytest.mark.parametrize("paradigm", ["bert", "gpt", "t5"])
 def test_pooled_head_saves_and_reloads_the_same_scores(models, tmp_path, paradigm):
     from stages.finetuning.core import encode
-    from stages.finetuning.heads import HEAD_FILE, PooledClassifier, make_classifier
+    from stages.finetuning.heads import HEAD_FILE, HeadSpec, PooledClassifier, make_classifier
 
     cfg = load_config(write_params(tmp_path / "p.yaml", epochs=2, head="pooled"), paradigm)
     out = finetune(cfg, paradigm=paradigm, init="pretrained", model_dir=models.models[paradigm],
@@ -245,7 +244,7 @@ def test_pooled_head_saves_and_reloads_the_same_scores(models, tmp_path, paradig
     clf.model.save_pretrained(str(tmp_path / "saved"))
     tok.save_pretrained(str(tmp_path / "saved"))
     assert (tmp_path / "saved" / HEAD_FILE).is_file()
-    again = make_classifier(paradigm, tmp_path / "saved", LABELS, tok, init="pretrained", seed=7, head="pooled")
+    again = make_classifier(paradigm, tmp_path / "saved", LABELS, tok, init="pretrained", seed=7, spec=HeadSpec(head="pooled"))
     batch = encode(tok, ["The farmer visited the castle.", "a market"], cfg, paradigm)
     clf.model.eval()
     again.model.eval()
@@ -256,16 +255,16 @@ def test_pooled_head_saves_and_reloads_the_same_scores(models, tmp_path, paradig
 
 
 def test_pooled_random_init_differs_from_pretrained_only_in_the_body(models, tmp_path):
-    from stages.finetuning.heads import make_classifier
+    from stages.finetuning.heads import HeadSpec, make_classifier
 
     tok = None
-    pre = make_classifier("bert", models.models["bert"], LABELS, tok, init="pretrained", seed=3, head="pooled")
-    rnd = make_classifier("bert", models.models["bert"], LABELS, tok, init="random", seed=3, head="pooled")
+    pre = make_classifier("bert", models.models["bert"], LABELS, tok, init="pretrained", seed=3, spec=HeadSpec(head="pooled"))
+    rnd = make_classifier("bert", models.models["bert"], LABELS, tok, init="random", seed=3, spec=HeadSpec(head="pooled"))
     a, b = pre.model.state_dict(), rnd.model.state_dict()
     emb = "body.embeddings.word_embeddings.weight"
     assert not torch.equal(a[emb], b[emb])
     with pytest.raises(ValueError, match="head"):
-        make_classifier("bert", models.models["bert"], LABELS, tok, init="random", seed=3, head="cls")
+        make_classifier("bert", models.models["bert"], LABELS, tok, init="random", seed=3, spec=HeadSpec(head="cls"))
 
 
 def test_stage_runs_every_seed_and_picks_the_rate_on_validation(models, tmp_path):
@@ -363,13 +362,13 @@ def test_length_batches_cover_every_example_once_with_similar_lengths():
 @pytest.mark.parametrize("paradigm", ["bert", "t5"])
 def test_predict_in_length_order_returns_the_texts_own_predictions(models, tmp_path, paradigm):
     from stages.finetuning.core import encode, predict
-    from stages.finetuning.heads import make_classifier
+    from stages.finetuning.heads import HeadSpec, make_classifier
 
     cfg = load_config(write_params(tmp_path / "p.yaml", head="pooled"), paradigm)
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(str(models.models[paradigm]))
-    clf = make_classifier(paradigm, models.models[paradigm], LABELS, tok, init="random", seed=0, head="pooled")
+    clf = make_classifier(paradigm, models.models[paradigm], LABELS, tok, init="random", seed=0, spec=HeadSpec(head="pooled"))
     texts = ["a", "the farmer visited the castle by the river at dawn and stayed", "market", "the castle",
              "a river runs through the old market town where farmers sell grain"] * 3
     got = predict(clf, tok, texts, cfg, paradigm)
@@ -426,7 +425,7 @@ def test_live_log_has_the_curve_and_the_throughput_of_each_evaluation(models, tm
 
 def test_prompt_head_scores_the_label_words_at_a_mask_before_the_final_sep(models, tmp_path):
     from stages.finetuning.core import encode
-    from stages.finetuning.heads import PromptClassifier, make_classifier
+    from stages.finetuning.heads import HeadSpec, PromptClassifier, make_classifier
 
     cfg = load_config(write_params(tmp_path / "p.yaml", epochs=2, head="prompt"), "bert")
     out = finetune(cfg, paradigm="bert", init="pretrained", model_dir=models.models["bert"],
@@ -457,7 +456,7 @@ def test_prompt_head_scores_the_label_words_at_a_mask_before_the_final_sep(model
     # saved as a stock masked LM, reloaded with the same scores
     clf.model.save_pretrained(str(tmp_path / "saved"))
     tok.save_pretrained(str(tmp_path / "saved"))
-    again = make_classifier("bert", tmp_path / "saved", LABELS, tok, init="pretrained", seed=7, head="prompt")
+    again = make_classifier("bert", tmp_path / "saved", LABELS, tok, init="pretrained", seed=7, spec=HeadSpec(head="prompt"))
     again.model.eval()
     assert torch.allclose(again.scores(batch), scores_batch, atol=1e-5)
 
@@ -465,22 +464,22 @@ def test_prompt_head_scores_the_label_words_at_a_mask_before_the_final_sep(model
 def test_prompt_head_refuses_other_paradigms_and_labels_sharing_a_word(models, tmp_path):
     from transformers import AutoTokenizer
 
-    from stages.finetuning.heads import make_classifier
+    from stages.finetuning.heads import HeadSpec, make_classifier
 
     tok = AutoTokenizer.from_pretrained(str(models.models["bert"]))
     with pytest.raises(ValueError, match="river, river"):
-        make_classifier("bert", models.models["bert"], ["river", "river"], tok, init="random", seed=0, head="prompt")
+        make_classifier("bert", models.models["bert"], ["river", "river"], tok, init="random", seed=0, spec=HeadSpec(head="prompt"))
     with pytest.raises(ValueError, match="bert paradigm"):
-        make_classifier("gpt", models.models["gpt"], LABELS, tok, init="random", seed=0, head="prompt")
+        make_classifier("gpt", models.models["gpt"], LABELS, tok, init="random", seed=0, spec=HeadSpec(head="prompt"))
 
 
 def test_embedding_rms_rescales_bert_embeddings_without_changing_what_the_model_computes(models, tmp_path):
     from transformers import AutoTokenizer
 
-    from stages.finetuning.heads import make_classifier, rescale_embeddings
+    from stages.finetuning.heads import HeadSpec, make_classifier, rescale_embeddings
 
     tok = AutoTokenizer.from_pretrained(str(models.models["bert"]))
-    clf = make_classifier("bert", models.models["bert"], LABELS, tok, init="pretrained", seed=0, head="pooled")
+    clf = make_classifier("bert", models.models["bert"], LABELS, tok, init="pretrained", seed=0, spec=HeadSpec(head="pooled"))
     clf.model.eval()
     emb = clf.model.body.embeddings.word_embeddings.weight
     ids = torch.randint(5, emb.shape[0], (3, 12))
@@ -495,7 +494,7 @@ def test_embedding_rms_rescales_bert_embeddings_without_changing_what_the_model_
     assert float(emb.detach().pow(2).mean().sqrt()) == pytest.approx(0.5 * scale, rel=1e-4)
     torch.testing.assert_close(after, before, atol=1e-4, rtol=1e-4)
     gpt = make_classifier("gpt", models.models["gpt"], LABELS, AutoTokenizer.from_pretrained(
-        str(models.models["gpt"])), init="pretrained", seed=0, head="pooled")
+        str(models.models["gpt"])), init="pretrained", seed=0, spec=HeadSpec(head="pooled"))
     with pytest.raises(ValueError, match="BERT-style"):
         rescale_embeddings(gpt.model, 0.02)
 
@@ -526,12 +525,12 @@ def test_bert_reparametrisations_are_applied_before_training_in_order_and_refuse
 def test_reinit_top_layers_draws_only_the_top_layers_anew_per_seed(models):
     from transformers import AutoTokenizer
 
-    from stages.finetuning.heads import make_classifier, reinit_top_layers
+    from stages.finetuning.heads import HeadSpec, make_classifier, reinit_top_layers
 
     tok = AutoTokenizer.from_pretrained(str(models.models["bert"]))
 
     def body(seed=None):
-        clf = make_classifier("bert", models.models["bert"], LABELS, tok, init="pretrained", seed=0, head="pooled")
+        clf = make_classifier("bert", models.models["bert"], LABELS, tok, init="pretrained", seed=0, spec=HeadSpec(head="pooled"))
         if seed is not None:
             reinit_top_layers(clf.model, 1, seed=seed)
         return clf.model.body
@@ -556,9 +555,8 @@ def test_reinit_top_layers_draws_only_the_top_layers_anew_per_seed(models):
             assert torch.equal(p, q), name
     assert changed and not torch.equal(dict(kept.named_parameters())[changed[0]], params[changed[0]])
     with pytest.raises(ValueError, match="between 1 and"):
-        reinit_top_layers(make_classifier("bert", models.models["bert"], LABELS, tok, init="pretrained", seed=0,
-                                          head="pooled").model, len(kept.encoder.layer) + 1)
+        reinit_top_layers(make_classifier("bert", models.models["bert"], LABELS, tok, init="pretrained", seed=0, spec=HeadSpec(head="pooled")).model, len(kept.encoder.layer) + 1)
     gpt = make_classifier("gpt", models.models["gpt"], LABELS, AutoTokenizer.from_pretrained(
-        str(models.models["gpt"])), init="pretrained", seed=0, head="pooled")
+        str(models.models["gpt"])), init="pretrained", seed=0, spec=HeadSpec(head="pooled"))
     with pytest.raises(ValueError, match="BERT-style"):
         reinit_top_layers(gpt.model, 1)

@@ -11,6 +11,7 @@ from pathlib import Path
 from stages.provenance.card import UNKNOWN, bento_card, classifier_card, generative_card
 from stages.provenance.hashing import folder_manifest
 from stages.provenance.record import collect, count_parameters
+from stages.provenance.targets import Target
 from stages.provenance.verify import verify
 from tests.unit.provenance.workspace import make_workspace
 
@@ -204,17 +205,17 @@ def test_verify_checks_a_packaged_card_against_the_record(tmp_path):
     files = folder_manifest(root / "data/models/finetune/m1")
     files["README.md"] = hashlib.md5(classifier_card(rec).encode("utf-8")).hexdigest()
     item = {"name": "lm-classifier:v1", "role": "classifier", "source": None, "files": files}
-    verdict = verify(rec, packaged=[item], all_files=[f"models/lm-classifier/v1/{f}" for f in files])
+    verdict = verify(Target(rec, packaged=[item], all_files=[f"models/lm-classifier/v1/{f}" for f in files]))
     assert verdict.ok, verdict.mismatches
     assert not any("README.md" in n for n in verdict.notes)  # checked, so covered
     edited = copy.deepcopy(item)
     edited["files"]["README.md"] = hashlib.md5(b"# a card that claims more").hexdigest()
-    assert verify(rec, packaged=[edited]).mismatches == [
+    assert verify(Target(rec, packaged=[edited])).mismatches == [
         "lm-classifier:v1 (packaged)/README.md: not the model card its lineage record renders (edited after "
         "packaging, or rendered by another version of stages.provenance.card)"]
     other = copy.deepcopy(rec)
     other["model"]["labels"] = ["river", "market", "sea"]  # a record the card was not rendered from
-    assert not verify(other, packaged=[item]).ok
+    assert not verify(Target(other, packaged=[item])).ok
 
 
 def test_each_card_says_whose_record_it_comes_from():

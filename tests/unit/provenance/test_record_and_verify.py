@@ -9,6 +9,7 @@ import yaml
 from stages.provenance.chain import render
 from stages.provenance.hashing import folder_manifest
 from stages.provenance.record import LineageError, Lock, collect
+from stages.provenance.targets import Target
 from stages.provenance.verify import verify
 from tests.unit.provenance.workspace import entry, make_workspace, write
 
@@ -55,7 +56,7 @@ def test_record_holds_the_chain_and_verifies_against_its_workspace(tmp_path):
     assert rec["model_gate"]["selected"] == "m1"
     assert rec["params"]["finetune.defaults"] == {"epochs": 3}
     assert rec["metrics"]["reports/metrics/finetune-m1.json"]["test_macro_f1"] == 0.9
-    verdict = verify(rec, packaged=packaged(root), workspace=root)
+    verdict = verify(Target(rec, packaged=packaged(root)), workspace=root)
     assert verdict.ok, verdict.mismatches
     assert verdict.checked >= len(rec["files"]) + len(rec["stages"])
     text = render(rec, {"tag": "lm:v1"})
@@ -74,11 +75,11 @@ def test_a_changed_upstream_file_is_named(tmp_path):
     root = make_workspace(tmp_path)
     rec = record_of(root)
     write(root / "data/ingested/task/documents.parquet", "other rows\n")
-    verdict = verify(rec, packaged=packaged(root), workspace=root)
+    verdict = verify(Target(rec, packaged=packaged(root)), workspace=root)
     assert not verdict.ok
     assert any(m.startswith("data/ingested/task/documents.parquet: md5") for m in verdict.mismatches)
     (root / "stages/finetune.py").unlink()
-    verdict = verify(rec, workspace=root)
+    verdict = verify(Target(rec), workspace=root)
     assert any(m.startswith("stages/finetune.py: missing") for m in verdict.mismatches)
 
 
@@ -89,7 +90,7 @@ def test_a_changed_lock_entry_or_param_is_named(tmp_path):
     lock["stages"]["finetune@m1"]["outs"][0]["md5"] = "0" * 32 + ".dir"
     lock["stages"]["ingest@task"]["params"]["params.yaml"]["ingest.task"]["labeled"] = False
     (root / "dvc.lock").write_text(yaml.safe_dump(lock))
-    mismatches = verify(rec, workspace=root).mismatches
+    mismatches = verify(Target(rec), workspace=root).mismatches
     assert any(m.startswith("dvc.lock: finetune@m1 outs data/models/finetune/m1: md5 000") for m in mismatches)
     assert "dvc.lock: ingest@task params differ from the record" in mismatches
 
@@ -100,7 +101,7 @@ def test_changed_packaged_weights_are_named_without_a_workspace(tmp_path):
     items = packaged(root)
     items[0]["files"]["model.safetensors"] = "f" * 32
     items[0]["files"]["lineage.json"] = "e" * 32  # added by packaging: not a mismatch
-    verdict = verify(rec, packaged=items)
+    verdict = verify(Target(rec, packaged=items))
     assert verdict.mismatches == [f"lm-classifier:v1 (packaged)/model.safetensors: md5 {'f' * 32}, recorded "
                                   f"{rec['model']['files']['model.safetensors']}"]
 
@@ -152,7 +153,7 @@ def test_a_stage_the_pipeline_no_longer_defines_is_left_out_of_the_record(tmp_pa
     (root / "dvc.lock").write_text(yaml.safe_dump(lock, sort_keys=False))
     rec = record_of(root)
     assert "finetune@m2" not in rec["stages"] and {"finetune@m1", "evaluate", "ingest@task"} <= set(rec["stages"])
-    verdict = verify(rec, packaged=packaged(root), workspace=root)
+    verdict = verify(Target(rec, packaged=packaged(root)), workspace=root)
     assert verdict.ok, verdict.mismatches
 
 
@@ -199,13 +200,13 @@ def test_a_damaged_cache_object_is_named_and_the_advice_is_a_rebuild_not_a_check
 def test_an_edited_licence_in_the_record_is_caught_against_the_workspace(tmp_path):
     root = make_workspace(tmp_path)
     record = record_of(root)
-    assert verify(record, workspace=root).ok
+    assert verify(Target(record), workspace=root).ok
     record["sources"]["task"]["sources"][0]["licence"] = "public domain"
-    verdict = verify(record, workspace=root)
+    verdict = verify(Target(record), workspace=root)
     assert not verdict.ok and any("sources of task[0].licence: 'public domain' in the record, \"each package's own "
                                   "licence\" in the manifest of ingest@task" in m for m in verdict.mismatches)
     del record["sources"]["task"]
-    assert any("sources of task: not in the record" in m for m in verify(record, workspace=root).mismatches)
+    assert any("sources of task: not in the record" in m for m in verify(Target(record), workspace=root).mismatches)
 
 
 @pytest.mark.timeout(60)  # a FIFO that is read would block forever
@@ -275,11 +276,11 @@ def test_a_record_that_disagrees_with_itself_fails_without_a_workspace(tmp_path)
     items = packaged(root)
     items[0]["files"]["model.safetensors"] = "f" * 32
     rec["model"]["files"]["model.safetensors"] = "f" * 32  # weights and record swapped together
-    mismatches = verify(rec, packaged=items).mismatches
+    mismatches = verify(Target(rec, packaged=items)).mismatches
     assert mismatches == ["record: the model's files differ from data/models/finetune/m1 as its stage wrote it"]
     rec = record_of(root)
     rec["files"]["data/ingested/task"]["files"]["documents.parquet"] = "0" * 32
-    mismatches = verify(rec).mismatches
+    mismatches = verify(Target(rec)).mismatches
     assert any(m.startswith("record: data/ingested/task: its files' hashes add up to") for m in mismatches)
 
 
@@ -290,7 +291,7 @@ def test_a_stage_missing_from_the_record_is_named(tmp_path):
     lock = yaml.safe_load((root / "dvc.lock").read_text())
     lock["stages"]["finetune@m1"]["deps"].append({"path": "stages/evaluate.py", "md5": "1" * 32})
     (root / "dvc.lock").write_text(yaml.safe_dump(lock))
-    mismatches = verify(rec, workspace=root).mismatches
+    mismatches = verify(Target(rec), workspace=root).mismatches
     assert "dvc.lock: stage ingest@task is upstream of the model but not in the record" in mismatches
     assert "dvc.lock: finetune@m1 lists stages/evaluate.py in deps; the record does not" in mismatches
 
@@ -364,9 +365,9 @@ def test_the_bentos_code_is_checked_against_the_code_recorded_at_packaging(tmp_p
     rec = record_of(root)
     rec["served_code"] = {"service.py": "a" * 32, "stages/serving/classifier.py": "b" * 32}
     src = {"service.py": "a" * 32, "stages/serving/classifier.py": "b" * 32, "bento_config.json": "c" * 32}
-    assert verify(rec, src=src).ok
+    assert verify(Target(rec, src=src)).ok
     src["stages/serving/classifier.py"] = "d" * 32
-    assert verify(rec, src=src).mismatches == [f"Bento src/stages/serving/classifier.py: md5 {'d' * 32}, "
+    assert verify(Target(rec, src=src)).mismatches == [f"Bento src/stages/serving/classifier.py: md5 {'d' * 32}, "
                                                 f"recorded {'b' * 32}"]
 
 
@@ -424,7 +425,7 @@ def test_byte_code_in_a_bentos_src_is_a_mismatch(tmp_path):
     rec = record_of(root)
     rec["served_code"] = {"service.py": "a" * 32}
     files = ["bento.yaml", "src/service.py", "src/__pycache__/service.cpython-311.pyc"]
-    v = verify(rec, src={"service.py": "a" * 32}, all_files=files)
+    v = verify(Target(rec, src={"service.py": "a" * 32}, all_files=files))
     assert v.mismatches == ["Bento src/__pycache__/service.cpython-311.pyc: byte-code in the Bento (packaging "
                             "ships none; Python would run it instead of the checked source)"]
     assert v.unverified == ["bento.yaml"]
@@ -522,11 +523,11 @@ def test_verify_names_a_users_source_file_that_changed_since_ingest(tmp_path):
     write(manifest_path, json.dumps(manifest))
     relock(root)
     rec = record_of(root)
-    verdict = verify(rec, packaged=packaged(root), workspace=root)
+    verdict = verify(Target(rec, packaged=packaged(root)), workspace=root)
     assert verdict.ok, verdict.mismatches
     assert any("~/elsewhere/absent.jsonl of task: not on this machine" in n for n in verdict.notes)
     write(own, '{"text": "a ticket", "label": "billing"}\n')  # relabelled after ingest; dvc status sees nothing
-    verdict = verify(rec, packaged=packaged(root), workspace=root)
+    verdict = verify(Target(rec, packaged=packaged(root)), workspace=root)
     assert [m for m in verdict.mismatches if m.startswith("own/tickets.jsonl: sha256 ")], verdict.mismatches
     assert "`dvc repro --force ingest@task`" in " ".join(verdict.mismatches)
 

@@ -321,7 +321,7 @@ def test_a_probe_run_on_a_published_base_fits_its_head_on_validation_and_serves_
     import numpy as np
 
     from stages.finetuning.core import load_base_config, predict, read_task
-    from stages.finetuning.heads import make_classifier
+    from stages.finetuning.heads import HeadSpec, make_classifier
     from stages.finetuning.probe import C_GRID
 
     work, params, task, _ = fine_tuned_base
@@ -339,7 +339,7 @@ def test_a_probe_run_on_a_published_base_fits_its_head_on_validation_and_serves_
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(str(out))
-    clf = make_classifier("bert", out, list(cfg.labels), tok, init=record["init"], seed=0, head="pooled")
+    clf = make_classifier("bert", out, list(cfg.labels), tok, init=record["init"], seed=0, spec=HeadSpec(head="pooled"))
     pred = predict(clf, tok, test["text"].tolist(), cfg, "bert")
     gold = test["label"].map({lab: i for i, lab in enumerate(cfg.labels)}).to_numpy()
     from stages.finetuning.metrics import scores

@@ -50,7 +50,7 @@ def main() -> None:
 
     torch.set_num_threads(args.threads)
     from stages.config import build, deep_merge, load_params, section
-    from stages.finetuning.core import FinetuneConfig, finetune, read_task
+    from stages.finetuning.core import Body, FinetuneConfig, finetune, read_task
     from stages.objectives import for_paradigm
     from stages.tokenization.layout import load_layout
     from stages.training import distributed
@@ -115,8 +115,8 @@ def main() -> None:
                 for seed in [int(s) for s in args.seeds.split(",")]:
                     c = dataclasses.replace(ft, lr=lr, seed=seed, min_steps=60, threads=args.threads,
                                             scale_lr_by_rms=args.ft_rms)
-                    r = finetune(c, paradigm="t5", init=init, model_dir=out / "model", df=df,
-                                 train_examples=n or None, log=lambda m: None)["metrics"]
+                    r = finetune(c, Body("t5", init, out / "model"), df=df, train_examples=n or None,
+                                 log=lambda m: None)["metrics"]
                     row = {"objective": args.objective, "ft_rms": args.ft_rms, "init": init, "n": n, "lr": lr, "seed": seed,
                            "val": round(r["best_val_macro_f1"], 4), "test": round(r["test_macro_f1"], 4)}
                     results.append(row)

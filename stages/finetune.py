@@ -27,8 +27,8 @@ from stages.common.cli import Stage, entry
 from stages.common.inputs import check_folder, read_json
 from stages.config import ConfigError
 from stages.finetuning.adapt import read_adaptation
-from stages.finetuning.core import (INITS, PUBLISHED_INITS, config_record, load_base_config, load_config, read_task,
-                                   save_tokenizer)
+from stages.finetuning.core import (INITS, PUBLISHED_INITS, Body, config_record, load_base_config, load_config,
+                                   read_task, save_tokenizer)
 from stages.finetuning.runs import choose_init, choose_published_init, published_run_config, run_config
 from stages.finetuning.seeds import curve_tsv, finetune_seeds, gate_task
 from stages.provenance import stagecard
@@ -123,9 +123,10 @@ def _run(args: argparse.Namespace, log) -> dict:
         raise FileNotFoundError(f"{args.model / 'config.json'}: no model (run the pretrain/dapt stage first)")
     check_folder(args.model)
     # The task's gate runs while the workers start (each loads its libraries and the data: seconds per stage).
-    out = finetune_seeds(cfg, paradigm=args.paradigm, init=args.init, model_dir=args.model, df=df, log=log,
+    out = finetune_seeds(cfg, Body(args.paradigm, args.init, args.model), df=df, log=log,
                          progress=not args.no_progress, live_dir=args.live,
-                         checks=lambda: gate_task(df, cfg, args.report or args.output.parent / f"{args.output.name}.gate.json"))
+                         checks=lambda: gate_task(df, cfg, args.report or
+                                                  args.output.parent / f"{args.output.name}.gate.json"))
     metrics = out["metrics"]
     tmp = args.staged.path
     out["classifier"].model.save_pretrained(str(tmp))

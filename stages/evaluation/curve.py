@@ -13,7 +13,7 @@ from stages.common.pool import Plan, run_plan
 from stages.config import build
 from stages.evaluation.baselines import fits_plan, settings_words
 from stages.evaluation.summary import seed_runs, summarise
-from stages.finetuning.core import FinetuneConfig, finetune
+from stages.finetuning.core import Body, FinetuneConfig, finetune
 
 
 def small_run(state: dict, job: dict) -> dict:
@@ -24,7 +24,7 @@ def small_run(state: dict, job: dict) -> dict:
     ft = dataclasses.replace(ft, seed=job["seed"], min_steps=job["min_steps"], val_select="sample")
     if state.get("threads"):
         ft = dataclasses.replace(ft, threads=state["threads"])
-    run = finetune(ft, paradigm=job["paradigm"], init=job["init"], model_dir=Path(job["model_dir"]), df=state["df"],
+    run = finetune(ft, Body(job["paradigm"], job["init"], Path(job["model_dir"])), df=state["df"],
                    train_examples=job["train_examples"],
                    log=state.get("log") or (lambda message: print(message, file=sys.stderr, flush=True)))
     m = run["metrics"]

@@ -316,10 +316,21 @@ def _splits(df, cfg: FinetuneConfig, train_examples: int | None) -> tuple:
     return train, val, val_all, df[df["split"] == "test"]
 
 
-def finetune(cfg: FinetuneConfig, *, paradigm: str, init: str, model_dir: Path, df, train_examples: int | None = None,
-             log=print, progress: bool = False, live_dir: Path | None = None) -> dict:
-    """Train a classifier; returns scores, the curve and the model (best validation state restored).
+@dataclass(frozen=True)
+class Body:
+    """What a run fine-tunes: the paradigm, the initialisation (``INITS``, or a published base's) and the model
+    folder it starts from."""
+
+    paradigm: str
+    init: str
+    model_dir: Path
+
+
+def finetune(cfg: FinetuneConfig, body: Body, *, df, train_examples: int | None = None, log=print,
+             progress: bool = False, live_dir: Path | None = None) -> dict:
+    """Train a classifier on ``body``; returns scores, the curve and the model (best validation state restored).
     ``live_dir``: the run's live log (its curve as it trains, and its wall time; :mod:`stages.common.live`)."""
+    paradigm, init, model_dir = body.paradigm, body.init, Path(body.model_dir)
     import torch
 
     from stages.common.live import LiveLog

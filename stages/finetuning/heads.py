@@ -57,7 +57,7 @@ class _Classifier:
         self.aux_lm_weight = spec.aux_lm_weight if paradigm == "gpt" else 0.0
         self.aux_lm_fraction = spec.aux_lm_fraction
         self.adapt = spec.adapt  # frozen or lora (stages.finetuning.adapt); None: every weight trains
-        self.base = spec.base  # a frozen or lora folder's packaged base (the model store's copy); None: the path it names
+        self.base = spec.base  # a frozen or lora folder's packaged base (the store's copy); None: the path it names
         self.model = self.build(paradigm, Path(model_dir), labels, tokenizer, init)
 
     def to(self, device: str) -> None:

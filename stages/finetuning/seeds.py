@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from stages.common.pool import WorkerPool
-from stages.finetuning.core import FinetuneConfig, _mean_std, finetune, head_spec
+from stages.finetuning.core import Body, FinetuneConfig, _mean_std, finetune, head_spec
 from stages.quality.gate import enforce
 
 
@@ -34,9 +34,8 @@ def _seed_run(state: dict, job: dict) -> dict:
     cfg = dataclasses.replace(state["cfg"], seed=job["seed"], lr=job["lr"],
                               threads=state.get("threads") or state["cfg"].threads)
     live = state.get("live_dir")
-    run = finetune(cfg, paradigm=state["paradigm"], init=state["init"], model_dir=Path(state["model_dir"]),
-                   df=state["df"], log=state.get("log") or (lambda m: print(m, file=sys.stderr, flush=True)),
-                   progress=state.get("progress", False),
+    run = finetune(cfg, state["body"], df=state["df"],
+                   log=state.get("log") or (lambda m: print(m, file=sys.stderr, flush=True)), progress=state.get("progress", False),
                    live_dir=Path(live) / f"lr{job['lr']:g}-seed{job['seed']}" if live else None)
     return {"metrics": run["metrics"], "curve": run["curve"], "weights": run["classifier"].model.state_dict()}
 
@@ -48,8 +47,8 @@ def _prepare() -> None:
     import stages.finetuning.heads  # noqa: F401
 
 
-def finetune_seeds(cfg: FinetuneConfig, *, paradigm: str, init: str, model_dir: Path, df, log=print,
-                   progress: bool = False, live_dir: Path | None = None, checks=None) -> dict:
+def finetune_seeds(cfg: FinetuneConfig, body: Body, *, df, log=print, progress: bool = False,
+                   live_dir: Path | None = None, checks=None) -> dict:
     """The learning rate chosen on validation with the first seed, then every seed at that rate; the best run on
     validation, its metrics the mean and std over seeds with the per-seed results. ``checks`` (no arguments; the
     task's gate) runs once the workers have started, so they load their libraries and data meanwhile."""
@@ -57,6 +56,7 @@ def finetune_seeds(cfg: FinetuneConfig, *, paradigm: str, init: str, model_dir: 
 
     from stages.finetuning.heads import make_classifier
 
+    paradigm, init, model_dir = body.paradigm, body.init, Path(body.model_dir)
     first = cfg.seeds[0]
     grid = list(cfg.lr_grid) or [cfg.lr]
     rest = list(cfg.seeds[1:])
@@ -65,7 +65,7 @@ def finetune_seeds(cfg: FinetuneConfig, *, paradigm: str, init: str, model_dir: 
     first_batch = ([{"seed": s, "lr": grid[0]} for s in cfg.seeds] if single else
                    [{"seed": first, "lr": lr} for lr in grid])
     workers = min(cfg.workers, max(len(first_batch), 0 if single else len(rest)))
-    state = {"cfg": cfg, "paradigm": paradigm, "init": init, "model_dir": str(model_dir), "df": df,
+    state = {"cfg": cfg, "body": body, "df": df,
              "live_dir": str(live_dir) if live_dir is not None else None,
              **({"threads": 1} if workers > 1 else {"log": log, "progress": progress})}
     runs: dict[int, dict] = {}

@@ -11,14 +11,13 @@ import pytest
 import torch
 
 from stages.config import ConfigError
-from stages.finetuning.core import finetune, load_config, predict, read_task
+from stages.finetuning.core import Body, finetune, load_config, predict, read_task
 from tests.unit.finetuning.conftest import LABELS, write_params
 
 
 def _train(models, tmp_path, paradigm, method, init="pretrained", **extra):
     cfg = load_config(write_params(tmp_path / "p.yaml", epochs=1, head="pooled", method=method, **extra), paradigm)
-    out = finetune(cfg, paradigm=paradigm, init=init, model_dir=models.models[paradigm], df=read_task(models.task),
-                   log=lambda m: None)
+    out = finetune(cfg, Body(paradigm, init, models.models[paradigm]), df=read_task(models.task), log=lambda m: None)
     return cfg, out
 
 
@@ -98,8 +97,7 @@ def test_a_changed_base_is_refused_naming_the_folder(models, tmp_path):
     base = tmp_path / "base"
     shutil.copytree(models.models["bert"], base)
     cfg = load_config(write_params(tmp_path / "p.yaml", epochs=1, head="pooled", method="frozen"), "bert")
-    out = finetune(cfg, paradigm="bert", init="pretrained", model_dir=base, df=read_task(models.task),
-                   log=lambda m: None)
+    out = finetune(cfg, Body("bert", "pretrained", base), df=read_task(models.task), log=lambda m: None)
     saved = tmp_path / "saved"
     out["classifier"].model.save_pretrained(str(saved))
     (base / "extra.txt").write_text("changed")

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from stages.finetuning.core import finetune, load_config, read_task
+from stages.finetuning.core import Body, finetune, load_config, read_task
 from stages.finetune import main
 from stages.finetuning.metrics import majority, scores
 from tests.unit.finetuning.conftest import LABELS, task_rows, write_params, write_task
@@ -82,8 +82,7 @@ def test_stage_trains_and_saves_a_classifier(models, tmp_path, paradigm):
 def test_random_init_learns_the_easy_task(models, tmp_path, paradigm):
     cfg = load_config(write_params(tmp_path / "p.yaml", epochs=8, lr=1e-3, patience=100), paradigm)
     task = write_task(tmp_path / "task.parquet", task_rows(80))
-    out = finetune(cfg, paradigm=paradigm, init="random", model_dir=models.models[paradigm],
-                   df=read_task(task), log=lambda m: None)
+    out = finetune(cfg, Body(paradigm, "random", models.models[paradigm]), df=read_task(task), log=lambda m: None)
     losses = [row["loss"] for row in out["curve"]]
     assert out["metrics"]["steps"] == 8 * 18 and not out["metrics"]["stopped_early"]
     if paradigm == "t5":  # a random T5 learns the target format first; the label words take longer
@@ -95,8 +94,7 @@ def test_random_init_learns_the_easy_task(models, tmp_path, paradigm):
 
 def test_t5_predictions_are_always_labels(models, tmp_path):
     cfg = load_config(write_params(tmp_path / "p.yaml", epochs=1), "t5")
-    out = finetune(cfg, paradigm="t5", init="pretrained", model_dir=models.models["t5"],
-                   df=read_task(models.task), log=lambda m: None)
+    out = finetune(cfg, Body("t5", "pretrained", models.models["t5"]), df=read_task(models.task), log=lambda m: None)
     clf, tok = out["classifier"], out["tokenizer"]
     from stages.finetuning.core import encode
 
@@ -148,8 +146,7 @@ def test_sampled_auxiliary_lm_loss_is_unbiased(models, tmp_path):
 
 def test_early_stopping_stops_after_patience_evaluations_without_gain(models, tmp_path):
     cfg = load_config(write_params(tmp_path / "p.yaml", lr=1e-9, patience=1, epochs=5), "bert")
-    out = finetune(cfg, paradigm="bert", init="pretrained", model_dir=models.models["bert"],
-                   df=read_task(models.task), log=lambda m: None)
+    out = finetune(cfg, Body("bert", "pretrained", models.models["bert"]), df=read_task(models.task), log=lambda m: None)
     assert out["metrics"]["stopped_early"] is True and len(out["curve"]) == 2
 
 
@@ -172,8 +169,7 @@ def test_the_returned_model_is_the_best_on_validation_not_the_last(models, tmp_p
     monkeypatch.setattr(ft, "predict", recording_predict)
     monkeypatch.setattr(metrics, "scores", scripted_scores)
     cfg = load_config(write_params(tmp_path / "p.yaml", lr=0.003, patience=100, epochs=2, eval_every=3), "bert")
-    out = finetune(cfg, paradigm="bert", init="random", model_dir=models.models["bert"],
-                   df=read_task(models.task), log=lambda m: None)
+    out = finetune(cfg, Body("bert", "random", models.models["bert"]), df=read_task(models.task), log=lambda m: None)
     assert [row["val_macro_f1"] for row in out["curve"]] == [0.2, 0.9, 0.5, 0.4, 0.3, 0.2]  # 18 steps, every 3
     assert out["metrics"]["best_val_macro_f1"] == 0.9 and len(seen) == 7
     changed = [k for k in seen[1] if not torch.equal(seen[1][k], seen[5][k])]
@@ -191,8 +187,7 @@ def test_validation_score_is_the_best_checkpoint_on_the_whole_split_or_the_sampl
     df = read_task(models.task)
     n_val = int((df["split"] == "validation").sum())
     cfg = load_config(write_params(tmp_path / "p.yaml", max_eval_examples=5, val_select=val_select, epochs=1), "bert")
-    out = finetune(cfg, paradigm="bert", init="pretrained", model_dir=models.models["bert"], df=df,
-                   log=lambda m: None)
+    out = finetune(cfg, Body("bert", "pretrained", models.models["bert"]), df=df, log=lambda m: None)
     m = out["metrics"]
     sample_best = max(row["val_macro_f1"] for row in out["curve"])
     if val_select == "sample":
@@ -237,8 +232,7 @@ def test_pooled_head_saves_and_reloads_the_same_scores(models, tmp_path, paradig
     from stages.finetuning.heads import HEAD_FILE, HeadSpec, PooledClassifier, make_classifier
 
     cfg = load_config(write_params(tmp_path / "p.yaml", epochs=2, head="pooled"), paradigm)
-    out = finetune(cfg, paradigm=paradigm, init="pretrained", model_dir=models.models[paradigm],
-                   df=read_task(models.task), log=lambda m: None)
+    out = finetune(cfg, Body(paradigm, "pretrained", models.models[paradigm]), df=read_task(models.task), log=lambda m: None)
     clf, tok = out["classifier"], out["tokenizer"]
     assert isinstance(clf, PooledClassifier)
     clf.model.save_pretrained(str(tmp_path / "saved"))
@@ -293,8 +287,7 @@ def test_seeds_in_two_worker_processes_give_the_same_runs(models, tmp_path, lr_g
     for workers in (1, 2):
         cfg = load_config(write_params(tmp_path / f"p{workers}.yaml", epochs=1, seeds=[0, 1], threads=1,
                                        workers=workers, head="pooled", lr_grid=lr_grid), "gpt")
-        out = finetune_seeds(cfg, paradigm="gpt", init="random", model_dir=models.models["gpt"],
-                             df=read_task(models.task), log=lambda m: None)
+        out = finetune_seeds(cfg, Body("gpt", "random", models.models["gpt"]), df=read_task(models.task), log=lambda m: None)
         results.append(out)
     one, two = results
     assert one["metrics"]["seeds"] == two["metrics"]["seeds"]
@@ -396,8 +389,7 @@ def test_precision_sets_autocast_for_training_and_prediction(models, tmp_path, m
     monkeypatch.setattr(PooledClassifier, "loss", recording_loss)
     monkeypatch.setattr(PooledClassifier, "scores", recording_scores)
     cfg = load_config(write_params(tmp_path / "p.yaml", head="pooled", epochs=1, precision=precision), "bert")
-    out = finetune(cfg, paradigm="bert", init="random", model_dir=models.models["bert"],
-                   df=read_task(models.task), log=lambda m: None)
+    out = finetune(cfg, Body("bert", "random", models.models["bert"]), df=read_task(models.task), log=lambda m: None)
     assert seen == {"loss": {precision == "bf16"}, "scores": {precision == "bf16"}}
     assert all(p.dtype == torch.float32 for p in out["classifier"].model.parameters())
     assert 0 <= out["metrics"]["test_macro_f1"] <= 1
@@ -412,8 +404,8 @@ def test_unknown_precision_is_refused(tmp_path):
 
 def test_live_log_has_the_curve_and_the_throughput_of_each_evaluation(models, tmp_path):
     cfg = load_config(write_params(tmp_path / "p.yaml", epochs=2, patience=100), "bert")
-    out = finetune(cfg, paradigm="bert", init="random", model_dir=models.models["bert"],
-                   df=read_task(models.task), log=lambda m: None, live_dir=tmp_path / "live")
+    out = finetune(cfg, Body("bert", "random", models.models["bert"]), df=read_task(models.task), log=lambda m: None,
+                   live_dir=tmp_path / "live")
     plots = tmp_path / "live" / "plots" / "metrics"
     f1_rows = (plots / "val" / "macro_f1.tsv").read_text().splitlines()[1:]
     tps_rows = (plots / "train" / "tokens_per_second.tsv").read_text().splitlines()[1:]
@@ -428,8 +420,7 @@ def test_prompt_head_scores_the_label_words_at_a_mask_before_the_final_sep(model
     from stages.finetuning.heads import HeadSpec, PromptClassifier, make_classifier
 
     cfg = load_config(write_params(tmp_path / "p.yaml", epochs=2, head="prompt"), "bert")
-    out = finetune(cfg, paradigm="bert", init="pretrained", model_dir=models.models["bert"],
-                   df=read_task(models.task), log=lambda m: None)
+    out = finetune(cfg, Body("bert", "pretrained", models.models["bert"]), df=read_task(models.task), log=lambda m: None)
     clf, tok = out["classifier"], out["tokenizer"]
     assert isinstance(clf, PromptClassifier)
     assert [tok.convert_ids_to_tokens(int(w)) for w in clf.words] == [
@@ -517,8 +508,7 @@ def test_bert_reparametrisations_are_applied_before_training_in_order_and_refuse
                         lambda m, n, seed: seen.append(("reinit", n, seed)) or reinit(m, n, seed=seed))
     cfg = load_config(write_params(tmp_path / "q.yaml", head="pooled", embedding_rms=0.02, reinit_layers=1, epochs=1,
                                    seed=3), "bert")
-    out = finetune(cfg, paradigm="bert", init="pretrained", model_dir=models.models["bert"],
-                   df=read_task(models.task), log=lambda m: None)
+    out = finetune(cfg, Body("bert", "pretrained", models.models["bert"]), df=read_task(models.task), log=lambda m: None)
     assert seen == [("rescale", 0.02), ("reinit", 1, 3)] and out["metrics"]["steps"] > 0
 
 

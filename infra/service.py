@@ -6,11 +6,21 @@ or lora classifier's base comes from the Bento's base model (``base``), its dige
 
 from __future__ import annotations
 
+import contextlib
+import importlib.util
 import json
 import os
 import re
+import sys
 from pathlib import Path
 from typing import Annotated
+
+# `lineage --verify` checks the Bento's code file by file, and byte-code beside it is code that would run instead of
+# the checked source: nothing the service imports writes any into the store, and this module's own, written as it
+# was imported, goes.
+sys.dont_write_bytecode = True
+with contextlib.suppress(OSError):
+    Path(importlib.util.cache_from_source(__file__)).unlink(missing_ok=True)
 
 import bentoml
 from bentoml.exceptions import InvalidArgument

@@ -21,8 +21,10 @@ BIN = Path(sys.executable).parent
 
 
 def bento_env(store: Path) -> dict:
-    """This environment's tools first, BentoML's store at ``store``, the offline flags."""
-    return {**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}", "BENTOML_HOME": str(store),
+    """This environment's tools first, BentoML's store at ``store``, the offline flags; Python writes byte-code
+    as in a user's shell (no PYTHONDONTWRITEBYTECODE: the served Bento must still verify)."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    return {**env, "PATH": f"{BIN}:{os.environ['PATH']}", "BENTOML_HOME": str(store),
             "BENTOML_DO_NOT_TRACK": "True", "GX_ANALYTICS_ENABLED": "false", "HF_HUB_OFFLINE": "1"}
 
 

@@ -16,7 +16,7 @@ from stages.common.inputs import check_folders
 from stages.config import ConfigError
 from stages.evaluation import timings
 from stages.evaluation.config import load_evaluate_config
-from stages.evaluation.evaluate import curve_tsv, evaluate_all, metrics_json
+from stages.evaluation.evaluate import Folders, RunNames, curve_tsv, evaluate_all, metrics_json
 from stages.evaluation.report import figures, markdown
 from stages.finetuning.core import read_task
 from stages.finetuning.runs import load_adapt_config
@@ -46,8 +46,9 @@ def _run(args: argparse.Namespace, log) -> dict:
     adapt_runs = tuple(load_adapt_config(args.params).runs)
     published = load_published(args.params)
     check_folders(args.finetuned, args.pretrained, args.dapt)  # every saved model read below, checked first
-    result = evaluate_all(cfg, df=read_task(args.task), finetuned=args.finetuned, pretrained=args.pretrained,
-                          dapt=args.dapt, tokens=args.tokens, adapt_runs=adapt_runs, bases=tuple(published.bases), base_runs=tuple(published.runs), log=log)
+    result = evaluate_all(cfg, df=read_task(args.task), log=log,
+                          folders=Folders(args.finetuned, args.pretrained, args.dapt, args.tokens),
+                          names=RunNames(adapt_runs, tuple(published.bases), tuple(published.runs)))
     rel = Path(os.path.relpath(args.figures, args.report.parent or ".")).as_posix()
     timings_md = None
     if args.timings:

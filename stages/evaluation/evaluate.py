@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from stages.common.inputs import load_npy, read_json
@@ -116,11 +117,31 @@ def published_runs(bases, runs=()) -> dict[str, str]:
         name: f"adapt-published@{name}" for name in runs}
 
 
-def evaluate_all(cfg: EvaluateConfig, *, df, finetuned: Path, pretrained: Path, dapt: Path, tokens: Path,
-                 adapt_runs: tuple[str, ...] = (), bases: tuple[str, ...] = (), base_runs: tuple[str, ...] = (),
-                 log=print) -> dict:
-    """``adapt_runs``: the names of params ``adapt.runs``, ``bases`` and ``base_runs`` those of ``published.bases``
-    and ``published.runs`` (their folders under ``finetuned`` beside the ``<paradigm>-<init>`` ones)."""
+@dataclass(frozen=True)
+class Folders:
+    """What the evaluation reads: the fine-tuned runs' folders, the pre-trained and DAPT models, the token datasets."""
+
+    finetuned: Path
+    pretrained: Path
+    dapt: Path
+    tokens: Path
+
+
+@dataclass(frozen=True)
+class RunNames:
+    """The runs beside the ``<paradigm>-<init>`` ones (their folders under ``Folders.finetuned``): the names of
+    params ``adapt.runs`` (``adapt_runs``), ``published.bases`` (``bases``) and ``published.runs`` (``base_runs``)."""
+
+    adapt_runs: tuple[str, ...] = ()
+    bases: tuple[str, ...] = ()
+    base_runs: tuple[str, ...] = ()
+
+
+def evaluate_all(cfg: EvaluateConfig, *, df, folders: Folders, names: RunNames = RunNames(), log=print) -> dict:
+    """Every part of the evaluation (curve, baselines, in-context learning, intrinsic scores, the gate) of the
+    runs ``names`` adds to the ``<paradigm>-<init>`` ones."""
+    finetuned, pretrained, dapt, tokens = folders.finetuned, folders.pretrained, folders.dapt, folders.tokens
+    adapt_runs, bases, base_runs = names.adapt_runs, names.bases, names.base_runs
     runs = {f"{p}-{i}": read_record(finetuned / f"{p}-{i}", f"finetune@{p}-{i}") for p in PARADIGMS for i in INITS}
     adapted = {name: read_record(finetuned / name, f"adapt@{name}") for name in adapt_runs}
     published = {name: read_record(finetuned / name, stage) for name, stage in published_runs(bases, base_runs).items()}

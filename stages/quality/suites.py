@@ -5,6 +5,7 @@ returns `(tables, expectations)`, a copy of the caller's frame plus tables deriv
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -25,19 +26,28 @@ CLASS_SHARES = "class_shares"
 SPLIT_OVERLAP = "split_overlap"
 
 
+@dataclass(frozen=True)
+class Streamed:
+    """A documents table too large for memory, as its writer saw it: each row's stripped text length, whether each
+    row's meta parses as JSON, and the written file's columns."""
+
+    text_chars: Sequence[int]
+    meta_is_json: Sequence[bool]
+    columns: Sequence[str]
+
+
 def documents_suite(df: pd.DataFrame, *, min_rows: int, max_rows: int, min_nonempty_ratio: float,
-                    extra_columns: Sequence[str] = (), text_chars: Sequence[int] | None = None,
-                    meta_is_json: Sequence[bool] | None = None, columns: Sequence[str] | None = None,
-                    where: str = "") -> Suite:
+                    extra_columns: Sequence[str] = (), streamed: Streamed | None = None, where: str = "") -> Suite:
     """Checks for a documents table (id, text, source, url, meta [+ extra_columns]), and why: columns exactly as
     listed (read by name); rows in [min_rows, max_rows] (a truncated or exploded corpus); id unique and not null
     (dedup, lineage); at least `min_nonempty_ratio` non-blank texts; source not null; meta parses as JSON.
-    Too large for memory: pass ``df`` without text plus ``text_chars`` (stripped length per row),
-    ``meta_is_json`` and ``columns`` (the written file's columns). ``where``: the params section of the bounds
-    (``ingest.task.gate``), named by a failure."""
+    Too large for memory: pass ``df`` without text plus what its writer saw (``streamed``). ``where``: the params
+    section of the bounds (``ingest.task.gate``), named by a failure."""
     check(0 <= min_rows <= max_rows, f"need 0 <= min_rows <= max_rows, got {min_rows}, {max_rows}")
     check(0.0 <= min_nonempty_ratio <= 1.0, f"min_nonempty_ratio must be in [0, 1], got {min_nonempty_ratio}")
 
+    text_chars, meta_is_json, columns = ((streamed.text_chars, streamed.meta_is_json, streamed.columns) if streamed
+                                         else (None, None, None))
     if text_chars is None:
         text_chars = _column(df, "text").map(lambda v: len(v.strip()) if isinstance(v, str) else 0)
     if meta_is_json is None:

@@ -158,7 +158,7 @@ def ingest(cfg: CorpusConfig, *, corpus: str, cache_dir: Path, out: Path, log=pr
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from stages.quality.suites import combine, documents_suite, labeled_suite
+    from stages.quality.suites import Streamed, combine, documents_suite, labeled_suite
 
     t0 = time.perf_counter()
     ctx = SourceContext(cache_dir=cache_dir, corpus=corpus, pins=pins.load(pin_file) if pin_file else None)
@@ -188,8 +188,7 @@ def ingest(cfg: CorpusConfig, *, corpus: str, cache_dir: Path, out: Path, log=pr
         provs, dropped, light, text_chars, meta_ok, counts = stream_documents(cfg, ctx, path, log=log)
         tables, expectations = documents_suite(
             light, min_rows=g.min_rows, max_rows=g.max_rows, min_nonempty_ratio=g.min_nonempty_ratio,
-            text_chars=text_chars, meta_is_json=meta_ok, columns=pq.read_schema(path).names,
-            where=f"ingest.{corpus}.gate")
+            streamed=Streamed(text_chars, meta_ok, pq.read_schema(path).names), where=f"ingest.{corpus}.gate")
     manifest = build_manifest(cfg, corpus, counts, provs, dropped, path)
     write_json_atomic(out / "manifest.json", manifest)
     # No wall-clock figures in metrics: the same input and params give byte-identical files.

@@ -124,9 +124,9 @@ def with_replay(train_blocks, tokens_dir: Path, manifest: dict, cfg, log=None):
     return np.concatenate([np.asarray(train_blocks), np.asarray(other)[rows]])
 
 
-def head_warmup(model, objective, train_blocks, cfg, fresh: list[str], *, fpt: float, seq_len: int, dist, log):
-    """Train the ``fresh`` weights alone (the rest fixed) for ``cfg.head_warmup_tokens`` at a constant
-    ``cfg.head_warmup_lr`` (no checkpoints: a resumed run repeats it, the same steps); returns the tokens."""
+def head_warmup(model, objective, blocks: Blocks, cfg, fresh: list[str], *, fpt: float, dist, log):
+    """Train the ``fresh`` weights alone (the rest fixed) on ``blocks.train`` for ``cfg.head_warmup_tokens`` at a
+    constant ``cfg.head_warmup_lr`` (no checkpoints: a resumed run repeats it, the same steps); returns the tokens."""
     from dataclasses import replace
 
     names = set(fresh)
@@ -139,8 +139,8 @@ def head_warmup(model, objective, train_blocks, cfg, fresh: list[str], *, fpt: f
                    warmup_fraction=0.0, min_lr_ratio=1.0, eval_every=10**9, checkpoint_every=10**9)
     log(f"[head warm-up] {len(trainable)} fresh tensors ({sum(p.numel() for p in trainable):,} weights) alone")
     try:
-        result = train(model, objective, Blocks(train_blocks, None, seq_len), warm, flops_per_token=fpt, dist=dist,
-                       io=RunIO(log=log, progress=False))
+        result = train(model, objective, Blocks(blocks.train, None, blocks.seq_len), warm, flops_per_token=fpt,
+                       dist=dist, io=RunIO(log=log, progress=False))
     finally:
         for p in model.parameters():
             p.requires_grad_(True)
@@ -176,7 +176,7 @@ def run(cfg, job: PretrainJob, *, out: Callable[[], Path], checkpoint_dir: Path 
     model, objective, fpt, fresh = model_and_objective(cfg, layout, paradigm, init, tokenizer_dir)
     warm_tokens = 0
     if isinstance(cfg, BaseDaptConfig) and cfg.head_warmup_tokens and fresh:
-        warm_tokens = head_warmup(model, objective, train_blocks, cfg, fresh, fpt=fpt, seq_len=layout.seq_len,
+        warm_tokens = head_warmup(model, objective, Blocks(train_blocks, None, layout.seq_len), cfg, fresh, fpt=fpt,
                                   dist=dist, log=log if dist.main else (lambda m: None))
     init_sha = _file_sha(init / "model.safetensors") if init else None
     run_id = fingerprint(stage, paradigm, corpus, asdict(cfg), dist.world, manifest["corpora"][corpus],

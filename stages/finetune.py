@@ -123,7 +123,8 @@ def _run(args: argparse.Namespace, log) -> dict:
         raise FileNotFoundError(f"{args.model / 'config.json'}: no model (run the pretrain/dapt stage first)")
     check_folder(args.model)
     # The task's gate runs while the workers start (each loads its libraries and the data: seconds per stage).
-    out = finetune_seeds(cfg, Body(args.paradigm, args.init, args.model), df=df, log=log,
+    body = Body(args.paradigm, args.init, args.model)
+    out = finetune_seeds(cfg, body, df=df, log=log,
                          progress=not args.no_progress, live_dir=args.live,
                          checks=lambda: gate_task(df, cfg, args.report or
                                                   args.output.parent / f"{args.output.name}.gate.json"))
@@ -139,8 +140,7 @@ def _run(args: argparse.Namespace, log) -> dict:
                                               **({"base": args.base} if args.base else {})})
     adaptation = read_adaptation(tmp)  # frozen or lora: the folder holds the head (and adapter), not the body
     stagecard.write(tmp, stagecard.finetune_facts(
-        paradigm=args.paradigm, init=args.init, labels=list(cfg.labels), config=record,
-        metrics=metrics, sources=task_sources, model_dir=args.model,
+        body, labels=list(cfg.labels), config=record, metrics=metrics, sources=task_sources,
         parameters=adaptation["total_parameters"] if adaptation else stagecard.count_parameters(tmp),
         adaptation=adaptation))
     return {args.metrics: metrics, args.plot: curve_tsv(out["curve"])}

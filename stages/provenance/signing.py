@@ -251,9 +251,19 @@ def source_dependencies(record: dict) -> list[dict]:
     return out
 
 
+@dataclass(frozen=True)
+class Invocation:
+    """The build a provenance statement describes: the Bento it made (its invocation id), when it finished, the
+    builder's versions and the package stage's own settings (internal parameters)."""
+
+    bento: str
+    finished: str
+    builder: dict[str, str]
+    internal: dict
+
+
 def build_statement(record: dict, *, subjects: list[dict], models: dict[str, str], reports: dict[str, str],
-                    bento: str, finished: str, builder: dict[str, str], internal: dict,
-                    roles: dict[str, dict] | None = None) -> dict:
+                    run: Invocation, roles: dict[str, dict] | None = None) -> dict:
     """The in-toto Statement v1 with the SLSA Provenance v1 predicate. ``subjects``: the Bento's model folders
     and files; ``models``: each upstream model folder's digest; ``reports``: each gate report's SHA-256;
     ``roles``: annotations of some of those folders (a frozen or lora classifier: its method and base by digest;
@@ -278,12 +288,13 @@ def build_statement(record: dict, *, subjects: list[dict], models: dict[str, str
                 "buildType": BUILD_TYPE,
                 "externalParameters": {"pipeline": "dvc.yaml", "stages": stages,
                                        "model": (record.get("model") or {}).get("name")},
-                "internalParameters": internal,
+                "internalParameters": run.internal,
                 "resolvedDependencies": deps,
             },
             "runDetails": {
-                "builder": {"id": BUILDER_ID, "version": builder},
-                "metadata": {"invocationId": bento, "startedOn": record.get("created"), "finishedOn": finished},
+                "builder": {"id": BUILDER_ID, "version": run.builder},
+                "metadata": {"invocationId": run.bento, "startedOn": record.get("created"),
+                             "finishedOn": run.finished},
                 "byproducts": [_descriptor(path, {"sha256": digest}, passed=_passed(record, path))
                                for path, digest in sorted(reports.items())],
             },

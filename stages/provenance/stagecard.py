@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Protocol
 
 from stages import objectives
 from stages.common.atomic import write_bytes_atomic
@@ -166,12 +167,22 @@ def pretrain_facts(*, kind: str, paradigm: str, corpus: str, config: dict, metri
     }
 
 
-def finetune_facts(*, paradigm: str, init: str, labels: list[str], config: dict, metrics: dict, sources: dict,
-                   model_dir: Path, parameters: int, adaptation: dict | None = None) -> dict:
-    """The record of a ``finetune`` folder: ``model_dir`` the folder it started from (its ``card.json``: the
+class Started(Protocol):
+    """Where a fine-tuning run started (the fine-tuning stage's ``Body``): its paradigm, initialisation and the
+    model folder it read."""
+
+    paradigm: str
+    init: str
+    model_dir: Path
+
+
+def finetune_facts(body: Started, *, labels: list[str], config: dict, metrics: dict, sources: dict,
+                   parameters: int, adaptation: dict | None = None) -> dict:
+    """The record of a ``finetune`` folder: ``body.model_dir`` the folder it started from (its ``card.json``: the
     pre-training behind it; for random init its architecture only), ``sources`` the task's corpus; ``adaptation``
     (method frozen or lora: the folder's ``adaptation.json``) the method, its trainable weights and the base it needs."""
-    upstream = read_facts(model_dir) or {}
+    paradigm, init = body.paradigm, body.init
+    upstream = read_facts(body.model_dir) or {}
     keys = ("train_examples", "steps", "lr", "test_macro_f1", "test_macro_f1_std", "test_accuracy",
             "test_accuracy_std", "best_val_macro_f1", "best_val_macro_f1_std", "val_examples", "test_examples",
             "majority_test_macro_f1", "majority_test_accuracy", "saved_seed")

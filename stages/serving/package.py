@@ -10,7 +10,7 @@ import json
 import os
 import shutil
 import sys
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -250,9 +250,18 @@ def archive_digest(target: str) -> tuple[int, str]:
     return int(fs.size(path)), digest
 
 
-def seal(bento) -> tuple[dict, dict[str, str], dict[str, Path]]:
-    """Write the Bento's manifest into the built Bento; what the metrics record of it, the SHA-256 of every file
-    it lists and each model's folder (tag -> path)."""
+@dataclass(frozen=True)
+class Sealed:
+    """A built Bento's manifest: what the metrics record of it, the SHA-256 of every file it lists and each
+    model's folder in the store (tag -> path)."""
+
+    made: dict
+    hashes: dict[str, str]
+    models: dict[str, Path]
+
+
+def seal(bento) -> Sealed:
+    """Write the Bento's manifest into the built Bento."""
     import bentoml
     import yaml
 
@@ -260,7 +269,7 @@ def seal(bento) -> tuple[dict, dict[str, str], dict[str, Path]]:
     info = yaml.safe_load((folder / "bento.yaml").read_text(encoding="utf-8")) or {}
     models = {tag: Path(bentoml.models.get(tag).path) for tag in model_tags(info)}
     made, hashes = write_manifest(folder, str(bento.tag), models)
-    return made, hashes, models
+    return Sealed(made, hashes, models)
 
 
 def _builder() -> dict[str, str]:
@@ -275,14 +284,14 @@ def _builder() -> dict[str, str]:
     return out
 
 
-def attest(bento, record: dict, *, root: Path, hashes: dict[str, str], models: dict[str, Path], sealed: dict,
-           cfg: PackageConfig, key: signing.SigningKey | None, base: dict | None = None) -> bytes:
+def attest(bento, record: dict, *, root: Path, sealed: Sealed, cfg: PackageConfig, key: signing.SigningKey | None,
+           base: dict | None = None) -> bytes:
     """The SLSA provenance of the Bento (its model folders and every other file, the manifest included), signed
     with ``key`` into ``provenance/provenance.intoto.json``; returns the envelope's bytes. Its resolved
     dependencies list every upstream model folder by digest; a frozen or lora classifier's base is annotated as
     such (``base``: its ``source`` folder and the ``tag`` of the model that ships it)."""
-    subjects = []
-    for tag in sorted(models):
+    hashes, subjects = sealed.hashes, []
+    for tag in sorted(sealed.models):
         name, version = tag.split(":")
         prefix = f"models/{name}/{version}/"
         inner = {rel[len(prefix):]: d for rel, d in hashes.items() if rel.startswith(prefix)}
@@ -290,7 +299,7 @@ def attest(bento, record: dict, *, root: Path, hashes: dict[str, str], models: d
                          "annotations": {"tag": tag, "files": len(inner)}})
     subjects += [{"name": rel, "digest": {"sha256": d}} for rel, d in sorted(hashes.items())
                  if not rel.startswith("models/")]
-    subjects.append({"name": MANIFEST_FILE, "digest": {"sha256": sealed["manifest_sha256"]}})
+    subjects.append({"name": MANIFEST_FILE, "digest": {"sha256": sealed.made["manifest_sha256"]}})
     lock = Lock(stages=record["stages"])
     model_dir = record["model"]["path"]  # listed even when it holds no config.json (a frozen or lora head)
     upstream = {path: signing.folder_files_digest(root / path) for path in sorted(record["files"])
@@ -302,11 +311,12 @@ def attest(bento, record: dict, *, root: Path, hashes: dict[str, str], models: d
         base["source"]: {"base_of": model_dir, "packaged_as": base["tag"]}}
     gates = sorted({*record.get("gates", {}), record["model_gate_path"]})
     reports = {path: sha256_path(root / path) for path in gates if (root / path).is_file()}
-    statement = signing.build_statement(
-        record, subjects=subjects, models=upstream, reports=reports, bento=str(bento.tag),
-        finished=datetime.now(timezone.utc).isoformat(timespec="seconds"), builder=_builder(),
-        internal={"package": {"name": cfg.name, "generative": list(cfg.generative),
-                              "generative_from": cfg.generative_from, "signing": cfg.signing}}, roles=roles)
+    run = signing.Invocation(bento=str(bento.tag), finished=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                             builder=_builder(),
+                             internal={"package": {"name": cfg.name, "generative": list(cfg.generative),
+                                                   "generative_from": cfg.generative_from, "signing": cfg.signing}})
+    statement = signing.build_statement(record, subjects=subjects, models=upstream, reports=reports, run=run,
+                                        roles=roles)
     envelope = signing.sign_statement(statement, key)
     target = Path(bento.path) / signing.PROVENANCE_FILE
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -395,9 +405,9 @@ def package(cfg: PackageConfig, *, root: Path, gate_path: Path, finetuned: Path,
                             sources={p: folder.as_posix() for p, folder in generative_dirs.items()}, key=key)
         made.append(f"bento {bento.tag}")
         log(f"[package] bento: {bento.tag}")
-        sealed, hashes, models = seal(bento)
-        log(f"[package] manifest: {sealed['manifest_files']} files, sha256 {sealed['manifest_sha256']}")
-        envelope = attest(bento, record, root=root, hashes=hashes, models=models, sealed=sealed, cfg=cfg, key=key,
+        sealed = seal(bento)
+        log(f"[package] manifest: {sealed.made['manifest_files']} files, sha256 {sealed.made['manifest_sha256']}")
+        envelope = attest(bento, record, root=root, sealed=sealed, cfg=cfg, key=key,
                           base=base_dir and {"tag": tags["base"], "source": base_dir.as_posix()})
         log(f"[package] provenance: {signing.PROVENANCE_FILE} (in-toto SLSA v1, "
             + (f"signed by the key sha256 {key.fingerprint})" if key else "unsigned: package.signing is none)"))
@@ -415,10 +425,10 @@ def package(cfg: PackageConfig, *, root: Path, gate_path: Path, finetuned: Path,
     return {"bento": str(bento.tag), "models": tags, "exported": shown, "selected": selected,
             "model_gate_passed": True, "git_commit": record["git"]["commit"], "git_dirty": record["git"]["dirty"],
             "model_md5": record["model"]["md5"], "lineage_md5": lineage_md5(tags["classifier"]),
-            "bytes": size, "sha256": digest, **sealed,
+            "bytes": size, "sha256": digest, **sealed.made,
             "signing": None if key is None else {
                 "method": "key", "algorithm": key.algorithm, "public_key_sha256": key.fingerprint,
-                "format": "OpenSSF model signing", "models": sorted(models),
+                "format": "OpenSSF model signing", "models": sorted(sealed.models),
                 "model_signature": signing.MODEL_SIGNATURE},
             "provenance": {"file": signing.PROVENANCE_FILE, "sha256": hashlib.sha256(envelope).hexdigest(),
                            "signed": key is not None, "predicate": signing.SLSA_PREDICATE},

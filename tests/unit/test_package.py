@@ -194,7 +194,7 @@ def _fake_stage(monkeypatch, exported: str, fail: BaseException | None = None):
     monkeypatch.setattr(pkg, "save_models", lambda record, cfg, **kw: {"classifier": "lm-classifier:v1",
                                                                        "generative": {}})
     monkeypatch.setattr(pkg, "build_bento", lambda *a, **kw: types.SimpleNamespace(tag="lm-pipeline:v1", path="."))
-    monkeypatch.setattr(pkg, "seal", lambda bento: ({"manifest_sha256": "c" * 64, "manifest_files": 3}, {}, {}))
+    monkeypatch.setattr(pkg, "seal", lambda bento: pkg.Sealed({"manifest_sha256": "c" * 64, "manifest_files": 3}, {}, {}))
     monkeypatch.setattr(pkg, "attest", lambda *a, **kw: b"{}")
     monkeypatch.setattr(pkg, "write_beside", lambda target, suffix, data: pkg.signing.sidecar(target, suffix))
 

@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from stages.finetuning.core import Body
 from stages.provenance.chain import render
 from stages.provenance.hashing import folder_manifest
 from stages.provenance.record import LineageError, Lock, collect
@@ -476,9 +477,8 @@ def test_verify_on_a_workspace_folder_checks_the_card_its_stage_wrote(tmp_path, 
 
     def card(task_manifest):
         stagecard.write(m2, stagecard.finetune_facts(
-            paradigm="bert", init="random", labels=["river", "market"], config={"head": "pooled", "max_len": 64},
-            metrics={"test_macro_f1": 0.4}, sources=stagecard.corpora([task_manifest]), model_dir=m2,
-            parameters=4))
+            Body("bert", "random", m2), labels=["river", "market"], config={"head": "pooled", "max_len": 64},
+            metrics={"test_macro_f1": 0.4}, sources=stagecard.corpora([task_manifest]), parameters=4))
 
     card(root / "data/ingested/task/manifest.json")
     relock()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+from stages.finetuning.core import Body
 from stages.provenance import stagecard
 
 
@@ -67,10 +68,10 @@ def finetuned(tmp_path, init: str, model_dir):
                                        kind="debian_descriptions", documents=11_773)])
     seeds = [{"seed": s, "test_macro_f1": 0.77 + s / 100, "test_accuracy": 0.8} for s in (0, 1, 2)]
     facts = stagecard.finetune_facts(
-        paradigm="bert", init=init, labels=["net", "games"], config={"head": "pooled", "max_len": 128},
+        Body("bert", init, model_dir), labels=["net", "games"], config={"head": "pooled", "max_len": 128},
         metrics={"train_examples": 9274, "steps": 310, "lr": 0.001, "test_macro_f1": 0.778,
                  "test_macro_f1_std": 0.014, "seeds": seeds, "saved_seed": 1, "test_examples": 1101},
-        sources=task, model_dir=model_dir, parameters=1_560_000)
+        sources=task, parameters=1_560_000)
     out = tmp_path / f"ft-{init}"
     out.mkdir()
     stagecard.write(out, facts)

@@ -53,9 +53,16 @@ def tensors(**arrays) -> dict:
 
 
 class Builder:
-    """A batch builder over ``layout``'s blocks; ``batched``: one call builds a whole micro-batch."""
+    """A batch builder over ``layout``'s blocks (its objective's ``name``). What the loop reads of it: ``batched``
+    (one call builds a whole micro-batch; else block by block, each with its own generator), ``needs_corpus``
+    (the call also gets the whole block array), and for the FLOPs of a model without its own heads ``select``
+    (the share of positions the output layer runs at) and ``targets_len`` (a decoder's target length)."""
 
+    name: str
     batched = True
+    needs_corpus = False
+    select: float = 1.0
+    targets_len: int | None = None
 
     def __init__(self, layout) -> None:
         self.layout = layout
@@ -67,7 +74,10 @@ class Objective:
     ``settings(train)`` it accepts (and the tokenizer's ``sentence_ends`` when asked); ``view(model, builder) ->
     (module, prepare)``; ``fused_view``: the same loss with fused kernels (the loop takes it on GPUs, :mod:`stages.training.kernels`);
     ``setup(model, layout, builder, train, init) -> FLOPs per token`` attaches its own heads;
-    ``card(select, generator_size) -> str``: what the model card says the run predicts."""
+    ``card(select, generator_size) -> str``: what the model card says the run predicts; ``shifts_labels``: the
+    model predicts token t+1 from position t (held-out scores shift, perplexity reported); ``metrics``: scores its
+    model outputs carry per batch (an attribute of that name), averaged over the held-out blocks as
+    ``eval_<name>``."""
 
     name: str
     paradigm: str
@@ -80,6 +90,8 @@ class Objective:
     setup: Callable[..., float] | None = None  # None: no own heads, the stock model's FLOPs (pretrain counts them)
     fixed: dict = field(default_factory=dict)  # keywords always given to ``builder`` (e.g. the NSP/SOP task)
     own_keys: tuple[str, ...] = ()  # train config keys only this objective reads (set for another: an error)
+    shifts_labels: bool = False
+    metrics: tuple[str, ...] = ()
 
     def make(self, layout, **settings):
         """The batch builder for ``layout``, given those of ``settings`` its builder takes."""

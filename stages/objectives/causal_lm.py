@@ -10,7 +10,6 @@ from stages.objectives import Builder, Objective, tensors, wrap
 
 class CausalLM(Builder):
     name = "causal_lm"
-    shifts_labels = True  # the model predicts token t+1 from position t (scores shift; perplexity reported)
 
     def __call__(self, rows: np.ndarray, rng: np.random.Generator) -> dict:
         ids = np.asarray(rows, dtype=np.int64)
@@ -36,4 +35,5 @@ def fused_view(model, builder):
 
 
 OBJECTIVES = (Objective(name="causal_lm", paradigm="gpt", builder=CausalLM, fused_view=fused_view,
+                        shifts_labels=True,  # the model predicts token t+1 from position t (perplexity reported)
                         card=lambda select, generator_size: "causal (next-token) language modelling"),)

@@ -129,6 +129,6 @@ def pair_view(model, builder):
 
 OBJECTIVES = tuple(
     Objective(name=task, paradigm="bert", builder=SentencePairs, fixed={"task": task}, sentence_ends=True,
-              view=pair_view, setup=setup, settings=lambda train: {"select": train.mlm_select},
+              view=pair_view, setup=setup, metrics=("pair_accuracy",), settings=lambda train: {"select": train.mlm_select},
               card=lambda select, generator_size, words=words: f"masked language modelling with {words}" + share(select))
     for task, words in (("nsp", "next-sentence prediction (BERT's)"), ("sop", "sentence-order prediction (ALBERT's)")))

@@ -114,8 +114,8 @@ def make_batch(objective, blocks: np.ndarray, ids, streams: BlockStreams) -> dic
     import torch
 
     ids = np.asarray(ids, dtype=np.int64)
-    if getattr(objective, "batched", False):
-        if getattr(objective, "needs_corpus", False):  # draws from other blocks too (NSP's random segments)
+    if objective.batched:
+        if objective.needs_corpus:  # draws from other blocks too (NSP's random segments)
             return objective(np.asarray(blocks[ids]), streams, corpus=blocks)
         return objective(np.asarray(blocks[ids]), streams)
     parts = [objective(np.asarray(blocks[int(i): int(i) + 1]), g) for i, g in zip(ids, streams)]

@@ -7,25 +7,27 @@ import math
 
 import numpy as np
 
-from stages.objectives import training_view
+from stages.objectives import named, training_view
 from stages.training.config import TrainConfig
 from stages.training.data import EVAL_KEY, generators, make_batch
 from stages.training.device import bf16_autocast, to_device
 
 
 def evaluate(model, objective, blocks: np.ndarray, cfg: TrainConfig, device: str, bf16: bool) -> dict:
-    """Loss over the held-out blocks, weighted by label tokens, and accuracy (GPT: perplexity; NSP / SOP: the
-    pair head's accuracy). Masks are fixed per block, so every evaluation is comparable."""
+    """Loss over the held-out blocks, weighted by label tokens, and accuracy (GPT: perplexity; what the objective
+    declares in ``metrics``, e.g. NSP / SOP's pair accuracy). Masks are fixed per block, so every evaluation is
+    comparable."""
     import torch
 
     n = min(cfg.eval_blocks, len(blocks))
     view, prepare = training_view(model, objective)
-    shifted = getattr(objective, "shifts_labels", False)
+    declared = named(objective.name)
+    shifted = declared.shifts_labels
     loss_sum = torch.zeros((), device=device, dtype=torch.float64)
     correct = torch.zeros((), device=device, dtype=torch.int64)
     count = torch.zeros((), device=device, dtype=torch.int64)
-    pair_correct = torch.zeros((), device=device, dtype=torch.float64)  # NSP / SOP: the pair head's hits
-    pairs = 0
+    extra = {m: torch.zeros((), device=device, dtype=torch.float64) for m in declared.metrics}  # per-batch, weighted
+    rows = 0
     was_training = model.training
     model.eval()
     with torch.no_grad(), bf16_autocast(device, bf16):
@@ -43,14 +45,14 @@ def evaluate(model, objective, blocks: np.ndarray, cfg: TrainConfig, device: str
             loss_sum += out.loss.double() * tokens
             correct += ((logits.argmax(-1) == labels) & valid).sum()
             count += tokens
-            if getattr(out, "pair_accuracy", None) is not None:
-                pair_correct += out.pair_accuracy.double() * len(ids)
-                pairs += len(ids)
+            for m in extra:
+                extra[m] += getattr(out, m).double() * len(ids)
+            rows += len(ids)
     model.train(was_training)
     loss = (loss_sum / count.clamp(min=1)).item()
     result = {"eval_loss": round(loss, 5), "eval_accuracy": round(correct.item() / max(count.item(), 1), 5)}
     if shifted:
         result["eval_perplexity"] = round(math.exp(min(loss, 50)), 3)
-    if pairs:
-        result["eval_pair_accuracy"] = round(pair_correct.item() / pairs, 5)
+    for m, total in extra.items():
+        result[f"eval_{m}"] = round(total.item() / max(rows, 1), 5)
     return result

@@ -102,8 +102,8 @@ def model_and_objective(cfg, layout, paradigm: str, init: Path | None, tokenizer
     builder = objective.make(layout, **settings)
     if objective.setup is not None:
         return model, builder, objective.setup(model, layout, builder, cfg.train, init), fresh
-    return model, builder, flops_per_token(model, layout, predicted_fraction=getattr(builder, "select", 1.0),
-                                           targets_len=getattr(builder, "targets_len", None)), fresh
+    return model, builder, flops_per_token(model, layout, predicted_fraction=builder.select,
+                                           targets_len=builder.targets_len), fresh
 
 
 def with_replay(train_blocks, tokens_dir: Path, manifest: dict, cfg, log=None):

@@ -2,13 +2,19 @@
 plus ``rtd_weight`` (the paper's lambda) x the discriminator's binary cross-entropy on original vs replaced.
 
 Generator and discriminator are one tied model (the paper's section 3.2 variant) unless ``train.generator_size``
-asks for a separate one (``stages.training.electra``). The saved model is the stock masked-LM class; the
-discriminator's head goes beside it in ``rtd_head.safetensors``. Replacements are sampled by inverse CDF from one
-uniform number per position that the builder draws, so the draws come from the per-block streams.
+asks for a separate one: a masked-LM transformer of ``generator_size`` x the discriminator's width (the paper finds
+1/4 to 1/2 best, 3.2-3.3) on the shared word embeddings. The saved model is the stock masked-LM class; the
+discriminator's head goes beside it in ``rtd_head.safetensors``, a separate generator in ``generator.safetensors``
+(its size in ``generator.json``), so the folder still loads as the stock class and DAPT continues all of them.
+Replacements are sampled by inverse CDF from one uniform number per position that the builder draws, so the draws
+come from the per-block streams. The objective's own settings (``rtd_weight``, ``generator_size``) are its
+``own_keys``; every other objective refuses them.
 """
 
 from __future__ import annotations
 
+import functools
+import json
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -16,9 +22,11 @@ import numpy as np
 
 from stages.objectives import Objective, tensors, wrap
 from stages.objectives.masked_lm import MaskedLM, body_name, masked_positions, mlm_result, share, sparse_mlm
-from stages.training.models import attach_side_head, flops_per_token
+from stages.training.models import add_side_module, attach_side_head, flops_per_token, save_tensors
 
 RTD_HEAD_FILE = "rtd_head.safetensors"
+GENERATOR_FILE = "generator.safetensors"
+GENERATOR_CONFIG = "generator.json"
 
 
 class ReplacedTokenDetection(MaskedLM):
@@ -34,6 +42,85 @@ class ReplacedTokenDetection(MaskedLM):
         ids = np.asarray(rows, dtype=np.int64)
         return {**super().__call__(rows, rng),
                 **tensors(original_ids=ids, sample_u=rng.random(ids.shape).astype(np.float32))}
+
+
+@functools.cache
+def generator_class():
+    """The separate generator's module class (defined on first use: it imports torch); ``forward`` returns its
+    vocabulary logits at the flat ``positions``."""
+    import torch
+
+    class Generator(torch.nn.Module):
+        def __init__(self, disc_config, size: float) -> None:
+            super().__init__()
+            self.size = size
+            emb = disc_config.hidden_size  # the word embedding width (the discriminator's hidden size)
+            hidden = max(8, int(round(emb * size)))
+            heads = max(1, hidden // 64)
+            hidden -= hidden % heads
+            values = disc_config.to_dict()
+            values.update(hidden_size=hidden, num_attention_heads=heads, intermediate_size=4 * hidden,
+                          vocab_size=max(1, int(disc_config.pad_token_id or 0) + 1))  # it reads embeddings, not ids
+            cfg = type(disc_config).from_dict(values)
+            from transformers import AutoModel
+
+            self.hidden = hidden
+            self.proj_in = torch.nn.Linear(emb, hidden)
+            self.body = AutoModel.from_config(cfg)
+            self.transform = torch.nn.Sequential(
+                torch.nn.Linear(hidden, emb), torch.nn.GELU(),
+                torch.nn.LayerNorm(emb, eps=getattr(disc_config, "layer_norm_eps", 1e-7)))
+            self.bias = torch.nn.Parameter(torch.zeros(disc_config.vocab_size))
+
+        def forward(self, input_ids, attention_mask, positions, embeddings):
+            states = self.body(inputs_embeds=self.proj_in(embeddings(input_ids)), attention_mask=attention_mask)[0]
+            picked = states.reshape(-1, self.hidden).index_select(0, positions)
+            return self.transform(picked) @ embeddings.weight.T + self.bias
+
+    return Generator
+
+
+def attach_generator(model, *, size: float, seed: int, init=None) -> None:
+    """Give a masked-LM model a generator of ``size`` x its width as the submodule ``electra_generator``;
+    with ``init`` (a model folder that holds one) the trained generator, which must be of that size."""
+    import torch
+
+    saved = Path(init) / GENERATOR_CONFIG if init is not None else None
+    if saved is not None and saved.is_file():
+        was = json.loads(saved.read_text())["size"]
+        if abs(was - size) > 1e-9:
+            raise ValueError(f"generator_size: {size} but {init} continues a generator of size {was}")
+    generator = torch.Generator().manual_seed(seed)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(int(torch.randint(0, 2**31 - 1, (1,), generator=generator)))
+        gen = generator_class()(model.config, size)
+    with torch.no_grad():
+        for layer in (gen.proj_in, gen.transform[0]):
+            layer.weight.normal_(0.0, model.config.initializer_range, generator=generator)
+            layer.bias.zero_()
+    if saved is not None and saved.is_file():
+        from safetensors.torch import load_file
+
+        gen.load_state_dict(load_file(str(Path(init) / GENERATOR_FILE)))
+    model.electra_generator = gen.to(next(model.parameters()).device)
+    add_side_module(model, "electra_generator", save_generator)
+
+
+def save_generator(gen, folder) -> None:
+    save_tensors(gen, Path(folder) / GENERATOR_FILE)
+    (Path(folder) / GENERATOR_CONFIG).write_text(json.dumps({"size": gen.size, "hidden_size": gen.hidden}) + "\n")
+
+
+def generator_flops_per_token(gen, *, seq_len: int, select: float) -> float:
+    """Training FLOPs per input token of the generator: its transformer, input projection and attention at
+    every position, its output layer at the selected share."""
+    cfg = gen.body.config
+    per_position = sum(p.numel() for p in gen.body.parameters()) - gen.body.get_input_embeddings().weight.numel()
+    per_position += sum(p.numel() for p in gen.proj_in.parameters())
+    disentangled = 2 if getattr(cfg, "model_type", "") == "deberta-v2" else 1
+    attention = 12 * disentangled * cfg.num_hidden_layers * gen.hidden * seq_len
+    out = sum(p.numel() for p in gen.transform.parameters()) + gen.bias.numel() * gen.transform[0].out_features
+    return 6 * per_position + attention + 6 * select * out
 
 
 def attach_rtd_head(model, *, seed: int, init=None) -> None:
@@ -56,8 +143,6 @@ def electra_flops_per_token(model, layout, *, select: float) -> float:
     disentangled = 2 if getattr(cfg, "model_type", "") == "deberta-v2" else 1
     attention = 12 * disentangled * layers * d * layout.seq_len
     if generator is not None:
-        from stages.training.electra import generator_flops_per_token  # imports torch
-
         return (body + attention + 6 * head_params
                 + generator_flops_per_token(generator, seq_len=layout.seq_len, select=select))
     # flops_per_token counts every parameter of ``model``, the head's included (6 x its size per token)
@@ -67,8 +152,6 @@ def electra_flops_per_token(model, layout, *, select: float) -> float:
 def setup(model, layout, builder, train, init) -> float:
     """The discriminator head and, with ``train.generator_size``, a separate generator; their FLOPs."""
     attach_rtd_head(model, seed=train.seed, init=init)
-    from stages.training.electra import GENERATOR_CONFIG, attach_generator  # imports torch
-
     if train.generator_size:
         attach_generator(model, size=train.generator_size, seed=train.seed + 1, init=init)
     elif init is not None and (Path(init) / GENERATOR_CONFIG).is_file():

@@ -154,7 +154,7 @@ def test_pretrain_and_dapt_stages_train_electra(datasets, tmp_path):
 
 def test_pretrain_and_dapt_stages_train_electra_with_a_separate_generator(datasets, tmp_path, capsys):
     from stages.pretrain import main
-    from stages.training.electra import GENERATOR_FILE
+    from stages.objectives.electra import GENERATOR_FILE
 
     path = electra_params(tmp_path, {"objective": "electra", "generator_size": 0.25})
     out, dapt = tmp_path / "general", tmp_path / "dapt"
@@ -184,7 +184,7 @@ def test_electra_is_refused_for_other_paradigms(datasets, tmp_path, capsys):
 
 
 def test_a_separate_generator_is_smaller_shares_the_word_embeddings_and_trains():
-    from stages.training.electra import attach_generator
+    from stages.objectives.electra import attach_generator
 
     model = build_model(BERT, SMALL, seed=1)
     attach_rtd_head(model, seed=0)
@@ -215,7 +215,7 @@ def test_a_separate_generator_is_smaller_shares_the_word_embeddings_and_trains()
 def test_a_separate_generator_saves_beside_the_model_and_dapt_continues_it(tmp_path):
     from transformers import AutoModelForMaskedLM
 
-    from stages.training.electra import GENERATOR_CONFIG, GENERATOR_FILE, attach_generator
+    from stages.objectives.electra import GENERATOR_CONFIG, GENERATOR_FILE, attach_generator
 
     model = build_model(BERT, SMALL, seed=1)
     attach_rtd_head(model, seed=0)
@@ -233,7 +233,7 @@ def test_a_separate_generator_saves_beside_the_model_and_dapt_continues_it(tmp_p
 
 
 def test_flops_of_a_separate_generator_replace_the_tied_masked_lm_pass():
-    from stages.training.electra import attach_generator
+    from stages.objectives.electra import attach_generator
 
     model = build_model(BERT, SMALL, seed=1)
     attach_rtd_head(model, seed=0)

@@ -69,6 +69,17 @@ class Builder:
 
 
 @dataclass(frozen=True)
+class BlockCheck:
+    """A check the tokens gate runs on the blocks laid out for a paradigm's own objective: ``table(blocks, layout,
+    sample, seed)`` gives one row per sampled training block, ``expect(layout)`` the one value each column must
+    hold in every row; the gate's table is called ``name``."""
+
+    name: str
+    table: Callable[..., Any]
+    expect: Callable[[Any], dict]
+
+
+@dataclass(frozen=True)
 class Objective:
     """What an objective declares. ``builder(layout, **settings)`` makes its batch builder from the keys of
     ``settings(train)`` it accepts (and the tokenizer's ``sentence_ends`` when asked); ``view(model, builder) ->
@@ -77,7 +88,8 @@ class Objective:
     ``card(select, generator_size) -> str``: what the model card says the run predicts; ``shifts_labels``: the
     model predicts token t+1 from position t (held-out scores shift, perplexity reported); ``metrics``: scores its
     model outputs carry per batch (an attribute of that name), averaged over the held-out blocks as
-    ``eval_<name>``."""
+    ``eval_<name>``; ``block_check``: what the tokens gate checks of the blocks when this is the paradigm's own
+    objective (the blocks are laid out for it)."""
 
     name: str
     paradigm: str
@@ -92,6 +104,7 @@ class Objective:
     own_keys: tuple[str, ...] = ()  # train config keys only this objective reads (set for another: an error)
     shifts_labels: bool = False
     metrics: tuple[str, ...] = ()
+    block_check: BlockCheck | None = None
 
     def make(self, layout, **settings):
         """The batch builder for ``layout``, given those of ``settings`` its builder takes."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from stages.objectives import Builder, Objective, tensors
+from stages.objectives import BlockCheck, Builder, Objective, tensors
 
 
 def _lengths(tokens_length: int, noise_density: float, mean_span: float) -> tuple[int, int]:
@@ -127,5 +127,24 @@ class SpanCorruption(Builder):
         return tensors(input_ids=inputs, attention_mask=np.ones_like(inputs), labels=labels)
 
 
-OBJECTIVES = (Objective(name="span_corruption", paradigm="t5", builder=SpanCorruption,
+def corruption_lengths(blocks: np.ndarray, layout, sample: int, seed: int = 0):
+    """Encoder-input and target lengths after span corruption, for up to ``sample`` random blocks (a DataFrame
+    indexed by block)."""
+    import pandas as pd
+
+    rng = np.random.default_rng(seed)
+    rows = np.sort(rng.choice(len(blocks), size=min(sample, len(blocks)), replace=False)) if len(blocks) else []
+    out = []
+    for r in rows:
+        inputs, target = corrupt(np.asarray(blocks[r]), sentinel_top=layout.sentinel_top, eos_id=layout.eos_id,
+                                 noise_density=layout.noise_density, mean_span=layout.mean_span, rng=rng)
+        out.append((int(r), len(inputs), len(target)))
+    return pd.DataFrame(out, columns=["block", "input_len", "target_len"]).set_index("block")
+
+
+# The tokens gate corrupts a sample of the T5 blocks: every encoder input and target has exactly the layout's lengths
+LENGTHS = BlockCheck("t5_corruption", corruption_lengths,
+                     lambda layout: {"input_len": layout.seq_len, "target_len": layout.targets_len})
+
+OBJECTIVES = (Objective(name="span_corruption", paradigm="t5", builder=SpanCorruption, block_check=LENGTHS,
                         card=lambda select, generator_size: "span corruption"),)

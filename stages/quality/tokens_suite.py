@@ -1,6 +1,7 @@
 """The gate after tokenization, measured per block on the block files as written: ``max_id``, ``unk_fraction``,
-``pad_fraction``, ``reserved_tokens`` and, for BERT, [CLS] ... [SEP]; for T5 a sample is span-corrupted to
-check the exact ``seq_len`` and ``targets_len``."""
+``pad_fraction``, ``reserved_tokens`` and, for BERT, [CLS] ... [SEP]; and the check the paradigm's own objective
+declares for the blocks laid out for it (``Objective.block_check``; T5's span corruption: a sample corrupted to the
+exact ``seq_len`` and ``targets_len``)."""
 
 from __future__ import annotations
 
@@ -11,12 +12,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from stages import objectives
 from stages.config import check
-from stages.objectives.span_corruption import corrupt
 from stages.quality.gate import Expect, set_by
 from stages.tokenization.layout import BlockLayout
-
-CORRUPTION = "t5_corruption"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -69,18 +68,6 @@ def block_features(blocks: np.ndarray, layout: "BlockLayout", *, chunk: int = 81
                                                                  "unk_fraction"])
 
 
-def corruption_lengths(blocks: np.ndarray, layout: "BlockLayout", sample: int, seed: int = 0) -> pd.DataFrame:
-    """Encoder-input and target lengths after span corruption, for up to ``sample`` random blocks."""
-    rng = np.random.default_rng(seed)
-    rows = np.sort(rng.choice(len(blocks), size=min(sample, len(blocks)), replace=False)) if len(blocks) else []
-    out = []
-    for r in rows:
-        inputs, target = corrupt(np.asarray(blocks[r]), sentinel_top=layout.sentinel_top, eos_id=layout.eos_id,
-                                 noise_density=layout.noise_density, mean_span=layout.mean_span, rng=rng)
-        out.append((int(r), len(inputs), len(target)))
-    return pd.DataFrame(out, columns=["block", "input_len", "target_len"]).set_index("block")
-
-
 def tokens_suite(files: Mapping[str, np.ndarray], layout: "BlockLayout", gate: TokensGateConfig, where: str = ""):
     """(tables, expectations) for every block file, keyed ``<corpus>_<split>``; ``where``: the params section of
     the gate's bounds (``tokens.defaults.gate``), named by a failure."""
@@ -105,13 +92,14 @@ def tokens_suite(files: Mapping[str, np.ndarray], layout: "BlockLayout", gate: T
         if layout.paradigm == "bert":
             checks += [Expect(name, "ExpectColumnValuesToBeInSet", {"column": c, "value_set": [True]})
                        for c in ("first_is_cls", "closed_by_sep")]
-    if layout.paradigm == "t5" and gate.corruption_sample:
+    own = objectives.get(layout.paradigm).block_check  # the blocks are laid out for the paradigm's own objective
+    if own is not None and gate.corruption_sample:
         train = [b for n, b in files.items() if n.endswith("_train")]
-        tables[CORRUPTION] = pd.concat([corruption_lengths(b, layout, gate.corruption_sample, seed=i)
-                                        for i, b in enumerate(train)]) if train else pd.DataFrame(
-            columns=["input_len", "target_len"])
-        checks += [Expect(CORRUPTION, "ExpectColumnValuesToBeInSet", {"column": column, "value_set": [length]})
-                   for column, length in (("input_len", layout.seq_len), ("target_len", layout.targets_len))]
+        expected = own.expect(layout)
+        tables[own.name] = pd.concat([own.table(b, layout, gate.corruption_sample, i)
+                                      for i, b in enumerate(train)]) if train else pd.DataFrame(columns=list(expected))
+        checks += [Expect(own.name, "ExpectColumnValuesToBeInSet", {"column": column, "value_set": [value]})
+                   for column, value in expected.items()]
     return tables, checks
 
 

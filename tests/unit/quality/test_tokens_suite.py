@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from stages.quality.tokens_suite import block_features, corruption_lengths
+from stages.objectives.span_corruption import corruption_lengths
+from stages.quality.tokens_suite import block_features
 from stages.tokenization.layout import BlockLayout
 
 BERT = BlockLayout(paradigm="bert", seq_len=8, block_len=8, vocab_size=100, pad_id=0, unk_id=1, cls_id=2, sep_id=3,
@@ -38,3 +39,20 @@ def test_t5_features_and_corruption_lengths():
     assert f["reserved_tokens"].tolist() == [0, 0, 0, 1] + [0] * 6
     lengths = corruption_lengths(blocks, T5, sample=6)
     assert len(lengths) == 6 and set(lengths["input_len"]) == {32} and set(lengths["target_len"]) == {8}
+
+
+def test_the_gate_runs_the_check_its_paradigms_own_objective_declares():
+    from stages.quality.tokens_suite import TokensGateConfig, tokens_suite
+
+    rng = np.random.default_rng(1)
+    t5 = {"c_train": rng.integers(3, 99, size=(10, 34)).astype(np.uint16),
+          "c_heldout": rng.integers(3, 99, size=(4, 34)).astype(np.uint16)}
+    tables, checks = tokens_suite(t5, T5, TokensGateConfig(corruption_sample=5))
+    assert len(tables["t5_corruption"]) == 5  # training blocks only
+    own = {(c.kwargs["column"], c.kwargs["value_set"][0]) for c in checks if c.table == "t5_corruption"}
+    assert own == {("input_len", 32), ("target_len", 8)}
+    tables, checks = tokens_suite(t5, T5, TokensGateConfig(corruption_sample=0))
+    assert "t5_corruption" not in tables and all(c.table != "t5_corruption" for c in checks)
+    bert = {"c_train": np.array([[2, 10, 11, 3, 0, 0, 0, 0]], dtype=np.uint16)}
+    tables, checks = tokens_suite(bert, BERT, TokensGateConfig())
+    assert set(tables) == {"c_train"}  # masked LM declares no check of its own

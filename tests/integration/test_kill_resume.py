@@ -8,8 +8,8 @@ it starts to publish, the most delicate one). A stage that finishes without show
 uninterrupted run: its time is taken, and the next run is killed half way through it. Then the same command is
 issued again. Expected: the killed run left each output either as it was or absent, never half-written; the
 next run finishes and its outputs are byte for byte those of the uninterrupted run (a training stage resumes
-from its checkpoint when it saved one); no scratch folder is left anywhere (each stage sweeps, when it starts,
-what dead runs left: see ``stages.common.atomic.sweep_dead``).
+from its checkpoint when it saved one, and removes it when it finishes); no scratch folder is left anywhere (each
+stage sweeps, when it starts, what dead runs left: see ``stages.common.atomic.sweep_dead``).
 """
 
 from __future__ import annotations
@@ -168,3 +168,5 @@ def test_a_killed_stage_leaves_whole_outputs_and_the_next_run_matches_an_uninter
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
     _same_as_before(stage, outs, before, f"after {stage} killed at {marker}")
     assert not _leftovers(project), _leftovers(project)
+    kind, _, item = stage.partition("@")  # the finished run resumed from its checkpoint, then removed it
+    assert not (project / "data" / "checkpoints" / kind / item).exists(), f"{stage}: a checkpoint outlived its run"

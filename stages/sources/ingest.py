@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import glob
 import hashlib
+import os
 import platform
 import time
 from collections import Counter, deque
@@ -208,14 +209,16 @@ def pin_sources(cfg: CorpusConfig, *, corpus: str, cache_dir: Path, pin_file: Pa
 
 
 def portable_path(path: str) -> str:
-    """A manifest path, relative to the working directory when inside it (the same on every clone), else under
-    the home folder as ``~/...`` (no user name in records, cards and Bentos), else as it is."""
+    """A manifest path, relative to the working directory when inside it (the same on every clone; a folder
+    linked into the workspace, such as a shared download cache, counts as inside), else under the home folder as
+    ``~/...`` (no user name in records, cards and Bentos), else as it is."""
     p = Path(path)
-    for base, prefix in ((Path.cwd(), ""), (Path.home(), "~/")):
-        try:
-            return prefix + p.resolve().relative_to(base.resolve()).as_posix()
-        except (ValueError, RuntimeError):  # RuntimeError: no home folder to resolve
-            continue
+    for base, prefix in ((Path.cwd, ""), (Path.home, "~/")):
+        for how in (lambda q: Path(os.path.abspath(q)), Path.resolve):  # as named (through links), then resolved
+            try:
+                return prefix + how(p).relative_to(how(base())).as_posix()
+            except (ValueError, RuntimeError):  # RuntimeError: no home folder, or a loop of links
+                continue
     return p.as_posix()
 
 

@@ -50,7 +50,7 @@ class BrownSource:
 
 def fetch_npm(spec: str, ctx: SourceContext, prov: Provenance) -> Path:
     """The cached tarball of the exact ``name@version``, fetched on a cache miss (same provenance either way)."""
-    cache = ctx.subdir("npm").resolve()
+    cache = ctx.subdir("npm").absolute()  # as named: a linked cache stays inside the workspace
     index_path = cache / "index.json"
     index = json.loads(index_path.read_text()) if index_path.exists() else {}
     pinned = (ctx.pin or {}).get("integrity")

@@ -542,3 +542,9 @@ def test_manifest_paths_are_relative_to_the_workspace_or_the_home_folder(tmp_pat
     assert portable_path(str(work / "data" / "x.parquet")) == "data/x.parquet"
     assert portable_path(str(home / "corpora" / "x.jsonl")) == "~/corpora/x.jsonl"
     assert portable_path("/srv/shared/x.jsonl") == "/srv/shared/x.jsonl"
+    shared = tmp_path / "shared-cache"  # a download cache outside the workspace, linked into it
+    (shared / "npm").mkdir(parents=True)
+    (work / ".cache").mkdir()
+    (work / ".cache" / "sources").symlink_to(shared)
+    assert portable_path(str(work / ".cache" / "sources" / "npm" / "p.tgz")) == ".cache/sources/npm/p.tgz"
+    assert portable_path(".cache/sources/npm/p.tgz") == ".cache/sources/npm/p.tgz"

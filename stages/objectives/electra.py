@@ -22,7 +22,8 @@ import numpy as np
 
 from stages.objectives import Objective, tensors, wrap
 from stages.objectives.masked_lm import MaskedLM, body_name, masked_positions, mlm_result, share, sparse_mlm
-from stages.training.models import add_side_module, attach_side_head, flops_per_token, save_tensors
+from stages.training.models import (add_side_module, attach_side_head, attention_flops, flops_per_token,
+                                    save_tensors)
 
 RTD_HEAD_FILE = "rtd_head.safetensors"
 GENERATOR_FILE = "generator.safetensors"
@@ -117,8 +118,7 @@ def generator_flops_per_token(gen, *, seq_len: int, select: float) -> float:
     cfg = gen.body.config
     per_position = sum(p.numel() for p in gen.body.parameters()) - gen.body.get_input_embeddings().weight.numel()
     per_position += sum(p.numel() for p in gen.proj_in.parameters())
-    disentangled = 2 if getattr(cfg, "model_type", "") == "deberta-v2" else 1
-    attention = 12 * disentangled * cfg.num_hidden_layers * gen.hidden * seq_len
+    attention = attention_flops(cfg, width=gen.hidden, layers=cfg.num_hidden_layers, seq_len=seq_len)
     out = sum(p.numel() for p in gen.transform.parameters()) + gen.bias.numel() * gen.transform[0].out_features
     return 6 * per_position + attention + 6 * select * out
 
@@ -140,8 +140,7 @@ def electra_flops_per_token(model, layout, *, select: float) -> float:
     n = sum(p.numel() for p in model.parameters()) - head_params - gen_params
     d, layers = cfg.hidden_size, cfg.num_hidden_layers
     body = 6 * (n - (d * d + cfg.vocab_size * d))  # without the vocabulary output layer
-    disentangled = 2 if getattr(cfg, "model_type", "") == "deberta-v2" else 1
-    attention = 12 * disentangled * layers * d * layout.seq_len
+    attention = attention_flops(cfg, width=d, layers=layers, seq_len=layout.seq_len)
     if generator is not None:
         return (body + attention + 6 * head_params
                 + generator_flops_per_token(generator, seq_len=layout.seq_len, select=select))

@@ -123,6 +123,13 @@ def load_model(path, paradigm: str, *, fresh: list | None = None):
     return _with_loss(model, paradigm)
 
 
+def attention_flops(cfg, *, width: int, layers: int, seq_len: int) -> int:
+    """Training FLOPs per token of an encoder's or decoder's self-attention scores: 12 * layers * width * seq_len,
+    twice for DeBERTa-v2's disentangled attention."""
+    disentangled = 2 if getattr(cfg, "model_type", "") == "deberta-v2" else 1
+    return 12 * disentangled * layers * width * seq_len
+
+
 def flops_per_token(model, layout: "BlockLayout", *, predicted_fraction: float = 1.0,
                     targets_len: int | None = None) -> float:
     """Training FLOPs per input token: 6N + 12 * layers * d_model * seq_len (Kaplan et al. 2020; PaLM appendix B),
@@ -135,8 +142,7 @@ def flops_per_token(model, layout: "BlockLayout", *, predicted_fraction: float =
         d = getattr(cfg, "hidden_size", None) or cfg.n_embd
         if layout.paradigm == "bert" and predicted_fraction < 1:
             n -= (1 - predicted_fraction) * (d * d + cfg.vocab_size * d)
-        disentangled = 2 if getattr(cfg, "model_type", "") == "deberta-v2" else 1
-        return 6 * n + 12 * disentangled * layers * d * layout.seq_len
+        return 6 * n + attention_flops(cfg, width=d, layers=layers, seq_len=layout.seq_len)
     enc = sum(p.numel() for name, p in model.named_parameters() if name.startswith("encoder.block"))
     rest = n - enc  # decoder blocks, the shared embedding / output matmul and final norms
     s, t, d = layout.seq_len, targets_len or layout.targets_len, cfg.d_model

@@ -39,7 +39,6 @@ run: $(VENV)/.installed-run
 	$(PY) -m stages.config params.yaml   # one line for a params file DVC would choke on (alias bombs, NaN)
 ifeq ($(PROFILE),)
 	$(PY) -m stages.profile_run --restore   # what a killed profile run left in the workspace, put back
-	PATH="$(abspath $(VENV))/bin:$$PATH" $(PY) -m stages.sources.stale --repro   # own source files edited since ingest
 	PATH="$(abspath $(VENV))/bin:$$PATH" $(VENV)/bin/dvc repro
 else
 	PATH="$(abspath $(VENV))/bin:$$PATH" $(PY) -m stages.profile_run $(PROFILE)

@@ -15,7 +15,6 @@ from stages.common.cli import entry
 from stages.config import ConfigError, load_params
 from stages.profile_run import restore_after_kill
 from stages.profile_run import run as run_profile
-from stages.sources.stale import reingest
 
 MODULES = {  # subcommand -> module whose main(argv) it runs
     "flow": "flows.pipeline", "ui": "flows.ui", "deploy": "flows.deploy", "files": "flows.files",
@@ -58,8 +57,7 @@ def run(argv: list[str]) -> int:
             load_params("params.yaml")  # before DVC reads it: one line for what would make DVC choke
             if said := restore_after_kill(Path(".")):
                 print(f"[profile] {said}", file=sys.stderr)
-            return (reingest(Path("."), _tool("dvc"), env, log=lambda line: print(line, file=sys.stderr, flush=True))
-                    or subprocess.call([_tool("dvc"), "repro"], env=env))  # own source files changed: ingested again
+            return subprocess.call([_tool("dvc"), "repro"], env=env)
         return run_profile(args.profile, dvc=_tool("dvc"), env=env)  # the workspace put back afterwards
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)

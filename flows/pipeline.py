@@ -31,7 +31,6 @@ from stages.cleaning.scratch import ENV as SCRATCH
 from stages.common.shards import ENV as DASK
 from stages.config import load_params
 from stages.profile_run import RESULTS, label, profile_workspace, restore_after_kill
-from stages.sources.stale import stale_corpora
 from stages.training import launch
 
 NETWORK_STAGES = {"ingest", "clean"}  # they fetch packages on a cold cache; a retry rides out a flaky mirror
@@ -228,9 +227,6 @@ def pipeline(target: str | None = None, profile: str | None = None, root: str = 
             if force:
                 closure(graph, force)  # an unknown name fails here, before any stage runs
             forced = {s for s in graph if s in force or s.split("@", 1)[0] in force}  # not their dependencies
-            for corpus, reason in stale_corpora(base).items():  # own files DVC cannot see as deps
-                logger.info(f"ingest@{corpus}: {reason}; ingesting it again")
-                forced.add(f"ingest@{corpus}")
             futures = {}
             for stage in order:
                 env = stage_env(stage, dask=dask, train_processes=train_processes, launcher=launcher,

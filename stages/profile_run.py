@@ -27,7 +27,6 @@ from stages.common.atomic import write_bytes_atomic, write_json_atomic
 from stages.common.hashing import sha256_file
 from stages.config import ConfigError, load_params
 from stages.profile import apply, load_checked, targets
-from stages.sources.stale import reingest
 
 KEPT_FILES = ("params.yaml", "dvc.lock", "experiments/compare/dvc.lock")
 REPORTS = "reports"
@@ -193,8 +192,7 @@ def run(spec: str | list[str], root: Path = Path("."), dvc: str = "dvc", env: di
         command = [dvc, "repro", *targets(apply(params, profile))]
         print(f"[profile] {label(spec)}: {len(profile)} params set for this run; + {' '.join(command)}",
               file=sys.stderr, flush=True)
-        return (reingest(root, dvc, env, log=lambda line: print(line, file=sys.stderr, flush=True))
-                or subprocess.call(command, cwd=root, env=env))
+        return subprocess.call(command, cwd=root, env=env)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -117,14 +117,21 @@ def test_the_sources_are_recorded_with_every_file_and_the_broken_line_skipped(pr
     assert task["sources"][0]["files"][0]["path"] == str(files["tickets"])
 
 
-def test_an_edited_task_file_is_named_for_ingest_again(project):
+def test_an_edited_task_file_is_ingested_again_by_a_plain_dvc_repro(project):
+    import hashlib
+
     import pandas as pd
 
     dest, files, env = project
     df = pd.read_parquet(files["tickets"])
-    df.loc[:99, "category"] = "bug"  # relabelled
+    df.loc[:99, "category"] = "bug"  # relabelled after ingest
     df.to_parquet(files["tickets"])
-    proc = subprocess.run([PY, "-m", "stages.sources.stale"], cwd=dest, env=env, capture_output=True, text=True,
-                          timeout=300)
-    assert proc.returncode == 0 and proc.stdout.strip() == f"ingest@task: {files['tickets']} changed since it was " \
-                                                           "ingested", proc.stdout + proc.stderr
+    proc = subprocess.run([str(BIN / "dvc"), "repro", "ingest@task"], cwd=dest, env=env, capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert f"[sources] task: {files['tickets']} changed: ingest@task runs again" in proc.stdout + proc.stderr
+    manifest = json.loads((dest / "data/ingested/task/manifest.json").read_text())
+    assert manifest["sources"][0]["files"][0]["sha256"] == hashlib.sha256(files["tickets"].read_bytes()).hexdigest()
+    status = subprocess.run([str(BIN / "dvc"), "status", "ingest@task"], cwd=dest, env=env, capture_output=True,
+                            text=True, timeout=300)
+    assert "ingest@task" not in status.stdout.replace("sources@task", ""), status.stdout  # ingested: up to date

@@ -68,7 +68,7 @@ def stages() -> dict[str, tuple[str, list[str]]]:
     out = {}
     for name, stage in spec_stages().items():
         body = stage.get("do", stage)
-        module = re.search(r"python -m (stages\.\w+)", body["cmd"]).group(1)
+        module = re.search(r"python -m (stages(?:\.\w+)+)", body["cmd"]).group(1)
         deps = [d if isinstance(d, str) else next(iter(d)) for d in body.get("deps", [])]
         out[name] = (module, [d.replace("${item}", "x") for d in deps])
     return out
@@ -208,6 +208,7 @@ def test_a_fresh_clone_packages_again_even_where_every_committed_output_matches(
 
 # Each stage's config loader (the stage module only calls it).
 LOADERS = {
+    "stages.sources.watch": "stages.sources.config:load_config",
     "stages.ingest": "stages.sources.config:load_config",
     "stages.clean": "stages.cleaning.config:load_config",
     "stages.tokenizer": "stages.tokenization.tokenizer:load_tokenizer_config",
@@ -254,7 +255,7 @@ def test_every_stage_declares_the_params_sections_its_config_reads(monkeypatch, 
     params.write_text(yaml.safe_dump(params_dict, sort_keys=False))
     drift = {}
     for name, (cmd, declared) in expanded_stages(params_dict).items():
-        module = importlib.import_module(re.search(r"python -m (stages\.\w+)", cmd).group(1))
+        module = importlib.import_module(re.search(r"python -m (stages(?:\.\w+)+)", cmd).group(1))
         for mod in [m for n, m in list(sys.modules.items()) if n.startswith("stages") and m is not None]:
             if getattr(mod, "section", None) is real:
                 monkeypatch.setattr(mod, "section", recording)
@@ -268,7 +269,7 @@ def test_every_stage_declares_the_params_sections_its_config_reads(monkeypatch, 
         elif "base" in arg:  # a published base's DAPT or fine-tuning: its paradigm and its own settings
             load_base(params, arg["base"], "paradigm")
             (load_base_dapt if module.__name__ == "stages.pretrain" else load_base_finetune)(params, arg["base"])
-        elif module.__name__ in ("stages.ingest", "stages.clean"):
+        elif module.__name__ in ("stages.sources.watch", "stages.ingest", "stages.clean"):
             load(params, arg["corpus"])
             if module.__name__ == "stages.ingest":
                 head_labels(params)  # a labeled corpus is checked against the head's label set

@@ -16,7 +16,9 @@ import argparse
 import json
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from stages.common.atomic import write_json_atomic
 from stages.common.cli import Stage, entry
@@ -28,18 +30,26 @@ from stages.sources.files import list_files
 from stages.sources.ingest import portable_path
 
 
+def _saved_folder(src) -> list[Path]:
+    """The files of an ``hf`` source's ``save_to_disk`` folder (none for a hub dataset: pin its revision)."""
+    if src.path is None:
+        return []
+    folder = Path(src.path)
+    if not folder.is_dir():
+        raise SourceError(f"{folder}: no such folder (a save_to_disk copy)")
+    return sorted(p for p in folder.rglob("*") if p.is_file())
+
+
+# The source kinds that read local files, and how to list them; the others are pinned in pins.yaml.
+LOCAL_FILES: dict[str, Callable[[Any], list[Path]]] = {
+    "files": lambda src: [p for p, _ in list_files(src)],
+    "hf": _saved_folder,
+}
+
+
 def local_files(cfg) -> list[tuple[int, Path]]:
     """(source index, file) for every local file the corpus's sources read, in source order."""
-    out: list[tuple[int, Path]] = []
-    for i, src in enumerate(cfg.sources):
-        if src.kind == "files":
-            out += [(i, p) for p, _ in list_files(src)]
-        elif src.kind == "hf" and getattr(src, "path", None):
-            folder = Path(src.path)
-            if not folder.is_dir():
-                raise SourceError(f"{folder}: no such folder (a save_to_disk copy)")
-            out += [(i, p) for p in sorted(folder.rglob("*")) if p.is_file()]
-    return out
+    return [(i, p) for i, src in enumerate(cfg.sources) for p in LOCAL_FILES.get(src.kind, lambda _: [])(src)]
 
 
 class StatCache:

@@ -127,3 +127,20 @@ def test_dvc_runs_what_depends_on_the_listing_only_when_a_file_changed(tmp_path)
     out = repro()
     assert (root / "runs.txt").read_text() == "xx", out
     assert "corpus/part1.jsonl changed: ingest@general runs again" in out
+
+
+def test_a_saved_hf_folder_lists_its_files(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    saved = tmp_path / "saved" / "train"
+    saved.mkdir(parents=True)
+    for name in ("data-00000-of-00001.arrow", "dataset_info.json", "state.json"):
+        (saved / name).write_text(name)
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump({"ingest": {"general": {
+        "sources": [{"kind": "hf", "path": "saved"}], "gate": {"min_rows": 1}}}}))
+    listing, _ = _list(tmp_path, capsys)
+    assert [f["path"] for f in listing["files"]] == [f"saved/train/{n}" for n in
+                                                     ("data-00000-of-00001.arrow", "dataset_info.json", "state.json")]
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump({"ingest": {"general": {
+        "sources": [{"kind": "hf", "path": "gone"}], "gate": {"min_rows": 1}}}}))
+    assert main(["--corpus", "general", "--params", "params.yaml", "--output", "data/sources/general.json"]) == 1
+    assert "gone: no such folder" in capsys.readouterr().err

@@ -19,7 +19,8 @@ _FEATURES: dict[tuple[str, str], np.ndarray] = {}  # (model folder, text) -> poo
 
 def features(clf, tok, texts: list[str], cfg, paradigm: str, key: str) -> np.ndarray:
     """The masked mean of the body's top layer for each text (batches of similar lengths, the body in eval mode),
-    cached per process by folder and text: the curve's runs of one model share their validation and test texts."""
+    cached per process by folder and text: the curve's runs of one model share their validation and test texts,
+    and the head's scores on them come from these features (:func:`head_predictions`)."""
     import torch
 
     from stages.finetuning.core import encode, token_lengths
@@ -37,6 +38,20 @@ def features(clf, tok, texts: list[str], cfg, paradigm: str, key: str) -> np.nda
                 for i, row in zip(idx, pooled):
                     _FEATURES[(key, todo[i])] = row.astype(np.float64)
     return np.stack([_FEATURES[(key, t)] for t in texts]) if texts else np.empty((0, 0))
+
+
+def head_predictions(clf, x: np.ndarray, cfg) -> np.ndarray:
+    """The label ids the pooled head (in eval mode) gives the pooled features ``x``: what ``predict`` computes from
+    the same texts, without a second pass through the body."""
+    import torch
+
+    from stages.training.device import bf16_autocast, bf16_enabled
+
+    clf.model.eval()
+    with torch.no_grad(), bf16_autocast(clf.device, bf16_enabled(cfg.precision, clf.device)):
+        logits = clf.model.head(torch.from_numpy(x).to(device=clf.device, dtype=torch.float32))
+    clf.model.train()
+    return logits.float().argmax(-1).cpu().numpy()
 
 
 def fit(x_train, y_train, x_val, y_val, n_labels: int):
@@ -81,7 +96,7 @@ def probe(cfg, *, paradigm: str, init: str, model_dir: Path, df, train_examples:
     import torch
     from transformers import AutoTokenizer
 
-    from stages.finetuning.core import head_spec, predict, sample_train
+    from stages.finetuning.core import head_spec, sample_train
     from stages.finetuning.heads import make_classifier
     from stages.finetuning.metrics import majority, scores
 
@@ -112,11 +127,11 @@ def probe(cfg, *, paradigm: str, init: str, model_dir: Path, df, train_examples:
         clf.model.out.weight.copy_(torch.from_numpy(w))
         clf.model.out.bias.copy_(torch.from_numpy(b))
 
-    def score(split) -> dict:
-        gold = split["label"].map(label_id).to_numpy()
-        return scores(gold, predict(clf, tok, split["text"].tolist(), cfg, paradigm), len(cfg.labels))
+    def score(split, x) -> dict:
+        return scores(split["label"].map(label_id).to_numpy(), head_predictions(clf, x, cfg), len(cfg.labels))
 
-    best, test_scores = score(val)["macro_f1"], score(test)
+    x_test = features(clf, tok, test["text"].tolist(), cfg, paradigm, key)
+    best, test_scores = score(val, x_val)["macro_f1"], score(test, x_test)
     baseline = majority(y_train, test["label"].map(label_id).to_numpy(), len(cfg.labels))
     result = {"paradigm": paradigm, "init": init, "train_examples": len(train), "steps": 0, "stopped_early": False,
               "best_val_macro_f1": best, "val_examples": len(val), "test_accuracy": test_scores["accuracy"],

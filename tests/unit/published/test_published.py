@@ -349,6 +349,36 @@ def test_a_probe_run_on_a_published_base_fits_its_head_on_validation_and_serves_
     assert np.isfinite(pred).all()
 
 
+def test_probe_runs_of_one_body_pass_each_text_through_it_once(fine_tuned_base, monkeypatch):
+    """The curve's probe runs share a body: a second run (another sample, another seed) passes only the texts the
+    first did not see through the body, and scores validation and test from the features both computed."""
+    import dataclasses
+
+    from stages.finetuning import probe as probe_module
+    from stages.finetuning.core import read_task, sample_train
+    from stages.finetuning.heads import _Pooled
+    from stages.finetuning.runs import published_run_config
+
+    work, params, task, folders = fine_tuned_base
+    _, _, cfg = published_run_config(params, "tiny-probe")
+    df = read_task(task)
+    monkeypatch.setattr(probe_module, "_FEATURES", {})
+    seen: list[int] = []
+    pool = _Pooled.pool
+    monkeypatch.setattr(_Pooled, "pool", lambda self, ids, mask: seen.append(ids.shape[0]) or pool(self, ids, mask))
+    first = probe_module.probe(dataclasses.replace(cfg, seed=0), paradigm="bert", init="published-dapt",
+                               model_dir=folders["published-dapt"], df=df, train_examples=12, log=lambda m: None)
+    evaluated = set(df.loc[df["split"] != "train", "text"])
+    sample = [set(sample_train(df, dataclasses.replace(cfg, seed=seed), 12)["text"]) for seed in (0, 1)]
+    assert sum(seen) == len(sample[0] | evaluated)     # each text once: validation and test not passed again
+    seen.clear()
+    second = probe_module.probe(dataclasses.replace(cfg, seed=1), paradigm="bert", init="published-dapt",
+                                model_dir=folders["published-dapt"], df=df, train_examples=12, log=lambda m: None)
+    assert sum(seen) == len(sample[1] - sample[0] - evaluated)   # only its own new sample texts
+    for run in (first, second):                         # both scored on the whole test split
+        assert run["metrics"]["test_examples"] == (df["split"] == "test").sum()
+
+
 def test_a_lora_run_on_a_published_base_trains_adapters_on_the_init_it_names(fine_tuned_base):
     from stages.serving.inference import TextClassifier
 

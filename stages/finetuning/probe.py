@@ -47,6 +47,8 @@ def head_predictions(clf, x: np.ndarray, cfg) -> np.ndarray:
 
     from stages.training.device import bf16_autocast, bf16_enabled
 
+    if len(x) == 0:
+        return np.empty(0, dtype=np.int64)
     clf.model.eval()
     with torch.no_grad(), bf16_autocast(clf.device, bf16_enabled(cfg.precision, clf.device)):
         logits = clf.model.head(torch.from_numpy(x).to(device=clf.device, dtype=torch.float32))

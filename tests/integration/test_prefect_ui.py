@@ -82,10 +82,16 @@ def served(tiny_project, tmp_path_factory):
         stop(server)
 
 
-def _api(port: int, method: str, path: str, body: dict | None = None):
+def _api(port: int, method: str, path: str, body: dict | None = None, tries: int = 6):
+    """One API call, retried on 502/503/429 with a growing wait as Prefect's own client does: the server answers
+    503 while its SQLite database is busy (CI: `create_flow_run` beside the served deployment's polling)."""
     import httpx
 
-    r = httpx.request(method, f"http://127.0.0.1:{port}/api{path}", json=body, timeout=30)
+    for i in range(tries):
+        r = httpx.request(method, f"http://127.0.0.1:{port}/api{path}", json=body, timeout=30)
+        if r.status_code not in (429, 502, 503) or i == tries - 1:
+            break
+        time.sleep(2 ** i)
     r.raise_for_status()
     return r.json()
 
